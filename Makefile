@@ -1,0 +1,48 @@
+# Mailvet — common tasks. `make run` starts the whole system; `make test` runs every test.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+# Tools the build and tests need, pinned and installed into a project-local, git-ignored folder.
+TOOLS := $(CURDIR)/.tools/bin
+STATICCHECK_VERSION := v0.8.2
+
+GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build run test test-short lint fmt bench migrate tools clean
+
+all: build
+
+build:
+	go build -o bin/ ./cmd/...
+
+## run: the whole system in one process (embedded NATS unless NATS_URL is set, in-process workers)
+run: build
+	./bin/api -dev
+
+## test: every test, against the real Postgres (DATABASE_URL) and embedded NATS servers
+test: tools
+	PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
+
+lint: $(TOOLS)/staticcheck
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+	$(TOOLS)/staticcheck ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## bench: every Go benchmark (results go to BENCHMARKS.md by hand, with the command)
+bench:
+	go test -run='^$$' -bench=. -benchmem ./...
+
+migrate:
+	go run ./cmd/api migrate
+
+tools:
+	@mkdir -p $(TOOLS)
+
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+clean:
+	rm -rf bin .tools .data

@@ -1,0 +1,65 @@
+// Command api is Mailvet's HTTP API. `api` serves; `api migrate` applies the database migrations
+// and exits; `api -dev` runs the whole system in one process for local development.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/database"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		if errors.Is(err, app.ErrUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dev := fs.Bool("dev", false, "development mode: embedded NATS when NATS_URL is empty, in-process workers, auto-migrate")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: api [-dev]            serve the API\n       api migrate          apply database migrations and exit")
+	}
+	if err := fs.Parse(args); err != nil {
+		return app.ErrUsage
+	}
+	cfg, err := config.Load(config.RoleAPI, *dev, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := app.NewLogger(stderr, "api")
+
+	switch cmd := fs.Arg(0); cmd {
+	case "":
+		return serve(ctx, cfg, log, stdout)
+	case "migrate":
+		if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return err
+		}
+		n, err := database.Migrate(ctx, cfg.DatabaseURL, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "{\"applied\": %d}\n", n)
+		return nil
+	default:
+		fs.Usage()
+		return fmt.Errorf("%w: unknown command %q", app.ErrUsage, cmd)
+	}
+}

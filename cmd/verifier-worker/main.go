@@ -1,0 +1,51 @@
+// Command verifier-worker runs layers 3–5 of the verification pipeline (MX, SMTP probe, signals)
+// for work taken from NATS.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "verifier-worker:", err)
+		if errors.Is(err, app.ErrUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("verifier-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return app.ErrUsage
+	}
+	cfg, err := config.Load(config.RoleVerifier, false, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := app.NewLogger(stderr, "verifier-worker")
+	in, err := app.Start(ctx, cfg, "verifier-worker", log)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	log.Info("verifier worker started", "ops", in.OpsAddr())
+	err = in.Run(ctx)
+	log.Info("verifier worker stopped")
+	return err
+}

@@ -1,0 +1,51 @@
+// Command webhook-worker signs and delivers the results of asynchronous verifications to the
+// callers' HTTPS URLs, with retries and a delivery log.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "webhook-worker:", err)
+		if errors.Is(err, app.ErrUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("webhook-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return app.ErrUsage
+	}
+	cfg, err := config.Load(config.RoleWebhook, false, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := app.NewLogger(stderr, "webhook-worker")
+	in, err := app.Start(ctx, cfg, "webhook-worker", log)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	log.Info("webhook worker started", "ops", in.OpsAddr())
+	err = in.Run(ctx)
+	log.Info("webhook worker stopped")
+	return err
+}

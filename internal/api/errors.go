@@ -1,0 +1,157 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Error is the spec §7 error envelope. Handlers return it (or a domain error that errorTable maps
+// to one); the single error handler below writes every error response of every route.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"error"`
+	Message string `json:"message"`
+	Action  string `json:"action"`
+	Docs    string `json:"docs"`
+	// Extra holds the additional fields some errors carry (limit, used, reset_at, …).
+	Extra map[string]any `json:"-"`
+	// Header is set on the response alongside the body (Retry-After, …).
+	Header http.Header `json:"-"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+// MarshalJSON flattens Extra into the envelope, as spec §7 shows the extra fields beside error.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, 4+len(e.Extra))
+	for k, v := range e.Extra {
+		m[k] = v
+	}
+	m["error"], m["message"], m["action"], m["docs"] = e.Code, e.Message, e.Action, e.Docs
+	return json.Marshal(m)
+}
+
+// Errorf builds an envelope error; docs is filled in by the error handler.
+func Errorf(status int, code, action, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Action: action, Message: fmt.Sprintf(format, args...)}
+}
+
+// Stable error codes of spec §7 and DESIGN.md §3.3.
+const (
+	CodeInvalidRequest     = "invalid_request"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodePayloadTooLarge    = "payload_too_large"
+	CodeInternal           = "internal_error"
+	CodeServiceUnavailable = "service_unavailable"
+)
+
+// InvalidRequest is the 400 for bad input; the message must name the offending field.
+func InvalidRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeInvalidRequest,
+		"Fix the request as the message says and send it again; see the API reference for the request shape.",
+		format, args...)
+}
+
+// errorMapping turns a domain error (matched with errors.Is) into an envelope. Domain packages
+// export sentinel errors; this table is the one place that gives them HTTP meaning.
+type errorMapping struct {
+	target  error
+	status  int
+	code    string
+	action  string
+	message string // empty: use err.Error()
+}
+
+var errorTable []errorMapping
+
+// toEnvelope maps any error returned by a handler or middleware to the envelope.
+func toEnvelope(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, m := range errorTable {
+		if errors.Is(err, m.target) {
+			msg := m.message
+			if msg == "" {
+				msg = err.Error()
+			}
+			return &Error{Status: m.status, Code: m.code, Action: m.action, Message: msg}
+		}
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return fromEcho(he)
+	}
+	return nil
+}
+
+// fromEcho covers the errors Echo raises itself (no route, wrong method, body too large, …).
+func fromEcho(he *echo.HTTPError) *Error {
+	switch he.Code {
+	case http.StatusNotFound:
+		return Errorf(http.StatusNotFound, CodeNotFound,
+			"Check the method and path against the API reference at /openapi.json.", "No such route.")
+	case http.StatusMethodNotAllowed:
+		return Errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			"Use one of the methods the API reference lists for this path.", "Method not allowed on this route.")
+	case http.StatusRequestEntityTooLarge:
+		return payloadTooLarge()
+	case http.StatusUnsupportedMediaType:
+		return InvalidRequest("Content-Type must be application/json.")
+	}
+	if he.Code >= 400 && he.Code < 500 {
+		return InvalidRequest("%v", he.Message)
+	}
+	return nil
+}
+
+func payloadTooLarge() *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		"Send at most 2 MB per request; split large lists into several batch requests.",
+		"Request body exceeds 2 MB.")
+}
+
+func internalError() *Error {
+	return Errorf(http.StatusInternalServerError, CodeInternal,
+		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		"Internal server error.")
+}
+
+// handleError is Echo's HTTPErrorHandler: every error of every route goes through here.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	env := toEnvelope(err)
+	if env == nil {
+		// An unexpected error: log it in full, show the client nothing of the internals.
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", err)
+		env = internalError()
+	}
+	if env.Docs == "" {
+		env.Docs = s.docsURL(env.Code)
+	}
+	for k, vs := range env.Header {
+		for _, v := range vs {
+			c.Response().Header().Add(k, v)
+		}
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(env.Status)
+		return
+	}
+	if werr := c.JSON(env.Status, env); werr != nil {
+		s.log.Warn("write error response", "err", werr)
+	}
+}
+
+func (s *Server) docsURL(code string) string {
+	return s.cfg.PublicURL + "/docs/errors#" + code
+}

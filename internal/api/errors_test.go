@@ -1,0 +1,130 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/health"
+)
+
+func newBareServer(t *testing.T) *Server {
+	t.Helper()
+	cfg, err := config.Load(config.RoleAPI, false, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Deps{Config: cfg, Log: app.NewLogger(io.Discard, "test"), Ready: health.NewChecker(0)})
+}
+
+func do(t *testing.T, h http.Handler, method, path string) (*http.Response, map[string]any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	resp := rec.Result()
+	var body map[string]any
+	if rec.Body.Len() > 0 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s %s: body %q is not JSON: %v", method, path, rec.Body.String(), err)
+		}
+	}
+	return resp, body
+}
+
+func assertEnvelope(t *testing.T, body map[string]any, code string) {
+	t.Helper()
+	for _, f := range []string{"error", "message", "action", "docs"} {
+		if s, _ := body[f].(string); s == "" {
+			t.Errorf("envelope field %q missing or empty in %v", f, body)
+		}
+	}
+	if body["error"] != code {
+		t.Errorf("error = %v, want %s", body["error"], code)
+	}
+	if docs, _ := body["docs"].(string); !strings.HasSuffix(docs, "/docs/errors#"+code) {
+		t.Errorf("docs = %q", docs)
+	}
+}
+
+func TestEchoErrorsUseTheEnvelope(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	resp, body := do(t, s.Handler(), http.MethodGet, "/v1/nope")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	assertEnvelope(t, body, CodeNotFound)
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("content type %q", ct)
+	}
+
+	resp, body = do(t, s.Handler(), http.MethodDelete, "/healthz")
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	assertEnvelope(t, body, CodeMethodNotAllowed)
+}
+
+func TestPanicIsA500WithoutStack(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	s.echo.GET("/boom", func(echo.Context) error { panic("secret internals") })
+	resp, body := do(t, s.Handler(), http.MethodGet, "/boom")
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	assertEnvelope(t, body, CodeInternal)
+	raw, _ := json.Marshal(body)
+	if strings.Contains(string(raw), "secret internals") || strings.Contains(string(raw), "goroutine") {
+		t.Errorf("500 body leaks internals: %s", raw)
+	}
+	if resp.Header.Get(echo.HeaderXRequestID) == "" {
+		t.Error("no X-Request-Id to quote to support")
+	}
+}
+
+func TestUnexpectedErrorIsOpaque500(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	s.echo.GET("/fail", func(echo.Context) error { return errors.New("pq: password=hunter2") })
+	resp, body := do(t, s.Handler(), http.MethodGet, "/fail")
+	if resp.StatusCode != 500 || strings.Contains(body["message"].(string), "hunter2") {
+		t.Fatalf("status %d body %v", resp.StatusCode, body)
+	}
+}
+
+func TestEnvelopeCarriesExtraFieldsAndHeaders(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	s.echo.GET("/limited", func(echo.Context) error {
+		e := Errorf(http.StatusTooManyRequests, "rate_limit_exceeded", "Wait until reset_at.", "Too many requests.")
+		e.Extra = map[string]any{"limit": 10, "window": "1m", "error": "must not override"}
+		e.Header = http.Header{"Retry-After": {"7"}}
+		return e
+	})
+	resp, body := do(t, s.Handler(), http.MethodGet, "/limited")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "7" {
+		t.Fatalf("status %d retry-after %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	assertEnvelope(t, body, "rate_limit_exceeded")
+	if body["limit"] != float64(10) || body["window"] != "1m" {
+		t.Errorf("extra fields missing: %v", body)
+	}
+}
+
+func TestHealthzOnAPIPort(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	resp, body := do(t, s.Handler(), http.MethodGet, "/healthz")
+	if resp.StatusCode != 200 || body["status"] != "ok" {
+		t.Fatalf("status %d body %v", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,156 @@
+// Package app wires the dependencies every Mailvet process shares — logger, Postgres pool, NATS
+// connection (or an embedded server in dev mode), JetStream streams, readiness checks, metrics and
+// the ops listener — so that the three mains stay thin and start the same way.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/queue"
+)
+
+// ShutdownGrace bounds how long in-flight work may take to finish after a stop signal; it keeps
+// Ctrl-C under 5 s end to end.
+const ShutdownGrace = 3 * time.Second
+
+// NewLogger returns the JSON logger every binary uses.
+func NewLogger(w io.Writer, name string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", name)
+}
+
+// Infra holds a process's shared dependencies.
+type Infra struct {
+	Config   config.Config
+	Log      *slog.Logger
+	Pool     *pgxpool.Pool
+	NATS     *nats.Conn
+	JS       jetstream.JetStream
+	Ready    *health.Checker
+	Metrics  *prometheus.Registry
+	Embedded *server.Server // non-nil in dev mode without NATS_URL
+
+	ops *HTTPServer
+}
+
+// DevDataDir is where dev mode keeps the embedded NATS store; it is git-ignored.
+const DevDataDir = ".data"
+
+// Start connects everything a process needs. In dev mode it also creates and migrates the
+// database and, with NATS_URL empty, starts an embedded JetStream server.
+func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger) (_ *Infra, err error) {
+	in := &Infra{Config: cfg, Log: log, Ready: health.NewChecker(2 * time.Second), Metrics: health.NewRegistry()}
+	defer func() {
+		if err != nil {
+			in.Close()
+		}
+	}()
+
+	if cfg.Dev {
+		if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return nil, err
+		}
+		if _, err := database.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+			return nil, err
+		}
+	}
+	if in.Pool, err = database.Open(ctx, cfg.DatabaseURL); err != nil {
+		return nil, fmt.Errorf("%w\n(is Postgres running? see README: Prerequisites)", err)
+	}
+
+	natsURL := cfg.NatsURL
+	if natsURL == "" {
+		dir := filepath.Join(DevDataDir, "nats")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if in.Embedded, err = queue.StartEmbedded(queue.EmbeddedOptions{StoreDir: dir}); err != nil {
+			return nil, err
+		}
+		natsURL = in.Embedded.ClientURL()
+		log.Info("embedded NATS JetStream started", "url", natsURL, "store", dir)
+	}
+	if in.NATS, err = queue.Connect(natsURL, "mailvet-"+name, log); err != nil {
+		return nil, err
+	}
+	if in.JS, err = jetstream.New(in.NATS); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(sctx, in.JS, cfg.StreamReplicas); err != nil {
+		return nil, err
+	}
+
+	pool, nc, js := in.Pool, in.NATS, in.JS
+	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
+	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, nc, js) })
+
+	if in.ops, err = Listen(cfg.MetricsAddr, health.Handler(in.Ready, in.Metrics)); err != nil {
+		return nil, fmt.Errorf("MAILVET_METRICS_ADDR: %w", err)
+	}
+	return in, nil
+}
+
+// OpsAddr is the address the ops listener is bound to.
+func (in *Infra) OpsAddr() string { return in.ops.Addr() }
+
+// ServeOps runs the ops listener until ctx ends.
+func (in *Infra) ServeOps(ctx context.Context) error {
+	return in.ops.Serve(ctx, time.Second, in.Log)
+}
+
+// Close releases everything Start acquired, in reverse order. NATS is drained so that messages
+// already published by this process reach the server before it goes away.
+func (in *Infra) Close() {
+	if in.NATS != nil {
+		done := make(chan struct{})
+		in.NATS.SetClosedHandler(func(*nats.Conn) { close(done) })
+		if err := in.NATS.Drain(); err != nil {
+			in.NATS.Close()
+		} else {
+			select {
+			case <-done:
+			case <-time.After(time.Second):
+				in.NATS.Close()
+			}
+		}
+	}
+	if in.Pool != nil {
+		in.Pool.Close()
+	}
+	if in.Embedded != nil {
+		in.Embedded.Shutdown()
+		in.Embedded.WaitForShutdown()
+	}
+}
+
+// ErrUsage marks a command-line mistake; mains exit 2 for it.
+var ErrUsage = errors.New("usage")
+
+// Run serves the ops listener and runs each of parts until ctx ends or one of them fails; then
+// it cancels the rest and waits for them, so in-flight work drains before the process exits.
+func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return in.ServeOps(gctx) })
+	for _, p := range parts {
+		g.Go(func() error { return p(gctx) })
+	}
+	return g.Wait()
+}

@@ -1,0 +1,362 @@
+// Package config reads every Mailvet setting from the environment into one Config struct.
+//
+// Each binary calls Load once at start-up. Defaults follow DESIGN.md §3.2; a bad value stops the
+// process with an error that names the variable, so an operator never has to guess which one.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Role names the binary that loads the configuration; the metrics listener default depends on it
+// so that the three binaries can run side by side on one host.
+type Role string
+
+// The roles of the three binaries.
+const (
+	RoleAPI      Role = "api"
+	RoleVerifier Role = "verifier"
+	RoleWebhook  Role = "webhook"
+)
+
+// Tier is an account's plan: free, builder or scale.
+type Tier string
+
+// The three tiers of spec §8.
+const (
+	TierFree    Tier = "free"
+	TierBuilder Tier = "builder"
+	TierScale   Tier = "scale"
+)
+
+// Tiers lists the tiers in ascending order.
+var Tiers = []Tier{TierFree, TierBuilder, TierScale}
+
+// ParseTier returns the tier named s, or an error for anything else.
+func ParseTier(s string) (Tier, error) {
+	for _, t := range Tiers {
+		if string(t) == s {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("unknown tier %q (want free, builder or scale)", s)
+}
+
+// PlanLimits are the limits of one tier (spec §8).
+type PlanLimits struct {
+	// MonthlyCalls is the included volume: verification units per UTC month on free, billable
+	// verifications per period on paid tiers.
+	MonthlyCalls    int `json:"monthly_calls"`
+	RateLimitPerMin int `json:"rate_limit_per_min"`
+	MaxKeys         int `json:"max_keys"`
+}
+
+// Config is the whole configuration of a Mailvet process.
+type Config struct {
+	Dev bool // -dev: embedded NATS when NatsURL is empty, in-process workers, auto-migrate
+
+	DatabaseURL string
+	NatsURL     string // empty means "start an embedded server" (dev mode only)
+	HTTPAddr    string
+	MetricsAddr string
+	PublicURL   string
+
+	DNSResolver string // host:port
+
+	SMTPPort           int
+	SMTPHelo           string
+	SMTPMailFrom       string
+	SMTPTimeout        time.Duration
+	SMTPProxy          string // socks5://host:port, or empty
+	SMTPBlockedDomains []string
+	SMTPMaxPerHost     int
+
+	DisposableExtraFile string
+	DisposableAllowFile string
+
+	StreamReplicas      int
+	WebhookAllowPrivate bool
+
+	Plans      map[Tier]PlanLimits
+	OverageEUR map[Tier]float64 // price of one billable call over the included volume
+
+	StripeSecretKey     string
+	StripeWebhookSecret string
+	StripeAPIBase       string
+	StripePrices        map[string]Tier // Stripe price id ⇒ tier
+}
+
+// DefaultPlans are the limits of spec §8.
+func DefaultPlans() map[Tier]PlanLimits {
+	return map[Tier]PlanLimits{
+		TierFree:    {MonthlyCalls: 500, RateLimitPerMin: 10, MaxKeys: 2},
+		TierBuilder: {MonthlyCalls: 5000, RateLimitPerMin: 100, MaxKeys: 5},
+		TierScale:   {MonthlyCalls: 100000, RateLimitPerMin: 1000, MaxKeys: 10},
+	}
+}
+
+// DefaultDatabaseURL is used when DATABASE_URL is unset.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mailvet?sslmode=disable"
+
+// Load reads the configuration for role from getenv (os.Getenv in production, a map in tests).
+// All problems are reported together so that one start-up attempt shows every bad variable.
+func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
+	e := env{getenv: getenv}
+	c := Config{Dev: dev}
+
+	c.DatabaseURL = e.str("DATABASE_URL", DefaultDatabaseURL)
+	e.check("DATABASE_URL", validPostgresURL(c.DatabaseURL))
+
+	natsDefault := "nats://127.0.0.1:4222"
+	if dev {
+		natsDefault = ""
+	}
+	c.NatsURL = e.str("NATS_URL", natsDefault)
+	if c.NatsURL == "" && !dev {
+		e.fail("NATS_URL", errors.New("must be set (an embedded server is only started with -dev)"))
+	}
+
+	c.HTTPAddr = e.str("MAILVET_HTTP_ADDR", ":8080")
+	e.check("MAILVET_HTTP_ADDR", validListenAddr(c.HTTPAddr))
+	c.MetricsAddr = e.str("MAILVET_METRICS_ADDR", defaultMetricsAddr(role))
+	e.check("MAILVET_METRICS_ADDR", validListenAddr(c.MetricsAddr))
+	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", "http://localhost:8080"), "/")
+	e.check("MAILVET_PUBLIC_URL", validHTTPURL(c.PublicURL))
+
+	c.DNSResolver = e.str("MAILVET_DNS_RESOLVER", "")
+	if c.DNSResolver == "" {
+		c.DNSResolver = systemResolver()
+	}
+	e.check("MAILVET_DNS_RESOLVER", validHostPort(c.DNSResolver))
+
+	c.SMTPPort = e.intIn("MAILVET_SMTP_PORT", 25, 1, 65535)
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	c.SMTPHelo = e.str("MAILVET_SMTP_HELO", host)
+	c.SMTPMailFrom = e.str("MAILVET_SMTP_MAIL_FROM", "verify@"+c.SMTPHelo)
+	if !strings.Contains(c.SMTPMailFrom, "@") {
+		e.fail("MAILVET_SMTP_MAIL_FROM", errors.New("must be an address like verify@example.com"))
+	}
+	c.SMTPTimeout = e.duration("MAILVET_SMTP_TIMEOUT", 1500*time.Millisecond)
+	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
+	if c.SMTPProxy != "" {
+		u, err := url.Parse(c.SMTPProxy)
+		if err != nil || u.Scheme != "socks5" || u.Host == "" {
+			e.fail("MAILVET_SMTP_PROXY", errors.New("must be socks5://host:port"))
+		}
+	}
+	c.SMTPBlockedDomains = e.list("MAILVET_SMTP_BLOCKED_DOMAINS")
+	c.SMTPMaxPerHost = e.intIn("MAILVET_SMTP_MAX_PER_HOST", 20, 1, 10000)
+
+	c.DisposableExtraFile = e.file("MAILVET_DISPOSABLE_EXTRA_FILE")
+	c.DisposableAllowFile = e.file("MAILVET_DISPOSABLE_ALLOW_FILE")
+
+	c.StreamReplicas = e.intIn("MAILVET_STREAM_REPLICAS", 1, 1, 5)
+	c.WebhookAllowPrivate = e.boolean("MAILVET_WEBHOOK_ALLOW_PRIVATE", false)
+
+	c.Plans = DefaultPlans()
+	for _, t := range Tiers {
+		p := c.Plans[t]
+		prefix := "MAILVET_PLAN_" + strings.ToUpper(string(t)) + "_"
+		p.MonthlyCalls = e.intIn(prefix+"MONTHLY_CALLS", p.MonthlyCalls, 0, 1<<31-1)
+		p.RateLimitPerMin = e.intIn(prefix+"RATE_LIMIT_PER_MIN", p.RateLimitPerMin, 1, 1<<31-1)
+		p.MaxKeys = e.intIn(prefix+"MAX_KEYS", p.MaxKeys, 1, 10000)
+		c.Plans[t] = p
+	}
+	c.OverageEUR = map[Tier]float64{
+		TierFree:    0,
+		TierBuilder: e.price("MAILVET_OVERAGE_EUR_BUILDER", 0.004),
+		TierScale:   e.price("MAILVET_OVERAGE_EUR_SCALE", 0.002),
+	}
+
+	c.StripeSecretKey = e.str("STRIPE_SECRET_KEY", "")
+	c.StripeWebhookSecret = e.str("STRIPE_WEBHOOK_SECRET", "")
+	c.StripeAPIBase = strings.TrimRight(e.str("MAILVET_STRIPE_API_BASE", ""), "/")
+	if c.StripeAPIBase != "" {
+		e.check("MAILVET_STRIPE_API_BASE", validHTTPURL(c.StripeAPIBase))
+	}
+	c.StripePrices = map[string]Tier{}
+	if id := e.str("MAILVET_STRIPE_PRICE_BUILDER", ""); id != "" {
+		c.StripePrices[id] = TierBuilder
+	}
+	if id := e.str("MAILVET_STRIPE_PRICE_SCALE", ""); id != "" {
+		c.StripePrices[id] = TierScale
+	}
+
+	return c, e.err()
+}
+
+func defaultMetricsAddr(role Role) string {
+	switch role {
+	case RoleVerifier:
+		return ":9091"
+	case RoleWebhook:
+		return ":9092"
+	default:
+		return ":9090"
+	}
+}
+
+// systemResolver returns the first nameserver of /etc/resolv.conf, or a loopback resolver when
+// the file is missing, so that a machine without DNS still starts (look-ups then fail as unknown).
+func systemResolver() string {
+	cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil || len(cc.Servers) == 0 {
+		return "127.0.0.1:53"
+	}
+	return net.JoinHostPort(cc.Servers[0], cc.Port)
+}
+
+// env collects the errors of one Load call.
+type env struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (e *env) fail(name string, err error) {
+	e.errs = append(e.errs, fmt.Errorf("%s: %w", name, err))
+}
+
+func (e *env) check(name string, err error) {
+	if err != nil {
+		e.fail(name, err)
+	}
+}
+
+func (e *env) err() error { return errors.Join(e.errs...) }
+
+func (e *env) str(name, def string) string {
+	if v, ok := e.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+// lookup treats a variable set to only blanks as unset.
+func (e *env) lookup(name string) (string, bool) {
+	v := strings.TrimSpace(e.getenv(name))
+	return v, v != ""
+}
+
+func (e *env) intIn(name string, def, min, max int) int {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		e.fail(name, fmt.Errorf("%q is not a whole number from %d to %d", v, min, max))
+		return def
+	}
+	return n
+}
+
+func (e *env) duration(name string, def time.Duration) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > time.Minute {
+		e.fail(name, fmt.Errorf("%q is not a duration between 0 and 1m, like 1500ms", v))
+		return def
+	}
+	return d
+}
+
+func (e *env) boolean(name string, def bool) bool {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, fmt.Errorf("%q is not true or false", v))
+		return def
+	}
+	return b
+}
+
+func (e *env) price(name string, def float64) float64 {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f > 1000 {
+		e.fail(name, fmt.Errorf("%q is not a price in EUR from 0 to 1000", v))
+		return def
+	}
+	return f
+}
+
+func (e *env) list(name string) []string {
+	v, _ := e.lookup(name)
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if p := strings.ToLower(strings.TrimSpace(part)); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// file checks at start-up that a configured file can be read, rather than at the first request.
+func (e *env) file(name string) string {
+	v, ok := e.lookup(name)
+	if !ok {
+		return ""
+	}
+	f, err := os.Open(v)
+	if err != nil {
+		e.fail(name, err)
+		return ""
+	}
+	f.Close()
+	return v
+}
+
+func validPostgresURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return errors.New("must start with postgres://")
+	}
+	return nil
+}
+
+func validListenAddr(s string) error {
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Errorf("%q is not host:port (like :8080)", s)
+	}
+	return nil
+}
+
+func validHostPort(s string) error {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil || h == "" || p == "" {
+		return fmt.Errorf("%q is not host:port (like 127.0.0.1:53)", s)
+	}
+	return nil
+}
+
+func validHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	return nil
+}

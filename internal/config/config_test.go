@@ -1,0 +1,144 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != DefaultDatabaseURL || c.NatsURL != "nats://127.0.0.1:4222" {
+		t.Errorf("urls: %q %q", c.DatabaseURL, c.NatsURL)
+	}
+	if c.HTTPAddr != ":8080" || c.MetricsAddr != ":9091" {
+		t.Errorf("addrs: %q %q", c.HTTPAddr, c.MetricsAddr)
+	}
+	if c.SMTPPort != 25 || c.SMTPTimeout != 1500*time.Millisecond || c.SMTPMaxPerHost != 20 {
+		t.Errorf("smtp: %d %v %d", c.SMTPPort, c.SMTPTimeout, c.SMTPMaxPerHost)
+	}
+	if c.SMTPMailFrom != "verify@"+c.SMTPHelo {
+		t.Errorf("mail from %q, helo %q", c.SMTPMailFrom, c.SMTPHelo)
+	}
+	if got, want := c.Plans, DefaultPlans(); got[TierFree] != want[TierFree] || got[TierScale] != want[TierScale] {
+		t.Errorf("plans %v", got)
+	}
+	if c.Plans[TierBuilder] != (PlanLimits{MonthlyCalls: 5000, RateLimitPerMin: 100, MaxKeys: 5}) {
+		t.Errorf("builder plan %+v", c.Plans[TierBuilder])
+	}
+	if c.OverageEUR[TierBuilder] != 0.004 || c.OverageEUR[TierScale] != 0.002 {
+		t.Errorf("overage %v", c.OverageEUR)
+	}
+	if c.StreamReplicas != 1 || c.WebhookAllowPrivate {
+		t.Errorf("replicas %d allow private %v", c.StreamReplicas, c.WebhookAllowPrivate)
+	}
+}
+
+func TestLoadMetricsAddrPerRole(t *testing.T) {
+	t.Parallel()
+	for role, want := range map[Role]string{RoleAPI: ":9090", RoleVerifier: ":9091", RoleWebhook: ":9092"} {
+		c, err := Load(role, false, envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.MetricsAddr != want {
+			t.Errorf("%s: metrics addr %q, want %q", role, c.MetricsAddr, want)
+		}
+	}
+}
+
+func TestLoadDevEmbeddedNATS(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleAPI, true, envOf(nil))
+	if err != nil || c.NatsURL != "" {
+		t.Fatalf("dev NATS_URL = %q, %v; want empty (embedded)", c.NatsURL, err)
+	}
+	// Outside dev mode a blank NATS_URL means the default, never an embedded server.
+	c, err = Load(RoleAPI, false, envOf(map[string]string{"NATS_URL": " "}))
+	if err != nil || c.NatsURL != "nats://127.0.0.1:4222" {
+		t.Fatalf("NATS_URL = %q, %v; want the default", c.NatsURL, err)
+	}
+}
+
+func TestLoadOverrides(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleAPI, false, envOf(map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS":       "50",
+		"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "5000",
+		"MAILVET_PLAN_BUILDER_MAX_KEYS":         "7",
+		"MAILVET_SMTP_BLOCKED_DOMAINS":          " Example.COM, ,foo.test ",
+		"MAILVET_SMTP_TIMEOUT":                  "750ms",
+		"MAILVET_WEBHOOK_ALLOW_PRIVATE":         "true",
+		"MAILVET_STRIPE_PRICE_BUILDER":          "price_b",
+		"MAILVET_STRIPE_PRICE_SCALE":            "price_s",
+		"MAILVET_PUBLIC_URL":                    "https://api.example.com/",
+		"MAILVET_SMTP_PROXY":                    "socks5://127.0.0.1:1080",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Plans[TierFree].MonthlyCalls != 50 || c.Plans[TierScale].RateLimitPerMin != 5000 || c.Plans[TierBuilder].MaxKeys != 7 {
+		t.Errorf("plans %+v", c.Plans)
+	}
+	if strings.Join(c.SMTPBlockedDomains, "|") != "example.com|foo.test" {
+		t.Errorf("blocked %q", c.SMTPBlockedDomains)
+	}
+	if c.SMTPTimeout != 750*time.Millisecond || !c.WebhookAllowPrivate {
+		t.Errorf("timeout %v allow %v", c.SMTPTimeout, c.WebhookAllowPrivate)
+	}
+	if c.StripePrices["price_b"] != TierBuilder || c.StripePrices["price_s"] != TierScale {
+		t.Errorf("prices %v", c.StripePrices)
+	}
+	if c.PublicURL != "https://api.example.com" {
+		t.Errorf("public url %q", c.PublicURL)
+	}
+}
+
+// Every bad variable is named in the error, all of them in one go.
+func TestLoadErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	bad := map[string]string{
+		"DATABASE_URL":                  "mysql://x",
+		"MAILVET_HTTP_ADDR":             "8080",
+		"MAILVET_SMTP_PORT":             "70000",
+		"MAILVET_SMTP_TIMEOUT":          "soon",
+		"MAILVET_SMTP_PROXY":            "http://proxy:3128",
+		"MAILVET_SMTP_MAIL_FROM":        "nobody",
+		"MAILVET_STREAM_REPLICAS":       "0",
+		"MAILVET_WEBHOOK_ALLOW_PRIVATE": "maybe",
+		"MAILVET_OVERAGE_EUR_SCALE":     "-1",
+		"MAILVET_PLAN_FREE_MAX_KEYS":    "two",
+		"MAILVET_DNS_RESOLVER":          "8.8.8.8",
+		"MAILVET_PUBLIC_URL":            "ftp://x",
+		"MAILVET_DISPOSABLE_EXTRA_FILE": "/nonexistent/extra.txt",
+	}
+	_, err := Load(RoleAPI, false, envOf(bad))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for name := range bad {
+		if !strings.Contains(err.Error(), name+":") {
+			t.Errorf("error does not name %s:\n%v", name, err)
+		}
+	}
+}
+
+func TestParseTier(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"free", "builder", "scale"} {
+		if tier, err := ParseTier(s); err != nil || string(tier) != s {
+			t.Errorf("ParseTier(%q) = %q, %v", s, tier, err)
+		}
+	}
+	if _, err := ParseTier("enterprise"); err == nil {
+		t.Error("ParseTier(enterprise) succeeded")
+	}
+}

@@ -1,0 +1,55 @@
+// Package natstest starts an embedded JetStream-enabled NATS server for a test, on a random
+// loopback port with its store in a temporary directory, the way nats-server's own tests do.
+package natstest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/queue"
+)
+
+// Server starts a server that shuts down when t ends.
+func Server(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := queue.StartEmbedded(queue.EmbeddedOptions{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// URL starts a server and returns its client URL.
+func URL(t testing.TB) string {
+	t.Helper()
+	return Server(t).ClientURL()
+}
+
+// Connect starts a server with Mailvet's streams created and returns a connection to it.
+func Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(URL(t), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("natstest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	return nc, js
+}
