@@ -1,0 +1,41 @@
+package queue
+
+import "github.com/google/uuid"
+
+// Subjects of individual messages. Batch items carry their batch id in the subject so a consumer
+// could be filtered per batch if ever needed; jobs and webhooks carry their row id.
+const (
+	// SubjectVerifyItemPrefix + batch id + "." + index.
+	SubjectVerifyItemPrefix = "verify.item."
+	// SubjectJob is where async jobs are published (one message per job).
+	SubjectJob = "jobs.verify"
+	// SubjectWebhookDeliver is where deliveries to attempt are published (one per delivery).
+	SubjectWebhookDeliver = "webhooks.deliver"
+)
+
+// Headers used on verification messages.
+const (
+	// HeaderReply carries the API replica's inbox for a batch or stream item: JetStream
+	// messages have no reply subject of their own, and the item must outlive a worker crash.
+	HeaderReply = "Mailvet-Reply"
+	// HeaderDeadline is the Unix-millisecond time after which the waiting caller has given up;
+	// a worker drops (acks) expired items instead of probing for nobody.
+	HeaderDeadline = "Mailvet-Deadline"
+)
+
+// VerifyRequest is the body of a verify.sync request and of a VERIFY stream item.
+type VerifyRequest struct {
+	Email string `json:"email"`
+	// Index is the item's position in its batch; it lets the API put results in input order.
+	Index int `json:"index,omitempty"`
+}
+
+// JobMessage is the body of a JOBS stream message; the job itself lives in Postgres.
+type JobMessage struct {
+	JobID uuid.UUID `json:"job_id"`
+}
+
+// DeliveryMessage is the body of a WEBHOOKS stream message; the delivery lives in Postgres.
+type DeliveryMessage struct {
+	DeliveryID uuid.UUID `json:"delivery_id"`
+}
