@@ -1,0 +1,203 @@
+// Package usage meters verification traffic: admission control (the per-minute rate limit, the
+// free tier's monthly quota and the paid tiers' hard spend cap), the usage log, and the counts
+// behind GET /v1/management/usage, /usage/summary and account.usage_this_month.
+//
+// Every counter lives in Postgres and is changed by a single conditional UPSERT, so any number of
+// API replicas share one limit and concurrent requests can never overshoot it.
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what this package needs of Postgres: a pool or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Request describes what a verify request asks to spend.
+type Request struct {
+	AccountID uuid.UUID
+	Free      bool // free tier: monthly quota applies; paid tiers: spend cap applies
+	// Units is the number of emails in the request: each needs one rate-limit unit and, on the
+	// free tier, one quota unit.
+	Units int
+	// RatePerMin and MonthlyCalls are the account's plan limits.
+	RatePerMin   int
+	MonthlyCalls int
+	// HardCapEUR is the paid account's spend cap for the period; nil means none.
+	HardCapEUR *float64
+	OverageEUR float64 // price of one billable call over MonthlyCalls
+	Now        time.Time
+}
+
+// Decision is the outcome of a successful admission, for the RateLimit-* response headers.
+type Decision struct {
+	Limit     int
+	Remaining int
+	Reset     time.Time // end of the current one-minute window
+	// QuotaCharged is how many free-tier quota units were taken (to refund if the request then
+	// fails before verifying anything).
+	QuotaCharged int
+	Month        time.Time
+}
+
+// RateLimited is returned when the per-minute limit would be exceeded.
+type RateLimited struct {
+	Limit int
+	Used  int
+	Reset time.Time
+}
+
+func (e *RateLimited) Error() string {
+	return fmt.Sprintf("rate limit of %d per minute exceeded", e.Limit)
+}
+
+// QuotaExceeded is returned when the free tier's monthly quota would be exceeded.
+type QuotaExceeded struct {
+	Limit int
+	Used  int
+	Reset time.Time // start of the next UTC month
+}
+
+func (e *QuotaExceeded) Error() string {
+	return fmt.Sprintf("monthly quota of %d verifications exceeded (%d used)", e.Limit, e.Used)
+}
+
+// SpendCapExceeded is returned when a paid request could take the period's overage past the cap.
+type SpendCapExceeded struct {
+	HardCapEUR        *float64
+	CurrentOverageEUR float64
+}
+
+func (e *SpendCapExceeded) Error() string { return "hard spend cap would be exceeded" }
+
+// ErrQuotaCheck wraps a datastore failure while checking the free quota (503 quota_check_failed).
+var ErrQuotaCheck = errors.New("monthly quota check failed")
+
+// ErrUnavailable wraps a datastore failure elsewhere in admission (503 service_unavailable).
+var ErrUnavailable = errors.New("usage datastore unavailable")
+
+// MonthStart is the first instant of t's UTC calendar month.
+func MonthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Admit takes the request's rate-limit units and, on the free tier, its quota units, or says why
+// not. Rate-limit units are spent even when the quota then refuses: a client hammering past its
+// quota is still throttled. Quota units are taken only when the whole request fits.
+func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
+	now := r.Now.UTC()
+	window := now.Truncate(time.Minute)
+	d := Decision{Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now)}
+
+	// One conditional UPSERT: it adds the units only if the window stays within the limit, and
+	// returns nothing otherwise. A request larger than the whole limit can never pass.
+	var used int
+	err := db.QueryRow(ctx, `
+		INSERT INTO rate_windows AS w (account_id, window_start, used)
+		SELECT $1, $2, $3::int WHERE $3::int <= $4::int
+		ON CONFLICT (account_id, window_start)
+		DO UPDATE SET used = w.used + EXCLUDED.used WHERE w.used + EXCLUDED.used <= $4::int
+		RETURNING used`, r.AccountID, window, r.Units, r.RatePerMin).Scan(&used)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		cur := 0
+		if err := db.QueryRow(ctx, `SELECT used FROM rate_windows WHERE account_id = $1 AND window_start = $2`,
+			r.AccountID, window).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Reset: d.Reset}
+	case err != nil:
+		return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	d.Remaining = max(0, r.RatePerMin-used)
+
+	if r.Free {
+		var quota int
+		err := db.QueryRow(ctx, `
+			INSERT INTO usage_monthly AS m (account_id, month, quota_units)
+			SELECT $1, $2, $3::int WHERE $3::int <= $4::int
+			ON CONFLICT (account_id, month)
+			DO UPDATE SET quota_units = m.quota_units + EXCLUDED.quota_units
+			WHERE m.quota_units + EXCLUDED.quota_units <= $4::int
+			RETURNING quota_units`, r.AccountID, d.Month, r.Units, r.MonthlyCalls).Scan(&quota)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			cur, err := QuotaUsed(ctx, db, r.AccountID, now)
+			if err != nil {
+				return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
+			}
+			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Reset: d.Month.AddDate(0, 1, 0)}
+		case err != nil:
+			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
+		}
+		d.QuotaCharged = r.Units
+		return d, nil
+	}
+
+	if r.HardCapEUR != nil {
+		billable, err := billableInMonth(ctx, db, r.AccountID, d.Month)
+		if err != nil {
+			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		current := overageEUR(billable, r.MonthlyCalls, r.OverageEUR)
+		// Worst case: every email of the request turns out billable. Compared unrounded, so a cap
+		// is never crossed by a fraction of a cent.
+		worst := float64(max(0, billable+r.Units-r.MonthlyCalls)) * r.OverageEUR
+		if worst > *r.HardCapEUR+1e-9 {
+			return d, &SpendCapExceeded{HardCapEUR: r.HardCapEUR, CurrentOverageEUR: current}
+		}
+	}
+	return d, nil
+}
+
+// Refund gives back quota units taken by Admit for a request that then failed before any email
+// entered verification (a 503 from the verifier tier, say), so that failure costs the client
+// nothing.
+func Refund(ctx context.Context, db DB, accountID uuid.UUID, d Decision) error {
+	if d.QuotaCharged == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, `UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $3)
+		WHERE account_id = $1 AND month = $2`, accountID, d.Month, d.QuotaCharged)
+	return err
+}
+
+// QuotaUsed is the free-tier monthly-quota count for now's UTC month (account.usage_this_month).
+func QuotaUsed(ctx context.Context, db DB, accountID uuid.UUID, now time.Time) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT quota_units FROM usage_monthly WHERE account_id = $1 AND month = $2`,
+		accountID, MonthStart(now)).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func billableInMonth(ctx context.Context, db DB, accountID uuid.UUID, month time.Time) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT billable FROM usage_monthly WHERE account_id = $1 AND month = $2`,
+		accountID, month).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// overageEUR prices the billable calls beyond the included volume, rounded to the cent.
+func overageEUR(billable, included int, price float64) float64 {
+	over := max(0, billable-included)
+	return math.Round(float64(over)*price*100) / 100
+}

@@ -1,0 +1,235 @@
+package usage_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/tcpproxy"
+	"github.com/mailvet/mailvet/internal/usage"
+)
+
+var ctx = context.Background()
+
+func newAccount(t *testing.T, pool *pgxpool.Pool, tier string) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ($1, $2)`, id, tier)
+	return id
+}
+
+var now = time.Date(2026, 11, 22, 10, 30, 15, 0, time.UTC)
+
+func freeReq(acct uuid.UUID, units int) usage.Request {
+	return usage.Request{AccountID: acct, Free: true, Units: units, RatePerMin: 10, MonthlyCalls: 500, Now: now}
+}
+
+func TestRateLimitWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+
+	d, err := usage.Admit(ctx, pool, freeReq(acct, 4))
+	if err != nil || d.Remaining != 6 || d.Limit != 10 || !d.Reset.Equal(now.Truncate(time.Minute).Add(time.Minute)) {
+		t.Fatalf("first: %+v %v", d, err)
+	}
+	if _, err := usage.Admit(ctx, pool, freeReq(acct, 4)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = usage.Admit(ctx, pool, freeReq(acct, 4))
+	var rl *usage.RateLimited
+	if !errors.As(err, &rl) || rl.Used != 8 || rl.Limit != 10 {
+		t.Fatalf("third: %v", err)
+	}
+	// A batch that is larger than the whole limit never passes, even in an empty window.
+	next := freeReq(acct, 11)
+	next.Now = now.Add(time.Minute)
+	if _, err := usage.Admit(ctx, pool, next); !errors.As(err, &rl) {
+		t.Fatalf("oversized batch: %v", err)
+	}
+	// The next window starts afresh.
+	next.Units = 10
+	if d, err := usage.Admit(ctx, pool, next); err != nil || d.Remaining != 0 {
+		t.Fatalf("next window: %+v %v", d, err)
+	}
+	// Quota units are not taken by a rate-limited request.
+	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 18 {
+		t.Errorf("quota used %d, want 18", used)
+	}
+}
+
+// Two pools stand for two API replicas; 20 concurrent single-email requests against 5 remaining
+// quota units admit exactly 5.
+func TestQuotaAdmissionIsAtomicAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	replicas := []*pgxpool.Pool{pgtest.Pool(t, dbURL), pgtest.Pool(t, dbURL)}
+	acct := newAccount(t, replicas[0], "free")
+	pgtest.Exec(t, replicas[0], `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, $2, 495)`, acct, usage.MonthStart(now))
+
+	var admitted, refused atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := freeReq(acct, 1)
+			r.RatePerMin = 1000
+			_, err := usage.Admit(ctx, replicas[i%2], r)
+			var qe *usage.QuotaExceeded
+			switch {
+			case err == nil:
+				admitted.Add(1)
+			case errors.As(err, &qe):
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != 5 || refused.Load() != 15 {
+		t.Fatalf("admitted %d refused %d, want 5 and 15", admitted.Load(), refused.Load())
+	}
+	if used, _ := usage.QuotaUsed(ctx, replicas[1], acct, now); used != 500 {
+		t.Errorf("used %d, want 500", used)
+	}
+}
+
+func TestQuotaExceededAndRefund(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	r := freeReq(acct, 3)
+	r.MonthlyCalls, r.RatePerMin = 5, 100
+	d, err := usage.Admit(ctx, pool, r)
+	if err != nil || d.QuotaCharged != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	_, err = usage.Admit(ctx, pool, r)
+	var qe *usage.QuotaExceeded
+	if !errors.As(err, &qe) || qe.Used != 3 || qe.Limit != 5 || !qe.Reset.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("%v %+v", err, qe)
+	}
+	if err := usage.Refund(ctx, pool, acct, d); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 0 {
+		t.Errorf("after refund: %d", used)
+	}
+}
+
+func TestSpendCap(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5100)`, acct, usage.MonthStart(now))
+	capEUR := 1.0
+	r := usage.Request{AccountID: acct, Units: 150, RatePerMin: 1000, MonthlyCalls: 5000, HardCapEUR: &capEUR, OverageEUR: 0.004, Now: now}
+	// 5100 + 150 billable = 250 over: 1.00 EUR, exactly the cap.
+	if _, err := usage.Admit(ctx, pool, r); err != nil {
+		t.Fatalf("at the cap: %v", err)
+	}
+	r.Units = 151
+	_, err := usage.Admit(ctx, pool, r)
+	var sc *usage.SpendCapExceeded
+	if !errors.As(err, &sc) || sc.CurrentOverageEUR != 0.4 || *sc.HardCapEUR != 1.0 {
+		t.Fatalf("over the cap: %v %+v", err, sc)
+	}
+	// No cap: anything goes, and paid tiers take no quota units.
+	r.HardCapEUR = nil
+	if d, err := usage.Admit(ctx, pool, r); err != nil || d.QuotaCharged != 0 {
+		t.Fatalf("no cap: %+v %v", d, err)
+	}
+}
+
+func TestRecordIsIdempotentAndCounts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	yesterday := now.Add(-24 * time.Hour)
+	rows := []usage.Row{
+		{ItemKey: "req1:0", AccountID: acct, Route: "verify", Status: "deliverable", Billable: true, QuotaUnit: true, OccurredAt: now, Snapshot: []byte(`{"status":"deliverable"}`)},
+		{ItemKey: "req1:1", AccountID: acct, Route: "verify", Status: "invalid", FailedCheck: "syntax", QuotaUnit: true, OccurredAt: now},
+		{ItemKey: "req1:2", AccountID: acct, Route: "verify", Status: "invalid", FailedCheck: "disposable", Billable: true, QuotaUnit: true, OccurredAt: yesterday},
+		{ItemKey: "req2:rejected", AccountID: acct, Route: "verify", FailedCheck: "rate_limit_exceeded", ErrorClass: "rate_limit", OccurredAt: now},
+	}
+	for range 2 { // the second time is a redelivery: nothing is logged or counted twice
+		if err := usage.Record(ctx, pool, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct).Scan(&logged); err != nil || logged != 4 {
+		t.Fatalf("logged %d, %v", logged, err)
+	}
+	var class *string
+	if err := pool.QueryRow(ctx, `SELECT error_class FROM usage_log WHERE item_key = 'req1:0'`).Scan(&class); err != nil || class != nil {
+		t.Errorf("success error_class = %v, %v; want null", class, err)
+	}
+	days, err := usage.Daily(ctx, pool, acct, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(days) != 30 || days[29].Date != "2026-11-22" || days[29].Calls != 1 || days[28].Calls != 1 || days[0].Date != "2026-10-24" || days[0].Calls != 0 {
+		t.Fatalf("days: first %+v, last two %+v", days[0], days[28:])
+	}
+	s, err := usage.Summarize(ctx, pool, acct, "builder", false, 5000, 0.004, now)
+	if err != nil || s.CallsUsed != 2 || s.CallsRemaining != 4998 || s.OverageCalls != 0 {
+		t.Fatalf("summary %+v %v", s, err)
+	}
+}
+
+func TestSummaryFreeUsesQuotaAndPaidPricesOverage(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	free := newAccount(t, pool, "free")
+	paid := newAccount(t, pool, "scale")
+	m := usage.MonthStart(now)
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES ($1, $3, 120, 100), ($2, $3, 0, 100250)`, free, paid, m)
+
+	s, err := usage.Summarize(ctx, pool, free, "free", true, 500, 0, now)
+	if err != nil || s.CallsUsed != 120 || s.CallsRemaining != 380 || s.EstimatedCostEUR != 0 {
+		t.Fatalf("free %+v %v", s, err)
+	}
+	if !s.Period.Start.Equal(m) || !s.Period.End.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("period %+v", s.Period)
+	}
+	s, err = usage.Summarize(ctx, pool, paid, "scale", false, 100000, 0.002, now)
+	if err != nil || s.CallsUsed != 100250 || s.OverageCalls != 250 || s.CallsRemaining != 0 || s.EstimatedCostEUR != 0.5 {
+		t.Fatalf("paid %+v %v", s, err)
+	}
+}
+
+// With Postgres unreachable, the free-tier quota check fails as ErrQuotaCheck (a 503), quickly.
+func TestAdmitDatastoreDown(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	u, _ := url.Parse(dbURL)
+	p, err := tcpproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	u.Host = p.Addr()
+	pool := pgtest.Pool(t, u.String())
+	acct := newAccount(t, pool, "free")
+	p.Cut()
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = usage.Admit(c, pool, freeReq(acct, 1))
+	if !errors.Is(err, usage.ErrUnavailable) && !errors.Is(err, usage.ErrQuotaCheck) {
+		t.Fatalf("err = %v", err)
+	}
+}
