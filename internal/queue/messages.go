@@ -1,6 +1,10 @@
 package queue
 
-import "github.com/google/uuid"
+import (
+	"github.com/google/uuid"
+
+	"github.com/mailvet/mailvet/internal/verify"
+)
 
 // Subjects of individual messages. Batch items carry their batch id in the subject so a consumer
 // could be filtered per batch if ever needed; jobs and webhooks carry their row id.
@@ -39,3 +43,21 @@ type JobMessage struct {
 type DeliveryMessage struct {
 	DeliveryID uuid.UUID `json:"delivery_id"`
 }
+
+// VerifyReply answers a VerifyRequest, on the request/reply inbox or the batch's reply subject.
+type VerifyReply struct {
+	Index  int            `json:"index"`
+	Result *verify.Result `json:"result,omitempty"`
+	// Error is set instead of Result when the worker could not take the request ("busy").
+	Error string `json:"error,omitempty"`
+}
+
+// ReplyBusy tells the API that this worker is saturated; the API answers 503.
+const ReplyBusy = "busy"
+
+// Consumer names: one durable work-queue consumer per stream, shared by every worker replica.
+const (
+	ConsumerVerifiers  = "verifiers"
+	ConsumerJobRunners = "job-runners"
+	ConsumerDeliverers = "deliverers"
+)

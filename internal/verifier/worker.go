@@ -1,0 +1,288 @@
+// Package verifier is the verifier worker: it takes verification work from NATS — single
+// addresses by request/reply, batch and stream items and async jobs from JetStream — runs the
+// network layers of the pipeline, and answers. Any number of workers share the work.
+package verifier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verify"
+)
+
+// Pipeline is the verification engine as the worker uses it.
+type Pipeline interface {
+	Verify(ctx context.Context, raw string) verify.Result
+	VerifyBatch(ctx context.Context, raws []string, each func(i int, r verify.Result)) []verify.Result
+}
+
+// Options tune a worker.
+type Options struct {
+	// Concurrency bounds the addresses this worker verifies at once, over all paths.
+	Concurrency int
+	// ItemAckWait is how long a batch item may stay unacknowledged before JetStream gives it to
+	// another worker; a worker that dies mid-batch delays its items by at most this much.
+	ItemAckWait time.Duration
+	// SyncBudget bounds one synchronous verification when the request carries no deadline.
+	SyncBudget time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 256
+	}
+	if o.ItemAckWait <= 0 {
+		o.ItemAckWait = 5 * time.Second
+	}
+	if o.SyncBudget <= 0 {
+		o.SyncBudget = 5 * time.Second
+	}
+}
+
+// Worker serves verification work.
+type Worker struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	pipe Pipeline
+	log  *slog.Logger
+	opts Options
+
+	slots    chan struct{} // one token per address being verified
+	inflight sync.WaitGroup
+	handled  *prometheus.CounterVec
+	busy     prometheus.Counter
+}
+
+// New returns a worker; register its metrics with reg (may be nil).
+func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger, reg prometheus.Registerer, opts Options) *Worker {
+	opts.defaults()
+	w := &Worker{nc: nc, js: js, pipe: pipe, log: log, opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+	w.handled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mailvet_verifier_addresses_total", Help: "Addresses verified, by path and status.",
+	}, []string{"path", "status"})
+	w.busy = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mailvet_verifier_busy_total", Help: "Synchronous requests refused because the worker was saturated.",
+	})
+	if reg != nil {
+		reg.MustRegister(w.handled, w.busy)
+	}
+	return w
+}
+
+// Run serves until ctx ends, then stops taking work and waits for what is in flight.
+func (w *Worker) Run(ctx context.Context) error {
+	sub, err := w.nc.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, w.onSync)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", queue.SubjectVerifySync, err)
+	}
+	items, err := w.consumeItems(ctx)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	<-ctx.Done()
+	// Stop intake first so nothing new starts, then let in-flight work finish and answer: its
+	// callers are still waiting. Unacked items left behind are redelivered to other workers.
+	_ = sub.Drain()
+	items.Stop()
+	w.inflight.Wait()
+	return nil
+}
+
+// onSync answers one synchronous request. NATS calls it serially per subscription, so the work
+// runs in its own goroutine; when every slot is taken the worker says "busy" at once instead of
+// queueing, and the API answers 503 rather than making the client wait.
+func (w *Worker) onSync(msg *nats.Msg) {
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		w.busy.Inc()
+		w.reply(msg.Reply, queue.VerifyReply{Error: queue.ReplyBusy})
+		return
+	}
+	w.inflight.Add(1)
+	go func() {
+		defer w.inflight.Done()
+		defer func() { <-w.slots }()
+		var req queue.VerifyRequest
+		if err := json.Unmarshal(msg.Data, &req); err != nil {
+			w.log.Warn("bad sync request", "err", err)
+			return
+		}
+		ctx, cancel := w.deadlineCtx(msg)
+		defer cancel()
+		r := w.pipe.Verify(ctx, req.Email)
+		w.handled.WithLabelValues("sync", string(r.Status)).Inc()
+		w.reply(msg.Reply, queue.VerifyReply{Index: req.Index, Result: &r})
+	}()
+}
+
+func (w *Worker) deadlineCtx(msg *nats.Msg) (context.Context, context.CancelFunc) {
+	if dl, ok := queue.Deadline(msg); ok {
+		return context.WithDeadline(context.Background(), dl)
+	}
+	return context.WithTimeout(context.Background(), w.opts.SyncBudget)
+}
+
+func (w *Worker) reply(subject string, r queue.VerifyReply) {
+	if subject == "" {
+		return
+	}
+	b, _ := json.Marshal(r)
+	if err := w.nc.Publish(subject, b); err != nil {
+		w.log.Warn("reply", "err", err)
+	}
+}
+
+// consumeItems pulls batch and stream items. Items that arrive together are verified together
+// with VerifyBatch, so that addresses sharing a mail server share SMTP sessions.
+func (w *Worker) consumeItems(ctx context.Context) (jetstream.MessagesContext, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := w.js.CreateOrUpdateConsumer(cctx, queue.StreamVerify, jetstream.ConsumerConfig{
+		Durable:       queue.ConsumerVerifiers,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.opts.ItemAckWait,
+		MaxAckPending: 4 * w.opts.Concurrency,
+		MaxDeliver:    -1,
+		FilterSubject: queue.SubjectVerifyItems,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify items consumer: %w", err)
+	}
+	batch := max(1, w.opts.Concurrency/4)
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return nil, fmt.Errorf("verify items: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, batch)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					w.log.Warn("verify items", "err", err)
+				}
+				return
+			}
+			msgs <- m
+		}
+	}()
+	go w.dispatchItems(msgs, batch)
+	return it, nil
+}
+
+// dispatchItems groups whatever items are already waiting (up to max) into one VerifyBatch call.
+func (w *Worker) dispatchItems(msgs <-chan jetstream.Msg, max int) {
+	for m := range msgs {
+		group := []jetstream.Msg{m}
+	fill:
+		for len(group) < max {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break fill
+				}
+				group = append(group, m)
+			default:
+				break fill
+			}
+		}
+		for range group {
+			w.slots <- struct{}{}
+		}
+		w.inflight.Add(1)
+		go func() {
+			defer w.inflight.Done()
+			defer func() {
+				for range group {
+					<-w.slots
+				}
+			}()
+			w.verifyItems(group)
+		}()
+	}
+}
+
+type item struct {
+	msg   jetstream.Msg
+	req   queue.VerifyRequest
+	reply string
+}
+
+func (w *Worker) verifyItems(group []jetstream.Msg) {
+	var (
+		items    []item
+		emails   []string
+		deadline time.Time
+	)
+	for _, m := range group {
+		var req queue.VerifyRequest
+		if err := json.Unmarshal(m.Data(), &req); err != nil {
+			w.log.Warn("bad verify item", "err", err)
+			_ = m.Term()
+			continue
+		}
+		h := m.Headers()
+		if ms, ok := queue.Deadline(&nats.Msg{Header: h}); ok {
+			if time.Now().After(ms) {
+				_ = m.Ack() // the caller has given up; verifying would help nobody
+				continue
+			}
+			if ms.After(deadline) {
+				deadline = ms
+			}
+		}
+		items = append(items, item{msg: m, req: req, reply: h.Get(queue.HeaderReply)})
+		emails = append(emails, req.Email)
+	}
+	if len(items) == 0 {
+		return
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(w.opts.SyncBudget)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// A long group keeps its items from being redelivered while it is still working on them.
+	stop := w.keepAlive(items)
+	defer stop()
+	w.pipe.VerifyBatch(ctx, emails, func(i int, r verify.Result) {
+		it := items[i]
+		w.handled.WithLabelValues("batch", string(r.Status)).Inc()
+		w.reply(it.reply, queue.VerifyReply{Index: it.req.Index, Result: &r})
+		// Ack after the reply is published: a crash between the two redelivers the item and
+		// the API ignores the duplicate answer.
+		_ = it.msg.Ack()
+	})
+}
+
+func (w *Worker) keepAlive(items []item) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(w.opts.ItemAckWait / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for _, it := range items {
+					_ = it.msg.InProgress()
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}

@@ -1,0 +1,261 @@
+package verifier_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/verify"
+)
+
+// scriptedPipeline stands in for the engine (which has its own tests against a mail world):
+// each address is "deliverable" after hold(address) returns. The broker under test is real.
+type scriptedPipeline struct {
+	hold  func(ctx context.Context, email string)
+	calls atomic.Int64
+}
+
+func (p *scriptedPipeline) Verify(ctx context.Context, email string) verify.Result {
+	p.calls.Add(1)
+	if p.hold != nil {
+		p.hold(ctx, email)
+	}
+	r := verify.Result{Email: email}
+	r.Apply(verify.OutcomeDeliverable)
+	return r
+}
+
+func (p *scriptedPipeline) VerifyBatch(ctx context.Context, emails []string, each func(int, verify.Result)) []verify.Result {
+	out := make([]verify.Result, len(emails))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, e := range emails {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := p.Verify(ctx, e)
+			mu.Lock()
+			defer mu.Unlock()
+			out[i] = r
+			if each != nil {
+				each(i, r)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+type bundle struct {
+	url        string
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	dispatcher *queue.Dispatcher
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	s := natstest.Server(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{url: s.ClientURL(), nc: nc, js: js, dispatcher: &queue.Dispatcher{NC: nc, JS: js}}
+}
+
+// startWorker runs a worker on its own connection (a separate process, as far as NATS can tell)
+// and returns its connection so a test can kill it.
+func (b *bundle) startWorker(t *testing.T, p verifier.Pipeline, opts verifier.Options) (*nats.Conn, context.CancelFunc) {
+	t.Helper()
+	nc, err := nats.Connect(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	w := verifier.New(nc, js, p, app.NewLogger(io.Discard, "test"), nil, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		nc.Close()
+	})
+	// Wait until the worker's subscription is visible to the server.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := b.nc.Request(queue.SubjectVerifySync, []byte(`{"email":"warmup@example.com"}`), time.Second); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nc, cancel
+}
+
+func TestVerifyOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, &scriptedPipeline{}, verifier.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := b.dispatcher.VerifyOne(ctx, "ann@example.com")
+	if err != nil || r.Email != "ann@example.com" || r.Status != verify.StatusDeliverable {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+func TestVerifyOneWithoutWorkersFailsFast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := b.dispatcher.VerifyOne(ctx, "ann@example.com")
+	if !errors.Is(err, queue.ErrNoWorkers) || time.Since(start) > time.Second {
+		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+}
+
+// A saturated worker refuses at once ("busy") instead of queueing the caller.
+func TestSaturatedWorkerSaysBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	p := &scriptedPipeline{hold: func(ctx context.Context, email string) {
+		if email == "slow@example.com" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}}
+	b.startWorker(t, p, verifier.Options{Concurrency: 1})
+	defer close(release)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = b.dispatcher.VerifyOne(ctx, "slow@example.com")
+	}()
+	for p.calls.Load() < 2 { // the warm-up request, then the slow one
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.dispatcher.VerifyOne(ctx, "next@example.com"); !errors.Is(err, queue.ErrBusy) {
+		t.Fatalf("err = %v, want ErrBusy", err)
+	}
+}
+
+func TestVerifyManyAnswersEveryItemOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 32})
+	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 32})
+	emails := make([]string, 500)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%d@example.com", i)
+	}
+	seen := make([]int, len(emails))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	missing, err := b.dispatcher.VerifyMany(ctx, emails, func(i int, r verify.Result) {
+		seen[i]++
+		if r.Email != emails[i] {
+			t.Errorf("item %d answered for %s", i, r.Email)
+		}
+	})
+	if err != nil || len(missing) != 0 {
+		t.Fatalf("err %v missing %v", err, missing)
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("item %d reported %d times", i, n)
+		}
+	}
+}
+
+// A worker that dies mid-batch loses nothing: its unacked items go to another worker.
+func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var taken atomic.Int64
+	stuck := make(chan struct{})
+	doomed := &scriptedPipeline{hold: func(ctx context.Context, email string) {
+		if email != "warmup@example.com" {
+			taken.Add(1)
+			<-stuck // never answers: the process is about to die
+		}
+	}}
+	doomedConn, _ := b.startWorker(t, doomed, verifier.Options{Concurrency: 64, ItemAckWait: time.Second})
+	defer close(stuck)
+
+	emails := make([]string, 100)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%d@example.com", i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type outcome struct {
+		missing []int
+		err     error
+	}
+	got := make(chan outcome, 1)
+	var answered atomic.Int64
+	go func() {
+		m, err := b.dispatcher.VerifyMany(ctx, emails, func(int, verify.Result) { answered.Add(1) })
+		got <- outcome{m, err}
+	}()
+	for taken.Load() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	doomedConn.Close() // kill -9, as far as NATS can tell: no acks, no goodbyes
+
+	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 64})
+	o := <-got
+	if o.err != nil || len(o.missing) != 0 || answered.Load() != int64(len(emails)) {
+		t.Fatalf("err %v missing %d answered %d", o.err, len(o.missing), answered.Load())
+	}
+}
+
+// Items whose caller has given up are dropped, not verified.
+func TestExpiredItemsAreSkipped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := b.dispatcher.VerifyMany(ctx, []string{"a@example.com", "b@example.com"}, nil)
+	if !errors.Is(err, queue.ErrTimeout) {
+		t.Fatalf("err = %v", err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	p := &scriptedPipeline{}
+	b.startWorker(t, p, verifier.Options{})
+	time.Sleep(500 * time.Millisecond)
+	if n := p.calls.Load(); n > 1 { // only the warm-up request
+		t.Fatalf("verified %d expired items", n-1)
+	}
+}
