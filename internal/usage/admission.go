@@ -147,17 +147,24 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 		return d, nil
 	}
 
-	if r.HardCapEUR != nil {
-		billable, err := billableInMonth(ctx, db, r.AccountID, d.Month)
-		if err != nil {
-			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		current := overageEUR(billable, r.MonthlyCalls, r.OverageEUR)
-		// Worst case: every email of the request turns out billable. Compared unrounded, so a cap
-		// is never crossed by a fraction of a cent.
+	// Paid tiers: the account's hard spend cap (accounts.hard_cap_eur; null means none) against
+	// the period's billable count, read together in one round trip.
+	var (
+		capEUR   *float64
+		billable int
+	)
+	err = db.QueryRow(ctx, `SELECT a.hard_cap_eur::float8, coalesce(m.billable, 0)
+		FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $2
+		WHERE a.id = $1`, r.AccountID, d.Month).Scan(&capEUR, &billable)
+	if err != nil {
+		return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if capEUR != nil {
+		// Worst case: every email of the request turns out billable. Compared unrounded, so a
+		// cap is never crossed by a fraction of a cent.
 		worst := float64(max(0, billable+r.Units-r.MonthlyCalls)) * r.OverageEUR
-		if worst > *r.HardCapEUR+1e-9 {
-			return d, &SpendCapExceeded{HardCapEUR: r.HardCapEUR, CurrentOverageEUR: current}
+		if worst > *capEUR+1e-9 {
+			return d, &SpendCapExceeded{HardCapEUR: capEUR, CurrentOverageEUR: overageEUR(billable, r.MonthlyCalls, r.OverageEUR)}
 		}
 	}
 	return d, nil
@@ -180,16 +187,6 @@ func QuotaUsed(ctx context.Context, db DB, accountID uuid.UUID, now time.Time) (
 	var n int
 	err := db.QueryRow(ctx, `SELECT quota_units FROM usage_monthly WHERE account_id = $1 AND month = $2`,
 		accountID, MonthStart(now)).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	return n, err
-}
-
-func billableInMonth(ctx context.Context, db DB, accountID uuid.UUID, month time.Time) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, `SELECT billable FROM usage_monthly WHERE account_id = $1 AND month = $2`,
-		accountID, month).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}

@@ -135,8 +135,8 @@ func TestSpendCap(t *testing.T) {
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "builder")
 	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5100)`, acct, usage.MonthStart(now))
-	capEUR := 1.0
-	r := usage.Request{AccountID: acct, Units: 150, RatePerMin: 1000, MonthlyCalls: 5000, HardCapEUR: &capEUR, OverageEUR: 0.004, Now: now}
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
+	r := usage.Request{AccountID: acct, Units: 150, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now}
 	// 5100 + 150 billable = 250 over: 1.00 EUR, exactly the cap.
 	if _, err := usage.Admit(ctx, pool, r); err != nil {
 		t.Fatalf("at the cap: %v", err)
@@ -148,7 +148,7 @@ func TestSpendCap(t *testing.T) {
 		t.Fatalf("over the cap: %v %+v", err, sc)
 	}
 	// No cap: anything goes, and paid tiers take no quota units.
-	r.HardCapEUR = nil
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = NULL WHERE id = $1`, acct)
 	if d, err := usage.Admit(ctx, pool, r); err != nil || d.QuotaCharged != 0 {
 		t.Fatalf("no cap: %+v %v", d, err)
 	}
