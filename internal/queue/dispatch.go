@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -142,4 +143,27 @@ func Deadline(msg *nats.Msg) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(ms), true
+}
+
+// PublishJob queues an async job whose row is already stored. The job id is the message id, so
+// a retried publish of the same job is stored once.
+func PublishJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID) error {
+	body, _ := json.Marshal(JobMessage{JobID: jobID})
+	if _, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID("job."+jobID.String())); err != nil {
+		return fmt.Errorf("%w: queue job: %v", ErrBusy, err)
+	}
+	return nil
+}
+
+// WorkersAlive reports whether any verifier worker is pulling batch items right now: a live
+// worker always keeps a pull request open, so none waiting means nobody would answer.
+func (d *Dispatcher) WorkersAlive(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := d.JS.Consumer(cctx, StreamVerify, ConsumerVerifiers)
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(cctx)
+	return err == nil && info.NumWaiting > 0
 }

@@ -259,3 +259,28 @@ func TestExpiredItemsAreSkipped(t *testing.T) {
 		t.Fatalf("verified %d expired items", n-1)
 	}
 }
+
+func TestWorkersAlive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if b.dispatcher.WorkersAlive(ctx) {
+		t.Fatal("alive with no worker")
+	}
+	conn, _ := b.startWorker(t, &scriptedPipeline{}, verifier.Options{})
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.dispatcher.WorkersAlive(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("a running worker is not seen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn.Close()
+	deadline = time.Now().Add(40 * time.Second)
+	for b.dispatcher.WorkersAlive(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("a dead worker is still seen as alive")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
