@@ -198,3 +198,10 @@ func overageEUR(billable, included int, price float64) float64 {
 	over := max(0, billable-included)
 	return math.Round(float64(over)*price*100) / 100
 }
+
+// PruneRateWindows deletes rate-limit windows that ended before now minus one minute. Any
+// replica may run it; it touches only rows no request will read again.
+func PruneRateWindows(ctx context.Context, db DB, now time.Time) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM rate_windows WHERE window_start < $1`, now.UTC().Truncate(time.Minute).Add(-time.Minute))
+	return tag.RowsAffected(), err
+}

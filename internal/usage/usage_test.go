@@ -233,3 +233,25 @@ func TestAdmitDatastoreDown(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestPruneRateWindows(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "scale")
+	for _, at := range []time.Time{now.Add(-5 * time.Minute), now.Add(-2 * time.Minute), now} {
+		r := freeReq(acct, 1)
+		r.Free, r.Now = false, at
+		if _, err := usage.Admit(ctx, pool, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := usage.PruneRateWindows(ctx, pool, now)
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d, %v; want 2", n, err)
+	}
+	var left int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM rate_windows`).Scan(&left)
+	if left != 1 {
+		t.Errorf("%d windows left, want the current one", left)
+	}
+}
