@@ -1,0 +1,57 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// A hung dependency cannot make /readyz hang: its check is reported as timed out.
+func TestReadyzBoundsHungChecks(t *testing.T) {
+	t.Parallel()
+	c := NewChecker(100 * time.Millisecond)
+	c.Add("ok", func(context.Context) error { return nil })
+	c.Add("down", func(context.Context) error { return errors.New("connection refused") })
+	block := make(chan struct{})
+	defer close(block)
+	c.Add("hung", func(context.Context) error { <-block; return nil })
+
+	start := time.Now()
+	rec := httptest.NewRecorder()
+	Handler(c, NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("/readyz took %v", took)
+	}
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d", rec.Code)
+	}
+	var rep Report
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"ok": "ok", "down": "connection refused", "hung": "timed out"}
+	for k, v := range want {
+		if rep.Checks[k] != v {
+			t.Errorf("check %s = %q, want %q", k, rep.Checks[k], v)
+		}
+	}
+	if rep.Status != "not_ready" {
+		t.Errorf("status %q", rep.Status)
+	}
+}
+
+func TestHealthzAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := Handler(NewChecker(time.Second), NewRegistry())
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("%s: %d", path, rec.Code)
+		}
+	}
+}
