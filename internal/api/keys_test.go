@@ -181,7 +181,12 @@ func TestEchoErrorsUnderManagementUseTheEnvelope(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	_, mgmt := b.account(config.TierFree, "")
-	b.call(http.MethodPut, "/v1/management/keys", mgmt, map[string]string{"label": "x"}).want(t, 405, CodeMethodNotAllowed)
+	r := b.call(http.MethodPut, "/v1/management/keys", mgmt, map[string]string{"label": "x"}).want(t, 405, CodeMethodNotAllowed)
+	if allow := r.header.Get("Allow"); allow != "GET, POST" {
+		t.Errorf("Allow = %q, want GET, POST", allow)
+	}
+	// Even a 405 authenticates first.
+	b.call(http.MethodPut, "/v1/management/keys", "", map[string]string{"label": "x"}).want(t, 401, CodeMissingAPIKey)
 	// The 2 MB body guard answers 413 before reading the body.
 	big := `{"label": "` + strings.Repeat("a", MaxBodyBytes) + `"}`
 	b.call(http.MethodPost, "/v1/management/keys", mgmt, big).want(t, 413, CodePayloadTooLarge)

@@ -14,5 +14,5 @@ import (
 var openapiJSON []byte
 
 func (s *Server) openapi(c echo.Context) error {
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSONCharsetUTF8, openapiJSON)
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapiJSON)
 }
