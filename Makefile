@@ -5,6 +5,8 @@ export PATH := /usr/local/go/bin:$(PATH)
 # Tools the build and tests need, pinned and installed into a project-local, git-ignored folder.
 TOOLS := $(CURDIR)/.tools/bin
 STATICCHECK_VERSION := v0.8.2
+# Stripe's API mock, for the billing tests (internal/stripetest starts it).
+STRIPE_MOCK_VERSION := v0.203.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
@@ -38,8 +40,13 @@ bench:
 migrate:
 	go run ./cmd/api migrate
 
-tools:
+tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION)
+
+# The stamp names the version, so changing STRIPE_MOCK_VERSION reinstalls.
+$(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION):
 	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+	@touch $@
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/admin"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
@@ -34,7 +36,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	dev := fs.Bool("dev", false, "development mode: embedded NATS when NATS_URL is empty, in-process workers, auto-migrate")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: api [-dev]            serve the API\n       api migrate          apply database migrations and exit")
+		fmt.Fprintln(stderr, "usage: api [-dev]            serve the API\n       api migrate          apply database migrations and exit\n       api admin COMMAND    operator commands (api admin help)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return app.ErrUsage
@@ -58,8 +60,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		fmt.Fprintf(stdout, "{\"applied\": %d}\n", n)
 		return nil
+	case "admin":
+		return runAdmin(ctx, cfg, fs.Args()[1:], stdout)
 	default:
 		fs.Usage()
 		return fmt.Errorf("%w: unknown command %q", app.ErrUsage, cmd)
 	}
+}
+
+// runAdmin runs one `api admin` command against the database; the command prints its own JSON.
+func runAdmin(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+	pool, err := database.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		admin.WriteError(stdout, "datastore_error", err)
+		return err
+	}
+	defer pool.Close()
+	store := account.NewStore(pool)
+	// The plan limits decide key maximums: make the table agree with this process's configuration.
+	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
+		admin.WriteError(stdout, "datastore_error", err)
+		return err
+	}
+	return admin.Run(ctx, store, args, stdout)
 }

@@ -113,7 +113,23 @@ func TestServeAndStopCleanly(t *testing.T) {
 func TestDevModeBootstrapsEverything(t *testing.T) {
 	t.Chdir(t.TempDir())
 	out := serveUntilStopped(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
-	if !strings.Contains(out, "Mailvet is running") {
+	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") {
 		t.Errorf("dev banner missing: %q", out)
+	}
+}
+
+func TestAdminCommandPrintsJSON(t *testing.T) {
+	env := envFrom(map[string]string{"DATABASE_URL": pgtest.URL(t)})
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"admin", "create-account", "--tier", "free", "--stripe-customer", "cus_main"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("create-account: %v: %s", err, out.String())
+	}
+	if !strings.Contains(out.String(), `"account_id":`) {
+		t.Fatalf("stdout %q", out.String())
+	}
+	out.Reset()
+	err := run(context.Background(), []string{"admin", "create-provisioning-key", "--customer", "cus_other"}, env, &out, &bytes.Buffer{})
+	if err == nil || !strings.Contains(out.String(), `"error":"customer_not_found"`) {
+		t.Fatalf("err %v stdout %q", err, out.String())
 	}
 }

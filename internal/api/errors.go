@@ -7,6 +7,10 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/billing"
 )
 
 // Error is the spec §7 error envelope. Handlers return it (or a domain error that errorTable maps
@@ -48,6 +52,16 @@ const (
 	CodePayloadTooLarge    = "payload_too_large"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
+
+	CodeMissingAPIKey            = "missing_api_key"
+	CodeInvalidAPIKey            = "invalid_api_key"
+	CodeWrongKeyType             = "wrong_key_type"
+	CodeKeyNotFound              = "key_not_found"
+	CodeKeyLimitReached          = "key_limit_reached"
+	CodeDatastore                = "datastore_error"
+	CodeCustomerNotFound         = "customer_not_found"
+	CodeNoBillingCustomer        = "no_billing_customer"
+	CodeBillingPortalUnavailable = "billing_portal_unavailable"
 )
 
 // InvalidRequest is the 400 for bad input; the message must name the offending field.
@@ -67,7 +81,37 @@ type errorMapping struct {
 	message string // empty: use err.Error()
 }
 
-var errorTable []errorMapping
+// errorTable is searched in order; the first match wins.
+var errorTable = []errorMapping{
+	{auth.ErrInvalidKey, http.StatusUnauthorized, CodeInvalidAPIKey,
+		"Check the key for typos and that it has not been revoked; send it as Authorization: Bearer <key>.",
+		"The API key is not recognised (revoked, mistyped or from another environment)."},
+	{account.ErrKeyNotFound, http.StatusNotFound, CodeKeyNotFound,
+		"List the active keys with GET /v1/management/keys and use one of their ids.",
+		"No active standard key with this id exists for the account."},
+	{account.ErrKeyLimitReached, http.StatusTooManyRequests, CodeKeyLimitReached,
+		"Revoke a key you no longer use with DELETE /v1/management/keys/{id}, or upgrade the plan.", ""},
+	{account.ErrProvisioningKeyExists, http.StatusConflict, CodeDatastore,
+		"Revoke the existing provisioning key first; an account has at most one active provisioning key.",
+		"The account already has an active provisioning key."},
+	{account.ErrCustomerNotFound, http.StatusNotFound, CodeCustomerNotFound,
+		"Check the Stripe customer id (cus_…) or create the account with it first.",
+		"No account has this Stripe customer id."},
+	{account.ErrNotFound, http.StatusNotFound, CodeNotFound,
+		"Check the account id.", "Account not found."},
+	{errNoBillingCustomer, http.StatusPaymentRequired, CodeNoBillingCustomer,
+		"Subscribe to a paid plan first (or ask support to link your Stripe customer); the portal needs a billing customer.",
+		"The account has no billing customer on file."},
+	{billing.ErrProviderUnreachable, http.StatusServiceUnavailable, CodeServiceUnavailable,
+		"Retry in a few seconds; the billing provider could not be reached.",
+		"The billing provider is unreachable."},
+	{billing.ErrPortalUnavailable, http.StatusInternalServerError, CodeBillingPortalUnavailable,
+		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		"The billing provider did not return a portal URL."},
+	{account.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
+		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		"The datastore request failed."},
+}
 
 // toEnvelope maps any error returned by a handler or middleware to the envelope.
 func toEnvelope(err error) *Error {
@@ -129,6 +173,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	env := toEnvelope(err)
+	var direct *Error
+	if env != nil && env.Status >= 500 && !errors.As(err, &direct) {
+		// A mapped server-side failure (datastore, billing provider): the client sees the envelope,
+		// the log keeps the cause.
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "code", env.Code, "err", err)
+	}
 	if env == nil {
 		// An unexpected error: log it in full, show the client nothing of the internals.
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),

@@ -39,7 +39,7 @@ func do(t *testing.T, h http.Handler, method, path string) (*http.Response, map[
 	return resp, body
 }
 
-func assertEnvelope(t *testing.T, body map[string]any, code string) {
+func assertEnvelope(t testing.TB, body map[string]any, code string) {
 	t.Helper()
 	for _, f := range []string{"error", "message", "action", "docs"} {
 		if s, _ := body[f].(string); s == "" {

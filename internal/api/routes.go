@@ -1,9 +1,58 @@
 package api
 
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/auth"
+)
+
 // routes registers every route of the API. Keep this the one list of paths: it is what
-// /openapi.json must describe.
+// /openapi.json must describe (TestOpenAPICoversEveryRoute checks it).
 func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", s.openapi)
+	e.POST("/v1/stripe/webhook", s.stripeWebhook)
+
+	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
+	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
+	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard))
+	s.email.RouteNotFound("", s.notFoundInGroup)
+	s.email.RouteNotFound("/*", s.notFoundInGroup)
+
+	// The management API: provisioning keys (sk_mgmt_…) only.
+	s.mgmt = e.Group("/v1/management", s.requireKey(auth.KindProvisioning))
+	s.mgmt.RouteNotFound("", s.notFoundInGroup)
+	s.mgmt.RouteNotFound("/*", s.notFoundInGroup)
+	s.mgmt.GET("/account", s.getAccount)
+	s.mgmt.GET("/keys", s.listKeys)
+	s.mgmt.POST("/keys", s.createKey)
+	s.mgmt.DELETE("/keys/:id", s.deleteKey)
+	s.mgmt.POST("/billing/portal", s.billingPortal)
+}
+
+// notFoundInGroup answers paths under an authenticated group that no route matches, after the
+// group's authentication ran. Echo's group catch-all would also swallow a known path called with
+// the wrong method, so the other methods are tried here to answer 405 with Allow instead of 404.
+func (s *Server) notFoundInGroup(c echo.Context) error {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == c.Request().Method {
+			continue
+		}
+		probe := s.echo.NewContext(c.Request(), nil)
+		s.echo.Router().Find(m, c.Request().URL.Path, probe)
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "/*") && p != c.Path() {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return echo.ErrNotFound
+	}
+	c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+	return echo.ErrMethodNotAllowed
 }

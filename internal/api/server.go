@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 )
@@ -32,7 +34,19 @@ type Deps struct {
 	JS      jetstream.JetStream
 	Ready   *health.Checker
 	Metrics *prometheus.Registry
+	// Portal opens billing portal sessions; nil means Stripe as configured (billing.NewStripe).
+	Portal BillingPortal
+	// Now is the clock; nil means time.Now. Tests pin it to check month boundaries.
+	Now func() time.Time
 }
+
+// BillingPortal opens a billing portal session for a Stripe customer and returns its URL.
+type BillingPortal interface {
+	PortalURL(ctx context.Context, customerID, returnURL string) (string, error)
+}
+
+// MaxBodyBytes is the request body limit of spec §8.
+const MaxBodyBytes = 2 << 20
 
 // Server is the API server.
 type Server struct {
@@ -43,6 +57,15 @@ type Server struct {
 	js    jetstream.JetStream
 	ready *health.Checker
 	echo  *echo.Echo
+	now   func() time.Time
+
+	accounts *account.Store
+	portal   BillingPortal
+	events   *billing.Events
+
+	// email and mgmt are the authenticated route groups of routes.go.
+	email *echo.Group
+	mgmt  *echo.Group
 
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -50,7 +73,15 @@ type Server struct {
 
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready}
+	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.portal == nil {
+		s.portal = billing.NewStripe(d.Config)
+	}
+	s.accounts = account.NewStore(d.Pool)
+	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mailvet_http_requests_total", Help: "HTTP requests by route, method and status code.",
 	}, []string{"route", "method", "code"})
@@ -69,6 +100,9 @@ func New(d Deps) *Server {
 	e.Use(middleware.RequestID())
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
+	// Spec §4.1 and §8: the 2 MB body guard. It refuses a too-large Content-Length before reading
+	// and stops a body without one at the limit.
+	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes) + "B"))
 	s.echo = e
 	s.routes()
 	return s

@@ -13,7 +13,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -27,7 +26,7 @@ type DB interface {
 
 // Request describes what a verify request asks to spend.
 type Request struct {
-	AccountID uuid.UUID
+	AccountID string
 	Free      bool // free tier: monthly quota applies; paid tiers: spend cap applies
 	// Units is the number of emails in the request: each needs one rate-limit unit and, on the
 	// free tier, one quota unit.
@@ -173,7 +172,7 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 // Refund gives back quota units taken by Admit for a request that then failed before any email
 // entered verification (a 503 from the verifier tier, say), so that failure costs the client
 // nothing.
-func Refund(ctx context.Context, db DB, accountID uuid.UUID, d Decision) error {
+func Refund(ctx context.Context, db DB, accountID string, d Decision) error {
 	if d.QuotaCharged == 0 {
 		return nil
 	}
@@ -183,7 +182,7 @@ func Refund(ctx context.Context, db DB, accountID uuid.UUID, d Decision) error {
 }
 
 // QuotaUsed is the free-tier monthly-quota count for now's UTC month (account.usage_this_month).
-func QuotaUsed(ctx context.Context, db DB, accountID uuid.UUID, now time.Time) (int, error) {
+func QuotaUsed(ctx context.Context, db DB, accountID string, now time.Time) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `SELECT quota_units FROM usage_monthly WHERE account_id = $1 AND month = $2`,
 		accountID, MonthStart(now)).Scan(&n)

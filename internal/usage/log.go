@@ -3,8 +3,6 @@ package usage
 import (
 	"context"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Row is one usage-log row: a verified email, or a request that was rejected.
@@ -12,8 +10,8 @@ type Row struct {
 	// ItemKey makes logging idempotent: a retried or redelivered item with the same key is
 	// logged, and counted, once. Use the request id plus the item's index, or "job:"+job id.
 	ItemKey     string
-	AccountID   uuid.UUID
-	KeyID       uuid.UUID // uuid.Nil when not known
+	AccountID   string
+	KeyID       string // empty when not known
 	OccurredAt  time.Time
 	Route       string
 	EmailDomain string
@@ -52,10 +50,8 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 		billable, quotaBit = make([]bool, n), make([]bool, n)
 	)
 	for i, r := range rows {
-		accounts[i] = r.AccountID.String()
-		if r.KeyID != uuid.Nil {
-			keys[i] = nullable(r.KeyID.String())
-		}
+		accounts[i] = r.AccountID
+		keys[i] = nullable(r.KeyID)
 		items[i], routes[i] = r.ItemKey, r.Route
 		domains[i], statuses[i], checks[i], classes[i] = nullable(r.EmailDomain), nullable(r.Status), nullable(r.FailedCheck), nullable(r.ErrorClass)
 		if r.Snapshot != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Day is one entry of GET /v1/management/usage (spec §2.5).
@@ -19,7 +17,7 @@ const DailyWindow = 30
 
 // Daily returns billable verifications per UTC day for the last 30 days, oldest first, with the
 // days without calls included as zero.
-func Daily(ctx context.Context, db DB, accountID uuid.UUID, now time.Time) ([]Day, error) {
+func Daily(ctx context.Context, db DB, accountID string, now time.Time) ([]Day, error) {
 	today := now.UTC().Truncate(24 * time.Hour)
 	rows, err := db.Query(ctx, `
 		SELECT to_char(g.day, 'YYYY-MM-DD'), coalesce(d.billable, 0)
@@ -61,7 +59,7 @@ type Summary struct {
 // Summarize builds the usage summary. The free tier counts monthly-quota units, exactly as
 // verify admission and account.usage_this_month do (spec §4.2 rule 3); paid tiers count
 // billable verifications, as GET /usage does (rule 4).
-func Summarize(ctx context.Context, db DB, accountID uuid.UUID, tier string, free bool, included int, overagePrice float64, now time.Time) (Summary, error) {
+func Summarize(ctx context.Context, db DB, accountID string, tier string, free bool, included int, overagePrice float64, now time.Time) (Summary, error) {
 	start := MonthStart(now)
 	s := Summary{Period: Period{Start: start, End: start.AddDate(0, 1, 0)}, CallsIncluded: included, Tier: tier}
 	var quota, billable int

@@ -19,16 +19,16 @@ import (
 
 var ctx = context.Background()
 
-func newAccount(t *testing.T, pool *pgxpool.Pool, tier string) uuid.UUID {
+func newAccount(t *testing.T, pool *pgxpool.Pool, tier string) string {
 	t.Helper()
-	id := uuid.New()
+	id := uuid.NewString()
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ($1, $2)`, id, tier)
 	return id
 }
 
 var now = time.Date(2026, 11, 22, 10, 30, 15, 0, time.UTC)
 
-func freeReq(acct uuid.UUID, units int) usage.Request {
+func freeReq(acct string, units int) usage.Request {
 	return usage.Request{AccountID: acct, Free: true, Units: units, RatePerMin: 10, MonthlyCalls: 500, Now: now}
 }
 
@@ -253,5 +253,32 @@ func TestPruneRateWindows(t *testing.T) {
 	_ = pool.QueryRow(ctx, `SELECT count(*) FROM rate_windows`).Scan(&left)
 	if left != 1 {
 		t.Errorf("%d windows left, want the current one", left)
+	}
+}
+
+func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES
+		($1, '2026-10-01', 499), ($1, '2026-11-01', 42)`, acct)
+
+	// 00:30 on 1 December in UTC+2 is still 30 November in UTC.
+	late := time.Date(2026, 12, 1, 0, 30, 0, 0, time.FixedZone("UTC+2", 2*3600))
+	tests := []struct {
+		name string
+		now  time.Time
+		want int
+	}{
+		{"mid month", time.Date(2026, 11, 22, 3, 4, 5, 0, time.UTC), 42},
+		{"UTC month decides, not local", late, 42},
+		{"previous month", time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC), 499},
+		{"month without a row", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), 0},
+	}
+	for _, tt := range tests {
+		got, err := usage.QuotaUsed(ctx, pool, acct, tt.now)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: QuotaUsed = %d, %v; want %d", tt.name, got, err, tt.want)
+		}
 	}
 }

@@ -1,0 +1,211 @@
+// Package account holds Mailvet's accounts, their API keys and the plan limits, with the Postgres
+// queries behind them. Every change that checks a limit runs in a transaction that locks the
+// account row, so that concurrent requests on any number of API replicas cannot overshoot it.
+package account
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+// Domain errors; internal/api maps each to its HTTP status and error code in one table.
+var (
+	ErrNotFound               = errors.New("account not found")
+	ErrCustomerNotFound       = errors.New("no account has this Stripe customer id")
+	ErrKeyNotFound            = errors.New("no active standard key with this id for the account")
+	ErrKeyLimitReached        = errors.New("active standard keys are at the plan maximum")
+	ErrProvisioningKeyExists  = errors.New("the account already has an active provisioning key; revoke it first")
+	ErrCustomerTaken          = errors.New("another account already has this Stripe customer id")
+	ErrDatastore              = errors.New("datastore request failed")
+	errUniqueViolation        = "23505"
+	provisioningUniqueIndex   = "api_keys_one_provisioning"
+	stripeCustomerUniqueIndex = "accounts_stripe_customer_id_key"
+)
+
+// datastore wraps a database failure so that callers can map it to datastore_error while the
+// log keeps the cause.
+func datastore(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrDatastore, op, err)
+}
+
+// Account is one row of accounts.
+type Account struct {
+	ID                   string
+	Tier                 config.Tier
+	Email                *string
+	StripeCustomerID     *string
+	StripeSubscriptionID *string
+	SubscriptionStatus   *string
+	CurrentPeriodEnd     *time.Time
+	CancelAtPeriodEnd    bool
+	CanceledAt           *time.Time
+	CancelAt             *time.Time
+	TrialStart           *time.Time
+	TrialEnd             *time.Time
+	BillingCycleAnchor   *time.Time
+	HardCapEUR           *float64
+	CreatedAt            time.Time
+}
+
+// Store runs the account queries on a pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool is the pool the store runs on, for packages that join their own queries to accounts.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// NewAccount are the fields of a new account.
+type NewAccount struct {
+	Tier             config.Tier
+	Email            string // empty: none
+	StripeCustomerID string // empty: none
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Create inserts an account.
+func (s *Store) Create(ctx context.Context, na NewAccount) (Account, error) {
+	if _, err := config.ParseTier(string(na.Tier)); err != nil {
+		return Account{}, err
+	}
+	id := uuid.NewString()
+	_, err := s.pool.Exec(ctx, `INSERT INTO accounts (id, tier, email, stripe_customer_id) VALUES ($1, $2, $3, $4)`,
+		id, na.Tier, nullable(na.Email), nullable(na.StripeCustomerID))
+	if isUnique(err, stripeCustomerUniqueIndex) {
+		return Account{}, ErrCustomerTaken
+	}
+	if err != nil {
+		return Account{}, datastore("create account", err)
+	}
+	return s.Get(ctx, id)
+}
+
+const accountColumns = `id, tier, email, stripe_customer_id, stripe_subscription_id, subscription_status,
+	current_period_end, cancel_at_period_end, canceled_at, cancel_at, trial_start, trial_end,
+	billing_cycle_anchor, hard_cap_eur::float8, created_at`
+
+func scanAccount(row pgx.Row) (Account, error) {
+	var a Account
+	var tier string
+	err := row.Scan(&a.ID, &tier, &a.Email, &a.StripeCustomerID, &a.StripeSubscriptionID, &a.SubscriptionStatus,
+		&a.CurrentPeriodEnd, &a.CancelAtPeriodEnd, &a.CanceledAt, &a.CancelAt, &a.TrialStart, &a.TrialEnd,
+		&a.BillingCycleAnchor, &a.HardCapEUR, &a.CreatedAt)
+	a.Tier = config.Tier(tier)
+	return a, err
+}
+
+func (s *Store) getWhere(ctx context.Context, where string, arg any, notFound error) (Account, error) {
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE `+where, arg))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Account{}, notFound
+	}
+	if err != nil {
+		return Account{}, datastore("read account", err)
+	}
+	return a, nil
+}
+
+// Get returns the account id, or ErrNotFound (also for an id that is not a UUID).
+func (s *Store) Get(ctx context.Context, id string) (Account, error) {
+	if uuid.Validate(id) != nil {
+		return Account{}, ErrNotFound
+	}
+	return s.getWhere(ctx, `id = $1`, id, ErrNotFound)
+}
+
+// ByCustomer returns the account of a Stripe customer, or ErrCustomerNotFound.
+func (s *Store) ByCustomer(ctx context.Context, customerID string) (Account, error) {
+	return s.getWhere(ctx, `stripe_customer_id = $1`, customerID, ErrCustomerNotFound)
+}
+
+// ByEmail returns the oldest account with this email, or ErrNotFound.
+func (s *Store) ByEmail(ctx context.Context, email string) (Account, error) {
+	return s.getWhere(ctx, `email = $1 ORDER BY created_at, id LIMIT 1`, email, ErrNotFound)
+}
+
+// SetTier changes an account's tier by hand (the dashboard's and the admin command's override).
+func (s *Store) SetTier(ctx context.Context, id string, tier config.Tier) error {
+	if _, err := config.ParseTier(string(tier)); err != nil {
+		return err
+	}
+	return s.update(ctx, id, `tier = $2`, tier)
+}
+
+// SetSpendCap sets the hard EUR spend cap per billing period; nil removes it.
+func (s *Store) SetSpendCap(ctx context.Context, id string, eur *float64) error {
+	if eur != nil && (*eur < 0 || *eur > 1e9) {
+		return fmt.Errorf("spend cap %v EUR is out of range (0 to 1e9)", *eur)
+	}
+	return s.update(ctx, id, `hard_cap_eur = $2`, eur)
+}
+
+func (s *Store) update(ctx context.Context, id, set string, arg any) error {
+	if uuid.Validate(id) != nil {
+		return ErrNotFound
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE accounts SET `+set+`, updated_at = now() WHERE id = $1`, id, arg)
+	if err != nil {
+		return datastore("update account", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SyncPlans writes the configured plan limits into the plans table, so that SQL (admission,
+// key limits) and configuration agree. Every process calls it at start-up.
+func (s *Store) SyncPlans(ctx context.Context, plans map[config.Tier]config.PlanLimits, overage map[config.Tier]float64) error {
+	for _, t := range config.Tiers {
+		p, ok := plans[t]
+		if !ok {
+			continue
+		}
+		_, err := s.pool.Exec(ctx, `
+			INSERT INTO plans (tier, monthly_calls, rate_limit_per_min, max_keys, overage_eur)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (tier) DO UPDATE SET monthly_calls = $2, rate_limit_per_min = $3, max_keys = $4,
+				overage_eur = $5, updated_at = now()
+			WHERE (plans.monthly_calls, plans.rate_limit_per_min, plans.max_keys, plans.overage_eur)
+				IS DISTINCT FROM ($2, $3, $4, $5::numeric)`,
+			t, p.MonthlyCalls, p.RateLimitPerMin, p.MaxKeys, overage[t])
+		if err != nil {
+			return datastore("sync plans", err)
+		}
+	}
+	return nil
+}
+
+// Limits returns the limits of tier as the plans table holds them.
+func (s *Store) Limits(ctx context.Context, tier config.Tier) (config.PlanLimits, error) {
+	var p config.PlanLimits
+	err := s.pool.QueryRow(ctx, `SELECT monthly_calls, rate_limit_per_min, max_keys FROM plans WHERE tier = $1`, tier).
+		Scan(&p.MonthlyCalls, &p.RateLimitPerMin, &p.MaxKeys)
+	if err != nil {
+		return p, datastore("read plan", err)
+	}
+	return p, nil
+}
+
+func isUnique(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == errUniqueViolation && pe.ConstraintName == constraint
+}

@@ -1,0 +1,188 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/auth"
+)
+
+// MaxLabelLen caps a key label, counted in characters.
+const MaxLabelLen = 100
+
+// Key is a key as listed: never the raw key.
+type Key struct {
+	ID        string
+	Kind      auth.Kind
+	Label     string
+	Prefix    string
+	CreatedAt time.Time
+}
+
+// CreatedKey is a key just created; Raw is returned to the caller once and never stored.
+type CreatedKey struct {
+	Key
+	Raw string
+}
+
+// KeyLimitError is ErrKeyLimitReached with the numbers that explain it.
+type KeyLimitError struct{ Active, Max int }
+
+func (e *KeyLimitError) Error() string {
+	return fmt.Sprintf("%d of %d standard keys are active; revoke one before creating another", e.Active, e.Max)
+}
+
+// Unwrap makes errors.Is(err, ErrKeyLimitReached) true.
+func (e *KeyLimitError) Unwrap() error { return ErrKeyLimitReached }
+
+// CheckLabel validates a key label: 1 to 100 characters, no control characters. An empty label
+// is refused rather than defaulted, because the label is the only thing that tells keys apart
+// in listings.
+func CheckLabel(label string) error {
+	switch {
+	case !utf8.ValidString(label):
+		return errors.New("label must be valid UTF-8")
+	case strings.TrimSpace(label) == "":
+		return errors.New("label must not be empty")
+	case utf8.RuneCountInString(label) > MaxLabelLen:
+		return fmt.Errorf("label must be at most %d characters", MaxLabelLen)
+	case strings.IndexFunc(label, unicode.IsControl) >= 0:
+		return errors.New("label must not contain control characters")
+	}
+	return nil
+}
+
+// ListStandardKeys returns the active standard keys of an account, oldest first.
+func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, kind, label, prefix, created_at FROM api_keys
+		WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL
+		ORDER BY created_at, id`, accountID)
+	if err != nil {
+		return nil, datastore("list keys", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := r.Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+		return k, err
+	})
+	if err != nil {
+		return nil, datastore("list keys", err)
+	}
+	return keys, nil
+}
+
+// CreateStandardKey creates a standard key unless the account's active standard keys are at its
+// plan maximum (a *KeyLimitError). The account row is locked for the check and the insert, so
+// two concurrent creates at max−1 cannot both succeed.
+func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string) (CreatedKey, error) {
+	if err := CheckLabel(label); err != nil {
+		return CreatedKey{}, err
+	}
+	var out CreatedKey
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var max, active int
+		err := tx.QueryRow(ctx, `
+			SELECT p.max_keys FROM accounts a JOIN plans p ON p.tier = a.tier
+			WHERE a.id = $1 FOR UPDATE OF a`, accountID).Scan(&max)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return datastore("lock account", err)
+		}
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL`,
+			accountID).Scan(&active); err != nil {
+			return datastore("count keys", err)
+		}
+		if active >= max {
+			return &KeyLimitError{Active: active, Max: max}
+		}
+		out, err = insertKey(ctx, tx, accountID, auth.KindStandard, label)
+		return err
+	})
+	return out, err
+}
+
+func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, label string) (CreatedKey, error) {
+	nk, err := auth.Generate(kind)
+	if err != nil {
+		return CreatedKey{}, err
+	}
+	k := CreatedKey{Key: Key{ID: uuid.NewString(), Kind: kind, Label: label, Prefix: nk.Display}, Raw: nk.Raw}
+	err = tx.QueryRow(ctx, `
+		INSERT INTO api_keys (id, account_id, kind, label, key_hash, prefix) VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING created_at`, k.ID, accountID, kind, label, nk.Hash, nk.Display).Scan(&k.CreatedAt)
+	if isUnique(err, provisioningUniqueIndex) {
+		return CreatedKey{}, ErrProvisioningKeyExists
+	}
+	if err != nil {
+		return CreatedKey{}, datastore("insert key", err)
+	}
+	return k, nil
+}
+
+// RevokeStandardKey revokes an active standard key of the account. Anything else — another
+// account's key, a provisioning key, a revoked key, an id that is not a UUID — is ErrKeyNotFound,
+// so that the answer reveals nothing about keys the caller does not own.
+func (s *Store) RevokeStandardKey(ctx context.Context, accountID, keyID string) error {
+	if uuid.Validate(keyID) != nil {
+		return ErrKeyNotFound
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE api_keys SET revoked_at = now()
+		WHERE id = $1 AND account_id = $2 AND kind = 'standard' AND revoked_at IS NULL`, keyID, accountID)
+	if err != nil {
+		return datastore("revoke key", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrKeyNotFound
+	}
+	return nil
+}
+
+// CreateProvisioningKey creates the account's provisioning key. A second active one fails with
+// ErrProvisioningKeyExists; the partial unique index decides, so concurrent bootstraps are safe.
+func (s *Store) CreateProvisioningKey(ctx context.Context, accountID string) (CreatedKey, error) {
+	if uuid.Validate(accountID) != nil {
+		return CreatedKey{}, ErrNotFound
+	}
+	var out CreatedKey
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, accountID).Scan(&exists); err != nil {
+			return datastore("read account", err)
+		}
+		if !exists {
+			return ErrNotFound
+		}
+		var err error
+		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, "provisioning")
+		return err
+	})
+	return out, err
+}
+
+// RevokeProvisioningKey revokes the account's active provisioning key and reports how many keys
+// it revoked (0 or 1).
+func (s *Store) RevokeProvisioningKey(ctx context.Context, accountID string) (int, error) {
+	if _, err := s.Get(ctx, accountID); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE api_keys SET revoked_at = now()
+		WHERE account_id = $1 AND kind = 'provisioning' AND revoked_at IS NULL`, accountID)
+	if err != nil {
+		return 0, datastore("revoke provisioning key", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,179 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/pgtest"
+)
+
+// runJSON runs one command and decodes the one JSON object it must print.
+func runJSON(t *testing.T, store *account.Store, args ...string) (map[string]any, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := Run(context.Background(), store, args, &out)
+	if strings.Count(strings.TrimSpace(out.String()), "\n") != 0 {
+		t.Fatalf("%v printed more than one line: %q", args, out.String())
+	}
+	var m map[string]any
+	if jerr := json.Unmarshal(out.Bytes(), &m); jerr != nil {
+		t.Fatalf("%v: stdout %q is not one JSON object: %v", args, out.String(), jerr)
+	}
+	if err != nil && !errors.Is(err, ErrFailed) {
+		t.Fatalf("error %v does not wrap ErrFailed", err)
+	}
+	if (err != nil) != (m["error"] != nil) {
+		t.Fatalf("%v: err %v but object %v", args, err, m)
+	}
+	return m, err
+}
+
+func TestAdminCommands(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	store := account.NewStore(pool)
+	ctx := context.Background()
+
+	acct, err := runJSON(t, store, "create-account", "--tier", "builder", "--email", "ops@example.com", "--stripe-customer", "cus_A1")
+	if err != nil || acct["tier"] != "builder" || acct["stripe_customer_id"] != "cus_A1" {
+		t.Fatalf("create-account: %v %v", acct, err)
+	}
+	id := acct["account_id"].(string)
+
+	key, err := runJSON(t, store, "create-provisioning-key", "--customer", "cus_A1")
+	if err != nil || key["account_id"] != id {
+		t.Fatalf("create-provisioning-key: %v %v", key, err)
+	}
+	p, err := auth.Lookup(ctx, pool, key["key"].(string))
+	if err != nil || p.Kind != auth.KindProvisioning || p.AccountID != id {
+		t.Fatalf("issued key does not authenticate: %+v %v", p, err)
+	}
+
+	type failure struct {
+		args []string
+		code string
+	}
+	for _, f := range []failure{
+		{[]string{"create-provisioning-key", "--account", id}, "datastore_error"},
+		{[]string{"create-provisioning-key", "--customer", "cus_nobody"}, "customer_not_found"},
+		{[]string{"create-provisioning-key"}, "invalid_request"},
+		{[]string{"create-provisioning-key", "--account", id, "--customer", "cus_A1"}, "invalid_request"},
+		{[]string{"create-provisioning-key", "--account", "not-a-uuid"}, "not_found"},
+		{[]string{"create-account", "--tier", "gold"}, "invalid_request"},
+		{[]string{"create-account", "--tier", "free", "--stripe-customer", "cus_A1"}, "invalid_request"},
+		{[]string{"create-account", "--tier", "free", "--stripe-customer", "acct_1"}, "invalid_request"},
+		{[]string{"create-account", "--tier", "free", "--bogus"}, "invalid_request"},
+		{[]string{"set-tier", "--account", id, "--tier", "platinum"}, "invalid_request"},
+		{[]string{"set-tier", "--account", "7a0c6a4e-3b7e-4b0e-9f38-5d0b8f1a2c3d", "--tier", "scale"}, "not_found"},
+		{[]string{"set-spend-cap", "--account", id}, "invalid_request"},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "-3"}, "invalid_request"},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "5", "--none"}, "invalid_request"},
+		{[]string{"frobnicate"}, "invalid_request"},
+		{nil, "invalid_request"},
+	} {
+		m, err := runJSON(t, store, f.args...)
+		if err == nil || m["error"] != f.code || m["message"] == "" {
+			t.Errorf("%v: %v, want error %s", f.args, m, f.code)
+		}
+	}
+
+	if m, err := runJSON(t, store, "set-tier", "--account", id, "--tier", "scale"); err != nil || m["tier"] != "scale" {
+		t.Fatalf("set-tier: %v %v", m, err)
+	}
+	if m, err := runJSON(t, store, "set-spend-cap", "--account", id, "--eur", "250.5"); err != nil || m["hard_cap_eur"] != 250.5 {
+		t.Fatalf("set-spend-cap: %v %v", m, err)
+	}
+	a, _ := store.Get(ctx, id)
+	if a.Tier != "scale" || a.HardCapEUR == nil || *a.HardCapEUR != 250.5 {
+		t.Fatalf("account after set-*: %+v", a)
+	}
+	if m, err := runJSON(t, store, "set-spend-cap", "--account", id, "--none"); err != nil || m["hard_cap_eur"] != nil {
+		t.Fatalf("set-spend-cap --none: %v %v", m, err)
+	}
+	if a, _ := store.Get(ctx, id); a.HardCapEUR != nil {
+		t.Fatal("cap not removed")
+	}
+
+	if m, err := runJSON(t, store, "revoke-provisioning-key", "--account", id); err != nil || m["revoked"] != float64(1) {
+		t.Fatalf("revoke: %v %v", m, err)
+	}
+	if _, err := auth.Lookup(ctx, pool, key["key"].(string)); !errors.Is(err, auth.ErrInvalidKey) {
+		t.Fatalf("revoked provisioning key still authenticates: %v", err)
+	}
+	// After revocation a new one may be issued.
+	if _, err := runJSON(t, store, "create-provisioning-key", "--account", id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Concurrent bootstraps: the partial unique index lets exactly one provisioning key win.
+func TestOneProvisioningKeyUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	store := account.NewStore(pgtest.New(t))
+	a, err := store.Create(context.Background(), account.NewAccount{Tier: "free"})
+	pgtest.Must(t, err, "create")
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { _, err := store.CreateProvisioningKey(context.Background(), a.ID); errs <- err }()
+	}
+	ok := 0
+	for range 4 {
+		err := <-errs
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, account.ErrProvisioningKeyExists):
+			t.Errorf("unexpected error %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d provisioning keys created, want 1", ok)
+	}
+}
+
+func TestDevBootstrapIsIdempotent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	store := account.NewStore(pool)
+	ctx := context.Background()
+	first, err := DevBootstrap(ctx, store)
+	if err != nil || !first.Created || first.ReissuedProvisioning {
+		t.Fatalf("first run: %+v %v", first, err)
+	}
+	var seen []DevCredentials
+	for range 3 { // more runs than the free plan's 2 standard keys
+		c, err := DevBootstrap(ctx, store)
+		if err != nil || c.Created || !c.ReissuedProvisioning || c.AccountID != first.AccountID {
+			t.Fatalf("later run: %+v %v", c, err)
+		}
+		seen = append(seen, c)
+	}
+	last := seen[len(seen)-1]
+	for _, k := range []string{last.ProvisioningKey, last.StandardKey} {
+		if _, err := auth.Lookup(ctx, pool, k); err != nil {
+			t.Errorf("latest key does not authenticate: %v", err)
+		}
+	}
+	if _, err := auth.Lookup(ctx, pool, first.ProvisioningKey); !errors.Is(err, auth.ErrInvalidKey) {
+		t.Error("the previous provisioning key must be revoked")
+	}
+	var out bytes.Buffer
+	last.Write(&out, "http://localhost:8080")
+	for _, want := range []string{last.ProvisioningKey, last.StandardKey, "curl -s http://localhost:8080/v1/email/verify",
+		"/v1/management/account", "revoked and a fresh one issued"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, out.String())
+		}
+	}
+	var accounts int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM accounts WHERE email = $1`, DemoEmail).Scan(&accounts), "count")
+	if accounts != 1 {
+		t.Fatalf("%d demo accounts", accounts)
+	}
+}

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/pgtest"
+)
+
+func TestGetAccount(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 3, 4, 5, 0, time.UTC)
+	b := setup(t, map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS":         "750",
+		"MAILVET_PLAN_BUILDER_RATE_LIMIT_PER_MIN": "120",
+	}, func(d *Deps) { d.Now = func() time.Time { return now } })
+
+	free, freeKey := b.account(config.TierFree, "")
+	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES
+		($1, '2026-11-01', 37, 30), ($1, '2026-10-01', 500, 480)`, free.ID)
+	r := b.call(http.MethodGet, "/v1/management/account", freeKey, nil).want(t, 200, "")
+	want := map[string]any{
+		"account_id": free.ID, "tier": "free", "subscription_status": "none", "cancel_at_period_end": false,
+		"current_period_end": nil, "canceled_at": nil, "cancel_at": nil, "trial_start": nil, "trial_end": nil,
+		"billing_cycle_anchor": nil, "usage_this_month": float64(37),
+	}
+	for k, v := range want {
+		if r.body[k] != v {
+			t.Errorf("%s = %v, want %v", k, r.body[k], v)
+		}
+	}
+	limits := r.body["limits"].(map[string]any)
+	if limits["monthly_calls"] != float64(750) || limits["rate_limit_per_min"] != float64(10) || limits["max_keys"] != float64(2) {
+		t.Errorf("free limits %v: MAILVET_PLAN_* must override spec §8", limits)
+	}
+
+	// A paid account with every lifecycle field set, as the Stripe webhook leaves it.
+	paid, paidKey := b.account(config.TierBuilder, "cus_paid")
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET subscription_status = 'trialing', current_period_end = '2026-12-01T00:00:00Z',
+		cancel_at_period_end = true, canceled_at = '2026-11-20T10:00:00.123Z', cancel_at = '2026-12-01T00:00:00Z',
+		trial_start = '2026-11-01T00:00:00Z', trial_end = '2026-11-15T00:00:00Z', billing_cycle_anchor = '2026-11-01T00:00:00Z'
+		WHERE id = $1`, paid.ID)
+	r = b.call(http.MethodGet, "/v1/management/account", paidKey, nil).want(t, 200, "")
+	if r.body["tier"] != "builder" || r.body["subscription_status"] != "trialing" || r.body["cancel_at_period_end"] != true ||
+		r.body["usage_this_month"] != float64(0) {
+		t.Errorf("paid account: %s", r.raw)
+	}
+	for _, f := range []string{"current_period_end", "canceled_at", "cancel_at", "trial_start", "trial_end", "billing_cycle_anchor"} {
+		isoUTC(t, r.body[f])
+	}
+	if r.body["canceled_at"] != "2026-11-20T10:00:00Z" {
+		t.Errorf("canceled_at = %v", r.body["canceled_at"])
+	}
+	if l := r.body["limits"].(map[string]any); l["rate_limit_per_min"] != float64(120) || l["monthly_calls"] != float64(5000) {
+		t.Errorf("builder limits %v", l)
+	}
+}
+
+// The plans table follows the configuration, so SQL-side checks agree with /account.limits.
+func TestPlansTableFollowsConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"MAILVET_PLAN_SCALE_MAX_KEYS": "25"})
+	var max int
+	mustOK(t, b.pool.QueryRow(t.Context(), `SELECT max_keys FROM plans WHERE tier = 'scale'`).Scan(&max))
+	if max != 25 {
+		t.Fatalf("plans.max_keys for scale = %d, want 25", max)
+	}
+}
+
+func TestDatastoreFailureIsDatastoreError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, key := b.account(config.TierFree, "")
+	// Authentication still works, but the account's usage cannot be read.
+	pgtest.Exec(t, b.pool, `ALTER TABLE usage_monthly RENAME TO usage_monthly_gone`)
+	b.call(http.MethodGet, "/v1/management/account", key, nil).want(t, 500, CodeDatastore)
+}

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/account"
+)
+
+// errNoBillingCustomer: the account has no Stripe customer, so there is no portal to open.
+var errNoBillingCustomer = errors.New("no billing customer on file")
+
+// datastoreError marks a failed query of a handler as datastore_error (500).
+func datastoreError(err error) error { return fmt.Errorf("%w: %w", account.ErrDatastore, err) }
+
+type portalRequest struct {
+	ReturnURL *string `json:"return_url"`
+}
+
+// maxReturnURLLen bounds return_url; browsers and Stripe handle far longer URLs, but a return
+// page needs no more.
+const maxReturnURLLen = 2048
+
+// checkReturnURL accepts only URLs that are safe to send a signed-in customer back to: https, a
+// DNS host name (no IP literal, no localhost), no userinfo that could disguise the real host.
+func checkReturnURL(raw string) error {
+	if len(raw) > maxReturnURLLen {
+		return fmt.Errorf("must be at most %d characters", maxReturnURLLen)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || !u.IsAbs():
+		return errors.New("must be an absolute https URL")
+	case u.Scheme != "https":
+		return errors.New("must use https")
+	case u.User != nil:
+		return errors.New("must not contain user information")
+	case u.Hostname() == "":
+		return errors.New("must have a host name")
+	case net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil:
+		return errors.New("must use a host name, not an IP address")
+	case !strings.Contains(u.Hostname(), ".") || strings.EqualFold(u.Hostname(), "localhost") ||
+		strings.HasSuffix(strings.ToLower(u.Hostname()), ".localhost"):
+		return errors.New("must use a public host name")
+	case strings.ContainsAny(raw, " \t\r\n\\"):
+		return errors.New("must not contain spaces or backslashes")
+	}
+	return nil
+}
+
+func (s *Server) billingPortal(c echo.Context) error {
+	var req portalRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if req.ReturnURL == nil {
+		return InvalidRequest("Field return_url is required (an https URL to return to).")
+	}
+	if err := checkReturnURL(*req.ReturnURL); err != nil {
+		return InvalidRequest("Field return_url %s.", err.Error())
+	}
+	ctx := c.Request().Context()
+	a, err := s.accounts.Get(ctx, principalOf(c).AccountID)
+	if err != nil {
+		return err
+	}
+	if a.StripeCustomerID == nil {
+		return errNoBillingCustomer
+	}
+	u, err := s.portal.PortalURL(ctx, *a.StripeCustomerID, *req.ReturnURL)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"url": u})
+}

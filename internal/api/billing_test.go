@@ -1,0 +1,119 @@
+package api
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/stripetest"
+)
+
+const returnURL = "https://app.example.com/settings/billing"
+
+func TestBillingPortalWithStripeMock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": stripetest.URL(t)})
+	_, key := b.account(config.TierBuilder, "cus_mock1")
+	r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).want(t, 200, "")
+	if u, _ := r.body["url"].(string); !strings.HasPrefix(u, "https://") {
+		t.Fatalf("portal url %q", r.body["url"])
+	}
+
+	_, noCustomer := b.account(config.TierFree, "")
+	b.call(http.MethodPost, "/v1/management/billing/portal", noCustomer, map[string]string{"return_url": returnURL}).
+		want(t, 402, CodeNoBillingCustomer)
+}
+
+func TestBillingPortalBadInput(t *testing.T) {
+	t.Parallel()
+	// Validation comes before any Stripe call, so no Stripe is needed here.
+	b := setup(t, map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": "http://127.0.0.1:1"})
+	_, key := b.account(config.TierBuilder, "cus_bad_input")
+	for name, body := range map[string]any{
+		"missing":        `{}`,
+		"null":           `{"return_url": null}`,
+		"wrong type":     `{"return_url": 42}`,
+		"http":           map[string]string{"return_url": "http://app.example.com/"},
+		"javascript":     map[string]string{"return_url": "javascript:alert(1)"},
+		"relative":       map[string]string{"return_url": "/settings"},
+		"userinfo":       map[string]string{"return_url": "https://user:pw@app.example.com/"},
+		"userinfo trick": map[string]string{"return_url": "https://app.example.com@evil.example/"},
+		"IPv4 literal":   map[string]string{"return_url": "https://10.0.0.1/"},
+		"IPv6 literal":   map[string]string{"return_url": "https://[::1]/"},
+		"localhost":      map[string]string{"return_url": "https://localhost/"},
+		"no host":        map[string]string{"return_url": "https:///path"},
+		"too long":       map[string]string{"return_url": "https://app.example.com/" + strings.Repeat("a", 2100)},
+		"empty":          map[string]string{"return_url": ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := b.call(http.MethodPost, "/v1/management/billing/portal", key, body).want(t, 400, CodeInvalidRequest)
+			if !strings.Contains(r.body["message"].(string), "return_url") {
+				t.Errorf("message %q does not name return_url", r.body["message"])
+			}
+		})
+	}
+	b.call(http.MethodPost, "/v1/management/billing/portal", key, `{"return_url": "`+returnURL+`", "extra": 1}`).want(t, 400, CodeInvalidRequest)
+	b.call(http.MethodPost, "/v1/management/billing/portal", key, "return_url="+returnURL, "Content-Type", "application/x-www-form-urlencoded").
+		want(t, 400, CodeInvalidRequest)
+}
+
+// fakeStripe answers the portal-session call the way a misbehaving Stripe would.
+func fakeStripe(t *testing.T, status int, body string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/billing_portal/sessions" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+func TestBillingPortalProviderFailures(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		env    map[string]string
+		status int
+		code   string
+	}{
+		{"no portal URL", map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey,
+			"MAILVET_STRIPE_API_BASE": fakeStripe(t, 200, `{"id": "bps_1", "object": "billing_portal.session", "url": null}`)},
+			500, CodeBillingPortalUnavailable},
+		{"Stripe error", map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey,
+			"MAILVET_STRIPE_API_BASE": fakeStripe(t, 400, `{"error": {"type": "invalid_request_error", "message": "No such customer"}}`)},
+			500, CodeBillingPortalUnavailable},
+		{"Stripe not configured", map[string]string{}, 500, CodeBillingPortalUnavailable},
+		{"Stripe unreachable", map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": closedPort(t)},
+			503, CodeServiceUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tt.env)
+			_, key := b.account(config.TierScale, "cus_failing")
+			r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).
+				want(t, tt.status, tt.code)
+			if strings.Contains(string(r.raw), "No such customer") || strings.Contains(string(r.raw), "127.0.0.1") {
+				t.Errorf("provider internals leak into the response: %s", r.raw)
+			}
+		})
+	}
+}

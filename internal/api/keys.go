@@ -1,0 +1,81 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/account"
+)
+
+// keyJSON is a listed standard key (spec §2.4): never the raw key.
+type keyJSON struct {
+	ID        string `json:"id"`
+	Label     string `json:"label"`
+	Prefix    string `json:"prefix"`
+	CreatedAt string `json:"created_at"`
+}
+
+type createdKeyJSON struct {
+	keyJSON
+	Key     string `json:"key"`
+	Warning string `json:"warning"`
+}
+
+// KeyWarning accompanies the one response that carries a raw key.
+const KeyWarning = "Store this key securely now: it is shown only once and cannot be retrieved later."
+
+func toKeyJSON(k account.Key) keyJSON {
+	return keyJSON{ID: k.ID, Label: k.Label, Prefix: k.Prefix, CreatedAt: isoTime(k.CreatedAt)}
+}
+
+func (s *Server) listKeys(c echo.Context) error {
+	ctx := c.Request().Context()
+	p := principalOf(c)
+	keys, err := s.accounts.ListStandardKeys(ctx, p.AccountID)
+	if err != nil {
+		return err
+	}
+	a, err := s.accounts.Get(ctx, p.AccountID)
+	if err != nil {
+		return err
+	}
+	limits, err := s.accounts.Limits(ctx, a.Tier)
+	if err != nil {
+		return err
+	}
+	out := make([]keyJSON, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, toKeyJSON(k))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": out, "count": len(out), "max": limits.MaxKeys})
+}
+
+type createKeyRequest struct {
+	Label *string `json:"label"`
+}
+
+func (s *Server) createKey(c echo.Context) error {
+	var req createKeyRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Label == nil {
+		return InvalidRequest("Field label is required (a string of 1 to %d characters).", account.MaxLabelLen)
+	}
+	if err := account.CheckLabel(*req.Label); err != nil {
+		return InvalidRequest("Field %s.", err.Error())
+	}
+	k, err := s.accounts.CreateStandardKey(c.Request().Context(), principalOf(c).AccountID, *req.Label)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, createdKeyJSON{keyJSON: toKeyJSON(k.Key), Key: k.Raw, Warning: KeyWarning})
+}
+
+func (s *Server) deleteKey(c echo.Context) error {
+	if err := s.accounts.RevokeStandardKey(c.Request().Context(), principalOf(c).AccountID, c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,162 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/labstack/echo/v4"
+)
+
+var (
+	specOnce   sync.Once
+	specDoc    *openapi3.T
+	specRouter routers.Router
+	specErr    error
+)
+
+// loadSpec parses and validates the embedded /openapi.json once per test binary.
+func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+	t.Helper()
+	specOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		specDoc, specErr = loader.LoadFromData(openapiJSON)
+		if specErr != nil {
+			return
+		}
+		if specErr = specDoc.Validate(context.Background()); specErr != nil {
+			return
+		}
+		specRouter, specErr = legacy.NewRouter(specDoc)
+	})
+	if specErr != nil {
+		t.Fatalf("openapi.json: %v", specErr)
+	}
+	return specDoc, specRouter
+}
+
+// assertMatchesSpec checks one real exchange against /openapi.json: the route must be documented,
+// the status must be one the operation lists, and the body must match that response's schema.
+// Requests to undocumented paths or methods must have been answered with the error envelope.
+// Every helper that sends a request in this package's tests calls it, so each response a test
+// sees is also a conformance check. Pass the request as sent (its body is not read).
+func assertMatchesSpec(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+	t.Helper()
+	doc, router := loadSpec(t)
+	// The router matches on the server URL "/", so the request's own host must not matter.
+	r := req.Clone(context.Background())
+	r.Host, r.URL.Host, r.URL.Scheme = "", "", ""
+	r.Body = http.NoBody
+	route, params, err := router.FindRoute(r)
+	if err != nil {
+		// The legacy router returns fresh RouteErrors, so compare by reason.
+		if msg := err.Error(); msg != routers.ErrPathNotFound.Error() && msg != routers.ErrMethodNotAllowed.Error() {
+			t.Fatalf("openapi: find route %s %s: %v", req.Method, req.URL.Path, err)
+		}
+		if status < 400 {
+			t.Errorf("openapi: %s %s answered %d but is not documented", req.Method, req.URL.Path, status)
+			return
+		}
+		assertSchema(t, doc.Components.Schemas["Error"].Value, body, req.Method+" "+req.URL.Path)
+		return
+	}
+	if route.Operation.Responses.Status(status) == nil && route.Operation.Responses.Default() == nil {
+		t.Errorf("openapi: %s %s: status %d is not documented (body %s)", req.Method, route.Path, status, body)
+		return
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: r, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status: status,
+		Header: header,
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus: true,
+			MultiError:            true,
+		},
+	}
+	in.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Errorf("openapi: %s %s → %d does not match the spec: %v\nbody: %s", req.Method, route.Path, status, err, body)
+	}
+}
+
+func assertSchema(t testing.TB, s *openapi3.Schema, body []byte, what string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Errorf("openapi: %s: body is not JSON: %v: %s", what, err, body)
+		return
+	}
+	if err := s.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		t.Errorf("openapi: %s: body does not match the Error schema: %v", what, err)
+	}
+}
+
+func TestOpenAPIDocumentIsValidAndServed(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadSpec(t)
+	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
+		t.Errorf("openapi version %q, want 3.1.x", doc.OpenAPI)
+	}
+	s := newBareServer(t)
+	req, _ := http.NewRequest(http.MethodGet, "/openapi.json", nil)
+	resp, raw := serve(s.Handler(), req)
+	if resp.StatusCode != 200 || !bytes.Equal(raw, openapiJSON) {
+		t.Fatalf("GET /openapi.json: %d", resp.StatusCode)
+	}
+	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, raw)
+}
+
+// Every route registered on Echo must be documented, and every documented operation must exist,
+// so the document cannot drift from routes.go.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadSpec(t)
+	s := newBareServer(t)
+	var registered []string
+	for _, r := range s.echo.Routes() {
+		if r.Name == "github.com/labstack/echo/v4.glob..func1" || strings.HasSuffix(r.Path, "*") || r.Method == echo.RouteNotFound {
+			continue // the groups' catch-all 404 routes
+		}
+		p := r.Path
+		for _, seg := range strings.Split(p, "/") {
+			if strings.HasPrefix(seg, ":") {
+				p = strings.Replace(p, seg, "{"+seg[1:]+"}", 1)
+			}
+		}
+		registered = append(registered, r.Method+" "+p)
+	}
+	var documented []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented = append(documented, method+" "+path)
+		}
+	}
+	slices.Sort(registered)
+	slices.Sort(documented)
+	if !slices.Equal(registered, slices.Compact(documented)) {
+		t.Errorf("routes and /openapi.json differ:\nregistered %v\ndocumented %v", registered, documented)
+	}
+}
+
+// serve runs req through h and returns the response and its body.
+func serve(h http.Handler, req *http.Request) (*http.Response, []byte) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	resp := rec.Result()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp, raw
+}

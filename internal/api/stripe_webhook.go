@@ -1,0 +1,43 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/mailvet/mailvet/internal/billing"
+)
+
+// stripeWebhook receives Stripe events (DESIGN §3.3 extension). The signature is checked over the
+// raw body before anything is parsed; the API-version check is skipped because Mailvet reads only
+// subscription fields that are stable across Stripe API versions, and a dashboard upgrade of the
+// webhook's version must not stop billing updates.
+func (s *Server) stripeWebhook(c echo.Context) error {
+	if s.cfg.StripeWebhookSecret == "" {
+		return Errorf(http.StatusServiceUnavailable, CodeServiceUnavailable,
+			"Set STRIPE_WEBHOOK_SECRET on the API servers.", "Stripe webhooks are not configured on this server.")
+	}
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return jsonError(err)
+	}
+	ev, err := webhook.ConstructEventWithOptions(body, c.Request().Header.Get("Stripe-Signature"), s.cfg.StripeWebhookSecret,
+		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+	if err != nil {
+		return Errorf(http.StatusBadRequest, CodeInvalidRequest,
+			"Send events signed with the endpoint's signing secret; check STRIPE_WEBHOOK_SECRET.",
+			"Header Stripe-Signature is missing, malformed, too old or does not match the body.")
+	}
+	out, err := s.events.Apply(c.Request().Context(), ev)
+	if errors.Is(err, billing.ErrBadEvent) {
+		return InvalidRequest("Event %s: %v.", ev.ID, err)
+	}
+	if err != nil {
+		return datastoreError(err)
+	}
+	s.log.Info("stripe event", "id", ev.ID, "type", string(ev.Type), "outcome", string(out))
+	return c.JSON(http.StatusOK, map[string]any{"received": true, "outcome": out})
+}

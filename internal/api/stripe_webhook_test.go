@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+const (
+	whsec        = "whsec_test_mailvet"
+	priceBuilder = "price_builder_monthly"
+	priceScale   = "price_scale_monthly"
+)
+
+var stripeEnv = map[string]string{
+	"STRIPE_WEBHOOK_SECRET":        whsec,
+	"MAILVET_STRIPE_PRICE_BUILDER": priceBuilder,
+	"MAILVET_STRIPE_PRICE_SCALE":   priceScale,
+}
+
+// subEvent builds a customer.subscription.* event as Stripe sends it.
+func subEvent(id, typ string, created time.Time, sub map[string]any) []byte {
+	obj := map[string]any{
+		"id": "sub_1", "object": "subscription", "status": "active",
+		"current_period_start": 1793491200, "current_period_end": 1796083200, "billing_cycle_anchor": 1793491200,
+		"cancel_at_period_end": false, "canceled_at": nil, "cancel_at": nil, "trial_start": nil, "trial_end": nil,
+		"items": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "si_1", "object": "subscription_item", "price": map[string]any{"id": priceBuilder, "object": "price"}},
+		}},
+	}
+	for k, v := range sub {
+		obj[k] = v
+	}
+	ev := map[string]any{"id": id, "object": "event", "type": typ, "created": created.Unix(),
+		"api_version": "2020-08-27", "data": map[string]any{"object": obj}}
+	raw, _ := json.Marshal(ev)
+	return raw
+}
+
+func (b *testBundle) deliver(payload []byte) reply {
+	b.t.Helper()
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: whsec})
+	return b.call(http.MethodPost, "/v1/stripe/webhook", "", payload, "Stripe-Signature", signed.Header)
+}
+
+func (b *testBundle) accountJSON(key string) map[string]any {
+	b.t.Helper()
+	return b.call(http.MethodGet, "/v1/management/account", key, nil).want(b.t, 200, "").body
+}
+
+func TestStripeSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	b := setup(t, stripeEnv)
+	_, key := b.account(config.TierFree, "cus_life")
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+	r := b.deliver(subEvent("evt_1", "customer.subscription.created", t0, map[string]any{
+		"customer": "cus_life", "status": "trialing", "trial_start": 1793491200, "trial_end": 1794700800,
+	})).want(t, 200, "")
+	if r.body["outcome"] != "applied" {
+		t.Fatalf("outcome %v", r.body["outcome"])
+	}
+	a := b.accountJSON(key)
+	want := map[string]any{"tier": "builder", "subscription_status": "trialing", "cancel_at_period_end": false,
+		"trial_start": "2026-11-01T00:00:00Z", "trial_end": "2026-11-15T00:00:00Z",
+		"current_period_end": "2026-12-01T00:00:00Z", "billing_cycle_anchor": "2026-11-01T00:00:00Z", "canceled_at": nil}
+	for k, v := range want {
+		if a[k] != v {
+			t.Errorf("after created: %s = %v, want %v", k, a[k], v)
+		}
+	}
+	if a["limits"].(map[string]any)["max_keys"] != float64(5) {
+		t.Errorf("limits must follow the new tier: %v", a["limits"])
+	}
+
+	// Upgrade to scale with a scheduled cancellation.
+	b.deliver(subEvent("evt_2", "customer.subscription.updated", t0.Add(time.Hour), map[string]any{
+		"customer": "cus_life", "cancel_at_period_end": true, "canceled_at": 1793494800, "cancel_at": 1796083200,
+		"items": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "si_1", "object": "subscription_item", "price": map[string]any{"id": priceScale, "object": "price"}}}},
+	})).want(t, 200, "")
+	a = b.accountJSON(key)
+	if a["tier"] != "scale" || a["subscription_status"] != "active" || a["cancel_at_period_end"] != true ||
+		a["canceled_at"] != "2026-11-01T01:00:00Z" || a["cancel_at"] != "2026-12-01T00:00:00Z" {
+		t.Errorf("after updated: %v", a)
+	}
+
+	// An older event that arrives late changes nothing.
+	r = b.deliver(subEvent("evt_0", "customer.subscription.updated", t0.Add(-time.Hour), map[string]any{
+		"customer": "cus_life", "status": "past_due"}))
+	if r.want(t, 200, "").body["outcome"] != "stale" {
+		t.Errorf("late event outcome %v", r.body["outcome"])
+	}
+	if a = b.accountJSON(key); a["tier"] != "scale" || a["subscription_status"] != "active" {
+		t.Errorf("a stale event changed the account: %v", a)
+	}
+
+	// A redelivered event id is applied once: change the row by hand, redeliver, nothing moves.
+	_, err := b.pool.Exec(context.Background(), `UPDATE accounts SET subscription_status = 'manual' WHERE stripe_customer_id = 'cus_life'`)
+	mustOK(t, err)
+	r = b.deliver(subEvent("evt_2", "customer.subscription.updated", t0.Add(time.Hour), map[string]any{"customer": "cus_life"}))
+	if r.want(t, 200, "").body["outcome"] != "duplicate" {
+		t.Errorf("redelivery outcome %v", r.body["outcome"])
+	}
+	if a = b.accountJSON(key); a["subscription_status"] != "manual" {
+		t.Errorf("a redelivered event was applied again: %v", a)
+	}
+
+	// Deletion drops the account to free.
+	b.deliver(subEvent("evt_3", "customer.subscription.deleted", t0.Add(2*time.Hour), map[string]any{
+		"customer": "cus_life", "status": "canceled", "canceled_at": 1793498400})).want(t, 200, "")
+	a = b.accountJSON(key)
+	if a["tier"] != "free" || a["subscription_status"] != "canceled" || a["canceled_at"] != "2026-11-01T02:00:00Z" {
+		t.Errorf("after deleted: %v", a)
+	}
+	if a["limits"].(map[string]any)["max_keys"] != float64(2) {
+		t.Errorf("limits after deletion: %v", a["limits"])
+	}
+
+	var n int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events`).Scan(&n))
+	if n != 4 {
+		t.Errorf("%d events recorded, want 4", n)
+	}
+}
+
+func TestStripeWebhookOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, stripeEnv)
+	_, key := b.account(config.TierBuilder, "cus_out")
+	now := time.Now()
+	tests := []struct {
+		name    string
+		payload []byte
+		outcome string
+	}{
+		{"unknown customer", subEvent("evt_u", "customer.subscription.updated", now, map[string]any{"customer": "cus_stranger"}), "unknown_customer"},
+		{"event type not acted on", []byte(`{"id": "evt_i", "object": "event", "type": "invoice.paid", "created": 1793491200, "data": {"object": {"id": "in_1", "object": "invoice"}}}`), "ignored"},
+		{"unpaid subscription loses the paid tier", subEvent("evt_p", "customer.subscription.updated", now, map[string]any{"customer": "cus_out", "status": "unpaid"}), "applied"},
+	}
+	for _, tt := range tests {
+		r := b.deliver(tt.payload).want(t, 200, "")
+		if r.body["outcome"] != tt.outcome {
+			t.Errorf("%s: outcome %v, want %s", tt.name, r.body["outcome"], tt.outcome)
+		}
+	}
+	if a := b.accountJSON(key); a["tier"] != "free" || a["subscription_status"] != "unpaid" {
+		t.Errorf("unpaid: %v", a)
+	}
+}
+
+func TestStripeWebhookRejects(t *testing.T) {
+	t.Parallel()
+	b := setup(t, stripeEnv)
+	_, key := b.account(config.TierScale, "cus_rej")
+	good := subEvent("evt_r", "customer.subscription.deleted", time.Now(), map[string]any{"customer": "cus_rej"})
+	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec, Timestamp: time.Now().Add(-time.Hour)})
+	wrong := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: "whsec_other"})
+	tampered := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: append([]byte(" "), good...), Secret: whsec})
+	for name, sig := range map[string]string{
+		"no signature": "", "malformed": "garbage", "wrong secret": wrong.Header, "too old": old.Header, "other body": tampered.Header,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var headers []string
+			if sig != "" {
+				headers = []string{"Stripe-Signature", sig}
+			}
+			r := b.call(http.MethodPost, "/v1/stripe/webhook", "", good, headers...).want(t, 400, CodeInvalidRequest)
+			if r.body["message"] == "" {
+				t.Error("no message")
+			}
+		})
+	}
+	// A signed event whose subscription has no customer is a 400, and is not recorded as done.
+	bad := subEvent("evt_bad", "customer.subscription.updated", time.Now(), nil)
+	b.deliver(bad).want(t, 400, CodeInvalidRequest)
+	var n int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events`).Scan(&n))
+	if n != 0 {
+		t.Errorf("rejected events were recorded: %d", n)
+	}
+	if a := b.accountJSON(key); a["tier"] != "scale" {
+		t.Errorf("a rejected event changed the account: %v", a)
+	}
+
+	// Without a configured secret the endpoint refuses everything.
+	unconfigured := setup(t, nil)
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec})
+	unconfigured.call(http.MethodPost, "/v1/stripe/webhook", "", good, "Stripe-Signature", signed.Header).want(t, 503, CodeServiceUnavailable)
+}

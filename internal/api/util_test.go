@@ -1,0 +1,36 @@
+package api
+
+import (
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/account"
+)
+
+func accountStore(pool *pgxpool.Pool) *account.Store { return account.NewStore(pool) }
+
+// testWriter sends server logs to the test log, shown only when the test fails.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func mustOK(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

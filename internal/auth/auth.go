@@ -1,0 +1,161 @@
+// Package auth defines Mailvet's API keys: their two families (standard sk_live_… keys for the
+// verify API, provisioning sk_mgmt_… keys for the management API), how they are generated, the
+// SHA-256 hash that is the only form the database stores, the masked display form, and the
+// look-up that turns a presented key into the Principal a request acts as.
+//
+// Look-ups are never cached: every request reads the key row, so a revocation made through any
+// API replica takes effect on the very next request to every replica.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+// Kind is a key family.
+type Kind string
+
+// The two key families of spec §5; the values are those of api_keys.kind.
+const (
+	KindStandard     Kind = "standard"
+	KindProvisioning Kind = "provisioning"
+)
+
+// Prefix returns the literal prefix that every key of kind k starts with.
+func (k Kind) Prefix() string {
+	if k == KindProvisioning {
+		return "sk_mgmt_"
+	}
+	return "sk_live_"
+}
+
+// secretLen is the number of base62 characters after the prefix. 43 characters carry
+// 43·log2(62) ≈ 256 bits, the 32 random bytes the design asks for.
+const secretLen = 43
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// ErrInvalidKey means the presented key is malformed, unknown or revoked. The three cases share
+// one error on purpose: telling them apart would help someone guessing keys.
+var ErrInvalidKey = errors.New("API key not recognised")
+
+// NewKey is a freshly generated key. Raw is shown to its owner once and then forgotten.
+type NewKey struct {
+	Raw     string
+	Hash    []byte
+	Display string
+}
+
+// Generate makes a new random key of kind k.
+func Generate(k Kind) (NewKey, error) {
+	secret := make([]byte, secretLen)
+	// Rejection sampling keeps every character uniformly distributed: bytes ≥ 248 (4·62) would
+	// favour the first characters of the alphabet, so they are drawn again.
+	buf := make([]byte, 64)
+	for i := 0; i < secretLen; {
+		if _, err := rand.Read(buf); err != nil {
+			return NewKey{}, fmt.Errorf("generate key: %w", err)
+		}
+		for _, b := range buf {
+			if b >= 248 || i == secretLen {
+				continue
+			}
+			secret[i] = base62[b%62]
+			i++
+		}
+	}
+	raw := k.Prefix() + string(secret)
+	return NewKey{Raw: raw, Hash: Hash(raw), Display: Mask(raw)}, nil
+}
+
+// Hash is the SHA-256 digest of a raw key, the form stored in api_keys.key_hash. Keys carry 256
+// bits of randomness, so a fast unsalted hash is enough: there is nothing to brute-force.
+func Hash(raw string) []byte {
+	sum := sha256.Sum256([]byte(raw))
+	return sum[:]
+}
+
+// Mask returns the display form of a raw key: its family prefix, the first and the last four
+// characters of the secret (sk_live_ab12…yz89). It identifies a key to its owner without being
+// usable.
+func Mask(raw string) string {
+	for _, k := range []Kind{KindStandard, KindProvisioning} {
+		if s, ok := strings.CutPrefix(raw, k.Prefix()); ok && len(s) >= 8 {
+			return k.Prefix() + s[:4] + "…" + s[len(s)-4:]
+		}
+	}
+	return "…"
+}
+
+// KindOf returns the family a raw key claims by its prefix, and whether it is well formed at all.
+func KindOf(raw string) (Kind, bool) {
+	for _, k := range []Kind{KindStandard, KindProvisioning} {
+		if s, ok := strings.CutPrefix(raw, k.Prefix()); ok && len(s) == secretLen && isBase62(s) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func isBase62(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune(base62, rune(s[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// Principal is who a request acts as: the account and key it authenticated with.
+type Principal struct {
+	AccountID string
+	KeyID     string
+	Tier      config.Tier
+	Kind      Kind
+}
+
+// Querier is the part of a pgx pool or transaction that Lookup needs.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Lookup finds the active key raw and its account. It returns ErrInvalidKey for malformed,
+// unknown and revoked keys alike.
+func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
+	if _, ok := KindOf(raw); !ok {
+		return Principal{}, ErrInvalidKey
+	}
+	want := Hash(raw)
+	var (
+		p      Principal
+		stored []byte
+		tier   string
+		kind   string
+	)
+	err := db.QueryRow(ctx, `
+		SELECT k.id, k.account_id, k.kind, k.key_hash, a.tier
+		FROM api_keys k JOIN accounts a ON a.id = k.account_id
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &stored, &tier)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, ErrInvalidKey
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("look up API key: %w", err)
+	}
+	// The index look-up already matched the hash; comparing again in constant time costs nothing
+	// and keeps the final decision free of timing differences.
+	if subtle.ConstantTimeCompare(stored, want) != 1 {
+		return Principal{}, ErrInvalidKey
+	}
+	p.Kind, p.Tier = Kind(kind), config.Tier(tier)
+	return p, nil
+}

@@ -1,0 +1,71 @@
+// Package billing connects accounts to Stripe: it opens billing portal sessions and applies
+// Stripe's subscription webhook events to the accounts table, each event once and never an older
+// one over a newer one.
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/billingportal/session"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+// Errors of the portal; internal/api maps them to the envelope.
+var (
+	// ErrPortalUnavailable: Stripe answered with an error or without a portal URL, or billing is
+	// not configured on this server.
+	ErrPortalUnavailable = errors.New("the billing provider did not return a portal URL")
+	// ErrProviderUnreachable: Stripe could not be reached at all (network failure or timeout).
+	ErrProviderUnreachable = errors.New("the billing provider is unreachable")
+)
+
+// Stripe opens billing portal sessions through the Stripe API (or stripe-mock in tests).
+type Stripe struct {
+	sessions   session.Client
+	configured bool
+}
+
+// NewStripe builds the client from the configuration. MAILVET_STRIPE_API_BASE replaces Stripe's
+// URL (stripe-mock in tests); the HTTP client has a timeout so that a hanging Stripe becomes a
+// clear error instead of a hanging request.
+func NewStripe(cfg config.Config) *Stripe {
+	bc := &stripe.BackendConfig{
+		HTTPClient:        &http.Client{Timeout: 10 * time.Second},
+		MaxNetworkRetries: stripe.Int64(1),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	}
+	if cfg.StripeAPIBase != "" {
+		bc.URL = stripe.String(cfg.StripeAPIBase)
+	}
+	return &Stripe{
+		sessions:   session.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.StripeSecretKey},
+		configured: cfg.StripeSecretKey != "",
+	}
+}
+
+// PortalURL opens a billing portal session for customerID that returns the user to returnURL.
+func (s *Stripe) PortalURL(ctx context.Context, customerID, returnURL string) (string, error) {
+	if !s.configured {
+		return "", fmt.Errorf("%w (STRIPE_SECRET_KEY is not set)", ErrPortalUnavailable)
+	}
+	params := &stripe.BillingPortalSessionParams{Customer: stripe.String(customerID), ReturnURL: stripe.String(returnURL)}
+	params.Context = ctx
+	ps, err := s.sessions.New(params)
+	if err != nil {
+		var se *stripe.Error
+		if errors.As(err, &se) {
+			return "", fmt.Errorf("%w: stripe %s (HTTP %d): %s", ErrPortalUnavailable, se.Type, se.HTTPStatusCode, se.Msg)
+		}
+		return "", fmt.Errorf("%w: %w", ErrProviderUnreachable, err)
+	}
+	if ps == nil || ps.URL == "" {
+		return "", ErrPortalUnavailable
+	}
+	return ps.URL, nil
+}

@@ -1,0 +1,163 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+// Outcome says what Apply did with an event; the webhook handler logs it and answers 200 in every
+// case, because Stripe should not retry an event that was understood.
+type Outcome string
+
+// The outcomes of Apply.
+const (
+	Applied         Outcome = "applied"
+	Duplicate       Outcome = "duplicate"        // the event id was processed before
+	Stale           Outcome = "stale"            // older than the newest subscription event applied
+	Ignored         Outcome = "ignored"          // an event type Mailvet does not act on
+	UnknownCustomer Outcome = "unknown_customer" // no account has the subscription's customer
+)
+
+// ErrBadEvent means a subscription event whose object could not be read.
+var ErrBadEvent = errors.New("malformed subscription event")
+
+// Events applies Stripe webhook events to accounts.
+type Events struct {
+	pool   *pgxpool.Pool
+	prices map[string]config.Tier
+}
+
+// NewEvents returns an Events that maps subscription price ids to tiers with prices
+// (config.StripePrices).
+func NewEvents(pool *pgxpool.Pool, prices map[string]config.Tier) *Events {
+	return &Events{pool: pool, prices: prices}
+}
+
+// Apply processes one verified event. The event id is recorded in stripe_events in the same
+// transaction as its effect, so a redelivered event is applied exactly once even when two API
+// replicas receive it at the same moment.
+func (ev *Events) Apply(ctx context.Context, e stripe.Event) (Outcome, error) {
+	if e.ID == "" {
+		return "", fmt.Errorf("%w: no event id", ErrBadEvent)
+	}
+	created := time.Unix(e.Created, 0).UTC()
+	var out Outcome
+	err := pgx.BeginFunc(ctx, ev.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO stripe_events (id, type, created) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+			e.ID, string(e.Type), created)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			out = Duplicate
+			return nil
+		}
+		switch e.Type {
+		case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted":
+			out, err = ev.applySubscription(ctx, tx, e, created)
+			return err
+		default:
+			out = Ignored
+			return nil
+		}
+	})
+	return out, err
+}
+
+// applySubscription copies the subscription's lifecycle fields onto the account. The guard on
+// billing_event_at makes late, older events no-ops; events of the same second apply in arrival
+// order, which is the best Stripe's one-second resolution allows.
+func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Event, created time.Time) (Outcome, error) {
+	if e.Data == nil || len(e.Data.Raw) == 0 {
+		return "", fmt.Errorf("%w: no data.object", ErrBadEvent)
+	}
+	var sub stripe.Subscription
+	if err := json.Unmarshal(e.Data.Raw, &sub); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadEvent, err)
+	}
+	if sub.Customer == nil || sub.Customer.ID == "" {
+		return "", fmt.Errorf("%w: subscription has no customer", ErrBadEvent)
+	}
+	var accountID string
+	var tier config.Tier
+	var newest *time.Time
+	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at FROM accounts WHERE stripe_customer_id = $1 FOR UPDATE`,
+		sub.Customer.ID).Scan(&accountID, &tier, &newest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return UnknownCustomer, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if newest != nil && created.Before(*newest) {
+		return Stale, nil
+	}
+	status := string(sub.Status)
+	switch {
+	case e.Type == "customer.subscription.deleted":
+		tier = config.TierFree
+		if status == "" {
+			status = "canceled"
+		}
+	case paying(sub.Status):
+		if t, ok := ev.tierOf(&sub); ok {
+			tier = t
+		}
+	default:
+		// incomplete, incomplete_expired, unpaid, canceled, paused: no paid tier without payment.
+		tier = config.TierFree
+	}
+	_, err = tx.Exec(ctx, `
+		UPDATE accounts SET tier = $2, stripe_subscription_id = $3, subscription_status = $4,
+			current_period_start = $5, current_period_end = $6, cancel_at_period_end = $7, canceled_at = $8,
+			cancel_at = $9, trial_start = $10, trial_end = $11, billing_cycle_anchor = $12,
+			billing_event_at = $13, updated_at = now()
+		WHERE id = $1`,
+		accountID, tier, sub.ID, status, unix(sub.CurrentPeriodStart), unix(sub.CurrentPeriodEnd),
+		sub.CancelAtPeriodEnd, unix(sub.CanceledAt), unix(sub.CancelAt), unix(sub.TrialStart), unix(sub.TrialEnd),
+		unix(sub.BillingCycleAnchor), created)
+	if err != nil {
+		return "", err
+	}
+	return Applied, nil
+}
+
+// paying lists the subscription states in which the customer has the paid tier: trialing and
+// past_due keep access while Stripe retries the payment.
+func paying(s stripe.SubscriptionStatus) bool {
+	return s == "active" || s == "trialing" || s == "past_due"
+}
+
+// tierOf maps the subscription's first item price to a tier; an unknown price leaves the tier as
+// it is rather than guessing.
+func (ev *Events) tierOf(sub *stripe.Subscription) (config.Tier, bool) {
+	if sub.Items == nil {
+		return "", false
+	}
+	for _, it := range sub.Items.Data {
+		if it != nil && it.Price != nil {
+			if t, ok := ev.prices[it.Price.ID]; ok {
+				return t, true
+			}
+		}
+	}
+	return "", false
+}
+
+// unix turns Stripe's Unix seconds (0 for "not set") into a nullable timestamp.
+func unix(s int64) *time.Time {
+	if s == 0 {
+		return nil
+	}
+	t := time.Unix(s, 0).UTC()
+	return &t
+}
