@@ -8,7 +8,7 @@ STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short lint fmt bench migrate tools clean
+.PHONY: all build run test test-short lint fmt bench migrate tools clean data
 
 all: build
 
@@ -37,6 +37,13 @@ bench:
 
 migrate:
 	go run ./cmd/api migrate
+
+## data: regenerate the embedded data sets (disposable domains, role names, free providers, the
+## mailcheck golden file) from the npm packages pinned in data/package-lock.json
+data:
+	npm ci --ignore-scripts --no-audit --no-fund --prefix data
+	node data/export.js
+	go run ./internal/verify/disposable/gen
 
 tools:
 	@mkdir -p $(TOOLS)
