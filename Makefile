@@ -44,6 +44,8 @@ data:
 	npm ci --ignore-scripts --no-audit --no-fund --prefix data
 	node data/export.js
 	go run ./internal/verify/disposable/gen
+	go run ./internal/verify/signals/gen
+	node data/mailcheck-golden.js
 
 tools:
 	@mkdir -p $(TOOLS)
