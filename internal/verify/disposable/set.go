@@ -2,8 +2,10 @@ package disposable
 
 // set is a read-only set of domains built for lookups that neither allocate nor copy: the domains
 // stay in one string (the embedded file, in the binary's read-only data, or an operator file) and
-// an open-addressing hash table holds indexes into it. For the 150,000-odd embedded domains that
-// is about 3 MB of heap, against roughly 15 MB for a map[string]struct{} of the same strings.
+// an open-addressing hash table holds indexes into it. For the 158,701 embedded domains that is
+// 2.8 MB of heap; a map[string]struct{} measured 6.7 MB keyed by substrings of the embedded text
+// and 9.4 MB with copied keys. Both would fit the 30 MB budget; this one also keeps GC work low
+// (no pointers in the table) and start-up short.
 type set struct {
 	blob  string
 	off   []uint32 // offset of domain i in blob
