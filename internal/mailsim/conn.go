@@ -18,9 +18,12 @@ type simConn struct {
 	delay time.Duration
 	hold  time.Time // nothing is delivered before this instant (a slow banner)
 
-	queue chan chunk
-	done  chan struct{}
-	once  sync.Once
+	mu     sync.Mutex // guards closed and sending on queue
+	closed bool
+	queue  chan chunk
+	done   chan struct{}
+	once   sync.Once
+	gone   sync.Once // the client has left: counted out of the concurrent sessions once
 
 	wroteSinceRead atomic.Bool
 	rejected       atomic.Int64 // rejected recipients in this connection
@@ -63,11 +66,11 @@ func (c *simConn) Write(b []byte) (n int, err error) {
 		at = h
 	}
 	c.wroteSinceRead.Store(true)
-	defer func() {
-		if recover() != nil { // the queue was closed by Close
-			n, err = 0, net.ErrClosed
-		}
-	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, net.ErrClosed
+	}
 	c.queue <- chunk{b: bytes.Clone(b), at: at}
 	return len(b), nil
 }
@@ -77,8 +80,14 @@ func (c *simConn) Write(b []byte) (n int, err error) {
 // wait for its reply.
 func (c *simConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	quit := n > 0 && bytes.HasSuffix(bytes.ToUpper(b[:n]), []byte("QUIT\r\n"))
 	if n > 0 && c.wroteSinceRead.Swap(false) && !bytes.EqualFold(b[:n], []byte("QUIT\r\n")) {
 		c.srv.stats.roundTrips.Add(1)
+	}
+	if quit || err != nil {
+		// A client that sent QUIT or hung up has ended the session from its side; the server's
+		// own tidying up (delivering the last reply) must not count as a session still open.
+		c.gone.Do(c.srv.closed)
 	}
 	return n, err
 }
@@ -86,12 +95,15 @@ func (c *simConn) Read(b []byte) (int, error) {
 // Close delivers what is still queued (at most one delay later), then closes.
 func (c *simConn) Close() error {
 	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
 		close(c.queue)
+		c.mu.Unlock()
 		select {
 		case <-c.done:
 		case <-time.After(c.delay + time.Second):
 		}
-		c.srv.closed()
+		c.gone.Do(c.srv.closed)
 	})
 	return c.Conn.Close()
 }
