@@ -10,7 +10,7 @@ STRIPE_MOCK_VERSION := v0.203.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short lint fmt bench migrate tools clean
+.PHONY: all build run test test-short lint fmt bench migrate tools clean data
 
 all: build
 
@@ -39,6 +39,15 @@ bench:
 
 migrate:
 	go run ./cmd/api migrate
+
+## data: regenerate the embedded data sets (disposable domains, role names, free providers, the
+## mailcheck golden file) from the npm packages pinned in data/package-lock.json
+data:
+	npm ci --ignore-scripts --no-audit --no-fund --prefix data
+	node data/export.js
+	go run ./internal/verify/disposable/gen
+	go run ./internal/verify/signals/gen
+	node data/mailcheck-golden.js
 
 tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION)
 

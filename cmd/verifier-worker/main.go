@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/verify"
 )
 
 func main() {
@@ -38,6 +40,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
+	if fs.Arg(0) == "check" {
+		return check(ctx, cfg, fs.Args()[1:], stdout)
+	}
 	log := app.NewLogger(stderr, "verifier-worker")
 	in, err := app.Start(ctx, cfg, "verifier-worker", log)
 	if err != nil {
@@ -48,4 +53,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = in.Run(ctx)
 	log.Info("verifier worker stopped")
 	return err
+}
+
+// check runs the whole pipeline on one address with this environment's configuration and prints
+// the result as one JSON object.
+func check(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: check takes exactly one ADDRESS", app.ErrUsage)
+	}
+	v, err := verify.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	return json.NewEncoder(stdout).Encode(v.Verify(ctx, args[0]))
 }

@@ -1,0 +1,202 @@
+// Package mailsim is a scripted mail world on loopback for tests and benchmarks: one DNS server
+// (UDP and TCP on 127.0.0.1) answering MX and A records per domain, and SMTP servers on distinct
+// loopback addresses (127.0.0.2, 127.0.0.3, …) that all listen on one port, because the prober
+// dials every MX address at the single configured MAILVET_SMTP_PORT.
+//
+// Behaviour is scripted per domain (DNS answers, mailboxes, catch-all, greylisting, policy blocks,
+// slow replies) and per server (tarpit, connection refused, STARTTLS required, added round-trip
+// latency, recipient limits, a Postfix-like throttle after too many rejected recipients). Every
+// server counts sessions, peak concurrency, commands and round trips so that tests and
+// benchmarks can assert on how politely and how efficiently a client behaved.
+//
+// Nothing here touches the internet: every socket is bound to 127.0.0.0/8.
+package mailsim
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a World.
+type Options struct {
+	// RTT is the round-trip latency added to every DNS answer and every SMTP reply. A server's
+	// own RTT, when set, overrides it.
+	RTT time.Duration
+}
+
+// World is a DNS server plus any number of SMTP servers, all on loopback.
+type World struct {
+	opts Options
+	dns  *dnsServer
+	port int
+	cert tls.Certificate
+
+	mu      sync.Mutex
+	domains map[string]*Domain    // lower-case domain ⇒ script
+	hosts   map[string]netip.Addr // lower-case host name ⇒ address, for A answers
+	servers []*Server
+	nextIP  int
+	holder  net.Listener // holds the common port on 127.0.0.2 for the World's lifetime
+}
+
+// Start starts the DNS server and reserves the common SMTP port. Call Close when done.
+func Start(opts Options) (*World, error) {
+	w := &World{opts: opts, domains: map[string]*Domain{}, hosts: map[string]netip.Addr{}, nextIP: 3}
+	cert, err := selfSigned()
+	if err != nil {
+		return nil, err
+	}
+	w.cert = cert
+	if w.dns, err = startDNS(w); err != nil {
+		return nil, err
+	}
+	// 127.0.0.2 is never a server: holding the port there makes it unique among the Worlds alive
+	// in this machine (each holds its own), so a "connection refused" server of one World can
+	// never be answered by another World's listener on the same address and port.
+	w.holder, err = net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		w.dns.close()
+		return nil, fmt.Errorf("mailsim: reserve SMTP port: %w", err)
+	}
+	w.port = w.holder.Addr().(*net.TCPAddr).Port
+	return w, nil
+}
+
+// Close stops every server.
+func (w *World) Close() {
+	w.dns.close()
+	w.holder.Close()
+	w.mu.Lock()
+	servers := append([]*Server(nil), w.servers...)
+	w.mu.Unlock()
+	for _, s := range servers {
+		s.close()
+	}
+}
+
+// DNSAddr is the resolver address (host:port) to configure, e.g. as MAILVET_DNS_RESOLVER.
+func (w *World) DNSAddr() string { return w.dns.addr }
+
+// SMTPPort is the port every SMTP server listens on.
+func (w *World) SMTPPort() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.port
+}
+
+// Reply is one SMTP reply: a code, an optional enhanced status code like "5.1.1", and text.
+type Reply struct {
+	Code     int
+	Enhanced string
+	Text     string
+}
+
+// Common replies.
+var (
+	ReplyOK          = Reply{250, "2.1.5", "OK"}
+	ReplyUnknownUser = Reply{550, "5.1.1", "No such user here"}
+	ReplyGreylisted  = Reply{450, "4.7.1", "Greylisted, please try again later"}
+	ReplyPolicy      = Reply{554, "5.7.1", "Client host rejected: access denied"}
+)
+
+func (r Reply) String() string {
+	if r.Enhanced != "" {
+		return fmt.Sprintf("%d %s %s", r.Code, r.Enhanced, r.Text)
+	}
+	return fmt.Sprintf("%d %s", r.Code, r.Text)
+}
+
+// MX is one MX record of a domain.
+type MX struct {
+	Pref uint16
+	Host string // host name; its A record comes from the Server registered under that name
+}
+
+// Domain scripts one domain: its DNS answers and how its mailboxes answer RCPT.
+type Domain struct {
+	// DNS.
+	MX       []MX
+	NullMX   bool          // a single "0 ." MX record (RFC 7505)
+	A        []string      // A records of the domain name itself (to check that no implicit MX is used)
+	Rcode    int           // a DNS error to answer with, like dns.RcodeNameError or dns.RcodeServerFailure
+	Drop     bool          // never answer (the resolver times out)
+	Delay    time.Duration // extra delay before the DNS answer
+	NoGlue   bool          // leave MX hosts' addresses out of the additional section
+	UDPTrunc bool          // answer UDP with TC=1 and no records, so that the client must retry on TCP
+
+	// SMTP.
+	Users     []string         // local parts that exist (250)
+	CatchAll  bool             // every local part is accepted
+	Unknown   *Reply           // the reply for a local part that does not exist; nil means ReplyUnknownUser
+	Mailboxes map[string]Reply // per-local-part replies that override everything else
+	All       *Reply           // a reply for every RCPT of the domain (greylisting, policy block)
+	RcptDelay time.Duration    // processing time before each RCPT reply for the domain
+}
+
+// AddDomain scripts a domain (replacing an earlier script of the same name).
+func (w *World) AddDomain(name string, d Domain) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dd := d
+	w.domains[strings.ToLower(strings.TrimSuffix(name, "."))] = &dd
+}
+
+func (w *World) domain(name string) *Domain {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.domains[strings.ToLower(strings.TrimSuffix(name, "."))]
+}
+
+func (w *World) hostAddr(name string) (netip.Addr, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a, ok := w.hosts[strings.ToLower(strings.TrimSuffix(name, "."))]
+	return a, ok
+}
+
+// rcptReply decides the reply to RCPT TO:<addr> from the domain scripts.
+func (w *World) rcptReply(addr string) (Reply, time.Duration) {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return Reply{501, "5.1.3", "Bad recipient address syntax"}, 0
+	}
+	local, dom := addr[:at], addr[at+1:]
+	d := w.domain(dom)
+	if d == nil {
+		return Reply{550, "5.7.1", "Relay access denied"}, 0
+	}
+	if r, ok := d.Mailboxes[local]; ok {
+		return r, d.RcptDelay
+	}
+	if d.All != nil {
+		return *d.All, d.RcptDelay
+	}
+	if d.CatchAll {
+		return ReplyOK, d.RcptDelay
+	}
+	for _, u := range d.Users {
+		if strings.EqualFold(u, local) {
+			return ReplyOK, d.RcptDelay
+		}
+	}
+	if d.Unknown != nil {
+		return *d.Unknown, d.RcptDelay
+	}
+	return ReplyUnknownUser, d.RcptDelay
+}
+
+// allocIP returns the next unused loopback address.
+func (w *World) allocIP() (netip.Addr, error) {
+	if w.nextIP > 250 {
+		return netip.Addr{}, errors.New("mailsim: out of loopback addresses")
+	}
+	a := netip.AddrFrom4([4]byte{127, 0, 0, byte(w.nextIP)})
+	w.nextIP++
+	return a, nil
+}

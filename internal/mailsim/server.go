@@ -1,0 +1,357 @@
+package mailsim
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// ServerOptions script one SMTP server (one loopback address).
+type ServerOptions struct {
+	// Name is the host name MX records use for this server; its A record is the server's address.
+	Name string
+
+	Refuse       bool          // nothing listens: connections are refused
+	Tarpit       bool          // accept connections but never send the banner
+	BannerWait   time.Duration // send the banner this late (a slow greeting)
+	RequireTLS   bool          // offer STARTTLS and answer MAIL with 530 5.7.0 until it is used
+	NoPipelining bool          // do not advertise PIPELINING (clients must wait for every reply)
+
+	RTT        time.Duration // added round-trip latency; 0 means the World's
+	ReplyDelay time.Duration // processing time before every MAIL, RCPT and RSET reply
+
+	MaxRecipientsPerSession int // 452 4.5.3 for every RCPT past this many in one connection; 0 means no limit
+	MaxRecipientsPerMessage int // go-smtp's per-transaction limit, advertised as LIMITS RCPTMAX; 0 means none
+
+	// ThrottleAfter is the number of rejected recipients in one connection after which every
+	// further reply is delayed by ThrottleDelay, as Postfix's smtpd_soft_error_limit (10) and
+	// smtpd_error_sleep_time (1s) do. 0 means 10; a negative value disables the throttle.
+	ThrottleAfter int
+	ThrottleDelay time.Duration // 0 means 1s
+
+	// MailReply, when set, answers every MAIL FROM (e.g. a 554 5.7.1 for a blocked sender).
+	MailReply *Reply
+}
+
+// Stats count what a server (or, summed, the World) saw.
+type Stats struct {
+	Sessions       int64 // connections accepted
+	PeakConcurrent int64 // most connections open at once (the largest of any server for a World)
+	Commands       int64 // EHLO/HELO, MAIL, RCPT and RSET commands handled
+	RoundTrips     int64 // times a client sent after waiting for a reply, including the banner wait
+	Rcpts          int64 // RCPT commands that reached the recipient check
+	Rejected       int64 // RCPT commands answered 4xx or 5xx
+	MaxRejected    int64 // most rejected recipients in one connection
+	Throttled      int64 // replies delayed by the error throttle
+	TLS            int64 // STARTTLS handshakes completed
+}
+
+type counters struct {
+	sessions, concurrent, peak, commands, roundTrips, rcpts, rejected, maxRejected, throttled, tls atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Sessions: c.sessions.Load(), PeakConcurrent: c.peak.Load(), Commands: c.commands.Load(),
+		RoundTrips: c.roundTrips.Load(), Rcpts: c.rcpts.Load(), Rejected: c.rejected.Load(),
+		MaxRejected: c.maxRejected.Load(), Throttled: c.throttled.Load(), TLS: c.tls.Load(),
+	}
+}
+
+func (c *counters) reset() {
+	for _, v := range []*atomic.Int64{&c.sessions, &c.peak, &c.commands, &c.roundTrips, &c.rcpts, &c.rejected, &c.maxRejected, &c.throttled, &c.tls} {
+		v.Store(0)
+	}
+	c.peak.Store(c.concurrent.Load())
+}
+
+func storeMax(v *atomic.Int64, n int64) {
+	for {
+		old := v.Load()
+		if n <= old || v.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// Server is one scripted SMTP server on its own loopback address.
+type Server struct {
+	w     *World
+	opts  ServerOptions
+	addr  netip.Addr
+	rtt   time.Duration
+	ln    net.Listener
+	smtp  *smtp.Server
+	stats counters
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // tarpit connections, closed by close
+}
+
+// AddServer starts a server on the next free loopback address and registers its name for A
+// look-ups.
+func (w *World) AddServer(opts ServerOptions) (*Server, error) {
+	w.mu.Lock()
+	ip, err := w.allocIP()
+	port := w.port
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{w: w, opts: opts, addr: ip, rtt: opts.RTT, conns: map[net.Conn]struct{}{}}
+	if s.rtt == 0 {
+		s.rtt = w.opts.RTT
+	}
+	if s.opts.ThrottleAfter == 0 {
+		s.opts.ThrottleAfter = 10
+	}
+	if s.opts.ThrottleDelay == 0 {
+		s.opts.ThrottleDelay = time.Second
+	}
+	if !opts.Refuse {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, uint16(port)).String())
+		if err != nil {
+			return nil, fmt.Errorf("mailsim: listen on %s: %w", ip, err)
+		}
+		s.ln = &listener{Listener: ln, s: s}
+		if opts.Tarpit {
+			go s.tarpit()
+		} else {
+			s.smtp = smtp.NewServer(backend{s})
+			s.smtp.Domain = opts.Name
+			s.smtp.ReadTimeout = 30 * time.Second
+			s.smtp.MaxRecipients = opts.MaxRecipientsPerMessage
+			s.smtp.ErrorLog = log.New(io.Discard, "", 0)
+			if opts.RequireTLS {
+				s.smtp.TLSConfig = &tls.Config{Certificates: []tls.Certificate{w.cert}}
+			}
+			go s.smtp.Serve(s.ln)
+		}
+	}
+	w.mu.Lock()
+	w.servers = append(w.servers, s)
+	if opts.Name != "" {
+		w.hosts[strings.ToLower(strings.TrimSuffix(opts.Name, "."))] = ip
+	}
+	w.mu.Unlock()
+	return s, nil
+}
+
+// Addr is the server's loopback address.
+func (s *Server) Addr() netip.Addr { return s.addr }
+
+// Name is the server's host name.
+func (s *Server) Name() string { return s.opts.Name }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats { return s.stats.snapshot() }
+
+// ResetStats zeroes the server's counters (the peak restarts from the connections now open).
+func (s *Server) ResetStats() { s.stats.reset() }
+
+// Stats sums the counters of every server; PeakConcurrent and MaxRejected are the largest of any
+// one server, since politeness limits are per address.
+func (w *World) Stats() Stats {
+	w.mu.Lock()
+	servers := append([]*Server(nil), w.servers...)
+	w.mu.Unlock()
+	var t Stats
+	for _, s := range servers {
+		st := s.Stats()
+		t.Sessions += st.Sessions
+		t.Commands += st.Commands
+		t.RoundTrips += st.RoundTrips
+		t.Rcpts += st.Rcpts
+		t.Rejected += st.Rejected
+		t.Throttled += st.Throttled
+		t.TLS += st.TLS
+		t.PeakConcurrent = max(t.PeakConcurrent, st.PeakConcurrent)
+		t.MaxRejected = max(t.MaxRejected, st.MaxRejected)
+	}
+	return t
+}
+
+// ResetStats zeroes every server's counters and the DNS counters.
+func (w *World) ResetStats() {
+	w.mu.Lock()
+	servers := append([]*Server(nil), w.servers...)
+	w.mu.Unlock()
+	for _, s := range servers {
+		s.ResetStats()
+	}
+	w.dns.resetStats()
+}
+
+func (s *Server) opened() {
+	s.stats.sessions.Add(1)
+	s.stats.roundTrips.Add(1) // connect and wait for the banner
+	storeMax(&s.stats.peak, s.stats.concurrent.Add(1))
+}
+
+func (s *Server) closed() { s.stats.concurrent.Add(-1) }
+
+func (s *Server) close() {
+	if s.ln == nil {
+		return
+	}
+	if s.smtp != nil {
+		s.smtp.Close()
+	} else {
+		s.ln.Close()
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+}
+
+// tarpit accepts connections and holds them silently until the client gives up.
+func (s *Server) tarpit() {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		go func() {
+			io.Copy(io.Discard, c)
+			c.Close()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// listener wraps accepted connections in simConn.
+type listener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.s.opened()
+	return newSimConn(c, l.s, l.s.rtt, time.Now().Add(l.s.opts.BannerWait)), nil
+}
+
+type backend struct{ s *Server }
+
+func (b backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	b.s.stats.commands.Add(1) // the EHLO or HELO that creates the session
+	sc := simConnOf(c.Conn())
+	if _, isTLS := c.TLSConnectionState(); isTLS {
+		b.s.stats.tls.Add(1)
+	}
+	return &session{s: b.s, c: c, sc: sc}, nil
+}
+
+func simConnOf(c net.Conn) *simConn {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	sc, _ := c.(*simConn)
+	return sc
+}
+
+// session is one go-smtp session. Counters that must survive STARTTLS live on the simConn.
+type session struct {
+	s     *Server
+	c     *smtp.Conn
+	sc    *simConn
+	rcpts int
+}
+
+// pace applies the server's processing time and the error throttle before a reply.
+func (ss *session) pace() {
+	ss.s.stats.commands.Add(1)
+	if ss.s.opts.ReplyDelay > 0 {
+		time.Sleep(ss.s.opts.ReplyDelay)
+	}
+	if ss.sc != nil && ss.s.opts.ThrottleAfter > 0 && ss.sc.rejected.Load() >= int64(ss.s.opts.ThrottleAfter) {
+		ss.s.stats.throttled.Add(1)
+		time.Sleep(ss.s.opts.ThrottleDelay)
+	}
+}
+
+func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
+	ss.pace()
+	if ss.s.opts.RequireTLS {
+		if _, isTLS := ss.c.TLSConnectionState(); !isTLS {
+			return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Must issue a STARTTLS command first"}
+		}
+	}
+	if r := ss.s.opts.MailReply; r != nil {
+		return r.err()
+	}
+	return nil
+}
+
+func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	ss.pace()
+	ss.s.stats.rcpts.Add(1)
+	ss.rcpts++
+	var r Reply
+	if max := ss.s.opts.MaxRecipientsPerSession; max > 0 && ss.rcpts > max {
+		r = Reply{452, "4.5.3", "Too many recipients"}
+	} else {
+		var delay time.Duration
+		r, delay = ss.s.w.rcptReply(to)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+	}
+	if r.Code >= 400 {
+		ss.s.stats.rejected.Add(1)
+		if ss.sc != nil {
+			storeMax(&ss.s.stats.maxRejected, ss.sc.rejected.Add(1))
+		}
+	}
+	return r.err()
+}
+
+func (ss *session) Reset() {
+	ss.pace()
+}
+
+func (ss *session) Data(r io.Reader) error {
+	io.Copy(io.Discard, r)
+	return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "mailsim accepts no mail"}
+}
+
+func (ss *session) Logout() error { return nil }
+
+// err turns a reply into what go-smtp writes: nil for 2xx, an *smtp.SMTPError otherwise.
+func (r Reply) err() error {
+	if r.Code < 300 {
+		return nil
+	}
+	e := &smtp.SMTPError{Code: r.Code, EnhancedCode: smtp.NoEnhancedCode, Message: r.Text}
+	if parts := strings.Split(r.Enhanced, "."); len(parts) == 3 {
+		for i, p := range parts {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				return errors.New(r.String())
+			}
+			e.EnhancedCode[i] = n
+		}
+	}
+	return e
+}

@@ -1,0 +1,157 @@
+package mx
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/miekg/dns"
+)
+
+func startWorld(t *testing.T) *mailsim.World {
+	t.Helper()
+	w, err := mailsim.Start(mailsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+func addServer(t *testing.T, w *mailsim.World, name string) *mailsim.Server {
+	t.Helper()
+	s, err := w.AddServer(mailsim.ServerOptions{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	mx1 := addServer(t, w, "mx1.lookup.test")
+	mx2 := addServer(t, w, "mx2.lookup.test")
+	mx := []mailsim.MX{{Pref: 20, Host: "mx2.lookup.test"}, {Pref: 10, Host: "mx1.lookup.test"}}
+	w.AddDomain("glue.test", mailsim.Domain{MX: mx})
+	w.AddDomain("noglue.test", mailsim.Domain{MX: mx, NoGlue: true})
+	w.AddDomain("trunc.test", mailsim.Domain{MX: mx, UDPTrunc: true})
+	w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true})
+	w.AddDomain("onlya.test", mailsim.Domain{A: []string{"127.0.0.9"}})
+	w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	w.AddDomain("timeout.test", mailsim.Domain{Drop: true})
+
+	want := []Host{
+		{Name: "mx1.lookup.test", Pref: 10, Addrs: []netip.Addr{mx1.Addr()}},
+		{Name: "mx2.lookup.test", Pref: 20, Addrs: []netip.Addr{mx2.Addr()}},
+	}
+	r := New(Config{Server: w.DNSAddr(), Timeout: 100 * time.Millisecond})
+	for _, tc := range []struct {
+		domain  string
+		want    []Host
+		wantErr error
+	}{
+		{"glue.test", want, nil},
+		{"noglue.test", want, nil},
+		{"trunc.test", want, nil},
+		{"nullmx.test", nil, ErrNoMX},
+		{"onlya.test", nil, ErrNoMX}, // no implicit MX (DESIGN.md §2)
+		{"nxdomain.test", nil, ErrNoMX},
+		{"servfail.test", nil, ErrTemporary},
+		{"timeout.test", nil, ErrTemporary},
+	} {
+		t.Run(tc.domain, func(t *testing.T) {
+			t.Parallel()
+			res, err := r.Lookup(context.Background(), tc.domain)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if !slices.EqualFunc(res.Hosts, tc.want, func(a, b Host) bool {
+				return a.Name == b.Name && a.Pref == b.Pref && slices.Equal(a.Addrs, b.Addrs)
+			}) {
+				t.Fatalf("hosts = %+v, want %+v", res.Hosts, tc.want)
+			}
+		})
+	}
+	t.Run("truncation retried over TCP", func(t *testing.T) {
+		t.Parallel()
+		if _, err := New(Config{Server: w.DNSAddr()}).Lookup(context.Background(), "trunc.test"); err != nil {
+			t.Fatal(err)
+		}
+		if w.DNSStats().TCP == 0 {
+			t.Fatal("no TCP query after a truncated UDP answer")
+		}
+	})
+}
+
+func TestCache(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	addServer(t, w, "mx.cache.test")
+	w.AddDomain("cache.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.cache.test"}}})
+	w.AddDomain("flaky.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+
+	r := New(Config{Server: w.DNSAddr()})
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	ctx := context.Background()
+	queries := func(d string) int64 { return w.DNSQueries(d, dns.TypeMX) }
+
+	for range 3 {
+		if _, err := r.Lookup(ctx, "cache.test"); err != nil {
+			t.Fatal(err)
+		}
+		r.Lookup(ctx, "missing.test")
+		r.Lookup(ctx, "flaky.test")
+	}
+	if q := queries("cache.test"); q != 1 {
+		t.Errorf("positive answer asked %d times, want 1 (cached)", q)
+	}
+	if q := queries("missing.test"); q != 1 {
+		t.Errorf("NXDOMAIN asked %d times, want 1 (cached)", q)
+	}
+	if q := queries("flaky.test"); q != 3 {
+		t.Errorf("SERVFAIL asked %d times, want 3 (never cached)", q)
+	}
+
+	now = now.Add(NegativeTTL + time.Second)
+	r.Lookup(ctx, "cache.test")
+	r.Lookup(ctx, "missing.test")
+	if q := queries("cache.test"); q != 1 {
+		t.Errorf("positive answer asked again after 15 min: %d queries", q)
+	}
+	if q := queries("missing.test"); q != 2 {
+		t.Errorf("negative answer not asked again after 15 min: %d queries", q)
+	}
+	now = now.Add(PositiveTTL)
+	r.Lookup(ctx, "cache.test")
+	if q := queries("cache.test"); q != 2 {
+		t.Errorf("positive answer not asked again after 6 h: %d queries", q)
+	}
+}
+
+func TestSingleflight(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	addServer(t, w, "mx.sf.test")
+	w.AddDomain("sf.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.sf.test"}}, Delay: 100 * time.Millisecond})
+
+	r := New(Config{Server: w.DNSAddr()})
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if res, err := r.Lookup(context.Background(), "sf.test"); err != nil || res.Primary() != "mx.sf.test" {
+				t.Errorf("Lookup = %+v, %v", res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if q := w.DNSQueries("sf.test", dns.TypeMX); q != 1 {
+		t.Fatalf("50 concurrent look-ups sent %d queries, want 1", q)
+	}
+}

@@ -1,0 +1,388 @@
+package smtp
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rcpt is one RCPT of an exchange: either a job's address or a domain's catch-all probe.
+type rcpt struct {
+	j        *job
+	probe    *caProbe // set for a catch-all probe
+	known    bool     // j's domain catch-all answer was known when it was taken
+	catchAll bool
+	wait     *caProbe // the probe whose answer j's verdict waits for, when not known
+	deadline time.Time
+}
+
+// session is one SMTP connection. Only its pool's run goroutine uses it.
+type session struct {
+	pl   *pool
+	conn net.Conn
+	r    *bufio.Reader
+	w    *bufio.Writer
+	wake chan struct{}
+
+	pipelining bool
+	starttls   bool
+	tls        bool
+	rcptMax    int
+
+	inTxn    bool // a MAIL FROM has been accepted and not reset
+	txnRcpts int
+	errors   int  // failed commands; see maxErrors
+	broken   bool // the connection is in an unknown state
+	full     bool // the server will take no more recipients in this session
+	wrote    bool // something was written since the last reply was read
+}
+
+func (s *session) usable() bool { return !s.broken && !s.full && s.errors < maxErrors }
+
+// open connects, reads the banner and says EHLO, within half the probe budget so that a silent
+// server (a tarpit) leaves time for the next MX host.
+func (pl *pool) open() (*session, error) {
+	deadline := time.Now().Add(pl.p.cfg.Timeout / 2)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn, err := pl.p.dialer.DialContext(ctx, "tcp", pl.addr)
+	if err != nil {
+		return nil, err
+	}
+	pl.p.sessions.Add(1)
+	s := &session{pl: pl, conn: conn, r: bufio.NewReaderSize(conn, 4096), w: bufio.NewWriterSize(conn, 4096), wake: make(chan struct{}, 1), rcptMax: 100}
+	conn.SetDeadline(deadline)
+	fail := func(err error) (*session, error) {
+		conn.Close()
+		return nil, err
+	}
+	s.wrote = true // the connection itself: the banner is a round trip's wait
+	banner, err := s.read()
+	if err != nil {
+		return fail(fmt.Errorf("banner: %w", err))
+	}
+	if banner.Code != 220 {
+		return fail(fmt.Errorf("banner: %s", banner))
+	}
+	if err := s.ehlo(); err != nil {
+		return fail(err)
+	}
+	if _, needTLS := pl.tlsState(); needTLS && s.starttls {
+		if err := s.startTLS(); err != nil {
+			return fail(err)
+		}
+	}
+	conn.SetDeadline(time.Time{})
+	return s, nil
+}
+
+func (s *session) ehlo() error {
+	replies, err := s.send([]string{"EHLO " + s.pl.p.cfg.Helo})
+	if err != nil {
+		return fmt.Errorf("EHLO: %w", err)
+	}
+	rep := replies[0]
+	if rep.Code != 250 {
+		// A server without ESMTP: plain HELO, one command at a time.
+		s.errors++
+		if replies, err = s.send([]string{"HELO " + s.pl.p.cfg.Helo}); err != nil {
+			return fmt.Errorf("HELO: %w", err)
+		}
+		if replies[0].Code != 250 {
+			return fmt.Errorf("HELO: %s", replies[0])
+		}
+		return nil
+	}
+	for _, line := range strings.Split(rep.Text, "\n")[1:] {
+		kw, arg, _ := strings.Cut(strings.ToUpper(strings.TrimSpace(line)), " ")
+		switch kw {
+		case "PIPELINING":
+			s.pipelining = true
+		case "STARTTLS":
+			s.starttls = true
+		case "LIMITS":
+			for _, f := range strings.Fields(arg) {
+				if v, ok := strings.CutPrefix(f, "RCPTMAX="); ok {
+					if n, err := strconv.Atoi(v); err == nil && n > 0 {
+						s.rcptMax = n
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// startTLS upgrades the session. The certificate is not verified: MTAs use opportunistic TLS,
+// and a probe carries nothing secret.
+func (s *session) startTLS() error {
+	replies, err := s.send([]string{"STARTTLS"})
+	if err != nil {
+		return fmt.Errorf("STARTTLS: %w", err)
+	}
+	if replies[0].Code != 220 {
+		return fmt.Errorf("STARTTLS: %s", replies[0])
+	}
+	tc := tls.Client(s.conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // see above
+	if err := tc.Handshake(); err != nil {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	s.conn, s.tls, s.inTxn = tc, true, false
+	s.r.Reset(tc)
+	s.w.Reset(tc)
+	s.pipelining, s.starttls = false, false
+	return s.ehlo()
+}
+
+// exchange sends batch's RCPTs — after MAIL FROM when no transaction is open — and settles every
+// job in it: finished, or handed back to the pool when the session could not answer it.
+func (s *session) exchange(batch []rcpt) {
+	deadline := batch[0].deadline
+	for _, it := range batch {
+		if it.deadline.Before(deadline) {
+			deadline = it.deadline
+		}
+	}
+	s.conn.SetDeadline(deadline)
+	defer s.conn.SetDeadline(time.Time{})
+
+	var cmds []string
+	if s.txnRcpts+len(batch) > s.rcptMax && s.inTxn {
+		cmds = append(cmds, "RSET")
+		s.inTxn = false
+	}
+	if !s.inTxn {
+		cmds = append(cmds, "MAIL FROM:<"+s.pl.p.cfg.MailFrom+">")
+		plainOK, _ := s.pl.tlsState()
+		// Until a MAIL FROM has been accepted here in plain text, the server may demand TLS
+		// first; RCPTs pipelined behind a refused MAIL would each count as an error against us.
+		if !s.pipelining || (!s.tls && !plainOK) {
+			if !s.mail(cmds, batch) {
+				return
+			}
+			cmds = nil
+		}
+	}
+	pre := len(cmds)
+	for _, it := range batch {
+		if it.probe != nil {
+			cmds = append(cmds, "RCPT TO:<"+it.probe.local+"@"+it.probe.domain+">")
+		} else {
+			cmds = append(cmds, "RCPT TO:<"+it.j.addr+">")
+		}
+	}
+	replies, err := s.send(cmds)
+	if pre > 0 {
+		if len(replies) < pre {
+			s.broken = true
+			s.abandon(batch, err, false)
+			return
+		}
+		if rep := replies[pre-1]; rep.Code/100 != 2 {
+			s.errors++
+			s.broken = true
+			s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+			return
+		}
+		s.inTxn, s.txnRcpts = true, 0
+		replies = replies[pre:]
+	}
+	for i, it := range batch {
+		if i >= len(replies) {
+			s.broken = true
+			s.abandon(batch[i:], err, false)
+			return
+		}
+		s.settle(it, replies[i])
+	}
+}
+
+// mail sends [RSET] MAIL FROM on its own, starting TLS when the server asks for it. It reports
+// whether the transaction is open; when not, it has settled batch.
+func (s *session) mail(cmds []string, batch []rcpt) bool {
+	replies, err := s.send(cmds)
+	if err != nil {
+		s.broken = true
+		s.abandon(batch, err, false)
+		return false
+	}
+	rep := replies[len(replies)-1]
+	if rep.Code/100 == 2 {
+		s.inTxn, s.txnRcpts = true, 0
+		if !s.tls {
+			s.pl.setPlainOK()
+		}
+		return true
+	}
+	s.errors++
+	if (rep.Code == 530 || rep.Enhanced == "5.7.0") && s.starttls && !s.tls {
+		s.pl.setNeedTLS()
+		if err := s.startTLS(); err != nil {
+			s.broken = true
+			s.abandon(batch, err, false)
+			return false
+		}
+		return s.mail([]string{"MAIL FROM:<" + s.pl.p.cfg.MailFrom + ">"}, batch)
+	}
+	// The server refuses our sender: it says nothing about the mailboxes.
+	s.broken = true
+	s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+	return false
+}
+
+// settle acts on the reply to one RCPT.
+func (s *session) settle(it rcpt, rep Reply) {
+	s.txnRcpts++
+	if rep.Code/100 != 2 {
+		s.errors++
+	}
+	if it.probe != nil {
+		o := caInconclusive
+		switch {
+		case rep.Code/100 == 2:
+			o = caYes
+		case rep.Code/100 == 5 && classify(rep) == Undeliverable:
+			o = caNo
+		}
+		s.pl.p.resolveCatchAll(it.probe, o)
+		return
+	}
+	j := it.j
+	switch {
+	case rep.Code == 452 && (rep.Enhanced == "4.5.3" || strings.Contains(strings.ToLower(rep.Text), "recipients")):
+		// Too many recipients for this session: not an answer about the mailbox.
+		s.full = true
+		s.pl.requeue([]*job{j})
+		return
+	case rep.Code == 421:
+		s.broken = true
+		s.pl.requeue([]*job{j})
+		return
+	}
+	switch classify(rep) {
+	case Deliverable:
+		s.pl.p.accepted(j, it.known, it.catchAll, it.wait, j.host(), rep)
+	case Undeliverable:
+		j.finish(Result{Verdict: Undeliverable, Host: j.host(), Reply: rep})
+	default:
+		j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: rep})
+	}
+}
+
+// abandon settles RCPTs that got no answer: probes are inconclusive; jobs past their budget are
+// unknown, the others go back to the pool — unless final, when the server's refusal covers them.
+func (s *session) abandon(batch []rcpt, err error, final bool) {
+	now := time.Now()
+	var back []*job
+	for _, it := range batch {
+		if it.probe != nil {
+			s.pl.p.resolveCatchAll(it.probe, caInconclusive)
+			continue
+		}
+		switch {
+		case final:
+			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: err})
+		case it.j.expired(now) || isTimeout(err):
+			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: fmt.Errorf("%w: %v", ErrTimeout, err)})
+		default:
+			back = append(back, it.j)
+		}
+	}
+	if len(back) > 0 {
+		s.pl.requeue(back)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// send writes cmds and reads one reply per command: all in one write when the server offers
+// PIPELINING (RFC 2920), otherwise one at a time. It returns the replies read before any error.
+func (s *session) send(cmds []string) ([]Reply, error) {
+	replies := make([]Reply, 0, len(cmds))
+	flush := func() error {
+		s.wrote = true
+		return s.w.Flush()
+	}
+	for i, c := range cmds {
+		s.pl.p.commands.Add(1)
+		s.w.WriteString(c)
+		s.w.WriteString("\r\n")
+		if s.pipelining && i < len(cmds)-1 {
+			continue
+		}
+		if err := flush(); err != nil {
+			return replies, err
+		}
+		for len(replies) <= i {
+			rep, err := s.read()
+			if err != nil {
+				return replies, err
+			}
+			replies = append(replies, rep)
+		}
+	}
+	return replies, nil
+}
+
+// read reads one (possibly multi-line) reply; the lines of a multi-line reply are joined by \n.
+func (s *session) read() (Reply, error) {
+	if s.wrote {
+		s.wrote = false
+		s.pl.p.roundTrips.Add(1)
+	}
+	var lines []string
+	for n := 0; ; n++ {
+		line, err := s.r.ReadSlice('\n')
+		if err != nil {
+			return Reply{}, err
+		}
+		l := strings.TrimRight(string(line), "\r\n")
+		if len(l) < 3 || n > 100 {
+			return Reply{}, fmt.Errorf("malformed reply %q", l)
+		}
+		code, err := strconv.Atoi(l[:3])
+		if err != nil || code < 200 || code > 599 {
+			return Reply{}, fmt.Errorf("malformed reply %q", l)
+		}
+		text := ""
+		if len(l) > 4 {
+			text = l[4:]
+		}
+		lines = append(lines, text)
+		if len(l) == 3 || l[3] == ' ' {
+			enh, rest := parseEnhanced(code, text)
+			if len(lines) > 1 {
+				rest = strings.Join(lines, "\n")
+			}
+			return Reply{Code: code, Enhanced: enh, Text: rest}, nil
+		}
+		if l[3] != '-' {
+			return Reply{}, fmt.Errorf("malformed reply %q", l)
+		}
+	}
+}
+
+// quit ends the session. No result waits for the reply to QUIT; but the session's slot is only
+// freed once the server has answered or hung up (within a short bound), so that the server never
+// counts more than MaxPerHost connections from this worker.
+func (s *session) quit() {
+	s.conn.SetDeadline(time.Now().Add(quitWait))
+	s.w.WriteString("QUIT\r\n")
+	s.pl.p.commands.Add(1)
+	if s.w.Flush() == nil && !s.broken {
+		s.r.ReadSlice('\n')
+	}
+	s.conn.Close()
+}
+
+// quitWait bounds the wait for the server to acknowledge QUIT.
+const quitWait = 250 * time.Millisecond

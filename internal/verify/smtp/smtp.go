@@ -1,0 +1,495 @@
+// Package smtp is layer 4 of the verification pipeline: it asks a domain's mail servers whether
+// a mailbox exists (an RCPT probe; no mail is ever sent) and whether the domain accepts any
+// local part (catch-all), under the rules of DESIGN.md §2.
+//
+// The prober is built to be polite to the servers it asks and cheap in round trips:
+//   - at most MaxPerHost sessions are open to one MX address at a time, whatever the number of
+//     domains that share it;
+//   - one session serves many addresses: the MAIL FROM transaction stays open for further RCPTs,
+//     several RCPTs travel in one write when the server offers PIPELINING, and idle sessions are
+//     kept for a few seconds for the next address;
+//   - a session is retired before it collects 10 rejected recipients, because Postfix and others
+//     slow every reply down after that many errors;
+//   - QUIT is sent without waiting for its reply;
+//   - providers that block probing are never dialled.
+package smtp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/proxy"
+)
+
+// CatchAllTTL is how long a domain's catch-all verdict is remembered (DESIGN.md §2).
+const CatchAllTTL = 6 * time.Hour
+
+// maxErrors is the number of failed commands after which a session is retired. Postfix delays
+// every reply by a second once a client has made 10 errors (smtpd_soft_error_limit), so a
+// session never risks the tenth.
+const maxErrors = 9
+
+// Errors that explain an Unknown verdict.
+var (
+	ErrTimeout = errors.New("smtp: probe budget exhausted")
+	ErrNoHost  = errors.New("smtp: no MX host could be reached")
+	ErrBlocked = errors.New("smtp: provider blocks probing")
+	ErrClosed  = errors.New("smtp: prober closed")
+)
+
+// Config configures a Prober.
+type Config struct {
+	Port        int           // SMTP port of every MX host (25 in production)
+	Helo        string        // EHLO name
+	MailFrom    string        // envelope sender
+	Timeout     time.Duration // budget of one probe; 0 means 1500ms
+	Proxy       string        // socks5://host:port, or empty to dial directly
+	Blocked     []string      // domains never probed, besides the built-in list ("yahoo.*" patterns allowed)
+	MaxPerHost  int           // concurrent sessions per MX address; 0 means 20
+	IdleTimeout time.Duration // how long an idle session is kept for reuse; 0 means 5s
+}
+
+// Host is an MX host with its addresses, in the order they are to be tried.
+type Host struct {
+	Name  string
+	Addrs []netip.Addr
+}
+
+// Request asks whether Addr exists on the mail servers Hosts of Domain.
+type Request struct {
+	Addr   string // local@domain, already validated
+	Domain string
+	Hosts  []Host // preference order
+}
+
+// Verdict is the probe's answer.
+type Verdict int
+
+// The verdicts.
+const (
+	Unknown       Verdict = iota // no answer could be had (timeout, greylisting, policy block, …)
+	Deliverable                  // RCPT accepted and the domain is not catch-all
+	Undeliverable                // RCPT rejected: the mailbox does not exist
+	CatchAll                     // RCPT accepted, but so is a random local part
+)
+
+func (v Verdict) String() string {
+	return [...]string{"unknown", "deliverable", "undeliverable", "catch_all"}[v]
+}
+
+// Reply is an SMTP reply.
+type Reply struct {
+	Code     int
+	Enhanced string // like "5.1.1", or empty
+	Text     string
+}
+
+func (r Reply) String() string {
+	if r.Enhanced != "" {
+		return fmt.Sprintf("%d %s %s", r.Code, r.Enhanced, r.Text)
+	}
+	return fmt.Sprintf("%d %s", r.Code, r.Text)
+}
+
+// Result is the outcome of one probe.
+type Result struct {
+	Verdict Verdict
+	Blocked bool   // the domain is a provider that blocks probing; nothing was dialled
+	Host    string // the MX host that answered, if any
+	Reply   Reply  // the reply to the address's RCPT, if any
+	Err     error  // why the verdict is Unknown when there is no reply to tell
+}
+
+// Stats count a prober's work.
+type Stats struct {
+	Sessions   int64 // connections opened
+	RoundTrips int64 // times the prober waited for a reply (the banner included)
+	Commands   int64 // commands sent
+}
+
+// Prober probes mailboxes. It is safe for concurrent use; call Close to end idle sessions.
+type Prober struct {
+	cfg     Config
+	dialer  proxy.ContextDialer
+	blocked blockList
+
+	mu      sync.Mutex
+	pools   map[netip.Addr]*pool
+	closing chan struct{}
+	closed  bool
+
+	caMu sync.Mutex
+	ca   map[string]*caState
+
+	sessions, roundTrips, commands atomic.Int64
+}
+
+// New returns a Prober.
+func New(cfg Config) (*Prober, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 1500 * time.Millisecond
+	}
+	if cfg.MaxPerHost <= 0 {
+		cfg.MaxPerHost = 20
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 5 * time.Second
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 25
+	}
+	if cfg.Helo == "" || !strings.Contains(cfg.MailFrom, "@") {
+		return nil, errors.New("smtp: Helo and MailFrom are required")
+	}
+	p := &Prober{
+		cfg:     cfg,
+		dialer:  &net.Dialer{},
+		blocked: newBlockList(cfg.Blocked),
+		pools:   map[netip.Addr]*pool{},
+		closing: make(chan struct{}),
+		ca:      map[string]*caState{},
+	}
+	if cfg.Proxy != "" {
+		u, err := url.Parse(cfg.Proxy)
+		if err != nil {
+			return nil, fmt.Errorf("smtp: proxy: %w", err)
+		}
+		d, err := proxy.FromURL(u, &net.Dialer{})
+		if err != nil {
+			return nil, fmt.Errorf("smtp: proxy: %w", err)
+		}
+		cd, ok := d.(proxy.ContextDialer)
+		if !ok {
+			return nil, fmt.Errorf("smtp: proxy %s cannot dial with a deadline", u.Scheme)
+		}
+		p.dialer = cd
+	}
+	return p, nil
+}
+
+// Blocked reports whether domain belongs to a provider that blocks probing.
+func (p *Prober) Blocked(domain string) bool { return p.blocked.match(domain) }
+
+// Stats returns the prober's counters.
+func (p *Prober) Stats() Stats {
+	return Stats{Sessions: p.sessions.Load(), RoundTrips: p.roundTrips.Load(), Commands: p.commands.Load()}
+}
+
+// Close ends idle sessions and makes busy ones end after their current exchange.
+func (p *Prober) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.closing)
+	p.mu.Unlock()
+}
+
+// Probe probes one address within the configured budget, counted from now.
+func (p *Prober) Probe(ctx context.Context, req Request) Result {
+	var out Result
+	p.probe(ctx, []Request{req}, time.Now().Add(p.cfg.Timeout), func(_ int, r Result) { out = r })
+	return out
+}
+
+// ProbeAll probes many addresses, sharing sessions between all those whose MX addresses are the
+// same, and calls each (from one goroutine at a time) as every result is known. Each address has
+// the configured budget from the moment a session starts working on it; waiting for a free
+// session is bounded only by ctx.
+func (p *Prober) ProbeAll(ctx context.Context, reqs []Request, each func(i int, r Result)) []Result {
+	return p.probe(ctx, reqs, time.Time{}, each)
+}
+
+type done struct {
+	i int
+	r Result
+}
+
+func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, each func(int, Result)) []Result {
+	results := make([]Result, len(reqs))
+	ch := make(chan done, len(reqs))
+	var jobs []*job
+	byPool := map[*pool][]*job{}
+	for i, req := range reqs {
+		domain := strings.ToLower(req.Domain)
+		if p.blocked.match(domain) {
+			ch <- done{i, Result{Verdict: Unknown, Blocked: true, Err: ErrBlocked}}
+			continue
+		}
+		var targets []target
+		for _, h := range req.Hosts {
+			for _, a := range h.Addrs {
+				targets = append(targets, target{host: h.Name, ip: a})
+			}
+		}
+		if len(targets) == 0 {
+			ch <- done{i, Result{Verdict: Unknown, Err: ErrNoHost}}
+			continue
+		}
+		if known, catchAll := p.catchAllCached(domain); known && catchAll {
+			// Any RCPT would be accepted: the answer is known without asking again.
+			ch <- done{i, Result{Verdict: CatchAll, Host: targets[0].host}}
+			continue
+		}
+		j := &job{addr: req.Addr, domain: domain, targets: targets, deadline: deadline}
+		j.finishFn = func(r Result) { ch <- done{i, r} }
+		jobs = append(jobs, j)
+		pl := p.pool(targets[0].ip)
+		byPool[pl] = append(byPool[pl], j)
+	}
+	for pl, js := range byPool {
+		pl.enqueue(js...)
+	}
+
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	ctxDone := ctx.Done()
+	for range reqs {
+		for {
+			select {
+			case d := <-ch:
+				results[d.i] = d.r
+				if each != nil {
+					each(d.i, d.r)
+				}
+			case <-timeout:
+				timeout = nil
+				for _, j := range jobs {
+					j.finish(Result{Verdict: Unknown, Err: ErrTimeout})
+				}
+				continue
+			case <-ctxDone:
+				ctxDone = nil
+				for _, j := range jobs {
+					j.finish(Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())})
+				}
+				continue
+			}
+			break
+		}
+	}
+	return results
+}
+
+func (p *Prober) pool(ip netip.Addr) *pool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl, ok := p.pools[ip]
+	if !ok {
+		pl = &pool{p: p, ip: ip, addr: netip.AddrPortFrom(ip, uint16(p.cfg.Port)).String()}
+		p.pools[ip] = pl
+	}
+	return pl
+}
+
+// failover moves j to its next MX address after err, or ends it when there is none.
+func (p *Prober) failover(j *job, err error) {
+	if j.expired(time.Now()) {
+		j.finish(Result{Verdict: Unknown, Err: ErrTimeout})
+		return
+	}
+	j.next++
+	if j.next >= len(j.targets) {
+		j.finish(Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrNoHost, err)})
+		return
+	}
+	p.pool(j.targets[j.next].ip).enqueue(j)
+}
+
+// target is one address of one MX host.
+type target struct {
+	host string
+	ip   netip.Addr
+}
+
+// job is one address on its way through the pools.
+type job struct {
+	addr, domain string
+	targets      []target
+	next         int       // index of the target being tried
+	deadline     time.Time // zero until a session first works on it (ProbeAll)
+	attempts     int       // times it was handed back unanswered
+	finishFn     func(Result)
+	finished     atomic.Bool
+}
+
+func (j *job) finish(r Result) {
+	if j.finished.CompareAndSwap(false, true) {
+		j.finishFn(r)
+	}
+}
+
+func (j *job) expired(now time.Time) bool { return !j.deadline.IsZero() && !now.Before(j.deadline) }
+
+func (j *job) host() string { return j.targets[j.next].host }
+
+// caState is what is known about a domain's catch-all behaviour.
+type caState struct {
+	known    bool
+	catchAll bool
+	expires  time.Time
+	inflight *caProbe // a random-local-part RCPT on its way, if any
+}
+
+// caProbe is one random-local-part RCPT; done is closed when its answer is in.
+type caProbe struct {
+	domain  string
+	local   string
+	done    chan struct{}
+	outcome caOutcome
+}
+
+type caOutcome int
+
+const (
+	caInconclusive caOutcome = iota
+	caYes
+	caNo
+)
+
+func (p *Prober) catchAllCached(domain string) (known, catchAll bool) {
+	p.caMu.Lock()
+	defer p.caMu.Unlock()
+	st := p.ca[domain]
+	if st == nil || !st.known || time.Now().After(st.expires) {
+		return false, false
+	}
+	return true, st.catchAll
+}
+
+// catchAllFor tells a session what to do about j's domain: nothing (known), send a probe
+// (claim is non-nil and this session owns it), or wait for someone else's (wait non-nil).
+// room is the number of RCPTs the session can still add; ok reports whether the job fits.
+func (p *Prober) catchAllFor(domain string, room int) (known, catchAll bool, claim, wait *caProbe, ok bool) {
+	p.caMu.Lock()
+	defer p.caMu.Unlock()
+	st := p.ca[domain]
+	if st == nil {
+		st = &caState{}
+		p.ca[domain] = st
+	}
+	if st.known && time.Now().Before(st.expires) {
+		return true, st.catchAll, nil, nil, room >= 1
+	}
+	if st.inflight != nil {
+		return false, false, nil, st.inflight, room >= 1
+	}
+	if room < 2 {
+		return false, false, nil, nil, false
+	}
+	st.inflight = &caProbe{domain: domain, local: randomLocal(), done: make(chan struct{})}
+	return false, false, st.inflight, nil, true
+}
+
+func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
+	p.caMu.Lock()
+	defer p.caMu.Unlock()
+	select {
+	case <-cp.done:
+		return // already resolved
+	default:
+	}
+	cp.outcome = o
+	close(cp.done)
+	st := p.ca[cp.domain]
+	if st.inflight == cp {
+		st.inflight = nil
+	}
+	if o != caInconclusive {
+		st.known, st.catchAll, st.expires = true, o == caYes, time.Now().Add(CatchAllTTL)
+	}
+}
+
+// accepted finishes a job whose RCPT was accepted, once its domain's catch-all answer is in.
+func (p *Prober) accepted(j *job, known, catchAll bool, cp *caProbe, host string, rep Reply) {
+	verdict := func(o caOutcome) Result {
+		switch o {
+		case caYes:
+			return Result{Verdict: CatchAll, Host: host, Reply: rep}
+		case caNo:
+			return Result{Verdict: Deliverable, Host: host, Reply: rep}
+		}
+		return Result{Verdict: Unknown, Host: host, Reply: rep, Err: errors.New("smtp: catch-all check inconclusive")}
+	}
+	if known {
+		o := caNo
+		if catchAll {
+			o = caYes
+		}
+		j.finish(verdict(o))
+		return
+	}
+	select {
+	case <-cp.done:
+		j.finish(verdict(cp.outcome))
+		return
+	default:
+	}
+	// Another session's probe of this domain is still on its way; wait for it without holding
+	// up this session.
+	go func() {
+		t := time.NewTimer(max(time.Until(j.deadline), 0))
+		defer t.Stop()
+		select {
+		case <-cp.done:
+			j.finish(verdict(cp.outcome))
+		case <-t.C:
+			j.finish(Result{Verdict: Unknown, Host: host, Reply: rep, Err: ErrTimeout})
+		}
+	}()
+}
+
+func randomLocal() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "mv" + hex.EncodeToString(b[:])
+}
+
+// classify maps an RCPT reply to a verdict by the reply classes of DESIGN.md §2. Enhanced codes
+// decide first: a 550 5.7.1 is the server refusing us, not a missing mailbox.
+func classify(r Reply) Verdict {
+	switch {
+	case r.Code == 250 || r.Code == 251:
+		return Deliverable
+	case strings.HasPrefix(r.Enhanced, "5.1."):
+		return Undeliverable
+	case strings.HasPrefix(r.Enhanced, "5.7."), r.Code == 554:
+		return Unknown
+	case r.Code == 550 || r.Code == 551 || r.Code == 553:
+		return Undeliverable
+	}
+	return Unknown
+}
+
+// parseEnhanced splits "5.1.1 text" into the enhanced code and the rest, when the code's class
+// agrees with the reply code's.
+func parseEnhanced(code int, text string) (string, string) {
+	first, rest, _ := strings.Cut(text, " ")
+	parts := strings.Split(first, ".")
+	if len(parts) != 3 || parts[0] != strconv.Itoa(code/100) {
+		return "", text
+	}
+	for _, p := range parts {
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 999 {
+			return "", text
+		}
+	}
+	return first, rest
+}

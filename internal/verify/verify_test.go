@@ -1,0 +1,198 @@
+package verify
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/miekg/dns"
+)
+
+type testBundle struct {
+	w *mailsim.World
+	v *Verifier
+}
+
+// setup starts a mail world with the given round-trip time and a Verifier pointed at it.
+func setup(t testing.TB, rtt time.Duration, maxPerHost int) *testBundle {
+	t.Helper()
+	w, err := mailsim.Start(mailsim.Options{RTT: rtt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	v, err := New(config.Config{
+		DNSResolver:    w.DNSAddr(),
+		SMTPPort:       w.SMTPPort(),
+		SMTPHelo:       "probe.mailvet.test",
+		SMTPMailFrom:   "verify@probe.mailvet.test",
+		SMTPTimeout:    1500 * time.Millisecond,
+		SMTPMaxPerHost: maxPerHost,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return &testBundle{w: w, v: v}
+}
+
+func (b *testBundle) server(t testing.TB, opts mailsim.ServerOptions) *mailsim.Server {
+	t.Helper()
+	s, err := b.w.AddServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mxOf(hosts ...string) []mailsim.MX {
+	var out []mailsim.MX
+	for i, h := range hosts {
+		out = append(out, mailsim.MX{Pref: uint16(10 * (i + 1)), Host: h})
+	}
+	return out
+}
+
+// TestVerify covers every row of spec §3.1 and DESIGN.md §2's confidence table.
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	b.server(t, mailsim.ServerOptions{Name: "mx.acme.test"})
+	b.server(t, mailsim.ServerOptions{Name: "mx.tls.test", RequireTLS: true})
+	b.server(t, mailsim.ServerOptions{Name: "mx.tarpit.test", Tarpit: true})
+	b.server(t, mailsim.ServerOptions{Name: "mx.refused.test", Refuse: true})
+	b.server(t, mailsim.ServerOptions{Name: "mx.google.test"})
+
+	b.w.AddDomain("acme.test", mailsim.Domain{MX: mxOf("mx.acme.test"), Users: []string{"ann", "info"}, Mailboxes: map[string]mailsim.Reply{
+		"grey": mailsim.ReplyGreylisted, "policy": mailsim.ReplyPolicy,
+	}})
+	b.w.AddDomain("catchall.test", mailsim.Domain{MX: mxOf("mx.acme.test"), CatchAll: true})
+	b.w.AddDomain("tls.test", mailsim.Domain{MX: mxOf("mx.tls.test"), Users: []string{"ann"}})
+	b.w.AddDomain("tarpit.test", mailsim.Domain{MX: mxOf("mx.tarpit.test"), Users: []string{"ann"}})
+	b.w.AddDomain("fallback.test", mailsim.Domain{MX: mxOf("mx.refused.test", "mx.acme.test"), Users: []string{"ann"}})
+	b.w.AddDomain("nomx.test", mailsim.Domain{A: []string{"127.0.0.9"}})
+	b.w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true})
+	b.w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	b.w.AddDomain("gmail.com", mailsim.Domain{MX: mxOf("mx.google.test"), CatchAll: true})
+
+	type want struct {
+		status     Status
+		valid      bool
+		confidence float64
+		failed     Check // "" for null
+		mxHost     string
+		role       bool
+		catchAll   bool
+		blocked    bool
+		disposable bool
+	}
+	for _, tc := range []struct {
+		name, addr string
+		want       want
+	}{
+		{"deliverable", "ann@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.acme.test"}},
+		{"deliverable role", "info@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.90, mxHost: "mx.acme.test", role: true}},
+		{"undeliverable 5.1.1", "bob@acme.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "mx.acme.test"}},
+		{"catch-all", "whoever@catchall.test", want{status: StatusCatchAll, confidence: 0.60, mxHost: "mx.acme.test", catchAll: true}},
+		{"greylisted 450", "grey@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test"}},
+		{"policy 554 5.7.1", "policy@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test"}},
+		{"STARTTLS required", "ann@tls.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.tls.test"}},
+		{"tarpit", "ann@tarpit.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.tarpit.test"}},
+		{"refused first MX, second answers", "ann@fallback.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.refused.test"}},
+		{"no MX (an A record is not enough)", "ann@nomx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
+		{"null MX", "ann@nullmx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
+		{"NXDOMAIN", "ann@nowhere.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
+		{"SERVFAIL", "ann@servfail.test", want{status: StatusUnknown, confidence: 0.50}},
+		{"smtp_blocked provider", "ann@gmail.com", want{status: StatusUnknown, confidence: 0.75, mxHost: "mx.google.test", blocked: true}},
+		{"syntax", "ann..x@acme.test", want{status: StatusInvalid, confidence: 0, failed: CheckSyntax}},
+		{"disposable", "ann@mailinator.com", want{status: StatusInvalid, confidence: 0, failed: CheckDisposable, disposable: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			r := b.v.Verify(context.Background(), tc.addr)
+			if took := time.Since(start); took > 1600*time.Millisecond {
+				t.Errorf("took %v, over the 1500ms budget", took)
+			}
+			w := tc.want
+			failed := Check("")
+			if r.FailedCheck != nil {
+				failed = *r.FailedCheck
+			}
+			mxHost := ""
+			if r.MXHost != nil {
+				mxHost = *r.MXHost
+			}
+			if r.Status != w.status || r.Valid != w.valid || r.Confidence != w.confidence || failed != w.failed ||
+				mxHost != w.mxHost || r.MXFound != (w.mxHost != "") || r.Role != w.role || r.CatchAll != w.catchAll ||
+				r.SMTPBlocked != w.blocked || r.Disposable != w.disposable {
+				t.Fatalf("Verify(%q) = %+v (failed_check %q, mx_host %q), want %+v", tc.addr, r, failed, mxHost, w)
+			}
+			if r.LatencyMS <= 0 {
+				t.Errorf("latency_ms = %v", r.LatencyMS)
+			}
+		})
+	}
+}
+
+func TestBlockedProviderNeverDialled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.google.test"})
+	for _, d := range []string{"gmail.com", "yahoo.co.uk", "hotmail.com", "icloud.com"} {
+		b.w.AddDomain(d, mailsim.Domain{MX: mxOf("mx.google.test"), CatchAll: true})
+	}
+	for _, a := range []string{"ann@gmail.com", "ann@yahoo.co.uk", "ann@hotmail.com", "ann@icloud.com"} {
+		if r := b.v.Verify(context.Background(), a); !r.SMTPBlocked || r.Confidence != 0.75 {
+			t.Errorf("%s: %+v", a, r)
+		}
+	}
+	if st := s.Stats(); st.Sessions != 0 {
+		t.Fatalf("blocked providers' MX saw %d sessions, want 0", st.Sessions)
+	}
+}
+
+func TestSignalsOnFailedAddresses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	// A typo of a well-known provider with no MX still gets its suggestion (DESIGN.md §2).
+	r := b.v.Verify(context.Background(), "ann@gmial.con")
+	if r.Status != StatusInvalid || r.Suggestion == nil {
+		t.Fatalf("%+v", r)
+	}
+	r, final := b.v.Local("postmaster@mailinator.com")
+	if !final || !r.Disposable || !r.Role {
+		t.Fatalf("Local = %+v, %v", r, final)
+	}
+	if _, final := b.v.Local("ann@acme.test"); final {
+		t.Fatal("a valid, non-disposable address is final after the local layers")
+	}
+}
+
+func TestVerifyBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5*time.Millisecond, 4)
+	srv := b.server(t, mailsim.ServerOptions{Name: "mx.batch.test"})
+	b.w.AddDomain("a.test", mailsim.Domain{MX: mxOf("mx.batch.test"), Users: []string{"ann"}})
+	b.w.AddDomain("b.test", mailsim.Domain{MX: mxOf("mx.batch.test"), CatchAll: true})
+	raws := []string{"ann@a.test", "bob@a.test", "x@b.test", "not an address", "ann@nowhere.test", "ann@a.test"}
+	want := []Status{StatusDeliverable, StatusUndeliverable, StatusCatchAll, StatusInvalid, StatusInvalid, StatusDeliverable}
+	var order []int
+	res := b.v.VerifyBatch(context.Background(), raws, func(i int, r Result) { order = append(order, i) })
+	for i, r := range res {
+		if r.Status != want[i] {
+			t.Errorf("%s: %s, want %s", raws[i], r.Status, want[i])
+		}
+	}
+	if len(order) != len(raws) {
+		t.Errorf("each called %d times, want %d", len(order), len(raws))
+	}
+	if s := srv.Stats().Sessions; s != 1 {
+		t.Errorf("%d sessions for one MX address, want 1", s)
+	}
+	if q := b.w.DNSQueries("a.test", dns.TypeMX); q != 1 {
+		t.Errorf("a.test asked %d times, want 1", q)
+	}
+}
