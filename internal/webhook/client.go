@@ -30,25 +30,25 @@ var ErrForbiddenAddress = errors.New("address is not a public unicast address")
 var forbiddenPrefixes = func() []netip.Prefix {
 	var ps []netip.Prefix
 	for _, s := range []string{
-		"0.0.0.0/8",          // "this network"
-		"100.64.0.0/10",      // carrier-grade NAT
-		"169.254.0.0/16",     // link-local, including the 169.254.169.254 metadata service
-		"192.0.0.0/24",       // IETF protocol assignments
-		"192.0.2.0/24",       // TEST-NET-1
-		"198.18.0.0/15",      // benchmarking
-		"198.51.100.0/24",    // TEST-NET-2
-		"203.0.113.0/24",     // TEST-NET-3
-		"240.0.0.0/4",        // reserved, including broadcast 255.255.255.255
-		"64:ff9b::/96",       // NAT64
-		"64:ff9b:1::/48",     // local-use NAT64
-		"100::/64",           // discard-only
-		"2001::/32",          // Teredo
-		"2001:db8::/32",      // documentation
-		"2002::/16",          // 6to4
-		"fc00::/7",           // unique local
-		"fec0::/10",          // deprecated site-local
-		"::ffff:0:0/96",      // IPv4-mapped; unmapped below, listed for completeness
-		"::/96",              // IPv4-compatible (deprecated)
+		"0.0.0.0/8",       // "this network"
+		"100.64.0.0/10",   // carrier-grade NAT
+		"169.254.0.0/16",  // link-local, including the 169.254.169.254 metadata service
+		"192.0.0.0/24",    // IETF protocol assignments
+		"192.0.2.0/24",    // TEST-NET-1
+		"198.18.0.0/15",   // benchmarking
+		"198.51.100.0/24", // TEST-NET-2
+		"203.0.113.0/24",  // TEST-NET-3
+		"240.0.0.0/4",     // reserved, including broadcast 255.255.255.255
+		"64:ff9b::/96",    // NAT64
+		"64:ff9b:1::/48",  // local-use NAT64
+		"100::/64",        // discard-only
+		"2001::/32",       // Teredo
+		"2001:db8::/32",   // documentation
+		"2002::/16",       // 6to4
+		"fc00::/7",        // unique local
+		"fec0::/10",       // deprecated site-local
+		"::ffff:0:0/96",   // IPv4-mapped; unmapped below, listed for completeness
+		"::/96",           // IPv4-compatible (deprecated)
 	} {
 		ps = append(ps, netip.MustParsePrefix(s))
 	}

@@ -143,15 +143,15 @@ func isNumericLabel(l string) bool {
 	return true
 }
 
-// validLabel accepts LDH labels of 1–63 characters; underscores are tolerated because real
-// endpoints (_acme-style names, some PaaS hosts) use them.
+// validLabel accepts LDH labels (letters, digits, hyphen) of 1–63 characters, the hostname
+// syntax of RFC 1123 that IDNA lookup also enforces.
 func validLabel(l string) bool {
 	if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
 		return false
 	}
 	for _, c := range l {
 		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-':
 		default:
 			return false
 		}
