@@ -21,10 +21,8 @@ func TestListDeliveries(t *testing.T) {
 	b.create(t, other, "https://hooks.example.com/o", "", sampleBody, false)
 
 	// 25 deliveries; five of them share one creation time, so the id breaks the tie.
-	var ids []uuid.UUID
 	for i := range 25 {
 		id := b.create(t, b.accountID, "https://hooks.example.com/cb", "", sampleBody, false)
-		ids = append(ids, id)
 		at := time.Now().Add(-time.Duration(100-i) * time.Minute)
 		if i >= 10 && i < 15 {
 			at = time.Now().Add(-50 * time.Minute)
