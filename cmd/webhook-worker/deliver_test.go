@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +37,10 @@ import (
 // resolver of MAILVET_DNS_RESOLVER, trust from SSL_CERT_FILE (read by crypto/x509, no option of
 // ours), delivery and metrics. Not parallel: SSL_CERT_FILE is process-wide.
 func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
-	caPEM, leaf := testPKI(t, "hooks.test")
+	// One CA per process: crypto/x509 reads SSL_CERT_FILE once, so a second run of this test
+	// (-count=2) must trust the same CA as the first.
+	pkiOnce.Do(func() { pkiCA, pkiLeaf = testPKI(t, "hooks.test") })
+	caPEM, leaf := pkiCA, pkiLeaf
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -157,6 +161,12 @@ func waitHTTP(t *testing.T, url string, stderr *bytes.Buffer) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+var (
+	pkiOnce sync.Once
+	pkiCA   []byte
+	pkiLeaf tls.Certificate
+)
 
 // testPKI makes a CA (returned as PEM) and a leaf for host signed by it.
 func testPKI(t *testing.T, host string) ([]byte, tls.Certificate) {

@@ -124,6 +124,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	cons, err := w.js.CreateOrUpdateConsumer(cctx, queue.StreamWebhooks, queue.WebhookConsumerConfig(w.o.Concurrency, w.o.AckWait))
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was taken, nothing to drain
+		}
 		return fmt.Errorf("webhook consumer: %w", err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(w.o.Concurrency))
@@ -161,7 +164,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				break
 			}
+			// Missed heartbeats and reconnects surface here and heal by themselves; pausing
+			// keeps a persistent error from spinning.
 			w.log.Warn("webhook consumer", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
 			continue
 		}
 		if !slot || ctx.Err() != nil {

@@ -121,8 +121,9 @@ func TestDeliveryRetries(t *testing.T) {
 
 // Three 5xx answers use up the attempts, and the gaps between them are those of spec §6.5:
 // 1.0–1.6 s and 2.0–2.6 s. The gaps are measured at the receiver, so they include the redelivery
-// and the request's own transit; that overhead is a few milliseconds on loopback, and 50 ms of
-// slack above the spec's bound absorbs a loaded test machine.
+// and the request's own transit (the worker subtracts its own bookkeeping from the delay). That
+// overhead is about 5 ms on loopback; 100 ms of slack above the spec's bound absorbs a loaded
+// test machine running with -race. The lower bounds are exact.
 func TestRetryGaps(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -138,7 +139,7 @@ func TestRetryGaps(t *testing.T) {
 	if len(hits) != 3 {
 		t.Fatalf("receiver got %d requests, want exactly 3", len(hits))
 	}
-	const slack = 50 * time.Millisecond
+	const slack = 100 * time.Millisecond
 	bounds := [][2]time.Duration{{1000 * time.Millisecond, 1600 * time.Millisecond}, {2000 * time.Millisecond, 2600 * time.Millisecond}}
 	for i, bd := range bounds {
 		gap := hits[i+1].at.Sub(hits[i].at)
