@@ -14,6 +14,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 func main() {
@@ -31,7 +32,12 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	concurrency := fs.Int("concurrency", 64, "attempts in flight at once (also bounds the consumer's MaxAckPending)")
 	if err := fs.Parse(args); err != nil {
+		return app.ErrUsage
+	}
+	if *concurrency < 1 || *concurrency > 4096 {
+		fmt.Fprintln(stderr, "-concurrency must be from 1 to 4096")
 		return app.ErrUsage
 	}
 	cfg, err := config.Load(config.RoleWebhook, false, getenv)
@@ -44,8 +50,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer in.Close()
-	log.Info("webhook worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx)
+	w, err := webhook.NewWorker(in.Pool, in.JS, webhook.Options{
+		Concurrency: *concurrency,
+		Client: webhook.ClientOptions{
+			AllowPrivate: cfg.WebhookAllowPrivate,
+			DNSResolver:  cfg.DNSResolver,
+		},
+		Log:     log,
+		Metrics: in.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.WebhookAllowPrivate {
+		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")
+	}
+	log.Info("webhook worker started", "ops", in.OpsAddr(), "concurrency", *concurrency)
+	err = in.Run(ctx, w.Run, w.RunSweeper, w.RunRetention)
 	log.Info("webhook worker stopped")
 	return err
 }

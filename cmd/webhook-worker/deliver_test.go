@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/miekg/dns"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// The binary's wiring end to end: configuration from the environment, the consumer, the DNS
+// resolver of MAILVET_DNS_RESOLVER, trust from SSL_CERT_FILE (read by crypto/x509, no option of
+// ours), delivery and metrics. Not parallel: SSL_CERT_FILE is process-wide.
+func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
+	// One CA per process: crypto/x509 reads SSL_CERT_FILE once, so a second run of this test
+	// (-count=2) must trust the same CA as the first.
+	pkiOnce.Do(func() { pkiCA, pkiLeaf = testPKI(t, "hooks.test") })
+	caPEM, leaf := pkiCA, pkiLeaf
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", caFile)
+
+	var got atomic.Value
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(b)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	srv.StartTLS()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := ln.Addr().String()
+	ln.Close()
+	dbURL, natsURL := pgtest.URL(t), natstest.URL(t)
+	env := map[string]string{
+		"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops,
+		"MAILVET_DNS_RESOLVER": loopbackDNS(t), "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-concurrency", "8"}, func(k string) string { return env[k] }, io.Discard, &stderr)
+	}()
+	waitHTTP(t, "http://"+ops+"/readyz", &stderr)
+
+	pool := pgtest.Pool(t, dbURL)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	account, job := uuid.New(), uuid.New()
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ($1, 'builder')`, account)
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url) VALUES ($1, $2, 'a@example.com', 'https://hooks.test/')`, job, account)
+	body := []byte(`{"email":"a@example.com","valid":false,"status":"unknown","job_id":"` + job.String() + `","error":"internal"}`)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := webhook.CreateDelivery(ctx, tx, job, account, "https://hooks.test:"+port+"/cb", "whsec_12345678", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := webhook.Publish(ctx, js, id); err != nil {
+		t.Fatal(err)
+	}
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT state FROM deliveries WHERE id = $1`, id).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			var lastErr *string
+			_ = pool.QueryRow(ctx, `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr)
+			t.Fatalf("delivery still %s (last error %v)\n%s", state, lastErr, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b, _ := got.Load().([]byte); !bytes.Equal(b, body) {
+		t.Errorf("receiver got %q, want %q", b, body)
+	}
+	resp, err := http.Get("http://" + ops + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `mailvet_webhook_attempts_total{outcome="success"} 1`) {
+		t.Errorf("metrics lack the successful attempt:\n%s", metrics)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker did not stop")
+	}
+}
+
+func waitHTTP(t *testing.T, url string, stderr *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never ready: %v\n%s", url, err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var (
+	pkiOnce sync.Once
+	pkiCA   []byte
+	pkiLeaf tls.Certificate
+)
+
+// testPKI makes a CA (returned as PEM) and a leaf for host signed by it.
+func testPKI(t *testing.T, host string) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
+}
+
+// loopbackDNS serves A 127.0.0.1 for every name on a loopback UDP port.
+func loopbackDNS(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		for _, q := range r.Question {
+			if q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET}, A: net.IPv4(127, 0, 0, 1)})
+			}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return pc.LocalAddr().String()
+}

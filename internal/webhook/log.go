@@ -1,0 +1,275 @@
+package webhook
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors for the API's error table.
+var (
+	// ErrDeliveryNotFound: no such delivery for this account (another account's delivery is
+	// reported the same way, so ids of other accounts cannot be probed).
+	ErrDeliveryNotFound = errors.New("delivery not found")
+	// ErrNotReplayable: only failed deliveries can be replayed.
+	ErrNotReplayable = errors.New("only a failed delivery can be replayed")
+	// ErrInvalidFilter: a ListFilter with an unknown status or a cursor this package did not issue.
+	ErrInvalidFilter = errors.New("invalid delivery filter")
+)
+
+// Page sizes of ListDeliveries.
+const (
+	DefaultPageSize = 20
+	MaxPageSize     = 100
+)
+
+// Attempt is one row of the delivery log.
+type Attempt struct {
+	Attempt      int       `json:"attempt"`
+	StartedAt    time.Time `json:"started_at"`
+	DurationMs   int       `json:"duration_ms"`
+	HTTPStatus   *int      `json:"http_status"`
+	Error        *string   `json:"error"`
+	ResponseBody *string   `json:"response_body"`
+}
+
+// Delivery is a delivery as the dashboard shows it. The body and signature are not included:
+// the body is the job's result, served by the jobs route, and the signature is a secret's MAC.
+type Delivery struct {
+	ID         uuid.UUID  `json:"id"`
+	JobID      uuid.UUID  `json:"job_id"`
+	URL        string     `json:"url"`
+	State      string     `json:"state"`
+	Signed     bool       `json:"signed"`
+	Attempts   int        `json:"attempts"`
+	LastStatus *int       `json:"last_status"`
+	LastError  *string    `json:"last_error"`
+	ReplayOf   *uuid.UUID `json:"replay_of"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Log        []Attempt  `json:"attempt_log"`
+}
+
+// ListFilter selects a page of an account's deliveries.
+type ListFilter struct {
+	Status string // "", pending, retrying, delivered or failed
+	Limit  int    // 1–MaxPageSize; 0 means DefaultPageSize
+	Cursor string // NextCursor of the previous page; "" for the first
+}
+
+// Page is one page of deliveries, newest first. NextCursor is empty on the last page.
+type Page struct {
+	Deliveries []Delivery `json:"deliveries"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
+// cursor is the keyset position after the last delivery of a page: (created_at, id) in the
+// page's order. It is opaque to clients: base64url of the creation time in Unix microseconds
+// (Postgres' precision, so the comparison is exact) followed by the id.
+type cursor struct {
+	createdAt time.Time
+	id        uuid.UUID
+}
+
+func (c cursor) encode() string {
+	b := make([]byte, 8, 24)
+	binary.BigEndian.PutUint64(b, uint64(c.createdAt.UnixMicro()))
+	b = append(b, c.id[:]...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 24 {
+		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
+	}
+	var c cursor
+	c.createdAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8])))
+	copy(c.id[:], b[8:])
+	return c, nil
+}
+
+// ListDeliveries returns a page of an account's deliveries, newest first, each with its attempts.
+func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilter) (Page, error) {
+	switch f.Status {
+	case "", StatePending, StateRetrying, StateDelivered, StateFailed:
+	default:
+		return Page{}, fmt.Errorf("%w: unknown status %q", ErrInvalidFilter, f.Status)
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultPageSize
+	}
+	if limit < 1 || limit > MaxPageSize {
+		return Page{}, fmt.Errorf("%w: limit must be from 1 to %d", ErrInvalidFilter, MaxPageSize)
+	}
+	var after *cursor
+	if f.Cursor != "" {
+		c, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		after = &c
+	}
+	var afterTime *time.Time
+	var afterID *uuid.UUID
+	if after != nil {
+		afterTime, afterID = &after.createdAt, &after.id
+	}
+	// One row more than the page tells whether another page follows.
+	rows, err := db.Query(ctx, `
+		SELECT id, job_id, url, state, signature IS NOT NULL, attempts, last_status, last_error,
+		       replay_of, created_at, finished_at
+		FROM deliveries
+		WHERE account_id = $1
+		  AND ($2::text = '' OR state = $2)
+		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
+		ORDER BY created_at DESC, id DESC
+		LIMIT $5`, accountID, f.Status, afterTime, afterID, limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("list deliveries: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var d Delivery
+		err := r.Scan(&d.ID, &d.JobID, &d.URL, &d.State, &d.Signed, &d.Attempts, &d.LastStatus,
+			&d.LastError, &d.ReplayOf, &d.CreatedAt, &d.FinishedAt)
+		d.Log = []Attempt{}
+		return d, err
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("list deliveries: %w", err)
+	}
+	page := Page{Deliveries: ds}
+	if len(ds) > limit {
+		page.Deliveries = ds[:limit]
+		last := page.Deliveries[limit-1]
+		page.NextCursor = cursor{createdAt: last.CreatedAt, id: last.ID}.encode()
+	}
+	if len(page.Deliveries) == 0 {
+		return page, nil
+	}
+	ids := make([]uuid.UUID, len(page.Deliveries))
+	index := make(map[uuid.UUID]int, len(ids))
+	for i, d := range page.Deliveries {
+		ids[i], index[d.ID] = d.ID, i
+	}
+	rows, err = db.Query(ctx, `
+		SELECT delivery_id, attempt, started_at, duration_ms, http_status, error, response_body
+		FROM delivery_attempts WHERE delivery_id = ANY($1) ORDER BY delivery_id, attempt`, ids)
+	if err != nil {
+		return Page{}, fmt.Errorf("list delivery attempts: %w", err)
+	}
+	var id uuid.UUID
+	var a Attempt
+	_, err = pgx.ForEachRow(rows, []any{&id, &a.Attempt, &a.StartedAt, &a.DurationMs, &a.HTTPStatus, &a.Error, &a.ResponseBody}, func() error {
+		d := &page.Deliveries[index[id]]
+		d.Log = append(d.Log, a)
+		return nil
+	})
+	if err != nil {
+		return Page{}, fmt.Errorf("list delivery attempts: %w", err)
+	}
+	return page, nil
+}
+
+// Replay delivers a failed delivery of accountID again: a new delivery with replay_of set to the
+// original, the same URL, the same body bytes and the same signature, published at once. It
+// returns the replay's id.
+//
+// A request that arrives twice must not deliver twice, so an original has at most one replay
+// that is not failed (a unique index enforces it across API replicas): while one is pending,
+// retrying or delivered, Replay returns that one's id instead of creating another. Only after
+// every earlier replay failed does a new request create a new replay. Replaying a replay replays
+// its original. The paid-tier check (free ⇒ 403) is the API's.
+func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliveryID uuid.UUID) (uuid.UUID, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	var state string
+	var root uuid.UUID
+	err = tx.QueryRow(ctx, `
+		SELECT state, COALESCE(replay_of, id) FROM deliveries WHERE id = $1 AND account_id = $2`,
+		deliveryID, accountID).Scan(&state, &root)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, ErrDeliveryNotFound
+	}
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("replay: %w", err)
+	}
+	if state != StateFailed {
+		return uuid.Nil, ErrNotReplayable
+	}
+	newID, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	// The copy is taken from the delivery asked for; its body and signature are the original's.
+	var id uuid.UUID
+	err = tx.QueryRow(ctx, `
+		INSERT INTO deliveries (id, job_id, account_id, url, body, signature, replay_of)
+		SELECT $1, job_id, account_id, url, body, signature, $3
+		FROM deliveries WHERE id = $2
+		ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL AND state <> 'failed' DO NOTHING
+		RETURNING id`, newID, deliveryID, root).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = tx.QueryRow(ctx, `
+			SELECT id FROM deliveries WHERE replay_of = $1 AND state <> 'failed'`, root).Scan(&id)
+	}
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("replay: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return uuid.Nil, fmt.Errorf("replay: %w", err)
+	}
+	// Publishing the existing replay again is harmless (deduplicated, or a no-op for a finished
+	// delivery) and covers a first request that died between its commit and its publish. If
+	// publishing fails, the outbox sweep picks the row up.
+	if err := Publish(ctx, js, id); err != nil {
+		return id, err
+	}
+	return id, nil
+}
+
+// Retention of the delivery log by tier (spec §6.6).
+const (
+	RetentionFree = 24 * time.Hour
+	RetentionPaid = 30 * 24 * time.Hour
+)
+
+// PurgeExpired deletes finished deliveries (and, by cascade, their attempts) older than their
+// account's retention, in batches of batch rows, at most maxBatches batches, and returns how many
+// it deleted. Each batch is its own statement that locks with SKIP LOCKED, so replicas running
+// it at the same time share the work and no batch holds locks for long.
+func PurgeExpired(ctx context.Context, db DB, batch, maxBatches int) (int64, error) {
+	var total int64
+	for i := 0; i < maxBatches; i++ {
+		tag, err := db.Exec(ctx, `
+			DELETE FROM deliveries WHERE id IN (
+				SELECT d.id FROM deliveries d JOIN accounts a ON a.id = d.account_id
+				WHERE d.state IN ('delivered', 'failed')
+				  AND d.finished_at < now() - CASE a.tier
+				        WHEN 'free' THEN $1 * interval '1 second'
+				        ELSE $2 * interval '1 second' END
+				LIMIT $3
+				FOR UPDATE OF d SKIP LOCKED)`,
+			int64(RetentionFree/time.Second), int64(RetentionPaid/time.Second), batch)
+		if err != nil {
+			return total, fmt.Errorf("purge deliveries: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			break
+		}
+	}
+	return total, nil
+}

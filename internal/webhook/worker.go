@@ -1,0 +1,522 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailvet/mailvet/internal/queue"
+)
+
+// MaxStoredResponse is how much of a receiver's response body the delivery log keeps.
+const MaxStoredResponse = 4 << 10
+
+// interruptedError is what an attempt's log row says until the attempt finishes. A worker that
+// dies mid-attempt leaves it there: the attempt counts (it may have reached the receiver), and
+// the log shows why it has no status.
+const interruptedError = "interrupted: the worker stopped before this attempt finished"
+
+// Options configure a Worker. Zero values take the defaults noted.
+type Options struct {
+	// Concurrency is how many attempts run at once (default 64).
+	Concurrency int
+	// AckWait is the consumer's AckWait (default 30 s). It must exceed AttemptTimeout plus the
+	// 2 s lease margin, so that JetStream never redelivers a message whose attempt is running.
+	AckWait time.Duration
+	// AttemptTimeout bounds one attempt, connection to last byte read (default 10 s).
+	AttemptTimeout time.Duration
+	// DrainTimeout is how long in-flight attempts may run after Run's context ends before they
+	// are abandoned (default AttemptTimeout). An abandoned attempt is left exactly as a crash
+	// would leave it.
+	DrainTimeout time.Duration
+	// SweepInterval and SweepAge drive the outbox sweep: every SweepInterval, deliveries still
+	// unattempted SweepAge after creation are published again (defaults 10 s and 30 s).
+	SweepInterval time.Duration
+	SweepAge      time.Duration
+	// RetentionInterval is how often expired delivery log rows are removed (default 10 min).
+	RetentionInterval time.Duration
+	// Client configures the HTTP client (address check, resolver, roots).
+	Client ClientOptions
+	// Log receives the worker's logs (default: discarded).
+	Log *slog.Logger
+	// Metrics is where the worker's series are registered (nil: not registered).
+	Metrics prometheus.Registerer
+}
+
+func (o *Options) defaults() error {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = AttemptTimeout
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 30 * time.Second
+	}
+	if o.AckWait <= o.lease() {
+		return fmt.Errorf("webhook worker: AckWait %s must exceed the attempt lease %s", o.AckWait, o.lease())
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = o.AttemptTimeout
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = 10 * time.Second
+	}
+	if o.SweepAge <= 0 {
+		o.SweepAge = 30 * time.Second
+	}
+	if o.RetentionInterval <= 0 {
+		o.RetentionInterval = 10 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Client.MaxConnsPerHost == 0 {
+		o.Client.MaxConnsPerHost = o.Concurrency
+	}
+	return nil
+}
+
+// lease is how long a claimed attempt keeps other workers away from its delivery: the attempt
+// itself plus room to record its outcome.
+func (o *Options) lease() time.Duration { return o.AttemptTimeout + 2*time.Second }
+
+// Worker consumes the WEBHOOKS stream and delivers. Several workers, in one process or many,
+// share the durable consumer and coordinate through Postgres.
+type Worker struct {
+	db     DB
+	js     jetstream.JetStream
+	o      Options
+	client *http.Client
+	m      *metrics
+	log    *slog.Logger
+}
+
+// NewWorker returns a worker; Run, RunSweeper and RunRetention start its parts.
+func NewWorker(db DB, js jetstream.JetStream, o Options) (*Worker, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	return &Worker{db: db, js: js, o: o, client: NewClient(o.Client), m: newMetrics(o.Metrics), log: o.Log}, nil
+}
+
+// Run consumes deliveries until ctx ends. Then it stops pulling, hands messages that were
+// buffered but not started back to JetStream (Nak, so another replica takes them at once), and
+// waits up to DrainTimeout for attempts in flight.
+func (w *Worker) Run(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := w.js.CreateOrUpdateConsumer(cctx, queue.StreamWebhooks, queue.WebhookConsumerConfig(w.o.Concurrency, w.o.AckWait))
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was taken, nothing to drain
+		}
+		return fmt.Errorf("webhook consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(w.o.Concurrency))
+	if err != nil {
+		return fmt.Errorf("webhook consumer: %w", err)
+	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Drain()
+		case <-stopped:
+			it.Stop()
+		}
+	}()
+
+	// hard outlives ctx by DrainTimeout so that attempts in flight can finish.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	sem := make(chan struct{}, w.o.Concurrency)
+	var wg sync.WaitGroup
+	for {
+		slot := false
+		select {
+		case sem <- struct{}{}:
+			slot = true
+		case <-ctx.Done():
+		}
+		msg, err := it.Next()
+		if err != nil {
+			if slot {
+				<-sem
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
+			}
+			// Missed heartbeats and reconnects surface here and heal by themselves; pausing
+			// keeps a persistent error from spinning.
+			w.log.Warn("webhook consumer", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		if !slot || ctx.Err() != nil {
+			_ = msg.Nak()
+			if slot {
+				<-sem
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.handle(hard, msg)
+		}()
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.o.DrainTimeout):
+		w.log.Warn("webhook worker: abandoning attempts still in flight", "after", w.o.DrainTimeout)
+		cancelHard()
+		<-done
+	}
+	return nil
+}
+
+// RunSweeper publishes, every SweepInterval, deliveries that were committed but never
+// published, until ctx ends.
+func (w *Worker) RunSweeper(ctx context.Context) error {
+	t := time.NewTicker(w.o.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := Sweep(ctx, w.db, w.js, w.o.SweepAge, 500)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("webhook outbox sweep", "err", err)
+		}
+		if n > 0 {
+			w.log.Info("webhook outbox sweep republished deliveries", "count", n)
+		}
+	}
+}
+
+// RunRetention removes expired delivery log rows every RetentionInterval until ctx ends.
+func (w *Worker) RunRetention(ctx context.Context) error {
+	t := time.NewTicker(w.o.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := PurgeExpired(ctx, w.db, 1000, 100)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("webhook retention", "err", err)
+		}
+		if n > 0 {
+			w.log.Info("webhook retention removed deliveries", "count", n)
+		}
+	}
+}
+
+// claimed is a delivery whose next attempt this worker owns.
+type claimed struct {
+	id        uuid.UUID
+	attempt   int
+	url       string
+	body      []byte
+	signature *string
+}
+
+// dbRetry is how long a message waits when Postgres could not be reached.
+const dbRetry = 2 * time.Second
+
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+	// The AckWait clock started when the message entered the client's buffer; restart it now.
+	_ = msg.InProgress()
+	var dm queue.DeliveryMessage
+	if err := json.Unmarshal(msg.Data(), &dm); err != nil || dm.DeliveryID == uuid.Nil {
+		w.log.Error("webhook message without a delivery id; dropped", "data", string(msg.Data()))
+		_ = msg.Term()
+		return
+	}
+	log := w.log.With("delivery_id", dm.DeliveryID)
+
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	c, wait, err := w.claim(dctx, dm.DeliveryID)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil:
+		log.Warn("webhook claim", "err", err)
+		_ = msg.NakWithDelay(dbRetry)
+		return
+	case c == nil && wait > 0:
+		_ = msg.NakWithDelay(wait)
+		return
+	case c == nil:
+		_ = msg.Ack()
+		return
+	}
+
+	res := w.attempt(ctx, c)
+	if ctx.Err() != nil {
+		// Abandoned at shutdown: leave everything as a crash would; the message is redelivered
+		// after AckWait and the attempt stays counted with interruptedError.
+		return
+	}
+	failedAt := time.Now()
+	out := classify(c.attempt, res.status, res.transport, res.final)
+	var backoff time.Duration
+	if out == outcomeRetry {
+		backoff = Backoff(c.attempt)
+	}
+	w.m.attempts.WithLabelValues(res.label).Inc()
+	w.m.attemptDur.Observe(res.duration.Seconds())
+
+	var createdAt time.Time
+	for try := 0; ; try++ {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		createdAt, err = w.finish(fctx, c, res, out, backoff-time.Since(failedAt))
+		cancel()
+		if err == nil || try == 2 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		// The attempt stays recorded as interrupted; after the lease the next one is claimed.
+		log.Error("webhook record attempt", "attempt", c.attempt, "err", err)
+		_ = msg.NakWithDelay(w.o.lease())
+		return
+	}
+	switch out {
+	case outcomeRetry:
+		_ = msg.NakWithDelay(max(backoff-time.Since(failedAt), time.Millisecond))
+	case outcomeDelivered:
+		w.m.latency.WithLabelValues(StateDelivered).Observe(time.Since(createdAt).Seconds())
+		_ = msg.Ack()
+	default:
+		w.m.latency.WithLabelValues(StateFailed).Observe(time.Since(createdAt).Seconds())
+		log.Info("webhook delivery failed", "attempts", c.attempt, "status", res.status, "err", res.errText)
+		_ = msg.Ack()
+	}
+}
+
+// claim takes the next attempt of a delivery. The attempt number is incremented and the attempt
+// row written, with interruptedError, BEFORE anything is sent: a worker that crashes during the
+// attempt therefore leaves it counted, and a redelivered message can never send more than
+// MaxAttempts times. next_attempt_at doubles as a lease while the attempt runs, so a duplicate
+// message cannot start a parallel attempt; after a failure it holds the backoff.
+//
+// claim returns the claimed delivery, or nil with how long to wait before asking again (0: the
+// message is finished with and must be acked).
+func (w *Worker) claim(ctx context.Context, id uuid.UUID) (*claimed, time.Duration, error) {
+	c := &claimed{id: id}
+	err := w.db.QueryRow(ctx, `
+		WITH d AS (
+			UPDATE deliveries
+			SET attempts = attempts + 1, state = 'retrying', updated_at = now(),
+			    next_attempt_at = now() + $2 * interval '1 millisecond'
+			WHERE id = $1 AND state IN ('pending', 'retrying') AND attempts < $3
+			  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+			RETURNING id, attempts, url, body, signature),
+		a AS (
+			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error)
+			SELECT id, attempts, now(), 0, $4 FROM d)
+		SELECT attempts, url, body, signature FROM d`,
+		id, w.o.lease().Milliseconds(), MaxAttempts, interruptedError,
+	).Scan(&c.attempt, &c.url, &c.body, &c.signature)
+	if err == nil {
+		return c, 0, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, err
+	}
+
+	// Nothing to claim: say why.
+	var state string
+	var attempts int
+	var waitMs int64
+	err = w.db.QueryRow(ctx, `
+		SELECT state, attempts,
+		       COALESCE(ceil(EXTRACT(EPOCH FROM (next_attempt_at - now())) * 1000), 0)::bigint
+		FROM deliveries WHERE id = $1`, id).Scan(&state, &attempts, &waitMs)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Removed by retention or with its job; nothing left to deliver.
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	case state == StateDelivered || state == StateFailed:
+		return nil, 0, nil
+	case waitMs > 0:
+		return nil, time.Duration(waitMs) * time.Millisecond, nil
+	case attempts >= MaxAttempts:
+		// The last attempt was claimed and its worker died before recording an outcome: the
+		// attempts are used up.
+		_, err = w.db.Exec(ctx, `
+			UPDATE deliveries SET state = 'failed', finished_at = now(), updated_at = now(),
+			       last_error = COALESCE(last_error, $2)
+			WHERE id = $1 AND state IN ('pending', 'retrying') AND attempts >= $3`,
+			id, interruptedError, MaxAttempts)
+		return nil, 0, err
+	default:
+		// The lease ran out between the two statements; try again shortly.
+		return nil, 50 * time.Millisecond, nil
+	}
+}
+
+// result is what one attempt produced.
+type result struct {
+	status    int
+	errText   string
+	transport bool // a network failure: retried while attempts remain
+	final     bool // refused before sending: never retried
+	body      string
+	duration  time.Duration
+	label     string
+}
+
+// attempt POSTs the stored body once.
+func (w *Worker) attempt(ctx context.Context, c *claimed) result {
+	start := time.Now()
+	res := w.send(ctx, c)
+	res.duration = time.Since(start)
+	return res
+}
+
+func (w *Worker) send(ctx context.Context, c *claimed) result {
+	// The URL passed CheckURL when the job was accepted; checking again guards rows written by
+	// anything else and rules that tightened since.
+	if err := CheckURL(c.url); err != nil {
+		return result{errText: err.Error(), final: true, label: labelRefused}
+	}
+	actx, cancel := context.WithTimeout(ctx, w.o.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(c.body))
+	if err != nil {
+		return result{errText: err.Error(), final: true, label: labelRefused}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Mailvet-Webhook/1")
+	// Receivers may deduplicate on the delivery id: a redelivery after a crash can repeat an
+	// attempt that did reach them.
+	req.Header.Set("X-Mailvet-Delivery", c.id.String())
+	req.Header.Set("X-Mailvet-Attempt", strconv.Itoa(c.attempt))
+	if c.signature != nil {
+		req.Header.Set(SignatureHeader, *c.signature)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		if errors.Is(err, ErrForbiddenAddress) {
+			return result{errText: errorText(err, w.o.AttemptTimeout), final: true, label: labelRefused}
+		}
+		return result{errText: errorText(err, w.o.AttemptTimeout), transport: true, label: labelTransport}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, MaxStoredResponse))
+	// Read a little more so the connection can be reused, but never a receiver's whole stream.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	res := result{status: resp.StatusCode, body: cleanText(body)}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode <= 299:
+		res.label = labelSuccess
+	case resp.StatusCode >= 500 && resp.StatusCode <= 599:
+		res.label, res.errText = labelServerErr, "HTTP "+strconv.Itoa(resp.StatusCode)
+	default:
+		res.label, res.errText = labelClientErr, "HTTP "+strconv.Itoa(resp.StatusCode)
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+			res.errText += " (redirects are not followed)"
+		}
+	}
+	return res
+}
+
+// errorText shortens a client error for the log: the URL is already on the delivery.
+func errorText(err error, timeout time.Duration) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("timeout: no complete answer within %s", timeout)
+	}
+	return err.Error()
+}
+
+// cleanText makes a response body storable as Postgres text: valid UTF-8 (the cut at
+// MaxStoredResponse may split a character) and no NUL bytes.
+func cleanText(b []byte) string {
+	s := string(b)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return strings.ReplaceAll(s, "\x00", "")
+}
+
+// finish records the outcome of attempt c.attempt and moves the delivery on: delivered, failed,
+// or retrying with next_attempt_at after wait. It returns the delivery's creation time.
+func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome, wait time.Duration) (time.Time, error) {
+	state := StateRetrying
+	switch out {
+	case outcomeDelivered:
+		state = StateDelivered
+	case outcomeFailed:
+		state = StateFailed
+	}
+	var status *int
+	if res.status != 0 {
+		status = &res.status
+	}
+	var errText, body *string
+	if res.errText != "" {
+		errText = &res.errText
+	}
+	if res.status != 0 {
+		body = &res.body
+	}
+	var createdAt time.Time
+	err := w.db.QueryRow(ctx, `
+		WITH a AS (
+			UPDATE delivery_attempts
+			SET duration_ms = $3, http_status = $4, error = $5, response_body = $6
+			WHERE delivery_id = $1 AND attempt = $2)
+		UPDATE deliveries
+		SET state = $7::text, last_status = $4, last_error = $5, updated_at = now(),
+		    next_attempt_at = CASE WHEN $7::text = 'retrying' THEN now() + $8 * interval '1 millisecond' END,
+		    finished_at = CASE WHEN $7::text IN ('delivered', 'failed') THEN now() END
+		WHERE id = $1 AND attempts = $2 AND state = 'retrying'
+		RETURNING created_at`,
+		c.id, c.attempt, res.duration.Milliseconds(), status, errText, body, state, max(wait.Milliseconds(), 0),
+	).Scan(&createdAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Someone else moved the delivery on (an operator, a lease that ran out); the attempt row
+		// is still worth keeping, and the message is done with.
+		return time.Now(), nil
+	}
+	return createdAt, err
+}
