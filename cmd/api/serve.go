@@ -6,12 +6,17 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/admin"
 	"github.com/mailvet/mailvet/internal/api"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // serve runs the API (and, in dev mode, the workers in-process) until ctx ends, then drains.
@@ -28,7 +33,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
 		return err
 	}
-	srv := api.New(api.Deps{Config: cfg, Log: log, Pool: in.Pool, NATS: in.NATS, JS: in.JS, Ready: in.Ready, Metrics: in.Metrics})
+	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
+	// layers stay idle here unless dev mode runs the verifier in-process.
+	engine, err := verify.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	srv := api.New(api.Deps{Config: cfg, Log: log, Pool: in.Pool, NATS: in.NATS, JS: in.JS, Ready: in.Ready,
+		Metrics: in.Metrics, Local: engine})
 	httpSrv, err := app.Listen(cfg.HTTPAddr, srv.Handler())
 	if err != nil {
 		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
@@ -43,7 +56,36 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		creds.Write(stdout, base)
 		fmt.Fprintf(stdout, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	}
-	err = in.Run(ctx, func(ctx context.Context) error { return httpSrv.Serve(ctx, app.ShutdownGrace, log) })
+	parts := []func(context.Context) error{
+		func(ctx context.Context) error { return httpSrv.Serve(ctx, app.ShutdownGrace, log) },
+		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
+	}
+	if cfg.Dev {
+		// The whole system in one process: the verifier and webhook workers join in.
+		parts = append(parts, verifier.Services(in.Pool, in.NATS, in.JS, engine, log, in.Metrics)...)
+		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, hooks...)
+	}
+	err = in.Run(ctx, parts...)
 	log.Info("api stopped")
 	return err
+}
+
+// pruneRateWindows deletes expired rate-limit windows once a minute; every replica may do it.
+func pruneRateWindows(ctx context.Context, in *app.Infra, log *slog.Logger) error {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if _, err := usage.PruneRateWindows(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
+				log.Warn("prune rate windows", "err", err)
+			}
+		}
+	}
 }

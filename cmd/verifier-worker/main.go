@@ -15,6 +15,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -49,8 +50,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer in.Close()
+	engine, err := verify.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
 	log.Info("verifier worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx)
+	err = in.Run(ctx, verifier.Services(in.Pool, in.NATS, in.JS, engine, log, in.Metrics)...)
 	log.Info("verifier worker stopped")
 	return err
 }

@@ -50,23 +50,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer in.Close()
-	w, err := webhook.NewWorker(in.Pool, in.JS, webhook.Options{
-		Concurrency: *concurrency,
-		Client: webhook.ClientOptions{
-			AllowPrivate: cfg.WebhookAllowPrivate,
-			DNSResolver:  cfg.DNSResolver,
-		},
-		Log:     log,
-		Metrics: in.Metrics,
-	})
+	parts, err := webhook.Services(in.Pool, in.JS, cfg, *concurrency, log, in.Metrics)
 	if err != nil {
 		return err
 	}
-	if cfg.WebhookAllowPrivate {
-		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")
-	}
 	log.Info("webhook worker started", "ops", in.OpsAddr(), "concurrency", *concurrency)
-	err = in.Run(ctx, w.Run, w.RunSweeper, w.RunRetention)
+	err = in.Run(ctx, parts...)
 	log.Info("webhook worker stopped")
 	return err
 }

@@ -1,16 +1,22 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage"
 )
 
 // Error is the spec §7 error envelope. Handlers return it (or a domain error that errorTable maps
@@ -62,6 +68,10 @@ const (
 	CodeCustomerNotFound         = "customer_not_found"
 	CodeNoBillingCustomer        = "no_billing_customer"
 	CodeBillingPortalUnavailable = "billing_portal_unavailable"
+	CodeRateLimitExceeded        = "rate_limit_exceeded"
+	CodeMonthlyQuotaExceeded     = "monthly_quota_exceeded"
+	CodePaymentRequired          = "payment_required"
+	CodeQuotaCheckFailed         = "quota_check_failed"
 )
 
 // InvalidRequest is the 400 for bad input; the message must name the offending field.
@@ -117,6 +127,9 @@ var errorTable = []errorMapping{
 func toEnvelope(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
+		return e
+	}
+	if e := admissionEnvelope(err); e != nil {
 		return e
 	}
 	for _, m := range errorTable {
@@ -189,6 +202,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if env.Docs == "" {
 		env.Docs = s.docsURL(env.Code)
 	}
+	s.logRejection(c, env)
 	for k, vs := range env.Header {
 		for _, v := range vs {
 			c.Response().Header().Add(k, v)
@@ -200,6 +214,90 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if werr := c.JSON(env.Status, env); werr != nil {
 		s.log.Warn("write error response", "err", werr)
+	}
+}
+
+// admissionEnvelope maps the refusals of verify admission (spec §7), which carry extra fields.
+func admissionEnvelope(err error) *Error {
+	var (
+		rl *usage.RateLimited
+		qe *usage.QuotaExceeded
+		sc *usage.SpendCapExceeded
+	)
+	switch {
+	case errors.As(err, &rl):
+		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded,
+			"Wait until reset_at (the Retry-After header gives the seconds), then retry; do not retry in a tight loop.",
+			"Rate limit of %d emails per minute exceeded for this account.", rl.Limit)
+		e.Extra = map[string]any{"limit": rl.Limit, "window": "1m", "reset_at": isoTime(rl.Reset)}
+		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(rl.Reset, time.Now()))}}
+		return e
+	case errors.As(err, &qe):
+		e := Errorf(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded,
+			"Wait until reset_at (the start of the next UTC month) or upgrade to a paid plan.",
+			"Monthly quota of %d verifications reached (%d used).", qe.Limit, qe.Used)
+		e.Extra = map[string]any{"limit": qe.Limit, "used": qe.Used, "reset_at": isoTime(qe.Reset)}
+		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(qe.Reset, time.Now()))}}
+		return e
+	case errors.As(err, &sc):
+		e := Errorf(http.StatusPaymentRequired, CodePaymentRequired,
+			"Raise or remove the hard spend cap in the billing settings, or send fewer emails in this period.",
+			"This request could take the period's overage past the hard spend cap.")
+		e.Extra = map[string]any{"hard_cap_eur": sc.HardCapEUR, "current_overage_eur": sc.CurrentOverageEUR}
+		return e
+	case errors.Is(err, usage.ErrQuotaCheck):
+		e := Errorf(http.StatusServiceUnavailable, CodeQuotaCheckFailed,
+			"Retry after the number of seconds in Retry-After; nothing was charged.",
+			"The monthly quota could not be checked right now.")
+		e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
+		return e
+	case errors.Is(err, usage.ErrUnavailable):
+		return unavailable(errors.New("usage limits could not be checked"))
+	case errors.Is(err, queue.ErrNoWorkers), errors.Is(err, queue.ErrBusy), errors.Is(err, queue.ErrTimeout):
+		return unavailable(err)
+	}
+	return nil
+}
+
+// unavailable is the 503 for a dependency that is down or saturated; the client retries.
+func unavailable(err error) *Error {
+	e := Errorf(http.StatusServiceUnavailable, CodeServiceUnavailable,
+		"Retry after the number of seconds in Retry-After; nothing was charged for this request.",
+		"Verification is temporarily unavailable: %s.", strings.TrimSuffix(err.Error(), "."))
+	e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
+	return e
+}
+
+// loggedRejections are the verify-route refusals that get a usage-log row (spec §7: "log
+// class"), with the error_class they are logged under (rule 3).
+var loggedRejections = map[string]string{
+	CodeInvalidRequest:       "invalid_request",
+	CodeQuotaCheckFailed:     "quota_check_failed",
+	CodeMonthlyQuotaExceeded: "monthly_quota_exceeded",
+	CodeRateLimitExceeded:    "rate_limit",
+	CodePaymentRequired:      "payment_required",
+	CodeServiceUnavailable:   "service_unavailable",
+}
+
+// logRejection records a refused verify request in the usage log. Such rows never count toward
+// the quota or billing. Best effort: when the datastore is what failed, this fails too.
+func (s *Server) logRejection(c echo.Context, env *Error) {
+	class, ok := loggedRejections[env.Code]
+	if !ok || !strings.HasPrefix(c.Path(), "/v1/email/") {
+		return
+	}
+	p, ok := c.Get(principalKey).(auth.Principal)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := usage.Record(ctx, s.pool, []usage.Row{{
+		ItemKey: requestID(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
+		Route: c.Path(), FailedCheck: env.Code, ErrorClass: class,
+	}})
+	if err != nil {
+		s.log.Warn("usage log of a rejected request", "code", env.Code, "err", err)
 	}
 }
 

@@ -21,6 +21,10 @@ func (s *Server) routes() {
 	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
 	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard))
+	s.email.POST("/verify", s.verifyOne)
+	s.email.POST("/verify/batch", s.verifyBatch)
+	s.email.POST("/verify/stream", s.verifyStream)
+	s.email.GET("/jobs/:job_id", s.getJob)
 	s.email.RouteNotFound("", s.notFoundInGroup)
 	s.email.RouteNotFound("/*", s.notFoundInGroup)
 
@@ -33,6 +37,10 @@ func (s *Server) routes() {
 	s.mgmt.POST("/keys", s.createKey)
 	s.mgmt.DELETE("/keys/:id", s.deleteKey)
 	s.mgmt.POST("/billing/portal", s.billingPortal)
+	s.mgmt.GET("/usage", s.getUsage)
+	s.mgmt.GET("/usage/summary", s.getUsageSummary)
+	s.mgmt.GET("/deliveries", s.listDeliveries)
+	s.mgmt.POST("/deliveries/:id/retry", s.retryDelivery)
 }
 
 // notFoundInGroup answers paths under an authenticated group that no route matches, after the

@@ -23,6 +23,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/queue"
 )
 
 // Deps are the dependencies of the API server.
@@ -38,6 +39,8 @@ type Deps struct {
 	Portal BillingPortal
 	// Now is the clock; nil means time.Now. Tests pin it to check month boundaries.
 	Now func() time.Time
+	// Local runs the local verification layers in-process (verify.Verifier).
+	Local LocalVerifier
 }
 
 // BillingPortal opens a billing portal session for a Stripe customer and returns its URL.
@@ -63,6 +66,9 @@ type Server struct {
 	portal   BillingPortal
 	events   *billing.Events
 
+	local    LocalVerifier
+	dispatch *queue.Dispatcher
+
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
 	mgmt  *echo.Group
@@ -73,7 +79,8 @@ type Server struct {
 
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal}
+	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
+		local: d.Local, dispatch: &queue.Dispatcher{NC: d.NATS, JS: d.JS}}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/queue"
 )
 
@@ -519,4 +520,23 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 		return time.Now(), nil
 	}
 	return createdAt, err
+}
+
+// Services builds a worker from the configuration and returns its long-running parts — delivery,
+// the outbox sweep and retention — for app.Infra.Run. The webhook binary and `api -dev` run the
+// same parts.
+func Services(db DB, js jetstream.JetStream, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer) ([]func(context.Context) error, error) {
+	w, err := NewWorker(db, js, Options{
+		Concurrency: concurrency,
+		Client:      ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
+		Log:         log,
+		Metrics:     reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WebhookAllowPrivate {
+		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")
+	}
+	return []func(context.Context) error{w.Run, w.RunSweeper, w.RunRetention}, nil
 }

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// Error codes of the delivery-log extension routes (DESIGN.md §3.3).
+const (
+	CodePlanUpgradeRequired = "plan_upgrade_required"
+	CodeDeliveryNotFound    = "delivery_not_found"
+	CodeNotReplayable       = "delivery_not_replayable"
+)
+
+func init() {
+	errorTable = append(errorTable,
+		errorMapping{webhook.ErrInvalidFilter, http.StatusBadRequest, CodeInvalidRequest,
+			"Use status pending, retrying, delivered or failed, limit 1–100, and the next_cursor of the previous page.", ""},
+		errorMapping{webhook.ErrDeliveryNotFound, http.StatusNotFound, CodeDeliveryNotFound,
+			"List deliveries with GET /v1/management/deliveries and use one of their ids.",
+			"No delivery with this id for the account."},
+		errorMapping{webhook.ErrNotReplayable, http.StatusConflict, CodeNotReplayable,
+			"Only failed deliveries can be retried; check its state with GET /v1/management/deliveries.",
+			"This delivery has not failed, so there is nothing to retry."},
+	)
+}
+
+// listDeliveries is GET /v1/management/deliveries (extension): newest first, filtered by status,
+// keyset-paginated with an opaque cursor.
+func (s *Server) listDeliveries(c echo.Context) error {
+	acct, err := uuid.Parse(principalOf(c).AccountID)
+	if err != nil {
+		return err
+	}
+	f := webhook.ListFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	if l := c.QueryParam("limit"); l != "" {
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 {
+			return InvalidRequest("Query parameter limit must be a whole number from 1 to %d.", webhook.MaxPageSize)
+		}
+	}
+	page, err := webhook.ListDeliveries(c.Request().Context(), s.pool, acct, f)
+	if err != nil {
+		return err
+	}
+	if page.Deliveries == nil {
+		page.Deliveries = []webhook.Delivery{}
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// retryDelivery is POST /v1/management/deliveries/{id}/retry (extension, paid tiers): the same
+// body bytes and signature go out again through the webhook workers. A repeated request returns
+// the replay already under way instead of sending twice.
+func (s *Server) retryDelivery(c echo.Context) error {
+	p := principalOf(c)
+	if p.Tier == config.TierFree {
+		return Errorf(http.StatusForbidden, CodePlanUpgradeRequired,
+			"Upgrade to the builder or scale plan to retry failed deliveries.",
+			"Retrying deliveries is available on paid plans.")
+	}
+	acct, err := uuid.Parse(p.AccountID)
+	if err != nil {
+		return err
+	}
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return webhook.ErrDeliveryNotFound
+	}
+	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, acct, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, map[string]string{"delivery_id": replay.String(), "replay_of": id.String(), "status": "pending"})
+}

@@ -1,0 +1,424 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// LocalVerifier runs the local layers (syntax, disposable, signals) in the API process; final is
+// true when they already decide the result, so no worker round trip is needed.
+type LocalVerifier interface {
+	Local(raw string) (r verify.Result, final bool)
+}
+
+// Bounds of the verify routes (DESIGN.md §3.3).
+const (
+	maxEmailLen       = 1024 // longer is not an address; refused before any work
+	maxBatch          = 100
+	maxStream         = 1000
+	minSecretLen      = 8 // spec §8
+	maxSecretLen      = 256
+	syncDeadline      = 10 * time.Second
+	batchDeadline     = 30 * time.Second
+	streamDeadline    = 120 * time.Second
+	retryAfterSeconds = "2"
+)
+
+type verifyRequest struct {
+	Email         *string `json:"email"`
+	WebhookURL    *string `json:"webhook_url"`
+	CallbackURL   *string `json:"callback_url"`
+	WebhookSecret *string `json:"webhook_secret"`
+}
+
+type listRequest struct {
+	Emails []json.RawMessage `json:"emails"`
+}
+
+// caller is the authenticated account as the verify and usage routes need it.
+type caller struct {
+	account string
+	key     string
+	tier    config.Tier
+	plan    config.PlanLimits
+}
+
+func (s *Server) callerOf(c echo.Context) caller {
+	p := principalOf(c)
+	return caller{account: p.AccountID, key: p.KeyID, tier: p.Tier, plan: s.cfg.Plans[p.Tier]}
+}
+
+// checkEmail bounds one address field; its content is the layers' business.
+func checkEmail(field, e string) error {
+	switch {
+	case strings.TrimSpace(e) == "":
+		return InvalidRequest("Field %s is empty; send an email address.", field)
+	case len(e) > maxEmailLen:
+		return InvalidRequest("Field %s is longer than %d characters.", field, maxEmailLen)
+	case !utf8.ValidString(e):
+		return InvalidRequest("Field %s is not valid UTF-8.", field)
+	}
+	return nil
+}
+
+// admit runs admission for n emails and sets the RateLimit-* headers.
+func (s *Server) admit(c echo.Context, who caller, n int) (usage.Decision, error) {
+	now := s.now()
+	d, err := usage.Admit(c.Request().Context(), s.pool, usage.Request{
+		AccountID: who.account, Free: who.tier == config.TierFree, Units: n,
+		RatePerMin: who.plan.RateLimitPerMin, MonthlyCalls: who.plan.MonthlyCalls,
+		OverageEUR: s.cfg.OverageEUR[who.tier], Now: now,
+	})
+	h := c.Response().Header()
+	h.Set("RateLimit-Limit", strconv.Itoa(who.plan.RateLimitPerMin))
+	if err == nil {
+		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
+		return d, nil
+	}
+	var rl *usage.RateLimited
+	if errors.As(err, &rl) {
+		h.Set("RateLimit-Remaining", "0")
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(rl.Reset, now)))
+	}
+	return d, err
+}
+
+func secondsUntil(t, now time.Time) int {
+	return max(1, int(t.Sub(now).Round(time.Second)/time.Second))
+}
+
+// row builds the usage-log row of one verified email.
+func row(who caller, itemKey, route string, r verify.Result) usage.Row {
+	snap, _ := json.Marshal(r)
+	fc := ""
+	if r.FailedCheck != nil {
+		fc = string(*r.FailedCheck)
+	}
+	domain := ""
+	if at := strings.LastIndexByte(r.Email, '@'); at >= 0 {
+		domain = strings.ToLower(r.Email[at+1:])
+	}
+	return usage.Row{
+		ItemKey: itemKey, AccountID: who.account, KeyID: who.key, OccurredAt: time.Now(), Route: route,
+		EmailDomain: domain, Status: string(r.Status), FailedCheck: fc,
+		Billable: fc != string(verify.CheckSyntax), QuotaUnit: true, Snapshot: snap,
+	}
+}
+
+func requestID(c echo.Context) string {
+	if id := c.Response().Header().Get(echo.HeaderXRequestID); id != "" {
+		return id
+	}
+	return uuid.NewString()
+}
+
+// verifyOne is POST /v1/email/verify.
+func (s *Server) verifyOne(c echo.Context) error {
+	start := time.Now()
+	var req verifyRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Email == nil {
+		return InvalidRequest("Field email is required.")
+	}
+	if err := checkEmail("email", *req.Email); err != nil {
+		return err
+	}
+	if req.WebhookURL != nil && req.CallbackURL != nil && *req.WebhookURL != *req.CallbackURL {
+		return InvalidRequest("Send the callback URL once, as webhook_url (callback_url is an alias).")
+	}
+	hook := req.WebhookURL
+	if hook == nil {
+		hook = req.CallbackURL
+	}
+	if hook == nil && req.WebhookSecret != nil {
+		return InvalidRequest("Field webhook_secret needs webhook_url.")
+	}
+	if hook != nil {
+		return s.verifyAsync(c, *hook, req.WebhookSecret, *req.Email)
+	}
+
+	who := s.callerOf(c)
+	d, err := s.admit(c, who, 1)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	r, final := s.local.Local(*req.Email)
+	if !final {
+		vctx, cancel := context.WithTimeout(ctx, syncDeadline)
+		r, err = s.dispatch.VerifyOne(vctx, *req.Email)
+		cancel()
+		if err != nil {
+			_ = usage.Refund(ctx, s.pool, who.account, d)
+			return unavailable(err)
+		}
+	}
+	r.LatencyMS = elapsedMS(start)
+	if err := usage.Record(ctx, s.pool, []usage.Row{row(who, requestID(c)+":0", "verify", r)}); err != nil {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.log.Error("usage log", "err", err)
+		return unavailable(errors.New("usage could not be recorded"))
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+func elapsedMS(start time.Time) float64 {
+	return float64(time.Since(start).Microseconds()) / 1000
+}
+
+// verifyAsync stores a job, queues it, and answers 202; a verifier worker completes it and the
+// webhook worker delivers the result.
+func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, email string) error {
+	if err := webhook.CheckURL(hookURL); err != nil {
+		return InvalidRequest("%v.", err) // the message names webhook_url and the rule
+	}
+	sec := ""
+	if secret != nil {
+		sec = *secret
+		if n := utf8.RuneCountInString(sec); n < minSecretLen || len(sec) > maxSecretLen {
+			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
+		}
+	}
+	who := s.callerOf(c)
+	d, err := s.admit(c, who, 1)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	jobID := uuid.New()
+	var keyID *string
+	if who.key != "" {
+		keyID = &who.key
+	}
+	var secretArg *string
+	if sec != "" {
+		secretArg = &sec
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret)
+		VALUES ($1, $2, $3, $4, $5, $6)`, jobID, who.account, keyID, email, hookURL, secretArg); err != nil {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.log.Error("store job", "err", err)
+		return unavailable(errors.New("the job could not be stored"))
+	}
+	if err := queue.PublishJob(ctx, s.js, jobID); err != nil {
+		// Not queued: remove the job so the client's retry is the only copy, and charge nothing.
+		_, _ = s.pool.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = 'pending'`, jobID)
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		return unavailable(err)
+	}
+	return c.JSON(http.StatusAccepted, map[string]string{"job_id": jobID.String(), "status": "pending"})
+}
+
+// parseList validates the emails array of a batch or stream request.
+func parseList(c echo.Context, limit int) ([]string, error) {
+	var req listRequest
+	if err := bindJSON(c, &req); err != nil {
+		return nil, err
+	}
+	if req.Emails == nil {
+		return nil, InvalidRequest("Field emails is required: an array of 1 to %d email addresses.", limit)
+	}
+	if len(req.Emails) == 0 || len(req.Emails) > limit {
+		return nil, InvalidRequest("Field emails must hold 1 to %d addresses, not %d; split larger lists into several requests.", limit, len(req.Emails))
+	}
+	out := make([]string, len(req.Emails))
+	for i, raw := range req.Emails {
+		field := fmt.Sprintf("emails[%d]", i)
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			return nil, InvalidRequest("Field %s must be a string.", field)
+		}
+		if err := checkEmail(field, out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// runList verifies emails: local results at once, the rest through the worker fleet, calling
+// each in completion order. Missing is the indexes the fleet did not answer before ctx ended.
+func (s *Server) runList(ctx context.Context, emails []string, each func(i int, r verify.Result)) (missing []int, err error) {
+	var (
+		remote []string
+		at     []int
+	)
+	for i, e := range emails {
+		if r, final := s.local.Local(e); final {
+			each(i, r)
+			continue
+		}
+		remote = append(remote, e)
+		at = append(at, i)
+	}
+	if len(remote) == 0 {
+		return nil, nil
+	}
+	m, err := s.dispatch.VerifyMany(ctx, remote, func(j int, r verify.Result) { each(at[j], r) })
+	for _, j := range m {
+		missing = append(missing, at[j])
+	}
+	return missing, err
+}
+
+type batchResponse struct {
+	Results []verify.Result `json:"results"`
+	Count   int             `json:"count"`
+}
+
+// verifyBatch is POST /v1/email/verify/batch: results in input order.
+func (s *Server) verifyBatch(c echo.Context) error {
+	start := time.Now()
+	emails, err := parseList(c, maxBatch)
+	if err != nil {
+		return err
+	}
+	who := s.callerOf(c)
+	d, err := s.admit(c, who, len(emails))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	vctx, cancel := context.WithTimeout(ctx, batchDeadline)
+	defer cancel()
+	results := make([]verify.Result, len(emails))
+	if _, err := s.runList(vctx, emails, func(i int, r verify.Result) { results[i] = r }); err != nil {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		return unavailable(err)
+	}
+	rid := requestID(c)
+	rows := make([]usage.Row, len(results))
+	lat := elapsedMS(start)
+	for i := range results {
+		results[i].LatencyMS = lat
+		rows[i] = row(who, rid+":"+strconv.Itoa(i), "verify_batch", results[i])
+	}
+	if err := usage.Record(ctx, s.pool, rows); err != nil {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.log.Error("usage log", "err", err)
+		return unavailable(errors.New("usage could not be recorded"))
+	}
+	return c.JSON(http.StatusOK, batchResponse{Results: results, Count: len(results)})
+}
+
+// verifyStream is POST /v1/email/verify/stream: one NDJSON line per result, in completion order,
+// each flushed as soon as its usage row is durable.
+func (s *Server) verifyStream(c echo.Context) error {
+	start := time.Now()
+	emails, err := parseList(c, maxStream)
+	if err != nil {
+		return err
+	}
+	who := s.callerOf(c)
+	d, err := s.admit(c, who, len(emails))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	// Refuse before the 200 is committed if no worker could possibly answer.
+	if !s.dispatch.WorkersAlive(ctx) && s.anyRemote(emails) {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		return unavailable(queue.ErrNoWorkers)
+	}
+	vctx, cancel := context.WithTimeout(ctx, streamDeadline)
+	defer cancel()
+
+	type done struct {
+		i int
+		r verify.Result
+	}
+	ready := make(chan done, len(emails))
+	var (
+		missing []int
+		runErr  error
+	)
+	go func() {
+		defer close(ready)
+		missing, runErr = s.runList(vctx, emails, func(i int, r verify.Result) { ready <- done{i, r} })
+	}()
+
+	resp := c.Response()
+	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
+	resp.Header().Set("Cache-Control", "no-store")
+	resp.Header().Set("X-Content-Type-Options", "nosniff")
+	resp.WriteHeader(http.StatusOK)
+	resp.Flush()
+
+	rid := requestID(c)
+	enc := json.NewEncoder(resp)
+	var (
+		pending []done
+		unsent  int
+	)
+	// Take everything that is ready, make its usage rows durable in one statement, then write
+	// and flush its lines.
+	for first := range ready {
+		pending = append(pending[:0], first)
+	drain:
+		for {
+			select {
+			case x, ok := <-ready:
+				if !ok {
+					break drain
+				}
+				pending = append(pending, x)
+			default:
+				break drain
+			}
+		}
+		rows := make([]usage.Row, len(pending))
+		lat := elapsedMS(start)
+		for k := range pending {
+			pending[k].r.LatencyMS = lat
+			rows[k] = row(who, rid+":"+strconv.Itoa(pending[k].i), "verify_stream", pending[k].r)
+		}
+		if err := usage.Record(ctx, s.pool, rows); err != nil {
+			s.log.Error("usage log (stream)", "err", err)
+			cancel()
+			unsent += len(pending) // not recorded: not sent, and not charged either
+			continue
+		}
+		for _, x := range pending {
+			if err := enc.Encode(x.r); err != nil {
+				cancel() // the client went away; stop verifying for it
+				break
+			}
+		}
+		resp.Flush()
+	}
+	// Addresses the fleet did not answer in time, or whose line could not be recorded, were not
+	// delivered to the client: they cost nothing. The stream then has fewer lines than emails.
+	if runErr != nil || unsent > 0 {
+		s.log.Warn("stream ended early", "missing", len(missing), "unsent", unsent, "err", runErr)
+	}
+	if n := len(missing) + unsent; n > 0 && d.QuotaCharged > 0 {
+		_ = usage.Refund(context.Background(), s.pool, who.account, usage.Decision{QuotaCharged: min(n, d.QuotaCharged), Month: d.Month})
+	}
+	return nil
+}
+
+func (s *Server) anyRemote(emails []string) bool {
+	for _, e := range emails {
+		if _, final := s.local.Local(e); !final {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,256 @@
+package verifier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// JobRunner completes asynchronous verification jobs: it verifies the address, then in one
+// transaction stores the result, logs usage and creates the webhook delivery, and finally
+// queues the delivery. Every step is idempotent, so a redelivered job message is harmless.
+type JobRunner struct {
+	pool *pgxpool.Pool
+	js   jetstream.JetStream
+	pipe Pipeline
+	log  *slog.Logger
+
+	Concurrency int
+	// AckWait bounds one job; a runner that dies mid-job has its job redelivered after it.
+	AckWait time.Duration
+	// SweepEvery and SweepAge: pending jobs older than SweepAge are queued again, covering an
+	// API that died between storing a job and publishing it.
+	SweepEvery, SweepAge time.Duration
+}
+
+// NewJobRunner returns a runner with production defaults.
+func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *JobRunner {
+	return &JobRunner{pool: pool, js: js, pipe: pipe, log: log,
+		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second}
+}
+
+// Run consumes jobs until ctx ends, then waits for the jobs in flight.
+func (j *JobRunner) Run(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cons, err := j.js.CreateOrUpdateConsumer(cctx, queue.StreamJobs, jetstream.ConsumerConfig{
+		Durable:       queue.ConsumerJobRunners,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       j.AckWait,
+		MaxAckPending: 4 * j.Concurrency,
+		MaxDeliver:    -1,
+		FilterSubject: queue.SubjectJobs,
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("jobs consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(j.Concurrency))
+	if err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, j.Concurrency)
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		j.sweep(ctx)
+	}()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				j.log.Warn("jobs", "err", err)
+			}
+			break
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := j.handle(msg); err != nil {
+				j.log.Error("job", "err", err)
+				_ = msg.NakWithDelay(time.Second)
+				return
+			}
+			_ = msg.Ack()
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// callback is the body POSTed to the caller: the verify result plus job_id (spec §6.2), and
+// error "internal" when verification itself failed (DESIGN.md §3.3).
+type callback struct {
+	verify.Result
+	JobID string `json:"job_id"`
+	Error string `json:"error,omitempty"`
+}
+
+type job struct {
+	id, account   uuid.UUID
+	key           *uuid.UUID
+	email, url    string
+	secret, state string
+}
+
+func (j *JobRunner) handle(msg jetstream.Msg) error {
+	var m queue.JobMessage
+	if err := json.Unmarshal(msg.Data(), &m); err != nil {
+		j.log.Warn("bad job message", "err", err)
+		return nil // poison: acking drops it; nothing can ever parse it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), j.AckWait)
+	defer cancel()
+
+	var jb job
+	var secret *string
+	err := j.pool.QueryRow(ctx, `UPDATE jobs SET state = 'processing', updated_at = now()
+		WHERE id = $1 AND state IN ('pending', 'processing')
+		RETURNING id, account_id, key_id, email, webhook_url, webhook_secret, state`, m.JobID).
+		Scan(&jb.id, &jb.account, &jb.key, &jb.email, &jb.url, &secret, &jb.state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // finished already, or deleted: a redelivery with nothing left to do
+	}
+	if err != nil {
+		return err
+	}
+	if secret != nil {
+		jb.secret = *secret
+	}
+
+	start := time.Now()
+	res, verr := j.verify(ctx, jb.email)
+	res.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+	cb := callback{Result: res, JobID: jb.id.String()}
+	state, errClass := "completed", ""
+	if verr != nil {
+		j.log.Error("job verification failed", "job_id", jb.id, "err", verr)
+		cb.Result = verify.Result{Email: jb.email}
+		cb.Result.Apply(verify.OutcomeUnknown)
+		cb.Confidence = 0
+		cb.Error = "internal"
+		state, errClass = "failed", errorType(verr)
+	}
+	body, err := json.Marshal(cb)
+	if err != nil {
+		return err
+	}
+
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	tag, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, result = $3, error_class = nullif($4, ''),
+		updated_at = now(), completed_at = now() WHERE id = $1 AND state = 'processing'`,
+		jb.id, state, body, errClass)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // another runner finished it first
+	}
+	r := usage.Row{ItemKey: "job:" + jb.id.String(), AccountID: jb.account.String(), Route: "verify_async",
+		EmailDomain: domainOf(jb.email), Status: string(cb.Status), ErrorClass: errClass,
+		QuotaUnit: true, Snapshot: body, OccurredAt: time.Now()}
+	if jb.key != nil {
+		r.KeyID = jb.key.String()
+	}
+	if cb.FailedCheck != nil {
+		r.FailedCheck = string(*cb.FailedCheck)
+	}
+	r.Billable = verr == nil && r.FailedCheck != string(verify.CheckSyntax)
+	if err := usage.Record(ctx, tx, []usage.Row{r}); err != nil {
+		return err
+	}
+	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.id, jb.account, jb.url, jb.secret, body)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	// Published after commit; if this fails the delivery stays pending and the webhook
+	// worker's outbox sweep publishes it.
+	if err := webhook.Publish(ctx, j.js, deliveryID); err != nil {
+		j.log.Warn("publish delivery", "delivery_id", deliveryID, "err", err)
+	}
+	return nil
+}
+
+// verify runs the pipeline and turns a panic into an error, so one bad address fails its own
+// job instead of the worker.
+func (j *JobRunner) verify(ctx context.Context, email string) (r verify.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}
+	}()
+	return j.pipe.Verify(ctx, email), nil
+}
+
+// errorType is the Go type name of err, the usage log's error_class for failed jobs.
+func errorType(err error) string {
+	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
+}
+
+func domainOf(email string) string {
+	if at := strings.LastIndexByte(email, '@'); at >= 0 {
+		return strings.ToLower(email[at+1:])
+	}
+	return ""
+}
+
+// sweep re-queues jobs stuck in pending. Publishing is deduplicated by job id, and completing a
+// job is guarded by its state, so several replicas sweeping at once do no harm.
+func (j *JobRunner) sweep(ctx context.Context) {
+	t := time.NewTicker(j.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rows, err := j.pool.Query(ctx, `SELECT id FROM jobs WHERE state = 'pending'
+			AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 500`, j.SweepAge.Seconds())
+		if err != nil {
+			continue
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			if err := queue.PublishJob(ctx, j.js, id); err != nil {
+				j.log.Warn("sweep: re-queue job", "job_id", id, "err", err)
+				break
+			}
+		}
+	}
+}
