@@ -16,6 +16,8 @@ require (
 	golang.org/x/sync v0.24.0
 )
 
+require github.com/cenkalti/backoff/v4 v4.3.0
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

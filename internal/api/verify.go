@@ -296,6 +296,10 @@ func (s *Server) verifyBatch(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
+	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		return unavailable(queue.ErrNoWorkers)
+	}
 	vctx, cancel := context.WithTimeout(ctx, batchDeadline)
 	defer cancel()
 	results := make([]verify.Result, len(emails))
@@ -333,7 +337,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	// Refuse before the 200 is committed if no worker could possibly answer.
-	if !s.dispatch.WorkersAlive(ctx) && s.anyRemote(emails) {
+	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
 		_ = usage.Refund(ctx, s.pool, who.account, d)
 		return unavailable(queue.ErrNoWorkers)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -74,14 +75,33 @@ func StreamConfigs(replicas int) []jetstream.StreamConfig {
 }
 
 // EnsureStreams creates the streams, or updates them to the current configuration. It is safe to
-// call from every replica at start-up.
+// call from every replica at start-up. On a cluster that is still electing its JetStream leader
+// the API answers "unavailable" for a few seconds, so each stream is retried with exponential
+// backoff until ctx ends.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	for _, cfg := range StreamConfigs(replicas) {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		policy := backoff.NewExponentialBackOff()
+		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, 0
+		err := backoff.Retry(func() error {
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			if err != nil && !transient(err) {
+				return backoff.Permanent(err)
+			}
+			return err
+		}, backoff.WithContext(policy, ctx))
+		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// transient reports whether a JetStream API error may go away by itself (no leader yet, no
+// answer in time) rather than being a configuration mistake.
+func transient(err error) bool {
+	return errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders)
 }
 
 // Connect dials NATS with settings suited to a long-running service: it never gives up

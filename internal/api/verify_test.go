@@ -1,0 +1,547 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// verifyBundle is an API server with everything the verify routes need, all real: Postgres, an
+// embedded NATS server, a mail world on loopback, and (unless noWorkers) a verifier worker.
+type verifyBundle struct {
+	*testBundle
+	mail    *mailsim.World
+	natsURL string
+	js      jetstream.JetStream
+	engine  *verify.Verifier
+}
+
+type verifyOpts struct {
+	env       map[string]string
+	noWorkers bool
+}
+
+func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
+	t.Helper()
+	mail, err := mailsim.Start(mailsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mail.Close)
+	if _, err := mail.AddServer(mailsim.ServerOptions{Name: "mx.acme.test"}); err != nil {
+		t.Fatal(err)
+	}
+	mx := []mailsim.MX{{Pref: 10, Host: "mx.acme.test"}}
+	mail.AddDomain("acme.test", mailsim.Domain{MX: mx, Users: []string{"ann", "bob", "info"}})
+	mail.AddDomain("slow.test", mailsim.Domain{MX: mx, Users: []string{"sue"}, RcptDelay: 700 * time.Millisecond})
+	mail.AddDomain("nomx.test", mailsim.Domain{NullMX: true})
+
+	env := map[string]string{"MAILVET_DNS_RESOLVER": mail.DNSAddr(), "MAILVET_SMTP_PORT": fmt.Sprint(mail.SMTPPort())}
+	for k, v := range o.env {
+		env[k] = v
+	}
+	srv := natstest.Server(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	b := &verifyBundle{mail: mail, natsURL: srv.ClientURL(), js: js}
+	b.testBundle = setup(t, env, func(d *Deps) {
+		cfg := d.Config
+		b.engine, err = verify.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.engine.Close)
+		d.NATS, d.JS, d.Local = nc, js, b.engine
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !o.noWorkers {
+		b.startWorker(t)
+	}
+	return b
+}
+
+// startWorker runs a verifier worker (sync, batch and jobs) on its own NATS connection.
+func (b *verifyBundle) startWorker(t *testing.T) {
+	t.Helper()
+	nc, err := nats.Connect(b.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range verifier.Services(b.pool, nc, js, b.engine, app.NewLogger(io.Discard, "worker"), nil) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.srv.dispatch.WorkersAlive(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatal("verifier worker did not come up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// customer makes an account of tier with a standard key and returns the account id and key.
+func (b *verifyBundle) customer(tier config.Tier) (string, string) {
+	b.t.Helper()
+	a, _ := b.account(tier, "")
+	return a.ID, b.standardKey(a.ID).Raw
+}
+
+func (b *verifyBundle) verify(key string, body any) reply {
+	b.t.Helper()
+	return b.call(http.MethodPost, "/v1/email/verify", key, body)
+}
+
+func (b *verifyBundle) count(sql string, args ...any) int {
+	b.t.Helper()
+	var n int
+	pgtest.Must(b.t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n), sql)
+	return n
+}
+
+func TestVerifySyncOutcomesAndUsage(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierFree)
+
+	cases := []struct {
+		email, status, failed string
+		valid                 bool
+	}{
+		{"ann@acme.test", "deliverable", "", true},
+		{"nobody@acme.test", "undeliverable", "smtp", false},
+		{"not-an-address", "invalid", "syntax", false},
+		{"x@mailinator.com", "invalid", "disposable", false},
+		{"ann@nomx.test", "invalid", "no_mx", false},
+	}
+	for _, c := range cases {
+		r := b.verify(key, map[string]string{"email": c.email}).want(t, http.StatusOK, "")
+		if r.body["status"] != c.status || r.body["valid"] != c.valid {
+			t.Errorf("%s: %v", c.email, r.body)
+		}
+		if got, _ := r.body["failed_check"].(string); got != c.failed {
+			t.Errorf("%s: failed_check %q, want %q", c.email, got, c.failed)
+		}
+		if r.header.Get("RateLimit-Limit") != "10" || r.header.Get("RateLimit-Remaining") == "" || r.header.Get("RateLimit-Reset") == "" {
+			t.Errorf("%s: RateLimit headers %v", c.email, r.header)
+		}
+	}
+	ok := b.verify(key, map[string]string{"email": "ann@acme.test"}).body
+	if ok["mx_host"] != "mx.acme.test" || ok["mx_found"] != true || ok["confidence"] != 0.95 {
+		t.Errorf("deliverable result %v", ok)
+	}
+	if lat, _ := ok["latency_ms"].(float64); lat <= 0 {
+		t.Errorf("latency_ms %v", ok["latency_ms"])
+	}
+
+	// Six emails entered verification: six quota units, six log rows with a null error_class;
+	// five passed layer 1 and are billable (spec §4.2 rule 1).
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 6 {
+		t.Errorf("usage rows %d, want 6", n)
+	}
+	mgmt := b.provisioningKey(acct)
+	days := b.call(http.MethodGet, "/v1/management/usage", mgmt, nil).want(t, 200, "").body["days"].([]any)
+	if len(days) != 30 || days[29].(map[string]any)["calls"] != float64(5) {
+		t.Errorf("usage days: %d entries, today %v", len(days), days[len(days)-1])
+	}
+	sum := b.call(http.MethodGet, "/v1/management/usage/summary", mgmt, nil).want(t, 200, "").body
+	if sum["calls_used"] != float64(6) || sum["calls_remaining"] != float64(494) || sum["tier"] != "free" {
+		t.Errorf("summary %v", sum)
+	}
+	accountView := b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "").body
+	if accountView["usage_this_month"] != float64(6) {
+		t.Errorf("usage_this_month %v", accountView["usage_this_month"])
+	}
+}
+
+// provisioningKey issues a fresh provisioning key for acct (revoking the fixture's).
+func (b *verifyBundle) provisioningKey(acct string) string {
+	b.t.Helper()
+	_, err := b.pool.Exec(context.Background(), `UPDATE api_keys SET revoked_at = now() WHERE account_id = $1 AND kind = 'provisioning'`, acct)
+	pgtest.Must(b.t, err, "revoke")
+	k, err := b.store.CreateProvisioningKey(context.Background(), acct)
+	pgtest.Must(b.t, err, "provisioning key")
+	return k.Raw
+}
+
+func TestVerifyBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierFree)
+	long := strings.Repeat("a", 1100) + "@acme.test"
+	cases := []struct {
+		path, body, field string
+	}{
+		{"/v1/email/verify", `{"email":`, "JSON"},
+		{"/v1/email/verify", `{}`, "email"},
+		{"/v1/email/verify", `{"email": 42}`, "email"},
+		{"/v1/email/verify", `{"email": "  "}`, "email"},
+		{"/v1/email/verify", `{"email": "` + long + `"}`, "email"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "emial": 1}`, "emial"},
+		{"/v1/email/verify", `["a@acme.test"]`, "object"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_url": "http://hooks.example.com/x"}`, "webhook_url"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_url": "https://203.0.113.7/x"}`, "webhook_url"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_url": "https://user:pw@hooks.example.com/x"}`, "webhook_url"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_url": "https://localhost/x"}`, "webhook_url"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "callback_url": "https://printer.local/x"}`, "webhook_url"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_url": "https://hooks.example.com/x", "webhook_secret": "short"}`, "webhook_secret"},
+		{"/v1/email/verify", `{"email": "a@acme.test", "webhook_secret": "long enough secret"}`, "webhook_secret"},
+		{"/v1/email/verify/batch", `{"emails": []}`, "emails"},
+		{"/v1/email/verify/batch", `{"emails": "a@acme.test"}`, "emails"},
+		{"/v1/email/verify/batch", `{"emails": ["a@acme.test", 7]}`, "emails[1]"},
+		{"/v1/email/verify/batch", `{"emails": [` + strings.Repeat(`"a@acme.test",`, 100) + `"a@acme.test"]}`, "emails"},
+		{"/v1/email/verify/stream", `{"emails": [` + strings.Repeat(`"a@acme.test",`, 1000) + `"a@acme.test"]}`, "emails"},
+		{"/v1/email/verify/stream", `{}`, "emails"},
+	}
+	for _, c := range cases {
+		r := b.call(http.MethodPost, c.path, key, c.body).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, c.field) {
+			t.Errorf("%s %s: message %q does not name %s", c.path, c.body[:min(len(c.body), 60)], msg, c.field)
+		}
+	}
+	r := b.call(http.MethodPost, "/v1/email/verify", key, `{"email":"a@acme.test"}`, "Content-Type", "text/plain")
+	r.want(t, http.StatusBadRequest, CodeInvalidRequest)
+
+	// Refused requests cost nothing and are logged with their class (spec §7).
+	if used := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); used != 0 {
+		t.Errorf("bad requests charged %d quota units", used)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != len(cases)+1 {
+		t.Errorf("logged %d invalid_request rows, want %d", n, len(cases)+1)
+	}
+}
+
+func TestVerifyBodyGuard(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(config.TierFree)
+	big := `{"email":"` + strings.Repeat("a", 2<<20) + `"}`
+	b.call(http.MethodPost, "/v1/email/verify", key, big).want(t, http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierFree) // 10 per minute
+	emails := []string{"a@x", "b@x", "c@x", "d@x", "e@x", "f@x", "g@x", "h@x"}
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).want(t, 200, "")
+	// A batch of n needs n units: 3 more do not fit in the 2 left.
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails[:3]}).
+		want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
+	if r.body["limit"] != float64(10) || r.body["window"] != "1m" {
+		t.Errorf("body %v", r.body)
+	}
+	reset := isoUTC(t, r.body["reset_at"])
+	if d := time.Until(reset); d <= 0 || d > 61*time.Second {
+		t.Errorf("reset_at %v is not within the next minute", reset)
+	}
+	if r.header.Get("Retry-After") == "" || r.header.Get("RateLimit-Remaining") != "0" {
+		t.Errorf("headers %v", r.header)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit'`, acct); n != 1 {
+		t.Errorf("rate_limit rows %d", n)
+	}
+	if used := b.count(`SELECT quota_units FROM usage_monthly WHERE account_id = $1`, acct); used != 8 {
+		t.Errorf("quota %d, want 8: a rate-limited request is not counted", used)
+	}
+}
+
+func TestMonthlyQuota(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	acct, key := b.customer(config.TierFree)
+	for i := range 5 {
+		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
+	}
+	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+	if r.body["limit"] != float64(5) || r.body["used"] != float64(5) {
+		t.Errorf("body %v", r.body)
+	}
+	now := time.Now().UTC()
+	if want := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC); !isoUTC(t, r.body["reset_at"]).Equal(want) {
+		t.Errorf("reset_at %v, want %v", r.body["reset_at"], want)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'monthly_quota_exceeded'`, acct); n != 1 {
+		t.Errorf("monthly_quota_exceeded rows %d", n)
+	}
+}
+
+// 20 concurrent requests against 5 remaining units, through two API replicas: exactly 5 pass.
+func TestQuotaAdmissionAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	acct, key := b.customer(config.TierFree)
+	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 495)`, acct)
+	second := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica2"), Pool: pgtest.Pool(t, b.pool.Config().ConnString()),
+		NATS: b.srv.nc, JS: b.js, Local: b.engine, Ready: b.srv.ready})
+	replicas := []http.Handler{b.srv.Handler(), second.Handler()}
+	codes := make(chan int, 20)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := httptest.NewRequest(http.MethodPost, "/v1/email/verify", strings.NewReader(`{"email":"not-an-address"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, _ := serve(replicas[i%2], req)
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[200] != 5 || got[429] != 15 {
+		t.Fatalf("status counts %v, want 5×200 and 15×429", got)
+	}
+}
+
+func TestSpendCap(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierBuilder)
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 0.01 WHERE id = $1`, acct)
+	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 5000)`, acct)
+	// 2 more billable calls would cost 0.008 EUR: within the 0.01 cap. The worst case of 3 is not.
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x"}}).want(t, 200, "")
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
+		want(t, http.StatusPaymentRequired, CodePaymentRequired)
+	if r.body["hard_cap_eur"] != 0.01 || r.body["current_overage_eur"] != float64(0) {
+		t.Errorf("body %v", r.body)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'payment_required'`, acct); n != 1 {
+		t.Errorf("payment_required rows %d", n)
+	}
+}
+
+func TestQuotaCheckFailed(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(config.TierFree)
+	// The quota table becomes unusable while keys still authenticate.
+	pgtest.Exec(t, b.pool, `ALTER TABLE usage_monthly RENAME TO usage_monthly_gone`)
+	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusServiceUnavailable, CodeQuotaCheckFailed)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+}
+
+// With no verifier running, the API answers 503 at once and charges nothing.
+func TestNoWorkersIs503(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(config.TierFree)
+	start := time.Now()
+	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"ann@acme.test"}}).
+		want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
+	b.call(http.MethodPost, "/v1/email/verify/stream", key, map[string]any{"emails": []string{"ann@acme.test"}}).
+		want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("503s took %v", took)
+	}
+	if used := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); used != 0 {
+		t.Errorf("charged %d units for failed requests", used)
+	}
+	// Addresses the API decides locally still work without workers.
+	b.verify(key, map[string]string{"email": "not-an-address"}).want(t, 200, "")
+}
+
+func TestBatchKeepsInputOrder(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	_, key := b.customer(config.TierFree)
+	emails := []string{"sue@slow.test", "ann@acme.test", "junk", "nobody@acme.test", "x@mailinator.com", "bob@acme.test"}
+	want := []string{"deliverable", "deliverable", "invalid", "undeliverable", "invalid", "deliverable"}
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).want(t, 200, "")
+	results := r.body["results"].([]any)
+	if r.body["count"] != float64(len(emails)) || len(results) != len(emails) {
+		t.Fatalf("count %v, %d results", r.body["count"], len(results))
+	}
+	for i, x := range results {
+		res := x.(map[string]any)
+		if res["email"] != emails[i] || res["status"] != want[i] {
+			t.Errorf("result %d: %v %v, want %s %s", i, res["email"], res["status"], emails[i], want[i])
+		}
+	}
+}
+
+// The stream flushes each line as it completes: the fast results arrive before the slow one.
+func TestStreamFlushesInCompletionOrder(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	_, key := b.customer(config.TierFree)
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	body := `{"emails":["sue@slow.test","ann@acme.test","junk"]}`
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/email/verify/stream", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("status %d, type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var lines []map[string]any
+	var firstAt time.Duration
+	for sc.Scan() {
+		if len(lines) == 0 {
+			firstAt = time.Since(start)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		assertSchema(t, loadSpecSchema(t, "VerifyResult"), sc.Bytes(), "stream line")
+		lines = append(lines, m)
+	}
+	total := time.Since(start)
+	if len(lines) != 3 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	if lines[len(lines)-1]["email"] != "sue@slow.test" {
+		t.Errorf("the slow address was not last: %v", lines)
+	}
+	if firstAt > 500*time.Millisecond || total < 700*time.Millisecond {
+		t.Errorf("first line after %v, all after %v: the first line must not wait for the slow address", firstAt, total)
+	}
+}
+
+func TestAsyncJob(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierBuilder)
+	secret := "s3cret-for-signing"
+	r := b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet", "webhook_secret": secret}).
+		want(t, http.StatusAccepted, "")
+	jobID, _ := r.body["job_id"].(string)
+	if r.body["status"] != "pending" || len(jobID) != 36 {
+		t.Fatalf("body %v", r.body)
+	}
+	var job map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		job = b.call(http.MethodGet, "/v1/email/jobs/"+jobID, key, nil).want(t, 200, "").body
+		if job["status"] == "completed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, _ := job["result"].(map[string]any)
+	if job["status"] != "completed" || res["status"] != "deliverable" || res["job_id"] != jobID {
+		t.Fatalf("job %v", job)
+	}
+	// The delivery holds the exact callback bytes, signed with the caller's secret.
+	var body []byte
+	var sig string
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, signature FROM deliveries WHERE job_id = $1`, jobID).Scan(&body, &sig), "delivery")
+	if err := webhook.Verify([]byte(secret), body, sig); err != nil {
+		t.Errorf("signature: %v", err)
+	}
+	if !bytes.Contains(body, []byte(`"job_id":"`+jobID+`"`)) {
+		t.Errorf("callback body %s", body)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key = $2 AND billable`, acct, "job:"+jobID); n != 1 {
+		t.Errorf("job usage rows %d", n)
+	}
+
+	// Jobs are private to their account; unknown and malformed ids are 404 too.
+	_, other := b.customer(config.TierBuilder)
+	b.call(http.MethodGet, "/v1/email/jobs/"+jobID, other, nil).want(t, http.StatusNotFound, "job_not_found")
+	b.call(http.MethodGet, "/v1/email/jobs/not-a-uuid", key, nil).want(t, http.StatusNotFound, "job_not_found")
+}
+
+func TestDeliveryRoutes(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	freeAcct, _ := b.account(config.TierFree, "")
+	paidAcct, paidKey := b.account(config.TierBuilder, "")
+	_, freeKey := freeAcct, b.provisioningKey(freeAcct.ID)
+
+	b.call(http.MethodPost, "/v1/management/deliveries/"+newUUID()+"/retry", freeKey, nil).
+		want(t, http.StatusForbidden, CodePlanUpgradeRequired)
+	b.call(http.MethodPost, "/v1/management/deliveries/"+newUUID()+"/retry", paidKey, nil).
+		want(t, http.StatusNotFound, CodeDeliveryNotFound)
+
+	// A failed delivery of the paid account, and one that succeeded.
+	job := newUUID()
+	pgtest.Exec(t, b.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'a@acme.test', 'https://hooks.example.com/x', 'completed')`, job, paidAcct.ID)
+	failed, done := newUUID(), newUUID()
+	pgtest.Exec(t, b.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts) VALUES
+		($1, $3, $4, 'https://hooks.example.com/x', '{}', 'failed', 3), ($2, $3, $4, 'https://hooks.example.com/x', '{}', 'delivered', 1)`,
+		failed, done, job, paidAcct.ID)
+	b.call(http.MethodPost, "/v1/management/deliveries/"+done+"/retry", paidKey, nil).want(t, http.StatusConflict, CodeNotReplayable)
+	first := b.call(http.MethodPost, "/v1/management/deliveries/"+failed+"/retry", paidKey, nil).want(t, http.StatusAccepted, "").body
+	again := b.call(http.MethodPost, "/v1/management/deliveries/"+failed+"/retry", paidKey, nil).want(t, http.StatusAccepted, "").body
+	if first["delivery_id"] != again["delivery_id"] || first["replay_of"] != failed {
+		t.Errorf("a double retry made two replays: %v %v", first, again)
+	}
+
+	page := b.call(http.MethodGet, "/v1/management/deliveries?status=failed", paidKey, nil).want(t, 200, "").body
+	if ds := page["deliveries"].([]any); len(ds) != 1 || ds[0].(map[string]any)["id"] != failed {
+		t.Errorf("failed deliveries %v", page)
+	}
+	b.call(http.MethodGet, "/v1/management/deliveries?status=lost", paidKey, nil).want(t, http.StatusBadRequest, CodeInvalidRequest)
+	b.call(http.MethodGet, "/v1/management/deliveries?limit=0", paidKey, nil).want(t, http.StatusBadRequest, CodeInvalidRequest)
+}
+
+func newUUID() string { return uuid.NewString() }
+
+// loadSpecSchema returns a component schema of /openapi.json.
+func loadSpecSchema(t testing.TB, name string) *openapi3.Schema {
+	t.Helper()
+	doc, _ := loadSpec(t)
+	ref := doc.Components.Schemas[name]
+	if ref == nil || ref.Value == nil {
+		t.Fatalf("openapi: no schema %s", name)
+	}
+	return ref.Value
+}

@@ -1,0 +1,60 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/queue"
+)
+
+func TestEnsureStreamsIsIdempotent(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t) // creates the streams once
+	_ = nc
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+		t.Fatalf("second EnsureStreams: %v", err)
+	}
+	for _, want := range queue.StreamConfigs(1) {
+		s, err := js.Stream(ctx, want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Storage != want.Storage {
+			t.Errorf("%s: retention %v storage %v", want.Name, info.Config.Retention, info.Config.Storage)
+		}
+	}
+}
+
+// A server without JetStream stays "not enabled"; EnsureStreams keeps retrying until its
+// context ends instead of failing at the first answer, and then says why.
+func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	s.DisableJetStream()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := queue.EnsureStreams(ctx, js, 1); err == nil {
+		t.Fatal("EnsureStreams succeeded without JetStream")
+	}
+	if took := time.Since(start); took < 500*time.Millisecond || took > 3*time.Second {
+		t.Errorf("gave up after %v; want about the context's 700ms", took)
+	}
+}
