@@ -4,30 +4,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook-worker:", err)
-		if errors.Is(err, app.ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
+func main() { app.Main("webhook-worker", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook-worker", flag.ContinueOnError)

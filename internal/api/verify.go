@@ -278,6 +278,26 @@ func (s *Server) runList(ctx context.Context, emails []string, each func(i int, 
 	return missing, err
 }
 
+// admitList parses a batch or stream request, admits its emails, and refuses at once (charging
+// nothing) when some need the worker fleet and no worker is alive.
+func (s *Server) admitList(c echo.Context, limit int) ([]string, caller, usage.Decision, error) {
+	emails, err := parseList(c, limit)
+	if err != nil {
+		return nil, caller{}, usage.Decision{}, err
+	}
+	who := s.callerOf(c)
+	d, err := s.admit(c, who, len(emails))
+	if err != nil {
+		return nil, who, d, err
+	}
+	ctx := c.Request().Context()
+	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
+		_ = usage.Refund(ctx, s.pool, who.account, d)
+		return nil, who, d, unavailable(queue.ErrNoWorkers)
+	}
+	return emails, who, d, nil
+}
+
 type batchResponse struct {
 	Results []verify.Result `json:"results"`
 	Count   int             `json:"count"`
@@ -286,20 +306,11 @@ type batchResponse struct {
 // verifyBatch is POST /v1/email/verify/batch: results in input order.
 func (s *Server) verifyBatch(c echo.Context) error {
 	start := time.Now()
-	emails, err := parseList(c, maxBatch)
-	if err != nil {
-		return err
-	}
-	who := s.callerOf(c)
-	d, err := s.admit(c, who, len(emails))
+	emails, who, d, err := s.admitList(c, maxBatch)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
-		return unavailable(queue.ErrNoWorkers)
-	}
 	vctx, cancel := context.WithTimeout(ctx, batchDeadline)
 	defer cancel()
 	results := make([]verify.Result, len(emails))
@@ -326,21 +337,12 @@ func (s *Server) verifyBatch(c echo.Context) error {
 // each flushed as soon as its usage row is durable.
 func (s *Server) verifyStream(c echo.Context) error {
 	start := time.Now()
-	emails, err := parseList(c, maxStream)
-	if err != nil {
-		return err
-	}
-	who := s.callerOf(c)
-	d, err := s.admit(c, who, len(emails))
+	// Everything that can refuse the request happens before the 200 is committed.
+	emails, who, d, err := s.admitList(c, maxStream)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	// Refuse before the 200 is committed if no worker could possibly answer.
-	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
-		return unavailable(queue.ErrNoWorkers)
-	}
 	vctx, cancel := context.WithTimeout(ctx, streamDeadline)
 	defer cancel()
 

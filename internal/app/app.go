@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,4 +155,22 @@ func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) 
 		g.Go(func() error { return p(gctx) })
 	}
 	return g.Wait()
+}
+
+// RunFunc is a binary's whole program, with its environment passed in so tests can call it.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// Main runs a binary: it cancels the context on SIGINT or SIGTERM (so run drains and returns),
+// prints a failure as "name: error" and exits 2 for usage errors, 1 for any other.
+func Main(name string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		if errors.Is(err, ErrUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
 }
