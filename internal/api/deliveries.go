@@ -1,8 +1,10 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -31,6 +33,17 @@ func init() {
 	)
 }
 
+// domainOrDatastore passes the expected domain errors through and marks anything else as a
+// datastore failure (500 datastore_error, like the other management routes).
+func domainOrDatastore(err error, expected ...error) error {
+	for _, e := range expected {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return datastoreError(err)
+}
+
 // listDeliveries is GET /v1/management/deliveries (extension): newest first, filtered by status,
 // keyset-paginated with an opaque cursor.
 func (s *Server) listDeliveries(c echo.Context) error {
@@ -46,10 +59,22 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	}
 	page, err := webhook.ListDeliveries(c.Request().Context(), s.pool, acct, f)
 	if err != nil {
-		return err
+		return domainOrDatastore(err, webhook.ErrInvalidFilter)
 	}
 	if page.Deliveries == nil {
 		page.Deliveries = []webhook.Delivery{}
+	}
+	// Timestamps as on every other route: ISO 8601 UTC to the second.
+	for i := range page.Deliveries {
+		d := &page.Deliveries[i]
+		d.CreatedAt = d.CreatedAt.UTC().Truncate(time.Second)
+		if d.FinishedAt != nil {
+			t := d.FinishedAt.UTC().Truncate(time.Second)
+			d.FinishedAt = &t
+		}
+		for j := range d.Log {
+			d.Log[j].StartedAt = d.Log[j].StartedAt.UTC().Truncate(time.Second)
+		}
 	}
 	return c.JSON(http.StatusOK, page)
 }
@@ -74,7 +99,7 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	}
 	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, acct, id)
 	if err != nil {
-		return err
+		return domainOrDatastore(err, webhook.ErrDeliveryNotFound, webhook.ErrNotReplayable)
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"delivery_id": replay.String(), "replay_of": id.String(), "status": "pending"})
 }

@@ -294,11 +294,17 @@ func (s *Server) logRejection(c echo.Context, env *Error) {
 	defer cancel()
 	err := usage.Record(ctx, s.pool, []usage.Row{{
 		ItemKey: requestID(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
-		Route: c.Path(), FailedCheck: env.Code, ErrorClass: class,
+		Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
 	}})
 	if err != nil {
 		s.log.Warn("usage log of a rejected request", "code", env.Code, "err", err)
 	}
+}
+
+// routeName is the usage log's name of a verify route: "verify", "verify_batch", "verify_stream",
+// as the handlers log successful rows.
+func routeName(path string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(path, "/v1/email/"), "/", "_")
 }
 
 func (s *Server) docsURL(code string) string {

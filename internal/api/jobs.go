@@ -12,7 +12,8 @@ import (
 )
 
 // jobView is GET /v1/email/jobs/{job_id} (extension): the job's state and, once completed, the
-// exact body that is (or was) delivered to the webhook.
+// callback body — the same JSON as delivered to the webhook, though not byte for byte (it is kept
+// as jsonb; the signed bytes live with the delivery).
 type jobView struct {
 	JobID       string          `json:"job_id"`
 	Status      string          `json:"status"`
@@ -47,7 +48,7 @@ func (s *Server) getJob(c echo.Context) error {
 		return jobNotFound()
 	}
 	if err != nil {
-		return err
+		return datastoreError(err)
 	}
 	v.CreatedAt, v.CompletedAt = isoTime(created), isoTimePtr(completed)
 	v.Result = json.RawMessage("null")

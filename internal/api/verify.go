@@ -85,17 +85,18 @@ func (s *Server) admit(c echo.Context, who caller, n int) (usage.Decision, error
 		RatePerMin: who.plan.RateLimitPerMin, MonthlyCalls: who.plan.MonthlyCalls,
 		OverageEUR: s.cfg.OverageEUR[who.tier], Now: now,
 	})
+	// The headers describe the rate window whenever admission got as far as it: also on a quota,
+	// spend-cap or datastore refusal that came after the rate step.
 	h := c.Response().Header()
 	h.Set("RateLimit-Limit", strconv.Itoa(who.plan.RateLimitPerMin))
-	if err == nil {
-		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
-		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
-		return d, nil
-	}
 	var rl *usage.RateLimited
-	if errors.As(err, &rl) {
+	switch {
+	case errors.As(err, &rl):
 		h.Set("RateLimit-Remaining", "0")
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(rl.Reset, now)))
+	case err == nil || d.Reset.After(now):
+		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
 	}
 	return d, err
 }

@@ -1,0 +1,703 @@
+package api
+
+// Benchmarks of the verify API end to end — real HTTP over loopback, real Postgres, an embedded
+// NATS server, a verifier worker and a mail world — for issue 5 (sync throughput, added latency
+// on a cached domain, the 1,000-address stream) and issue 6 (async request to callback). All
+// heavy set-up happens inside the Benchmark functions, so `go test` without -bench runs none of
+// it. Commands and results: BENCHMARKS.md, section "Verify API (issue 5) and async callback
+// latency".
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// benchRTT is the mail world's round-trip time of the engine's own benchmarks
+// (internal/verify/bench_test.go).
+const benchRTT = 20 * time.Millisecond
+
+// benchOpts extend setupVerify's options for benchmarks: the mail world's RTT, extra
+// configuration, and whether to start a verifier worker.
+type benchOpts struct {
+	rtt      time.Duration
+	env      map[string]string
+	noWorker bool
+}
+
+// benchBundle is setupVerify's world for a testing.TB (setupVerify needs a *testing.T), plus the
+// API served over real HTTP on loopback and a client with enough idle connections.
+type benchBundle struct {
+	cfg     config.Config
+	pool    *pgxpool.Pool
+	store   *account.Store
+	srv     *Server
+	mail    *mailsim.World
+	natsURL string
+	engine  *verify.Verifier // the API's local layers and, unless noWorker, the worker's pipeline
+	ts      *httptest.Server
+	client  *http.Client
+}
+
+// setupBench builds what setupVerify builds — mx.acme.test serving acme.test (ann, bob, info),
+// Postgres, embedded NATS with Mailvet's streams, the API with its local layers — with the
+// scale tier's rate limit raised out of the way, and serves the API with httptest.NewServer.
+func setupBench(tb testing.TB, o benchOpts) *benchBundle {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mail, err := mailsim.Start(mailsim.Options{RTT: o.rtt})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(mail.Close)
+	if _, err := mail.AddServer(mailsim.ServerOptions{Name: "mx.acme.test"}); err != nil {
+		tb.Fatal(err)
+	}
+	mail.AddDomain("acme.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.acme.test"}}, Users: []string{"ann", "bob", "info"}})
+
+	env := map[string]string{
+		"MAILVET_DNS_RESOLVER":                  mail.DNSAddr(),
+		"MAILVET_SMTP_PORT":                     fmt.Sprint(mail.SMTPPort()),
+		"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "100000000",
+	}
+	for k, v := range o.env {
+		env[k] = v
+	}
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := pgtest.New(tb)
+	store := account.NewStore(pool)
+	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
+		tb.Fatal(err)
+	}
+	ns := natstest.Server(tb)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+		tb.Fatal(err)
+	}
+	engine, err := verify.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(engine.Close)
+	srv := New(Deps{Config: cfg, Log: app.NewLogger(io.Discard, "bench"), Pool: pool, Ready: health.NewChecker(0),
+		NATS: nc, JS: js, Local: engine})
+	ts := httptest.NewServer(srv.Handler())
+	tb.Cleanup(ts.Close)
+	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
+	tb.Cleanup(tr.CloseIdleConnections)
+	bb := &benchBundle{cfg: cfg, pool: pool, store: store, srv: srv, mail: mail, natsURL: ns.ClientURL(),
+		engine: engine, ts: ts, client: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+	if !o.noWorker {
+		bb.startWorker(tb, engine)
+	}
+	return bb
+}
+
+// startWorker runs a verifier worker (verifier.Services: sync, batch items and jobs) on its own
+// NATS connection, like a separate process, and waits until it pulls work.
+func (bb *benchBundle) startWorker(tb testing.TB, pipe verifier.Pipeline) {
+	tb.Helper()
+	nc, err := nats.Connect(bb.natsURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range verifier.Services(bb.pool, nc, js, pipe, app.NewLogger(io.Discard, "worker"), nil) {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(ctx) }()
+	}
+	tb.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !bb.srv.dispatch.WorkersAlive(context.Background()) {
+		if time.Now().After(deadline) {
+			tb.Fatal("verifier worker did not come up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// customer makes an account of tier and returns a standard key of it.
+func (bb *benchBundle) customer(tb testing.TB, tier config.Tier) string {
+	tb.Helper()
+	ctx := context.Background()
+	a, err := bb.store.Create(ctx, account.NewAccount{Tier: tier})
+	pgtest.Must(tb, err, "create account")
+	k, err := bb.store.CreateStandardKey(ctx, a.ID, "bench")
+	pgtest.Must(tb, err, "create standard key")
+	return k.Raw
+}
+
+// post sends a JSON body to the API over HTTP; the caller closes the response body.
+func (bb *benchBundle) post(path, key string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, bb.ts.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	return bb.client.Do(req)
+}
+
+// postRead is post plus reading the whole answer.
+func (bb *benchBundle) postRead(path, key string, body []byte) (int, []byte, error) {
+	resp, err := bb.post(path, key, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}
+
+func mustJSON(tb testing.TB, v any) []byte {
+	tb.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+// percentile is the nearest-rank p-quantile (0 < p ≤ 1) of ds; ds is sorted in place.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// closedLoop runs do from a fixed pool of clients, once per token that next hands out, and
+// returns every latency and the wall time from the first token to the last answer. Errors are
+// counted; the first is returned.
+func closedLoop(clients int, next func() bool, do func() (time.Duration, error)) (lat []time.Duration, wall time.Duration, errs int, first error) {
+	work := make(chan struct{})
+	per := make([][]time.Duration, clients)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				d, err := do()
+				if err != nil {
+					mu.Lock()
+					if errs++; first == nil {
+						first = err
+					}
+					mu.Unlock()
+					continue
+				}
+				per[c] = append(per[c], d)
+			}
+		}()
+	}
+	start := time.Now()
+	for next() {
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	wall = time.Since(start)
+	for _, p := range per {
+		lat = append(lat, p...)
+	}
+	return lat, wall, errs, first
+}
+
+// BenchmarkSyncVerifyInvalid is issue 5's throughput target: one API replica and one verifier
+// worker, Postgres and NATS on this machine, synchronous verifies of a syntax-invalid address
+// (decided by the API's local layers: key look-up, admission, usage row, no NATS round trip)
+// from 32 concurrent clients over loopback HTTP with kept-alive connections. Target: ≥ 1,000
+// requests/s with p99 < 50 ms. Run with a fixed count, e.g. -benchtime=5000x.
+func BenchmarkSyncVerifyInvalid(b *testing.B) {
+	const clients = 32
+	bb := setupBench(b, benchOpts{})
+	key := bb.customer(b, config.TierScale)
+	body := []byte(`{"email":"not-an-address"}`)
+	want := []byte(`"failed_check":"syntax"`)
+	do := func() (time.Duration, error) {
+		start := time.Now()
+		code, raw, err := bb.postRead("/v1/email/verify", key, body)
+		took := time.Since(start)
+		switch {
+		case err != nil:
+			return took, err
+		case code != http.StatusOK || !bytes.Contains(raw, want):
+			return took, fmt.Errorf("status %d: %s", code, raw)
+		}
+		return took, nil
+	}
+	// Warm-up, not timed: every client's connection and the API's Postgres connections open.
+	n := 0
+	if _, _, errs, err := closedLoop(clients, func() bool { n++; return n <= 10*clients }, do); errs > 0 {
+		b.Fatalf("warm-up: %d errors, first: %v", errs, err)
+	}
+
+	lat, wall, errs, err := closedLoop(clients, b.Loop, do)
+	if errs > 0 {
+		b.Fatalf("%d of %d requests failed, first: %v", errs, errs+len(lat), err)
+	}
+	b.ReportMetric(float64(len(lat))/wall.Seconds(), "req/s")
+	b.ReportMetric(millis(percentile(lat, 0.50)), "p50-ms")
+	b.ReportMetric(millis(percentile(lat, 0.99)), "p99-ms")
+}
+
+// BenchmarkCachedDeliverable is issue 5's added-latency target: a deliverable address of a domain
+// whose MX and catch-all answers are cached, on an open SMTP session, verified sequentially (a)
+// in-process with engine.Verify and (b) with POST /v1/email/verify over loopback HTTP, through
+// NATS request/reply to the worker, which runs the same engine. Iterations alternate (a) and (b).
+// Target: the median of (b) is at most 2 ms above the median of (a). rtt=20ms is the engine
+// benchmarks' world (one SMTP round trip per address); rtt=0s isolates the pipeline's own cost.
+func BenchmarkCachedDeliverable(b *testing.B) {
+	for _, rtt := range []time.Duration{0, benchRTT} {
+		b.Run("rtt="+rtt.String(), func(b *testing.B) { benchCachedDeliverable(b, rtt) })
+	}
+}
+
+func benchCachedDeliverable(b *testing.B, rtt time.Duration) {
+	bb := setupBench(b, benchOpts{rtt: rtt})
+	key := bb.customer(b, config.TierScale)
+	ctx := context.Background()
+	body := []byte(`{"email":"bob@acme.test"}`)
+	api := func() error {
+		code, raw, err := bb.postRead("/v1/email/verify", key, body)
+		switch {
+		case err != nil:
+			return err
+		case code != http.StatusOK || !bytes.Contains(raw, []byte(`"status":"deliverable"`)):
+			return fmt.Errorf("status %d: %s", code, raw)
+		}
+		return nil
+	}
+	inproc := func() error {
+		if r := bb.engine.Verify(ctx, "bob@acme.test"); r.Status != verify.StatusDeliverable {
+			return fmt.Errorf("in-process: %+v", r)
+		}
+		return nil
+	}
+	// Warm the MX and catch-all caches, the SMTP session, the HTTP connection and the pools.
+	if r := bb.engine.Verify(ctx, "ann@acme.test"); r.Status != verify.StatusDeliverable {
+		b.Fatalf("warm-up: %+v", r)
+	}
+	for range 20 {
+		if err := api(); err != nil {
+			b.Fatal(err)
+		}
+		if err := inproc(); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	var engineLat, apiLat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := inproc(); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		if err := api(); err != nil {
+			b.Fatal(err)
+		}
+		engineLat = append(engineLat, mid.Sub(start))
+		apiLat = append(apiLat, time.Since(mid))
+	}
+	e50, a50 := millis(percentile(engineLat, 0.5)), millis(percentile(apiLat, 0.5))
+	b.ReportMetric(e50, "engine-p50-ms")
+	b.ReportMetric(a50, "api-p50-ms")
+	b.ReportMetric(a50-e50, "added-p50-ms")
+	b.ReportMetric(millis(percentile(apiLat, 0.9)), "api-p90-ms")
+}
+
+// swapPipeline is the verifier worker's pipeline with an engine that can be replaced between
+// iterations, so that every stream meets fresh caches and no open SMTP session, as
+// BenchmarkVerifyBatch's fresh Verifier does, while the worker itself keeps running.
+type swapPipeline struct {
+	mu sync.RWMutex
+	v  *verify.Verifier
+}
+
+func (p *swapPipeline) get() *verify.Verifier {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.v
+}
+
+func (p *swapPipeline) swap(v *verify.Verifier) (old *verify.Verifier) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old, p.v = p.v, v
+	return old
+}
+
+func (p *swapPipeline) Verify(ctx context.Context, raw string) verify.Result {
+	return p.get().Verify(ctx, raw)
+}
+
+func (p *swapPipeline) VerifyBatch(ctx context.Context, raws []string, each func(int, verify.Result)) []verify.Result {
+	return p.get().VerifyBatch(ctx, raws, each)
+}
+
+// batchWorld scripts BenchmarkVerifyBatch's 1,000 addresses — 50 on each of 20 domains served by
+// mx.shared.test, every odd local part non-existent — on domains named after tag, so that each
+// run meets domains no cache has seen.
+func batchWorld(w *mailsim.World, tag string) (raws []string, want map[string]verify.Status) {
+	want = map[string]verify.Status{}
+	for d := range 20 {
+		dom := fmt.Sprintf("shared%02d.%s.test", d, tag)
+		var users []string
+		for u := range 50 {
+			local := fmt.Sprintf("user%02d", u)
+			addr := local + "@" + dom
+			raws = append(raws, addr)
+			if u%2 == 0 {
+				users = append(users, local)
+				want[addr] = verify.StatusDeliverable
+			} else {
+				want[addr] = verify.StatusUndeliverable
+			}
+		}
+		w.AddDomain(dom, mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.shared.test"}}, Users: users})
+	}
+	return raws, want
+}
+
+// BenchmarkStream1000 is issue 5's stream target: POST /v1/email/verify/stream of
+// BenchmarkVerifyBatch's 1,000 addresses (20 ms RTT, one MX address, half unknown users,
+// MaxPerHost 40, throttling after 10 rejections per session) finishes no slower than the
+// engine's own VerifyBatch of the same addresses plus 20%. Each iteration measures both, each
+// on a fresh engine and on domains never seen before: (a) VerifyBatch in-process; (b) the stream
+// through the API, JetStream and one verifier worker (production options) whose engine is
+// configured like the benchmark's, reading every line. Every verdict is checked in both.
+func BenchmarkStream1000(b *testing.B) {
+	bb := setupBench(b, benchOpts{rtt: benchRTT, noWorker: true, env: map[string]string{"MAILVET_SMTP_MAX_PER_HOST": "40"}})
+	if bb.cfg.SMTPMaxPerHost != 40 {
+		b.Fatalf("MaxPerHost %d", bb.cfg.SMTPMaxPerHost)
+	}
+	srv, err := bb.mail.AddServer(mailsim.ServerOptions{Name: "mx.shared.test", ThrottleAfter: 10, ThrottleDelay: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	newEngine := func() *verify.Verifier {
+		v, err := verify.New(bb.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	pipe := &swapPipeline{v: newEngine()}
+	b.Cleanup(func() { pipe.get().Close() })
+	bb.startWorker(b, pipe)
+	key := bb.customer(b, config.TierScale)
+	ctx := context.Background()
+
+	type stats struct {
+		took, first         time.Duration
+		sessions, throttled int64
+	}
+	stream := func(raws []string, want map[string]verify.Status) stats {
+		body := mustJSON(b, map[string]any{"emails": raws})
+		start := time.Now()
+		resp, err := bb.post("/v1/email/verify/stream", key, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			raw, _ := io.ReadAll(resp.Body)
+			b.Fatalf("stream: status %d: %s", resp.StatusCode, raw)
+		}
+		var st stats
+		seen := map[string]bool{}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if len(seen) == 0 {
+				st.first = time.Since(start)
+			}
+			var line struct {
+				Email  string        `json:"email"`
+				Status verify.Status `json:"status"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				b.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			if w, ok := want[line.Email]; !ok || seen[line.Email] || line.Status != w {
+				b.Fatalf("stream: %s: %s, want %s (seen before: %v)", line.Email, line.Status, w, seen[line.Email])
+			}
+			seen[line.Email] = true
+		}
+		st.took = time.Since(start)
+		if err := sc.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if len(seen) != len(raws) {
+			b.Fatalf("stream: %d lines, want %d", len(seen), len(raws))
+		}
+		return st
+	}
+
+	var engineRuns, streamRuns []stats
+	for i := 0; b.Loop(); i++ {
+		// (a) The engine on its own, as BenchmarkVerifyBatch runs it.
+		raws, want := batchWorld(bb.mail, fmt.Sprintf("e%d", i))
+		v := newEngine()
+		srv.ResetStats()
+		start := time.Now()
+		res := v.VerifyBatch(ctx, raws, nil)
+		took := time.Since(start)
+		for k, r := range res {
+			if r.Status != want[raws[k]] {
+				b.Fatalf("engine: %s: %s, want %s", raws[k], r.Status, want[raws[k]])
+			}
+		}
+		v.Close()
+		ss := srv.Stats()
+		engineRuns = append(engineRuns, stats{took: took, sessions: ss.Sessions, throttled: ss.Throttled})
+
+		// (b) The same addresses on fresh domains through the API, the worker on a fresh engine.
+		raws, want = batchWorld(bb.mail, fmt.Sprintf("s%d", i))
+		pipe.swap(newEngine()).Close()
+		srv.ResetStats()
+		st := stream(raws, want)
+		ss = srv.Stats()
+		st.sessions, st.throttled = ss.Sessions, ss.Throttled
+		streamRuns = append(streamRuns, st)
+	}
+	med := func(runs []stats, f func(stats) time.Duration) time.Duration {
+		ds := make([]time.Duration, len(runs))
+		for i, r := range runs {
+			ds[i] = f(r)
+		}
+		return percentile(ds, 0.5)
+	}
+	sum := func(runs []stats, f func(stats) int64) float64 {
+		var n int64
+		for _, r := range runs {
+			n += f(r)
+		}
+		return float64(n) / float64(len(runs))
+	}
+	e, s := med(engineRuns, func(x stats) time.Duration { return x.took }), med(streamRuns, func(x stats) time.Duration { return x.took })
+	b.ReportMetric(millis(e), "engine-ms")
+	b.ReportMetric(millis(s), "stream-ms")
+	b.ReportMetric(float64(s)/float64(e), "ratio")
+	b.ReportMetric(millis(med(streamRuns, func(x stats) time.Duration { return x.first })), "first-line-ms")
+	b.ReportMetric(sum(engineRuns, func(x stats) int64 { return x.sessions }), "engine-sessions")
+	b.ReportMetric(sum(streamRuns, func(x stats) int64 { return x.sessions }), "stream-sessions")
+	b.ReportMetric(sum(streamRuns, func(x stats) int64 { return x.throttled }), "stream-throttled")
+}
+
+// benchCA is a certificate authority made for one benchmark and a leaf for host signed by it.
+type benchCA struct {
+	pool *x509.CertPool
+	leaf tls.Certificate
+}
+
+func makeBenchCA(tb testing.TB, host string) benchCA {
+	tb.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Mailvet bench CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	leafTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	return benchCA{pool: pool, leaf: tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}}
+}
+
+// hookHit is one callback the receiver got.
+type hookHit struct {
+	jobID string
+	at    time.Time
+}
+
+// BenchmarkAsyncCallback is issue 6's latency target: from sending POST /v1/email/verify with a
+// webhook_url (a deliverable address of a cached mail domain) to the receiver getting the signed
+// callback. The path: the API stores the job and queues it on JetStream (202); the verifier
+// worker's job runner verifies, stores result, usage row and delivery in one transaction and
+// queues the delivery; a webhook worker (webhook.Services' options, plus a test CA as trusted
+// root) claims it and POSTs it over HTTPS to a receiver on 127.0.0.1, reached through the name
+// hooks.bench.test that the mail world's DNS resolves. Jobs run one at a time. Target: median
+// under 50 ms.
+func BenchmarkAsyncCallback(b *testing.B) {
+	for _, rtt := range []time.Duration{0, benchRTT} {
+		b.Run("rtt="+rtt.String(), func(b *testing.B) { benchAsyncCallback(b, rtt) })
+	}
+}
+
+func benchAsyncCallback(b *testing.B, rtt time.Duration) {
+	const hookHost = "hooks.bench.test"
+	bb := setupBench(b, benchOpts{rtt: rtt, env: map[string]string{"MAILVET_WEBHOOK_ALLOW_PRIVATE": "true"}})
+	ca := makeBenchCA(b, hookHost)
+
+	hits := make(chan hookHit, 64)
+	rc := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		at := time.Now()
+		var cb struct {
+			JobID string `json:"job_id"`
+		}
+		_ = json.Unmarshal(raw, &cb)
+		select {
+		case hits <- hookHit{jobID: cb.JobID, at: at}:
+		default:
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	rc.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf}}
+	rc.StartTLS()
+	b.Cleanup(rc.Close)
+	bb.mail.AddDomain(hookHost, mailsim.Domain{A: []string{"127.0.0.1"}})
+	hookURL := fmt.Sprintf("https://%s:%d/mailvet", hookHost, rc.Listener.Addr().(*net.TCPAddr).Port)
+
+	// The webhook worker as webhook.Services builds it from the configuration
+	// (MAILVET_WEBHOOK_ALLOW_PRIVATE, MAILVET_DNS_RESOLVER), plus the test CA: Services has no
+	// way to pass roots, and SSL_CERT_FILE only counts if set before the process first loads
+	// the system pool.
+	nc, err := nats.Connect(bb.natsURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if !bb.cfg.WebhookAllowPrivate {
+		b.Fatal("MAILVET_WEBHOOK_ALLOW_PRIVATE not applied")
+	}
+	ww, err := webhook.NewWorker(bb.pool, js, webhook.Options{
+		Client: webhook.ClientOptions{AllowPrivate: bb.cfg.WebhookAllowPrivate, DNSResolver: bb.cfg.DNSResolver, RootCAs: ca.pool},
+		Log:    app.NewLogger(io.Discard, "webhook"),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{ww.Run, ww.RunSweeper, ww.RunRetention} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(wctx) }()
+	}
+	b.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
+
+	key := bb.customer(b, config.TierScale)
+	body := mustJSON(b, map[string]string{"email": "bob@acme.test", "webhook_url": hookURL, "webhook_secret": "bench-webhook-secret"})
+	if r := bb.engine.Verify(context.Background(), "ann@acme.test"); r.Status != verify.StatusDeliverable {
+		b.Fatalf("warm-up: %+v", r)
+	}
+	job := func() (accepted, called time.Duration) {
+		start := time.Now()
+		code, raw, err := bb.postRead("/v1/email/verify", key, body)
+		accepted = time.Since(start)
+		if err != nil || code != http.StatusAccepted {
+			b.Fatalf("status %d, err %v: %s", code, err, raw)
+		}
+		var r struct {
+			JobID string `json:"job_id"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil || r.JobID == "" {
+			b.Fatalf("body %s", raw)
+		}
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case h := <-hits:
+				if h.jobID == r.JobID {
+					return accepted, h.at.Sub(start)
+				}
+			case <-timeout:
+				b.Fatalf("job %s: no callback within 10 s", r.JobID)
+			}
+		}
+	}
+	// Warm-up: the webhook client's DNS look-up, TLS connection and the consumers.
+	for range 5 {
+		job()
+	}
+	var acc, total []time.Duration
+	for b.Loop() {
+		a, t := job()
+		acc = append(acc, a)
+		total = append(total, t)
+	}
+	b.ReportMetric(millis(percentile(total, 0.5)), "p50-ms")
+	b.ReportMetric(millis(percentile(total, 0.9)), "p90-ms")
+	b.ReportMetric(millis(percentile(acc, 0.5)), "accept-p50-ms")
+}
