@@ -165,6 +165,9 @@ func New(cfg Config) (*Prober, error) {
 		if err != nil {
 			return nil, fmt.Errorf("smtp: proxy: %w", err)
 		}
+		if u.Scheme != "socks5" || u.Host == "" {
+			return nil, fmt.Errorf("smtp: proxy must be socks5://host:port, not %q", cfg.Proxy)
+		}
 		d, err := proxy.FromURL(u, &net.Dialer{})
 		if err != nil {
 			return nil, fmt.Errorf("smtp: proxy: %w", err)
