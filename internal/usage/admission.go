@@ -93,74 +93,85 @@ func MonthStart(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
+// rateCTE adds the request's units to its rate window only if the window stays within the limit
+// ($1 account, $2 window start, $3 units, $4 limit), returning the new count, or no row when the
+// request does not fit. A request larger than the whole limit can never pass.
+const rateCTE = `r AS (
+		INSERT INTO rate_windows AS w (account_id, window_start, used)
+		SELECT $1, $2, $3::int WHERE $3::int <= $4::int
+		ON CONFLICT (account_id, window_start)
+		DO UPDATE SET used = w.used + EXCLUDED.used WHERE w.used + EXCLUDED.used <= $4::int
+		RETURNING used)`
+
 // Admit takes the request's rate-limit units and, on the free tier, its quota units, or says why
-// not. Rate-limit units are spent even when the quota then refuses: a client hammering past its
-// quota is still throttled. Quota units are taken only when the whole request fits.
+// not. It costs one round trip to Postgres: the rate step and the quota step (free tier) or the
+// spend-cap read (paid tiers) are one statement. Rate-limit units are spent even when the quota
+// then refuses, so a client hammering past its quota is still throttled; quota units are taken
+// only when the whole request fits both.
 func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 	now := r.Now.UTC()
 	window := now.Truncate(time.Minute)
 	d := Decision{Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now)}
 
-	// One conditional UPSERT: it adds the units only if the window stays within the limit, and
-	// returns nothing otherwise. A request larger than the whole limit can never pass.
-	var used int
-	err := db.QueryRow(ctx, `
-		INSERT INTO rate_windows AS w (account_id, window_start, used)
-		SELECT $1, $2, $3::int WHERE $3::int <= $4::int
-		ON CONFLICT (account_id, window_start)
-		DO UPDATE SET used = w.used + EXCLUDED.used WHERE w.used + EXCLUDED.used <= $4::int
-		RETURNING used`, r.AccountID, window, r.Units, r.RatePerMin).Scan(&used)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	var (
+		used     *int
+		quota    *int
+		capEUR   *float64
+		billable int
+		err      error
+	)
+	if r.Free {
+		err = db.QueryRow(ctx, `WITH `+rateCTE+`, q AS (
+			INSERT INTO usage_monthly AS m (account_id, month, quota_units)
+			SELECT $1, $5, $3::int WHERE $3::int <= $6::int AND EXISTS (SELECT 1 FROM r)
+			ON CONFLICT (account_id, month)
+			DO UPDATE SET quota_units = m.quota_units + EXCLUDED.quota_units
+			WHERE m.quota_units + EXCLUDED.quota_units <= $6::int
+			RETURNING quota_units)
+			SELECT (SELECT used FROM r), (SELECT quota_units FROM q)`,
+			r.AccountID, window, r.Units, r.RatePerMin, d.Month, r.MonthlyCalls).Scan(&used, &quota)
+		if err != nil {
+			// On the free tier this statement is the monthly-quota check (spec §7: 503
+			// quota_check_failed).
+			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
+		}
+	} else {
+		err = db.QueryRow(ctx, `WITH `+rateCTE+`
+			SELECT (SELECT used FROM r), a.hard_cap_eur::float8, coalesce(m.billable, 0)
+			FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $5
+			WHERE a.id = $1`,
+			r.AccountID, window, r.Units, r.RatePerMin, d.Month).Scan(&used, &capEUR, &billable)
+		if err != nil {
+			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+
+	if used == nil {
 		cur := 0
 		if err := db.QueryRow(ctx, `SELECT used FROM rate_windows WHERE account_id = $1 AND window_start = $2`,
 			r.AccountID, window).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Reset: d.Reset}
-	case err != nil:
-		return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	d.Remaining = max(0, r.RatePerMin-used)
+	d.Remaining = max(0, r.RatePerMin-*used)
 
 	if r.Free {
-		var quota int
-		err := db.QueryRow(ctx, `
-			INSERT INTO usage_monthly AS m (account_id, month, quota_units)
-			SELECT $1, $2, $3::int WHERE $3::int <= $4::int
-			ON CONFLICT (account_id, month)
-			DO UPDATE SET quota_units = m.quota_units + EXCLUDED.quota_units
-			WHERE m.quota_units + EXCLUDED.quota_units <= $4::int
-			RETURNING quota_units`, r.AccountID, d.Month, r.Units, r.MonthlyCalls).Scan(&quota)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		if quota == nil {
 			cur, err := QuotaUsed(ctx, db, r.AccountID, now)
 			if err != nil {
 				return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 			}
 			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Reset: d.Month.AddDate(0, 1, 0)}
-		case err != nil:
-			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 		}
 		d.QuotaCharged = r.Units
 		return d, nil
 	}
 
-	// Paid tiers: the account's hard spend cap (accounts.hard_cap_eur; null means none) against
-	// the period's billable count, read together in one round trip.
-	var (
-		capEUR   *float64
-		billable int
-	)
-	err = db.QueryRow(ctx, `SELECT a.hard_cap_eur::float8, coalesce(m.billable, 0)
-		FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $2
-		WHERE a.id = $1`, r.AccountID, d.Month).Scan(&capEUR, &billable)
-	if err != nil {
-		return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
+	// Paid tiers: the account's hard spend cap (null means none). Worst case: every email of the
+	// request turns out billable. Compared unrounded, so a cap is never crossed by a fraction of
+	// a cent.
 	if capEUR != nil {
-		// Worst case: every email of the request turns out billable. Compared unrounded, so a
-		// cap is never crossed by a fraction of a cent.
 		worst := float64(max(0, billable+r.Units-r.MonthlyCalls)) * r.OverageEUR
 		if worst > *capEUR+1e-9 {
 			return d, &SpendCapExceeded{HardCapEUR: capEUR, CurrentOverageEUR: overageEUR(billable, r.MonthlyCalls, r.OverageEUR)}

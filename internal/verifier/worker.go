@@ -39,7 +39,9 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.Concurrency <= 0 {
-		o.Concurrency = 256
+		// Enough for a whole 1,000-address stream to be with the SMTP prober at once: its
+		// per-MX-address session cap, not this window, is what limits load on mail servers.
+		o.Concurrency = 1024
 	}
 	if o.ItemAckWait <= 0 {
 		o.ItemAckWait = 5 * time.Second
@@ -48,6 +50,9 @@ func (o *Options) defaults() {
 		o.SyncBudget = 5 * time.Second
 	}
 }
+
+// maxGroup bounds how many batch items go to one VerifyBatch call.
+const maxGroup = 64
 
 // Worker serves verification work.
 type Worker struct {
@@ -160,7 +165,9 @@ func (w *Worker) consumeItems(ctx context.Context) (jetstream.MessagesContext, e
 	if err != nil {
 		return nil, fmt.Errorf("verify items consumer: %w", err)
 	}
-	batch := max(1, w.opts.Concurrency/4)
+	// Groups stay small (at most 64) so that one slow address holds few slots; the prober still
+	// shares sessions across groups.
+	batch := max(1, min(maxGroup, w.opts.Concurrency/4))
 	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
 	if err != nil {
 		return nil, fmt.Errorf("verify items: %w", err)
