@@ -56,13 +56,20 @@ func (j *JobRunner) Run(ctx context.Context) error {
 		FilterSubject: queue.SubjectJobs,
 	})
 	cancel()
-	if err != nil {
-		return fmt.Errorf("jobs consumer: %w", err)
+	if err == nil {
+		var it jetstream.MessagesContext
+		if it, err = cons.Messages(jetstream.PullMaxMessages(j.Concurrency)); err == nil {
+			return j.consume(ctx, it)
+		}
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(j.Concurrency))
-	if err != nil {
-		return fmt.Errorf("jobs: %w", err)
+	if ctx.Err() != nil {
+		return nil // stopped while starting: a clean stop, not a failure
 	}
+	return fmt.Errorf("jobs consumer: %w", err)
+}
+
+// consume runs jobs from it until ctx ends, then waits for the jobs in flight.
+func (j *JobRunner) consume(ctx context.Context, it jetstream.MessagesContext) error {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, j.Concurrency)
 	go func() {

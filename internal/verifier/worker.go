@@ -93,6 +93,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	items, err := w.consumeItems(ctx)
 	if err != nil {
 		_ = sub.Unsubscribe()
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop, not a failure
+		}
 		return err
 	}
 	<-ctx.Done()

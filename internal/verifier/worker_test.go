@@ -284,3 +284,16 @@ func TestWorkersAlive(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A worker told to stop while it is still starting stops cleanly: no error, nothing left running.
+func TestStopWhileStarting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, run := range verifier.Services(nil, b.nc, b.js, &scriptedPipeline{}, app.NewLogger(io.Discard, "test"), nil) {
+		if err := run(ctx); err != nil {
+			t.Errorf("run with a cancelled context: %v", err)
+		}
+	}
+}
