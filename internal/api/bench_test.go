@@ -151,29 +151,10 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	return bb
 }
 
-// startWorker runs a verifier worker (verifier.Services: sync, batch items and jobs) on its own
-// NATS connection, like a separate process, and waits until it pulls work.
+// startWorker runs a verifier worker with pipe, like a separate process.
 func (bb *benchBundle) startWorker(tb testing.TB, pipe verifier.Pipeline) {
 	tb.Helper()
-	nc, err := nats.Connect(bb.natsURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range verifier.Services(bb.pool, nc, js, pipe, app.NewLogger(io.Discard, "worker"), nil) {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(ctx) }()
-	}
-	tb.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for !bb.srv.dispatch.WorkersAlive(context.Background()) {
-		if time.Now().After(deadline) {
-			tb.Fatal("verifier worker did not come up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	startVerifier(tb, bb.pool, bb.natsURL, pipe, bb.srv)
 }
 
 // customer makes an account of tier and returns a standard key of it.

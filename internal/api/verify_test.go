@@ -16,6 +16,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -100,22 +101,29 @@ func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
 // startWorker runs a verifier worker (sync, batch and jobs) on its own NATS connection.
 func (b *verifyBundle) startWorker(t *testing.T) {
 	t.Helper()
-	nc, err := nats.Connect(b.natsURL)
+	startVerifier(t, b.pool, b.natsURL, b.engine, b.srv)
+}
+
+// startVerifier runs a verifier worker (verifier.Services: sync, batch items and jobs) with pipe
+// on its own NATS connection, like a separate process, and waits until srv sees it pulling work.
+func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verifier.Pipeline, srv *Server) {
+	tb.Helper()
+	nc, err := nats.Connect(natsURL)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range verifier.Services(b.pool, nc, js, b.engine, app.NewLogger(io.Discard, "worker"), nil) {
+	for _, run := range verifier.Services(pool, nc, js, pipe, app.NewLogger(io.Discard, "worker"), nil) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
-	t.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.srv.dispatch.WorkersAlive(context.Background()) {
+	tb.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !srv.dispatch.WorkersAlive(context.Background()) {
 		if time.Now().After(deadline) {
-			t.Fatal("verifier worker did not come up")
+			tb.Fatal("verifier worker did not come up")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

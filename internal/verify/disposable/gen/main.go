@@ -9,7 +9,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -18,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mailvet/mailvet/internal/verify/datagen"
 	"github.com/mailvet/mailvet/internal/verify/syntax"
 )
 
@@ -47,12 +47,12 @@ func run(data, out string) error {
 	seen := make(map[string]struct{}, 200_000)
 	var header []string
 	for _, s := range sources {
-		version, err := packageVersion(data, s.pkg)
+		version, err := datagen.PackageVersion(data, s.pkg)
 		if err != nil {
 			return err
 		}
 		var entries []string
-		if err := readJSON(filepath.Join(data, "build", s.export), &entries); err != nil {
+		if err := datagen.ReadJSON(filepath.Join(data, "build", s.export), &entries); err != nil {
 			return err
 		}
 		kept, dropped := 0, 0
@@ -109,30 +109,6 @@ func normalize(entry string) (string, bool) {
 		return "", false
 	}
 	return a.Domain, true
-}
-
-func packageVersion(data, pkg string) (string, error) {
-	var p struct {
-		Version string `json:"version"`
-	}
-	if err := readJSON(filepath.Join(data, "node_modules", pkg, "package.json"), &p); err != nil {
-		return "", err
-	}
-	if p.Version == "" {
-		return "", fmt.Errorf("%s: package.json has no version", pkg)
-	}
-	return p.Version, nil
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w (run `make data`, which installs the packages first)", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 // copyLicence copies a package's licence to out/LICENSES/<pkg>.txt under a line that names the

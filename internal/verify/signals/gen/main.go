@@ -6,7 +6,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -15,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mailvet/mailvet/internal/verify/datagen"
 	"github.com/mailvet/mailvet/internal/verify/disposable"
 	"github.com/mailvet/mailvet/internal/verify/syntax"
 )
@@ -35,7 +35,7 @@ func main() {
 func run(data, out string) error {
 	versions := map[string]string{}
 	for _, pkg := range []string{"role-based-email-addresses", "freemail", "email-providers", "mailcheck"} {
-		v, err := packageVersion(data, pkg)
+		v, err := datagen.PackageVersion(data, pkg)
 		if err != nil {
 			return err
 		}
@@ -44,7 +44,7 @@ func run(data, out string) error {
 
 	// Role local parts: lower case, as IsRole compares them.
 	var roleEntries []string
-	if err := readJSON(filepath.Join(data, "build", "role-based-email-addresses.json"), &roleEntries); err != nil {
+	if err := datagen.ReadJSON(filepath.Join(data, "build", "role-based-email-addresses.json"), &roleEntries); err != nil {
 		return err
 	}
 	roles := map[string]struct{}{}
@@ -74,7 +74,7 @@ func run(data, out string) error {
 		{"email-providers", "email-providers-common.json"},
 	} {
 		var entries []string
-		if err := readJSON(filepath.Join(data, "build", src.file), &entries); err != nil {
+		if err := datagen.ReadJSON(filepath.Join(data, "build", src.file), &entries); err != nil {
 			return err
 		}
 		for _, e := range entries {
@@ -133,30 +133,6 @@ func writeList(path string, set map[string]struct{}, comments ...string) error {
 	}
 	log.Printf("%s: %d entries", path, len(items))
 	return os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
-func packageVersion(data, pkg string) (string, error) {
-	var p struct {
-		Version string `json:"version"`
-	}
-	if err := readJSON(filepath.Join(data, "node_modules", pkg, "package.json"), &p); err != nil {
-		return "", err
-	}
-	if p.Version == "" {
-		return "", fmt.Errorf("%s: package.json has no version", pkg)
-	}
-	return p.Version, nil
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("%w (run `make data`, which installs the packages first)", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }
 
 func copyLicence(data, out, pkg, version, file, what string) error {
