@@ -183,7 +183,7 @@ func (s *Server) verifyOne(c echo.Context) error {
 }
 
 func elapsedMS(start time.Time) float64 {
-	return float64(time.Since(start).Microseconds()) / 1000
+	return verify.MS(time.Since(start))
 }
 
 // verifyAsync stores a job, queues it, and answers 202; a verifier worker completes it and the

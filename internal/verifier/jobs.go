@@ -148,7 +148,7 @@ func (j *JobRunner) handle(msg jetstream.Msg) error {
 
 	start := time.Now()
 	res, verr := j.verify(ctx, jb.email)
-	res.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+	res.LatencyMS = verify.MS(time.Since(start))
 	cb := callback{Result: res, JobID: jb.id.String()}
 	state, errClass := "completed", ""
 	if verr != nil {

@@ -55,7 +55,7 @@ func (v *Verifier) ProbeStats() smtp.Stats { return v.prober.Stats() }
 func (v *Verifier) Local(raw string) (r Result, final bool) {
 	start := time.Now()
 	r, _, final = v.local(raw)
-	r.LatencyMS = ms(time.Since(start))
+	r.LatencyMS = MS(time.Since(start))
 	return r, final
 }
 
@@ -96,7 +96,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) Result {
 			v.probed(&r, v.prober.Probe(ctx, smtp.Request{Addr: addr.String(), Domain: addr.Domain, Hosts: hosts}))
 		}
 	}
-	r.LatencyMS = ms(time.Since(start))
+	r.LatencyMS = MS(time.Since(start))
 	return r
 }
 
@@ -111,7 +111,7 @@ func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i i
 	emit := func(i int, r Result) {
 		mu.Lock()
 		defer mu.Unlock()
-		r.LatencyMS = ms(time.Since(start))
+		r.LatencyMS = MS(time.Since(start))
 		results[i] = r
 		if each != nil {
 			each(i, r)
@@ -220,4 +220,6 @@ func (v *Verifier) probed(r *Result, pr smtp.Result) {
 	}
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// MS converts d to latency_ms: milliseconds with nanosecond resolution, so that even the local
+// layers' sub-microsecond answers report a real, non-zero time.
+func MS(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
