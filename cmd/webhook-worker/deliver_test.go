@@ -3,15 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +23,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/tlstest"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -39,7 +33,7 @@ import (
 func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	// One CA per process: crypto/x509 reads SSL_CERT_FILE once, so a second run of this test
 	// (-count=2) must trust the same CA as the first.
-	pkiOnce.Do(func() { pkiCA, pkiLeaf = testPKI(t, "hooks.test") })
+	pkiOnce.Do(func() { ca := tlstest.New(t, "hooks.test"); pkiCA, pkiLeaf = ca.PEM, ca.Leaf })
 	caPEM, leaf := pkiCA, pkiLeaf
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
@@ -167,31 +161,6 @@ var (
 	pkiCA   []byte
 	pkiLeaf tls.Certificate
 )
-
-// testPKI makes a CA (returned as PEM) and a leaf for host signed by it.
-func testPKI(t *testing.T, host string) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
-}
 
 // loopbackDNS serves A 127.0.0.1 for every name on a loopback UDP port.
 func loopbackDNS(t *testing.T) string {

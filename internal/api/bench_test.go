@@ -11,18 +11,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +39,7 @@ import (
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/tlstest"
 	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -618,50 +613,6 @@ func BenchmarkStream1000(b *testing.B) {
 	b.ReportMetric(sum(streamRuns, func(x stats) int64 { return x.throttled }), "stream-throttled")
 }
 
-// benchCA is a certificate authority made for one benchmark and a leaf for host signed by it.
-type benchCA struct {
-	pool *x509.CertPool
-	leaf tls.Certificate
-}
-
-func makeBenchCA(tb testing.TB, host string) benchCA {
-	tb.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Mailvet bench CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	return benchCA{pool: pool, leaf: tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}}
-}
-
 // hookHit is one callback the receiver got.
 type hookHit struct {
 	jobID string
@@ -685,7 +636,7 @@ func BenchmarkAsyncCallback(b *testing.B) {
 func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 	const hookHost, hookSecret = "hooks.bench.test", "bench-webhook-secret"
 	bb := setupBench(b, benchOpts{rtt: rtt, env: map[string]string{"MAILVET_WEBHOOK_ALLOW_PRIVATE": "true"}})
-	ca := makeBenchCA(b, hookHost)
+	ca := tlstest.New(b, hookHost)
 
 	hits := make(chan hookHit, 64)
 	rc := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -705,7 +656,7 @@ func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	rc.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf}}
+	rc.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf}}
 	rc.StartTLS()
 	b.Cleanup(rc.Close)
 	bb.mail.AddDomain(hookHost, mailsim.Domain{A: []string{"127.0.0.1"}})
@@ -724,7 +675,7 @@ func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 		b.Fatal("MAILVET_WEBHOOK_ALLOW_PRIVATE not applied")
 	}
 	ww, err := webhook.NewWorker(bb.pool, js, webhook.Options{
-		Client: webhook.ClientOptions{AllowPrivate: bb.cfg.WebhookAllowPrivate, DNSResolver: bb.cfg.DNSResolver, RootCAs: ca.pool},
+		Client: webhook.ClientOptions{AllowPrivate: bb.cfg.WebhookAllowPrivate, DNSResolver: bb.cfg.DNSResolver, RootCAs: ca.Pool},
 		Log:    app.NewLogger(io.Discard, "webhook"),
 	})
 	if err != nil {

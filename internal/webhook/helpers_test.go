@@ -2,14 +2,8 @@ package webhook
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,71 +22,23 @@ import (
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/tlstest"
 )
 
 // testHost is the receivers' name; the test DNS server resolves it (and everything else) to
 // 127.0.0.1 unless a test says otherwise.
 const testHost = "hooks.test"
 
-// testCA is a certificate authority made for one test run, and a leaf for testHost signed by it.
-type testCA struct {
-	pool *x509.CertPool
-	leaf tls.Certificate
-}
-
 var (
 	caOnce sync.Once
-	ca     testCA
+	ca     tlstest.CA
 )
 
-// getCA returns the run's CA, made once with crypto/x509.
-func getCA(t testing.TB) testCA {
+// getCA returns the run's CA, made once.
+func getCA(t testing.TB) tlstest.CA {
 	t.Helper()
-	caOnce.Do(func() { ca = makeCA(t, testHost) })
+	caOnce.Do(func() { ca = tlstest.New(t, testHost) })
 	return ca
-}
-
-func makeCA(t testing.TB, host string) testCA {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "Mailvet test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: host},
-		DNSNames:     []string{host, "*." + host},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	return testCA{pool: pool, leaf: tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}}
 }
 
 // hit is one request a receiver got.
@@ -125,7 +71,7 @@ func newReceiver(t testing.TB, script func(n int, w http.ResponseWriter, r *http
 			rc.script(n, w, r)
 		}
 	}))
-	rc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{getCA(t).leaf}}
+	rc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{getCA(t).Leaf}}
 	rc.srv.StartTLS()
 	t.Cleanup(rc.srv.Close)
 	return rc
@@ -291,7 +237,7 @@ func (b *bundle) startWorker(t testing.TB, o Options) *worker {
 		o.Client.DNSResolver = b.dns
 	}
 	if o.Client.RootCAs == nil {
-		o.Client.RootCAs = getCA(t).pool
+		o.Client.RootCAs = getCA(t).Pool
 	}
 	// Each worker gets its own connection, like a separate process.
 	w, err := NewWorker(b.pool, connectJS(t, b.natsURL), o)

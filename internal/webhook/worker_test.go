@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailvet/mailvet/internal/tlstest"
 )
 
 var sampleBody = []byte(`{"email":"a@example.com","valid":true,"status":"deliverable","confidence":0.95,` +
@@ -180,13 +182,13 @@ func TestTransportErrorsRetried(t *testing.T) {
 		b := setup(t)
 		rc := newReceiver(t, statuses(200))
 		// The first handshake presents a certificate from a CA the client does not trust.
-		untrusted := makeCA(t, testHost).leaf
+		untrusted := tlstest.New(t, testHost).Leaf
 		var handshakes atomic.Int64
 		rc.srv.TLS.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if handshakes.Add(1) == 1 {
 				return &untrusted, nil
 			}
-			c := getCA(t).leaf
+			c := getCA(t).Leaf
 			return &c, nil
 		}
 		rc.srv.TLS.Certificates = nil
