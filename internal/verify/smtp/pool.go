@@ -25,6 +25,7 @@ type pool struct {
 	sessions  int // open or opening
 	opening   int
 	idle      []*session
+	returning int // sessions that have their replies and are on their way back to take
 	downUntil time.Time
 	downErr   error
 	plainOK   bool // a MAIL FROM has been accepted here without TLS
@@ -75,6 +76,9 @@ func (pl *pool) dispatchLocked() {
 			pending++
 		}
 	}
+	// A session that has just read its replies finishes its callers' jobs before it reaches
+	// take; work that arrives in that moment is its to serve, not a reason for a new session.
+	pending -= pl.returning * maxErrors
 	for len(pl.idle) > 0 && pending > 0 {
 		s := pl.idle[len(pl.idle)-1]
 		pl.idle = pl.idle[:len(pl.idle)-1]
@@ -120,6 +124,7 @@ func (pl *pool) run() {
 	}
 	s.quit()
 	pl.mu.Lock()
+	pl.arrivedLocked(s)
 	pl.sessions--
 	pl.dispatchLocked()
 	pl.mu.Unlock()
@@ -129,6 +134,7 @@ func (pl *pool) run() {
 func (pl *pool) take(s *session) []rcpt {
 	for {
 		pl.mu.Lock()
+		pl.arrivedLocked(s)
 		select {
 		case <-pl.p.closing:
 			pl.mu.Unlock()
@@ -169,6 +175,25 @@ func (pl *pool) take(s *session) []rcpt {
 			return nil
 		}
 		<-s.wake // woken as the timer fired: serve the work it was woken for
+	}
+}
+
+// replied marks s as on its way back to take: it has read the replies of its exchange and is
+// about to settle them, which wakes the callers whose next address it should serve.
+func (pl *pool) replied(s *session) {
+	pl.mu.Lock()
+	if !s.returning {
+		s.returning = true
+		pl.returning++
+	}
+	pl.mu.Unlock()
+}
+
+// arrivedLocked ends what replied began, in take or when s closes.
+func (pl *pool) arrivedLocked(s *session) {
+	if s.returning {
+		s.returning = false
+		pl.returning--
 	}
 }
 

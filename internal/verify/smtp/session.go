@@ -41,6 +41,8 @@ type session struct {
 	broken   bool // the connection is in an unknown state
 	full     bool // the server will take no more recipients in this session
 	wrote    bool // something was written since the last reply was read
+
+	returning bool // see pool.replied; guarded by pl.mu
 }
 
 func (s *session) usable() bool { return !s.broken && !s.full && s.errors < maxErrors }
@@ -178,6 +180,7 @@ func (s *session) exchange(batch []rcpt) {
 		}
 	}
 	replies, err := s.send(cmds)
+	s.pl.replied(s)
 	if pre > 0 {
 		if len(replies) < pre {
 			s.broken = true
