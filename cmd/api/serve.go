@@ -57,7 +57,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		fmt.Fprintf(stdout, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	}
 	parts := []func(context.Context) error{
-		func(ctx context.Context) error { return httpSrv.Serve(ctx, app.ShutdownGrace, log) },
+		func(ctx context.Context) error {
+			defer srv.Close() // the verdicts of the last requests, once no handler can add more
+			return httpSrv.Serve(ctx, app.ShutdownGrace, log)
+		},
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 	}
 	if cfg.Dev {

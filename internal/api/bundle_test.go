@@ -44,7 +44,9 @@ func setup(t *testing.T, env map[string]string, adjust ...func(*Deps)) *testBund
 	for _, f := range adjust {
 		f(&d)
 	}
-	return &testBundle{t: t, cfg: cfg, pool: pool, store: store, srv: New(d)}
+	srv := New(d)
+	t.Cleanup(srv.Close)
+	return &testBundle{t: t, cfg: cfg, pool: pool, store: store, srv: srv}
 }
 
 // account creates an account with an active provisioning key and returns both.

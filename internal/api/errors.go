@@ -293,7 +293,7 @@ func (s *Server) logRejection(c echo.Context, env *Error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := usage.Record(ctx, s.pool, []usage.Row{{
-		ItemKey: requestID(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
+		ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
 		Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
 	}})
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage"
 )
 
 // Deps are the dependencies of the API server.
@@ -68,6 +69,8 @@ type Server struct {
 
 	local    LocalVerifier
 	dispatch *queue.Dispatcher
+	verdicts *usage.Verdicts
+	headroom *usage.Headroom
 
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
@@ -80,7 +83,7 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: &queue.Dispatcher{NC: d.NATS, JS: d.JS}}
+		local: d.Local, dispatch: &queue.Dispatcher{NC: d.NATS, JS: d.JS}, verdicts: usage.NewVerdicts(d.Pool, d.Log), headroom: usage.NewHeadroom()}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -178,3 +181,6 @@ func (s *Server) readyz(c echo.Context) error {
 
 // Shutdown stops accepting requests and waits for in-flight ones until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.echo.Shutdown(ctx) }
+
+// Close writes the usage verdicts still queued. Call it once the HTTP server has stopped.
+func (s *Server) Close() { s.verdicts.Close() }

@@ -77,14 +77,16 @@ func checkEmail(field, e string) error {
 	return nil
 }
 
-// admit runs admission for n emails and sets the RateLimit-* headers.
-func (s *Server) admit(c echo.Context, who caller, n int) (usage.Decision, error) {
+// admit runs admission for n emails, writing rows with it when admitted, and sets the
+// RateLimit-* headers.
+func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (usage.Decision, error) {
 	now := s.now()
 	d, err := usage.Admit(c.Request().Context(), s.pool, usage.Request{
 		AccountID: who.account, Free: who.tier == config.TierFree, Units: n,
 		RatePerMin: who.plan.RateLimitPerMin, MonthlyCalls: who.plan.MonthlyCalls,
-		OverageEUR: s.cfg.OverageEUR[who.tier], Now: now,
+		OverageEUR: s.cfg.OverageEUR[who.tier], Now: now, Rows: rows,
 	})
+	s.headroom.Note(who.account, now, d, err)
 	// The headers describe the rate window whenever admission got as far as it: also on a quota,
 	// spend-cap or datastore refusal that came after the rate step.
 	h := c.Response().Header()
@@ -107,28 +109,54 @@ func secondsUntil(t, now time.Time) int {
 
 // row builds the usage-log row of one verified email.
 func row(who caller, itemKey, route string, r verify.Result) usage.Row {
+	v := verdictOf(itemKey, r)
+	x := pendingRow(who, itemKey, route, r.Email)
+	x.Status, x.FailedCheck, x.Snapshot = v.Status, v.FailedCheck, v.Snapshot
+	x.Billable = v.FailedCheck != string(verify.CheckSyntax)
+	return x
+}
+
+// pendingRow is the usage-log row of an email that passed the local layers and waits for the
+// worker fleet: billable (it passed layer 1) and a quota unit, its verdict filled in later by
+// usage.Verdicts.
+func pendingRow(who caller, itemKey, route, email string) usage.Row {
+	return usage.Row{
+		ItemKey: itemKey, AccountID: who.account, KeyID: who.key, OccurredAt: time.Now(), Route: route,
+		EmailDomain: domainOf(email), Billable: true, QuotaUnit: true,
+	}
+}
+
+// domainOf is the lower-cased part after the last @, or "" when there is none.
+func domainOf(email string) string {
+	if at := strings.LastIndexByte(email, '@'); at >= 0 {
+		return strings.ToLower(email[at+1:])
+	}
+	return ""
+}
+
+// verdictOf is the verdict columns of a usage row: the result's status, failed check and snapshot.
+func verdictOf(itemKey string, r verify.Result) usage.Verdict {
 	snap, _ := json.Marshal(r)
 	fc := ""
 	if r.FailedCheck != nil {
 		fc = string(*r.FailedCheck)
 	}
-	domain := ""
-	if at := strings.LastIndexByte(r.Email, '@'); at >= 0 {
-		domain = strings.ToLower(r.Email[at+1:])
-	}
-	return usage.Row{
-		ItemKey: itemKey, AccountID: who.account, KeyID: who.key, OccurredAt: time.Now(), Route: route,
-		EmailDomain: domain, Status: string(r.Status), FailedCheck: fc,
-		Billable: fc != string(verify.CheckSyntax), QuotaUnit: true, Snapshot: snap,
-	}
+	return usage.Verdict{ItemKey: itemKey, Status: string(r.Status), FailedCheck: fc, Snapshot: snap}
 }
 
-func requestID(c echo.Context) string {
-	if id := c.Response().Header().Get(echo.HeaderXRequestID); id != "" {
-		return id
+// usageKey prefixes the usage-log item keys of one request. It is generated here, never taken
+// from the client's X-Request-ID: a client that reused one would otherwise have its later rows
+// skipped as duplicates, and not counted.
+func usageKey(c echo.Context) string {
+	if k, ok := c.Get(usageKeyCtx).(string); ok {
+		return k
 	}
-	return uuid.NewString()
+	k := uuid.NewString()
+	c.Set(usageKeyCtx, k)
+	return k
 }
+
+const usageKeyCtx = "mailvet.usage_key"
 
 // verifyOne is POST /v1/email/verify.
 func (s *Server) verifyOne(c echo.Context) error {
@@ -158,28 +186,77 @@ func (s *Server) verifyOne(c echo.Context) error {
 	}
 
 	who := s.callerOf(c)
-	d, err := s.admit(c, who, 1)
+	key := usageKey(c) + ":0"
+	r, final := s.local.Local(*req.Email)
+	// The usage row is written by the admission statement itself: complete when the local layers
+	// decide, else with its metering facts and the verdict to follow (usage.Verdicts). Either way
+	// it is durable before the response, with one commit on the request's path.
+	if final {
+		r.LatencyMS = elapsedMS(start)
+		if _, err := s.admit(c, who, 1, row(who, key, "verify", r)); err != nil {
+			return err
+		}
+		r.LatencyMS = elapsedMS(start) // end to end; the row's snapshot has the time before admission
+		return c.JSON(http.StatusOK, r)
+	}
+	r, err := s.askFleet(c, who, *req.Email, pendingRow(who, key, "verify", *req.Email))
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	r, final := s.local.Local(*req.Email)
-	if !final {
-		vctx, cancel := context.WithTimeout(ctx, syncDeadline)
-		r, err = s.dispatch.VerifyOne(vctx, *req.Email)
-		cancel()
-		if err != nil {
-			_ = usage.Refund(ctx, s.pool, who.account, d)
-			return unavailable(err)
-		}
-	}
 	r.LatencyMS = elapsedMS(start)
-	if err := usage.Record(ctx, s.pool, []usage.Row{row(who, requestID(c)+":0", "verify", r)}); err != nil {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
-		s.log.Error("usage log", "err", err)
-		return unavailable(errors.New("usage could not be recorded"))
-	}
+	s.verdicts.Add(verdictOf(key, r))
 	return c.JSON(http.StatusOK, r)
+}
+
+type fleetAnswer struct {
+	r   verify.Result
+	err error
+}
+
+// askFleet admits one email that needs the worker fleet and returns the fleet's result. When the
+// account's last admission on this replica left room, the fleet is asked while Postgres admits,
+// so the admission's commit overlaps the wait for the mail server instead of adding to it; if
+// admission then refuses, the answer is dropped unseen and nothing is charged. Without room, or
+// with no recent decision, admission comes first: a throttled or exhausted account never makes
+// the fleet work.
+func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage.Row) (verify.Result, error) {
+	ctx := c.Request().Context()
+	vctx, cancel := context.WithTimeout(ctx, syncDeadline)
+	defer cancel() // also stops a fleet request whose admission was refused
+	var answer chan fleetAnswer
+	if s.headroom.Take(who.account, s.now()) {
+		answer = make(chan fleetAnswer, 1)
+		go func() {
+			r, err := s.dispatch.VerifyOne(vctx, email)
+			answer <- fleetAnswer{r, err}
+		}()
+	}
+	d, err := s.admit(c, who, 1, logged)
+	if err != nil {
+		return verify.Result{}, err
+	}
+	var a fleetAnswer
+	if answer != nil {
+		a = <-answer
+	} else {
+		a.r, a.err = s.dispatch.VerifyOne(vctx, email)
+	}
+	if a.err != nil {
+		s.refund(d)
+		return verify.Result{}, unavailable(a.err)
+	}
+	return a.r, nil
+}
+
+// refund gives back what admission charged a request that then failed (usage.Refund). It does
+// not run on the request's context: a client that hung up is the commonest reason to get here,
+// and its cancelled context must not leave the charge standing.
+func (s *Server) refund(d usage.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := usage.Refund(ctx, s.pool, d); err != nil {
+		s.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged, "rows", len(d.Logged), "err", err)
+	}
 }
 
 func elapsedMS(start time.Time) float64 {
@@ -216,14 +293,14 @@ func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, ema
 	}
 	if _, err := s.pool.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret)
 		VALUES ($1, $2, $3, $4, $5, $6)`, jobID, who.account, keyID, email, hookURL, secretArg); err != nil {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.refund(d)
 		s.log.Error("store job", "err", err)
 		return unavailable(errors.New("the job could not be stored"))
 	}
 	if err := queue.PublishJob(ctx, s.js, jobID); err != nil {
 		// Not queued: remove the job so the client's retry is the only copy, and charge nothing.
 		_, _ = s.pool.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = 'pending'`, jobID)
-		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.refund(d)
 		return unavailable(err)
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"job_id": jobID.String(), "status": "pending"})
@@ -293,7 +370,7 @@ func (s *Server) admitList(c echo.Context, limit int) ([]string, caller, usage.D
 	}
 	ctx := c.Request().Context()
 	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.refund(d)
 		return nil, who, d, unavailable(queue.ErrNoWorkers)
 	}
 	return emails, who, d, nil
@@ -316,10 +393,10 @@ func (s *Server) verifyBatch(c echo.Context) error {
 	defer cancel()
 	results := make([]verify.Result, len(emails))
 	if _, err := s.runList(vctx, emails, func(i int, r verify.Result) { results[i] = r }); err != nil {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.refund(d)
 		return unavailable(err)
 	}
-	rid := requestID(c)
+	rid := usageKey(c)
 	rows := make([]usage.Row, len(results))
 	lat := elapsedMS(start)
 	for i := range results {
@@ -327,7 +404,7 @@ func (s *Server) verifyBatch(c echo.Context) error {
 		rows[i] = row(who, rid+":"+strconv.Itoa(i), "verify_batch", results[i])
 	}
 	if err := usage.Record(ctx, s.pool, rows); err != nil {
-		_ = usage.Refund(ctx, s.pool, who.account, d)
+		s.refund(d)
 		s.log.Error("usage log", "err", err)
 		return unavailable(errors.New("usage could not be recorded"))
 	}
@@ -368,7 +445,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp.WriteHeader(http.StatusOK)
 	resp.Flush()
 
-	rid := requestID(c)
+	rid := usageKey(c)
 	enc := json.NewEncoder(resp)
 	var (
 		pending []done
@@ -416,7 +493,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 		s.log.Warn("stream ended early", "missing", len(missing), "unsent", unsent, "err", runErr)
 	}
 	if n := len(missing) + unsent; n > 0 && d.QuotaCharged > 0 {
-		_ = usage.Refund(context.Background(), s.pool, who.account, usage.Decision{QuotaCharged: min(n, d.QuotaCharged), Month: d.Month})
+		s.refund(usage.Decision{AccountID: who.account, QuotaCharged: min(n, d.QuotaCharged), Month: d.Month})
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ type verifyBundle struct {
 type verifyOpts struct {
 	env       map[string]string
 	noWorkers bool
+	now       time.Time // when set, the API's clock stands still here
 }
 
 func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
@@ -86,6 +88,9 @@ func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
 		}
 		t.Cleanup(b.engine.Close)
 		d.NATS, d.JS, d.Local = nc, js, b.engine
+		if !o.now.IsZero() {
+			d.Now = func() time.Time { return o.now }
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -187,6 +192,16 @@ func TestVerifySyncOutcomesAndUsage(t *testing.T) {
 	// five passed layer 1 and are billable (spec §4.2 rule 1).
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 6 {
 		t.Errorf("usage rows %d, want 6", n)
+	}
+	// The rows of addresses the worker fleet answered were written before it was asked, their
+	// verdicts behind the responses; once those are written every row has its outcome.
+	b.srv.Close()
+	for _, c := range append(cases, cases[0]) {
+		if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND coalesce(email_domain, '') = $2
+			AND status = $3 AND coalesce(failed_check, '') = $4 AND snapshot->>'email' = $5`,
+			acct, domainOf(c.email), c.status, c.failed, c.email); n < 1 {
+			t.Errorf("%s: no usage row with status %s and its snapshot", c.email, c.status)
+		}
 	}
 	mgmt := b.provisioningKey(acct)
 	days := b.call(http.MethodGet, "/v1/management/usage", mgmt, nil).want(t, 200, "").body["days"].([]any)
@@ -399,8 +414,133 @@ func TestNoWorkersIs503(t *testing.T) {
 	if used := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); used != 0 {
 		t.Errorf("charged %d units for failed requests", used)
 	}
+	// The single address's usage row, written with its admission, went with the refund; what
+	// stays is the logged rejections.
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 0 {
+		t.Errorf("%d usage rows of verifications that never happened", n)
+	}
+	if n := b.count(`SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1`, acct) +
+		b.count(`SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("%d billable counts for failed requests", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'service_unavailable'`, acct); n != 3 {
+		t.Errorf("%d logged 503s, want 3", n)
+	}
 	// Addresses the API decides locally still work without workers.
 	b.verify(key, map[string]string{"email": "not-an-address"}).want(t, 200, "")
+}
+
+// Usage-log keys are the server's: a client that reuses an X-Request-ID is still counted for
+// every email and every rejection.
+func TestReusedRequestIDIsCountedEveryTime(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(config.TierFree)
+	for range 2 {
+		b.call(http.MethodPost, "/v1/email/verify", key, map[string]string{"email": "x@mailinator.com"}, "X-Request-ID", "same").want(t, 200, "")
+		b.call(http.MethodPost, "/v1/email/verify", key, map[string]string{}, "X-Request-ID", "same").want(t, 400, CodeInvalidRequest)
+		b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"not-an-address", "y@mailinator.com"}},
+			"X-Request-ID", "same").want(t, 200, "")
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 6 {
+		t.Errorf("%d verification rows, want 6", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != 2 {
+		t.Errorf("%d rejection rows, want 2", n)
+	}
+	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 4 {
+		t.Errorf("billable %d, want 4", n)
+	}
+}
+
+// The fleet is asked while Postgres admits only when the account's last admission on this replica
+// left room: a throttled account does not make the fleet work, and when the room a replica
+// remembers was spent elsewhere, the refused request's answer is dropped and nothing is charged.
+func TestFleetWorksOnlyForAdmittedRequests(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{now: time.Now(), env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "4"}})
+	acct, key := b.customer(config.TierFree)
+	spy, err := nats.Connect(b.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close()
+	var asked atomic.Int32
+	if _, err := spy.Subscribe(queue.SubjectVerifySync, func(*nats.Msg) { asked.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = spy.Flush()
+	second := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica2"), Pool: b.pool, NATS: b.srv.nc, JS: b.js,
+		Local: b.engine, Ready: b.srv.ready, Now: b.srv.now})
+	t.Cleanup(second.Close)
+	verifyOn := func(h http.Handler) reply {
+		return callHandler(t, h, http.MethodPost, "/v1/email/verify", key, map[string]string{"email": "ann@acme.test"})
+	}
+	settled := func(want int32) {
+		t.Helper()
+		_ = spy.Flush()
+		time.Sleep(50 * time.Millisecond)
+		if got := asked.Load(); got != want {
+			t.Fatalf("the fleet was asked %d times, want %d", got, want)
+		}
+	}
+
+	// Replica one admits two (the second while asking the fleet) and remembers room for two more.
+	for range 2 {
+		verifyOn(b.srv.Handler()).want(t, 200, "")
+	}
+	// Replica two spends that room.
+	for range 2 {
+		verifyOn(second.Handler()).want(t, 200, "")
+	}
+	settled(4)
+	// Replica one still believes in the room: it asks the fleet early, admission refuses, and
+	// the client gets the 429, not the answer.
+	verifyOn(b.srv.Handler()).want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
+	settled(5)
+	// Now both replicas know the account is throttled: the fleet is not asked again.
+	for _, h := range []http.Handler{b.srv.Handler(), second.Handler(), b.srv.Handler()} {
+		verifyOn(h).want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
+	}
+	settled(5)
+
+	b.srv.Close()
+	second.Close()
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL AND status = 'deliverable'`, acct); n != 4 {
+		t.Errorf("%d verified rows with their verdict, want 4", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit'`, acct); n != 4 {
+		t.Errorf("%d rate_limit rows, want 4", n)
+	}
+	if n := b.count(`SELECT quota_units + billable FROM usage_monthly WHERE account_id = $1`, acct); n != 8 {
+		t.Errorf("quota units + billable = %d, want 4 + 4", n)
+	}
+}
+
+// A client that hangs up while the fleet works is not charged: the usage row written with its
+// admission, its billable count and its quota unit are taken back, although the request's own
+// context is gone.
+func TestClientGoneMidVerifyIsNotCharged(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(config.TierFree)
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodPost, "/v1/email/verify", strings.NewReader(`{"email":"sue@slow.test"}`)).WithContext(ctx)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	stop := time.AfterFunc(200*time.Millisecond, cancel) // the slow domain answers after 700 ms
+	defer stop.Stop()
+	rec := httptest.NewRecorder()
+	b.srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if n := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("quota units + billable = %d after the client left, want 0", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 0 {
+		t.Errorf("%d usage rows for a verification the client never got", n)
+	}
 }
 
 func TestBatchKeepsInputOrder(t *testing.T) {

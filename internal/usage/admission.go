@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,14 +35,21 @@ type Request struct {
 	// RatePerMin and MonthlyCalls are the account's plan limits.
 	RatePerMin   int
 	MonthlyCalls int
-	// HardCapEUR is the paid account's spend cap for the period; nil means none.
-	HardCapEUR *float64
-	OverageEUR float64 // price of one billable call over MonthlyCalls
-	Now        time.Time
+	OverageEUR   float64 // price of one billable call over MonthlyCalls
+	Now          time.Time
+	// Rows are usage-log rows written, and their billable ones counted, by the admission statement
+	// itself, only when the request is admitted. The API uses this to make a single email's usage
+	// row durable without a second commit: a local result's row is complete; a row still waiting
+	// for the worker fleet's verdict has an empty Status, and Verdicts fills it in. Their
+	// OccurredAt is Now. Item keys must be fresh: a key already logged fails the whole statement
+	// rather than count twice.
+	Rows []Row
 }
 
-// Decision is the outcome of a successful admission, for the RateLimit-* response headers.
+// Decision is the outcome of a successful admission, for the RateLimit-* response headers and
+// for Refund.
 type Decision struct {
+	AccountID string
 	Limit     int
 	Remaining int
 	Reset     time.Time // end of the current one-minute window
@@ -49,6 +57,13 @@ type Decision struct {
 	// fails before verifying anything).
 	QuotaCharged int
 	Month        time.Time
+	Day          time.Time // UTC day of the rows written with the admission
+	// Logged are the item keys of the rows written with the admission.
+	Logged []string
+	// Room is how many more emails the account could send now: the least of the rate window's
+	// remaining units and the free quota left or, on paid tiers, the emails the spend cap still
+	// allows. A hint for Headroom, not a promise.
+	Room int
 }
 
 // RateLimited is returned when the per-minute limit would be exceeded.
@@ -103,44 +118,138 @@ const rateCTE = `r AS (
 		DO UPDATE SET used = w.used + EXCLUDED.used WHERE w.used + EXCLUDED.used <= $4::int
 		RETURNING used)`
 
-// Admit takes the request's rate-limit units and, on the free tier, its quota units, or says why
-// not. It costs one round trip to Postgres: the rate step and the quota step (free tier) or the
-// spend-cap read (paid tiers) are one statement. Rate-limit units are spent even when the quota
-// then refuses, so a client hammering past its quota is still throttled; quota units are taken
-// only when the whole request fits both.
+// The admission statement's parameters: $1 account, $2 window start, $3 units, $4 rate limit,
+// $5 month, $6 monthly calls (the free quota, or the calls included in a paid plan); on paid
+// tiers $7 the overage price. With rows, then: the rows' billable count, their UTC day, and the
+// arrays of logColumns.
+
+// logCTE writes the request's rows (arrays from $<first+2>) and adds their billable count
+// ($<first>) to their day's counter ($<first+1>), only if the CTE named gate has a row. The
+// month's counter is the caller's: one statement may change a usage_monthly row only once.
+func logCTE(gate string, first int) string {
+	return fmt.Sprintf(`ins AS (
+			INSERT INTO usage_log (%s)
+			SELECT * FROM unnest(%s) WHERE EXISTS (SELECT 1 FROM %s)
+			RETURNING 1
+		), daily AS (
+			INSERT INTO usage_daily AS d (account_id, day, billable)
+			SELECT $1, $%[5]d::date, $%[4]d::int WHERE $%[4]d::int > 0 AND EXISTS (SELECT 1 FROM %[3]s)
+			ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable
+		)`, logColumnNames, unnestParams(first+2), gate, first, first+1)
+}
+
+// admitSQL is the admission statement of the free or the paid tiers, with or without rows to
+// write (a statement without them is the leaner for Postgres to plan and run).
+//
+// Free: the rate window, then the monthly quota, then the rows.
+//
+// Paid: the rate window, then the hard spend cap, then the rows. The cap is checked against the
+// worst case, every email of the request billable, in float8 and unrounded, so a cap is never
+// crossed by a fraction of a cent. The month's billable count is read, not locked: requests
+// admitted concurrently each see the count before the others, so together they can pass the cap
+// by at most their own emails.
+func admitSQL(free, rows bool) string {
+	var b strings.Builder
+	b.WriteString("WITH " + rateCTE)
+	if free {
+		const first = 7
+		billCol, billVal, billSet := "", "", ""
+		if rows {
+			billCol, billVal = ", billable", fmt.Sprintf(", $%d::int", first)
+			billSet = ", billable = m.billable + EXCLUDED.billable"
+		}
+		fmt.Fprintf(&b, `, q AS (
+			INSERT INTO usage_monthly AS m (account_id, month, quota_units%s)
+			SELECT $1, $5, $3::int%s WHERE $3::int <= $6::int AND EXISTS (SELECT 1 FROM r)
+			ON CONFLICT (account_id, month)
+			DO UPDATE SET quota_units = m.quota_units + EXCLUDED.quota_units%s
+			WHERE m.quota_units + EXCLUDED.quota_units <= $6::int
+			RETURNING quota_units)`, billCol, billVal, billSet)
+		if rows {
+			b.WriteString(", " + logCTE("q", first))
+		}
+		b.WriteString(`
+		SELECT (SELECT used FROM r), (SELECT quota_units FROM q)`)
+		return b.String()
+	}
+	const first = 8
+	b.WriteString(`, acct AS (
+			SELECT a.hard_cap_eur::float8 AS cap, coalesce(m.billable, 0) AS billable
+			FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $5
+			WHERE a.id = $1
+		), ok AS (
+			SELECT 1 FROM r, acct
+			WHERE acct.cap IS NULL OR greatest(0, acct.billable + $3::int - $6::int)::float8 * $7::float8 <= acct.cap + 1e-9
+		)`)
+	if rows {
+		fmt.Fprintf(&b, `, month AS (
+			INSERT INTO usage_monthly AS m (account_id, month, billable)
+			SELECT $1, $5, $%[1]d::int WHERE $%[1]d::int > 0 AND EXISTS (SELECT 1 FROM ok)
+			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable
+		), %s`, first, logCTE("ok", first))
+	}
+	b.WriteString(`
+		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok) FROM acct`)
+	return b.String()
+}
+
+// admitStatements holds admitSQL's four statements, indexed [free][rows].
+var admitStatements = [2][2]string{
+	{admitSQL(false, false), admitSQL(false, true)},
+	{admitSQL(true, false), admitSQL(true, true)},
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Admit takes the request's rate-limit units and, on the free tier, its quota units, writes the
+// request's rows, or says why not. It costs one round trip to Postgres and one commit: the rate
+// step, the quota step (free tier) or the spend-cap check (paid tiers) and the rows are one
+// statement. Rate-limit units are spent even when the quota or the cap then refuses, so a client
+// hammering past its quota is still throttled; quota units are taken and rows written only when
+// the whole request fits.
 func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 	now := r.Now.UTC()
 	window := now.Truncate(time.Minute)
-	d := Decision{Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now)}
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	d := Decision{AccountID: r.AccountID, Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now), Day: day}
+
+	args := []any{r.AccountID, window, r.Units, r.RatePerMin, d.Month, r.MonthlyCalls}
+	if !r.Free {
+		args = append(args, r.OverageEUR)
+	}
+	if len(r.Rows) > 0 {
+		billable := 0
+		for i := range r.Rows {
+			r.Rows[i].OccurredAt = now
+			if r.Rows[i].Billable {
+				billable++
+			}
+		}
+		args = append(append(args, billable, day), logColumns(r.Rows)...)
+	}
+	sql := admitStatements[b2i(r.Free)][b2i(len(r.Rows) > 0)]
 
 	var (
-		used     *int
-		quota    *int
-		capEUR   *float64
-		billable int
-		err      error
+		used, quota *int
+		capEUR      *float64
+		monthBill   int
+		capOK       bool
+		err         error
 	)
 	if r.Free {
-		err = db.QueryRow(ctx, `WITH `+rateCTE+`, q AS (
-			INSERT INTO usage_monthly AS m (account_id, month, quota_units)
-			SELECT $1, $5, $3::int WHERE $3::int <= $6::int AND EXISTS (SELECT 1 FROM r)
-			ON CONFLICT (account_id, month)
-			DO UPDATE SET quota_units = m.quota_units + EXCLUDED.quota_units
-			WHERE m.quota_units + EXCLUDED.quota_units <= $6::int
-			RETURNING quota_units)
-			SELECT (SELECT used FROM r), (SELECT quota_units FROM q)`,
-			r.AccountID, window, r.Units, r.RatePerMin, d.Month, r.MonthlyCalls).Scan(&used, &quota)
+		err = db.QueryRow(ctx, sql, args...).Scan(&used, &quota)
 		if err != nil {
 			// On the free tier this statement is the monthly-quota check (spec §7: 503
 			// quota_check_failed).
 			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 		}
 	} else {
-		err = db.QueryRow(ctx, `WITH `+rateCTE+`
-			SELECT (SELECT used FROM r), a.hard_cap_eur::float8, coalesce(m.billable, 0)
-			FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $5
-			WHERE a.id = $1`,
-			r.AccountID, window, r.Units, r.RatePerMin, d.Month).Scan(&used, &capEUR, &billable)
+		err = db.QueryRow(ctx, sql, args...).Scan(&used, &capEUR, &monthBill, &capOK)
 		if err != nil {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -165,30 +274,41 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Reset: d.Month.AddDate(0, 1, 0)}
 		}
 		d.QuotaCharged = r.Units
-		return d, nil
+		d.Room = min(d.Remaining, max(0, r.MonthlyCalls-*quota))
+	} else if !capOK {
+		return d, &SpendCapExceeded{HardCapEUR: capEUR, CurrentOverageEUR: overageEUR(monthBill, r.MonthlyCalls, r.OverageEUR)}
+	} else {
+		d.Room = min(d.Remaining, capRoom(capEUR, monthBill+r.Units, r.MonthlyCalls, r.OverageEUR))
 	}
-
-	// Paid tiers: the account's hard spend cap (null means none). Worst case: every email of the
-	// request turns out billable. Compared unrounded, so a cap is never crossed by a fraction of
-	// a cent.
-	if capEUR != nil {
-		worst := float64(max(0, billable+r.Units-r.MonthlyCalls)) * r.OverageEUR
-		if worst > *capEUR+1e-9 {
-			return d, &SpendCapExceeded{HardCapEUR: capEUR, CurrentOverageEUR: overageEUR(billable, r.MonthlyCalls, r.OverageEUR)}
-		}
+	for _, row := range r.Rows {
+		d.Logged = append(d.Logged, row.ItemKey)
 	}
 	return d, nil
 }
 
-// Refund gives back quota units taken by Admit for a request that then failed before any email
-// entered verification (a 503 from the verifier tier, say), so that failure costs the client
-// nothing.
-func Refund(ctx context.Context, db DB, accountID string, d Decision) error {
-	if d.QuotaCharged == 0 {
+// Refund undoes what Admit charged for a request that then failed before its emails were
+// verified (a 503 from the verifier tier, say), so that failure costs the client nothing: it
+// gives back the quota units and removes the rows Admit wrote that still wait for a verdict,
+// with their billable counts, in one statement. Rate-limit units are not given back.
+func Refund(ctx context.Context, db DB, d Decision) error {
+	if d.QuotaCharged == 0 && len(d.Logged) == 0 {
 		return nil
 	}
-	_, err := db.Exec(ctx, `UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $3)
-		WHERE account_id = $1 AND month = $2`, accountID, d.Month, d.QuotaCharged)
+	keys := d.Logged
+	if keys == nil {
+		keys = []string{}
+	}
+	_, err := db.Exec(ctx, `WITH del AS (
+			DELETE FROM usage_log WHERE item_key = ANY($5::text[]) AND status IS NULL RETURNING billable
+		), b AS (
+			SELECT count(*) FILTER (WHERE billable)::int AS n FROM del
+		), daily AS (
+			UPDATE usage_daily SET billable = greatest(0, billable - (SELECT n FROM b))
+			WHERE account_id = $1 AND day = $3 AND (SELECT n FROM b) > 0
+		)
+		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $4::int),
+			billable = greatest(0, billable - (SELECT n FROM b))
+		WHERE account_id = $1 AND month = $2`, d.AccountID, d.Month, d.Day, d.QuotaCharged, keys)
 	return err
 }
 

@@ -2,6 +2,8 @@ package usage
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -34,26 +36,38 @@ func nullable(s string) *string {
 	return &s
 }
 
-// Record writes rows to the usage log and adds the billable ones to the daily and monthly
-// counters, in one statement: either all of it happens or none. Rows whose ItemKey is already
-// logged are skipped and not counted again.
-func Record(ctx context.Context, db DB, rows []Row) error {
-	if len(rows) == 0 {
-		return nil
+// logColumnNames are the usage_log columns Record and Admit write, in logColumns' order.
+const logColumnNames = `account_id, key_id, item_key, occurred_at, route, email_domain, status,
+	failed_check, error_class, billable, quota_unit, snapshot`
+
+// unnestParams is the unnest argument list of logColumns' arrays, numbered from $first.
+func unnestParams(first int) string {
+	types := []string{"uuid", "uuid", "text", "timestamptz", "text", "text", "text", "text", "text", "bool", "bool", "jsonb"}
+	var b strings.Builder
+	for i, t := range types {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d::%s[]", first+i, t)
 	}
+	return b.String()
+}
+
+// logColumns turns rows into one array per column, for unnest: one statement writes any number
+// of rows.
+func logColumns(rows []Row) []any {
 	n := len(rows)
 	var (
-		accounts, keys, items, routes, domains, statuses, checks, classes, snaps = make([]string, n),
-			make([]*string, n), make([]string, n), make([]string, n), make([]*string, n),
-			make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		times              = make([]time.Time, n)
-		billable, quotaBit = make([]bool, n), make([]bool, n)
+		accounts, items, routes                  = make([]string, n), make([]string, n), make([]string, n)
+		keys, domains, statuses, checks, classes = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		snaps                                    = make([]*string, n)
+		times                                    = make([]time.Time, n)
+		billable, quotaBit                       = make([]bool, n), make([]bool, n)
 	)
 	for i, r := range rows {
-		accounts[i] = r.AccountID
-		keys[i] = nullable(r.KeyID)
-		items[i], routes[i] = r.ItemKey, r.Route
-		domains[i], statuses[i], checks[i], classes[i] = nullable(r.EmailDomain), nullable(r.Status), nullable(r.FailedCheck), nullable(r.ErrorClass)
+		accounts[i], items[i], routes[i] = r.AccountID, r.ItemKey, r.Route
+		keys[i], domains[i], statuses[i] = nullable(r.KeyID), nullable(r.EmailDomain), nullable(r.Status)
+		checks[i], classes[i] = nullable(r.FailedCheck), nullable(r.ErrorClass)
 		if r.Snapshot != nil {
 			snaps[i] = nullable(string(r.Snapshot))
 		}
@@ -63,12 +77,15 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 		}
 		billable[i], quotaBit[i] = r.Billable, r.QuotaUnit
 	}
-	_, err := db.Exec(ctx, `
+	return []any{accounts, keys, items, times, routes, domains, statuses, checks, classes, billable, quotaBit, snaps}
+}
+
+// recordSQL logs rows ($1–$12), skipping item keys already logged, and adds the billable ones it
+// logged to the daily and monthly counters.
+var recordSQL = `
 		WITH ins AS (
-			INSERT INTO usage_log (account_id, key_id, item_key, occurred_at, route, email_domain,
-				status, failed_check, error_class, billable, quota_unit, snapshot)
-			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[],
-				$6::text[], $7::text[], $8::text[], $9::text[], $10::bool[], $11::bool[], $12::jsonb[])
+			INSERT INTO usage_log (` + logColumnNames + `)
+			SELECT * FROM unnest(` + unnestParams(1) + `)
 			ON CONFLICT (item_key) DO NOTHING
 			RETURNING account_id, (occurred_at AT TIME ZONE 'UTC') AS at, billable
 		), daily AS (
@@ -78,7 +95,15 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 		)
 		INSERT INTO usage_monthly AS m (account_id, month, billable)
 		SELECT account_id, date_trunc('month', at)::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
-		ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable`,
-		accounts, keys, items, times, routes, domains, statuses, checks, classes, billable, quotaBit, snaps)
+		ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable`
+
+// Record writes rows to the usage log and adds the billable ones to the daily and monthly
+// counters, in one statement: either all of it happens or none. Rows whose ItemKey is already
+// logged are skipped and not counted again.
+func Record(ctx context.Context, db DB, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, recordSQL, logColumns(rows)...)
 	return err
 }

@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -122,7 +123,7 @@ func TestQuotaExceededAndRefund(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Used != 3 || qe.Limit != 5 || !qe.Reset.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("%v %+v", err, qe)
 	}
-	if err := usage.Refund(ctx, pool, acct, d); err != nil {
+	if err := usage.Refund(ctx, pool, d); err != nil {
 		t.Fatal(err)
 	}
 	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 0 {
@@ -280,5 +281,208 @@ func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%s: QuotaUsed = %d, %v; want %d", tt.name, got, err, tt.want)
 		}
+	}
+}
+
+// count is a one-number query.
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// monthly is the account's (quota_units, billable) for now's month, and its daily billable count.
+func monthly(t *testing.T, pool *pgxpool.Pool, acct string) (quota, billable, daily int) {
+	t.Helper()
+	quota = count(t, pool, `SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1 AND month = $2`, acct, usage.MonthStart(now))
+	billable = count(t, pool, `SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1 AND month = $2`, acct, usage.MonthStart(now))
+	daily = count(t, pool, `SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1 AND day = '2026-11-22'`, acct)
+	return
+}
+
+// Rows handed to Admit are written and counted by the admission statement only when the request
+// is admitted, and Refund takes back exactly the rows that still wait for a verdict.
+func TestAdmitWritesRowsOnlyWhenAdmitted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	r := freeReq(acct, 1)
+	r.MonthlyCalls = 2
+
+	// A syntax failure decided locally: complete, a quota unit, not billable.
+	r.Rows = []usage.Row{{ItemKey: "a:0", AccountID: acct, Route: "verify", Status: "invalid", FailedCheck: "syntax", QuotaUnit: true}}
+	if _, err := usage.Admit(ctx, pool, r); err != nil {
+		t.Fatal(err)
+	}
+	// An address for the worker fleet: billable, its verdict still to come.
+	r.Rows = []usage.Row{{ItemKey: "b:0", AccountID: acct, Route: "verify", EmailDomain: "acme.test", Billable: true, QuotaUnit: true}}
+	d, err := usage.Admit(ctx, pool, r)
+	if err != nil || len(d.Logged) != 1 || d.Logged[0] != "b:0" || d.QuotaCharged != 1 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if q, b, day := monthly(t, pool, acct); q != 2 || b != 1 || day != 1 {
+		t.Fatalf("after two admissions: quota %d billable %d daily %d, want 2 1 1", q, b, day)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND occurred_at = $2`, acct, now); n != 2 {
+		t.Fatalf("%d rows at the admission time, want 2", n)
+	}
+	// The quota is spent: the third request is refused and writes nothing.
+	r.Rows = []usage.Row{{ItemKey: "c:0", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	var qe *usage.QuotaExceeded
+	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &qe) {
+		t.Fatalf("third: %v", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE item_key = 'c:0'`); n != 0 {
+		t.Fatal("a refused request's row was written")
+	}
+	// The fleet failed for b: its row, its billable count and its quota unit go back.
+	if err := usage.Refund(ctx, pool, d); err != nil {
+		t.Fatal(err)
+	}
+	if q, b, day := monthly(t, pool, acct); q != 1 || b != 0 || day != 0 {
+		t.Fatalf("after refund: quota %d billable %d daily %d, want 1 0 0", q, b, day)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != 1 {
+		t.Fatalf("%d rows after refund, want the syntax failure's only", n)
+	}
+}
+
+// A key that is already logged fails the whole admission: nothing is charged or counted twice.
+func TestAdmitRowsWithAUsedKeyFail(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	r := freeReq(acct, 1)
+	r.Rows = []usage.Row{{ItemKey: "same", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	if _, err := usage.Admit(ctx, pool, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := usage.Admit(ctx, pool, r); !errors.Is(err, usage.ErrQuotaCheck) {
+		t.Fatalf("second admission with the same key: %v", err)
+	}
+	if q, b, _ := monthly(t, pool, acct); q != 1 || b != 1 {
+		t.Fatalf("quota %d billable %d, want 1 1", q, b)
+	}
+}
+
+// On paid tiers the rows are written with the spend-cap check: at the cap yes, over it no.
+func TestAdmitRowsAndSpendCap(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5249)`, acct, usage.MonthStart(now))
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
+	r := usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now,
+		Rows: []usage.Row{{ItemKey: "p:0", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}}
+	if _, err := usage.Admit(ctx, pool, r); err != nil { // 250 over: exactly 1.00 EUR
+		t.Fatalf("at the cap: %v", err)
+	}
+	r.Rows = []usage.Row{{ItemKey: "p:1", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	var sc *usage.SpendCapExceeded
+	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &sc) || sc.CurrentOverageEUR != 1.0 {
+		t.Fatalf("over the cap: %v %+v", err, sc)
+	}
+	if q, b, day := monthly(t, pool, acct); q != 0 || b != 5250 || day != 1 {
+		t.Fatalf("quota %d billable %d daily %d, want 0 5250 1", q, b, day)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+}
+
+// Verdicts fills in rows written without one, once; a row with a verdict is no longer refundable.
+func TestVerdicts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "scale")
+	r := freeReq(acct, 3)
+	r.Free = false
+	for _, k := range []string{"v:0", "v:1", "v:2"} {
+		r.Rows = append(r.Rows, usage.Row{ItemKey: k, AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true})
+	}
+	d, err := usage.Admit(ctx, pool, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := usage.NewVerdicts(pool, slog.New(slog.DiscardHandler))
+	w.Add(usage.Verdict{ItemKey: "v:0", Status: "deliverable", Snapshot: []byte(`{"status":"deliverable"}`)})
+	w.Add(usage.Verdict{ItemKey: "v:1", Status: "undeliverable", FailedCheck: "smtp"})
+	w.Add(usage.Verdict{ItemKey: "v:0", Status: "unknown"}) // a second verdict does not overwrite the first
+	w.Close()
+	w.Add(usage.Verdict{ItemKey: "v:2", Status: "risky"}) // after Close: written at once
+	got := map[string]string{}
+	rows, err := pool.Query(ctx, `SELECT item_key, status || '/' || coalesce(failed_check, '') || '/' || coalesce(snapshot->>'status', '')
+		FROM usage_log WHERE account_id = $1`, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = v
+	}
+	if got["v:0"] != "deliverable//deliverable" || got["v:1"] != "undeliverable/smtp/" || got["v:2"] != "risky//" {
+		t.Fatalf("verdicts: %v", got)
+	}
+	// Every row has its verdict: a late refund removes nothing.
+	if err := usage.Refund(ctx, pool, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, _ := monthly(t, pool, acct); b != 3 || len(got) != 3 {
+		t.Fatalf("billable %d, rows %d after a late refund; want 3 and 3", b, len(got))
+	}
+}
+
+// Room is the least of the rate window's remaining units and the quota left or the emails the
+// spend cap still allows.
+func TestDecisionRoom(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	free := newAccount(t, pool, "free")
+	r := freeReq(free, 2)
+	r.MonthlyCalls = 5
+	if d, err := usage.Admit(ctx, pool, r); err != nil || d.Room != 3 { // rate 8 left, quota 3
+		t.Fatalf("free: %+v %v", d, err)
+	}
+	r.MonthlyCalls = 500
+	if d, err := usage.Admit(ctx, pool, r); err != nil || d.Room != 6 { // rate 6 left, quota 496
+		t.Fatalf("free: %+v %v", d, err)
+	}
+
+	paid := newAccount(t, pool, "builder")
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 0.02 WHERE id = $1`, paid)
+	p := usage.Request{AccountID: paid, Units: 1, RatePerMin: 100, MonthlyCalls: 10, OverageEUR: 0.004, Now: now}
+	// The cap allows 10 + 5 billable emails: after this one, 14 more.
+	if d, err := usage.Admit(ctx, pool, p); err != nil || d.Room != 14 {
+		t.Fatalf("paid with a cap: %+v %v", d, err)
+	}
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = NULL WHERE id = $1`, paid)
+	if d, err := usage.Admit(ctx, pool, p); err != nil || d.Room != 98 {
+		t.Fatalf("paid without a cap: %+v %v", d, err)
+	}
+}
+
+func TestHeadroom(t *testing.T) {
+	t.Parallel()
+	h := usage.NewHeadroom()
+	if h.Take("a", now) {
+		t.Fatal("room without a decision")
+	}
+	h.Note("a", now, usage.Decision{Room: 2}, nil)
+	if !h.Take("a", now) || !h.Take("a", now.Add(10*time.Second)) || h.Take("a", now) {
+		t.Fatal("two units of room, taken once each")
+	}
+	h.Note("a", now, usage.Decision{Room: 5}, nil)
+	if h.Take("a", now.Add(time.Minute)) {
+		t.Fatal("room carried into the next window")
+	}
+	h.Note("a", now, usage.Decision{Room: 5}, &usage.RateLimited{})
+	if h.Take("a", now) || h.Take("b", now) {
+		t.Fatal("room after a refusal, or for another account")
 	}
 }

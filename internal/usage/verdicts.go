@@ -1,0 +1,127 @@
+package usage
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Verdict fills in the outcome of a usage row that Admit wrote before the worker fleet answered.
+type Verdict struct {
+	ItemKey     string
+	Status      string
+	FailedCheck string
+	Snapshot    []byte // JSON
+}
+
+// Verdicts writes verdicts behind the responses they belong to, many per statement.
+//
+// Why: a synchronous verify of an address the worker fleet checks makes its usage row durable in
+// the admission statement, before the fleet is asked, because the row's metering facts (account,
+// key, route, domain, billable, quota unit) are known by then. Only the verdict columns wait for
+// the answer, and a second synchronous commit for them would cost each request a Postgres round
+// trip after an idle wait. So they are queued here and written by one goroutine. A crash loses
+// at most the queued verdicts, never a row or a count; Close writes what is queued.
+type Verdicts struct {
+	db  DB
+	log *slog.Logger
+
+	once    sync.Once
+	started bool         // set in once
+	mu      sync.RWMutex // held for reading by Add, for writing by Close
+	shut    bool
+	in      chan Verdict
+	done    chan struct{}
+}
+
+const (
+	verdictQueue = 4096 // Add blocks beyond this: back-pressure, never loss
+	verdictBatch = 512  // verdicts per statement
+	// verdictPatience bounds the retries of one batch while Postgres is unreachable; the batch is
+	// then logged as lost (its rows and counts are already durable).
+	verdictPatience = 30 * time.Second
+)
+
+// NewVerdicts returns a writer; its goroutine starts with the first Add.
+func NewVerdicts(db DB, log *slog.Logger) *Verdicts {
+	return &Verdicts{db: db, log: log, in: make(chan Verdict, verdictQueue), done: make(chan struct{})}
+}
+
+// Add queues v. It blocks only while the queue is full; after Close it writes v itself.
+func (w *Verdicts) Add(v Verdict) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.shut {
+		w.write(context.Background(), []Verdict{v})
+		return
+	}
+	w.once.Do(func() { w.started = true; go w.run() })
+	w.in <- v
+}
+
+// Close writes every queued verdict and stops the writer.
+func (w *Verdicts) Close() {
+	w.mu.Lock()
+	if w.shut {
+		w.mu.Unlock()
+		return
+	}
+	w.shut = true
+	close(w.in)
+	started := w.started
+	w.mu.Unlock()
+	if started {
+		<-w.done
+	}
+}
+
+func (w *Verdicts) run() {
+	defer close(w.done)
+	batch := make([]Verdict, 0, verdictBatch)
+	for v := range w.in {
+		batch = append(batch[:0], v)
+	fill:
+		for len(batch) < verdictBatch {
+			select {
+			case v, ok := <-w.in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, v)
+			default:
+				break fill
+			}
+		}
+		w.write(context.Background(), batch)
+	}
+}
+
+// write applies batch, retrying with backoff while Postgres fails, for verdictPatience at most.
+func (w *Verdicts) write(ctx context.Context, batch []Verdict) {
+	keys, statuses, checks, snaps := make([]string, len(batch)), make([]*string, len(batch)),
+		make([]*string, len(batch)), make([]*string, len(batch))
+	for i, v := range batch {
+		keys[i], statuses[i], checks[i] = v.ItemKey, nullable(v.Status), nullable(v.FailedCheck)
+		if v.Snapshot != nil {
+			snaps[i] = nullable(string(v.Snapshot))
+		}
+	}
+	op := func() error {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		// Only rows still without a verdict: a verdict is written once.
+		_, err := w.db.Exec(c, `UPDATE usage_log u
+			SET status = v.status, failed_check = v.failed_check, snapshot = v.snapshot
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[]) AS v(item_key, status, failed_check, snapshot)
+			WHERE u.item_key = v.item_key AND u.status IS NULL`, keys, statuses, checks, snaps)
+		return err
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxElapsedTime = 50*time.Millisecond, verdictPatience
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		w.log.Error("usage verdicts lost (their rows and counts are recorded)", "count", len(batch), "err", err)
+	}
+}
