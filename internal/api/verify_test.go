@@ -495,8 +495,30 @@ func TestFleetWorksOnlyForAdmittedRequests(t *testing.T) {
 	}
 	settled(4)
 	// Replica one still believes in the room: it asks the fleet early, admission refuses, and
-	// the client gets the 429, not the answer.
-	verifyOn(b.srv.Handler()).want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
+	// the client gets the 429, not the answer. The account's rate-window row is held locked so
+	// that admission cannot finish, and cancel the early ask, before the ask has been sent.
+	ctx := context.Background()
+	lock, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // released below; this covers a failed test
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM rate_windows WHERE account_id = $1 FOR UPDATE`, acct); err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan reply, 1)
+	go func() { refused <- verifyOn(b.srv.Handler()) }()
+	for deadline := time.Now().Add(5 * time.Second); asked.Load() < 5 && time.Now().Before(deadline); {
+		_ = spy.Flush()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := asked.Load(); got != 5 {
+		t.Fatalf("while admission waited, the fleet was asked %d times in all, want 5 (one early ask)", got)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	(<-refused).want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
 	settled(5)
 	// Now both replicas know the account is throttled: the fleet is not asked again.
 	for _, h := range []http.Handler{b.srv.Handler(), second.Handler(), b.srv.Handler()} {
