@@ -36,6 +36,14 @@ func nullable(s string) *string {
 	return &s
 }
 
+// nullableJSON is a jsonb argument: nil (SQL null) for no document.
+func nullableJSON(doc []byte) *string {
+	if doc == nil {
+		return nil
+	}
+	return nullable(string(doc))
+}
+
 // logColumnNames are the usage_log columns Record and Admit write, in logColumns' order.
 const logColumnNames = `account_id, key_id, item_key, occurred_at, route, email_domain, status,
 	failed_check, error_class, billable, quota_unit, snapshot`
@@ -68,9 +76,7 @@ func logColumns(rows []Row) []any {
 		accounts[i], items[i], routes[i] = r.AccountID, r.ItemKey, r.Route
 		keys[i], domains[i], statuses[i] = nullable(r.KeyID), nullable(r.EmailDomain), nullable(r.Status)
 		checks[i], classes[i] = nullable(r.FailedCheck), nullable(r.ErrorClass)
-		if r.Snapshot != nil {
-			snaps[i] = nullable(string(r.Snapshot))
-		}
+		snaps[i] = nullableJSON(r.Snapshot)
 		times[i] = r.OccurredAt
 		if times[i].IsZero() {
 			times[i] = time.Now()

@@ -330,7 +330,7 @@ func TestAdmitWritesRowsOnlyWhenAdmitted(t *testing.T) {
 		t.Fatalf("%d rows at the admission time, want 2", n)
 	}
 	// The quota is spent: the third request is refused and writes nothing.
-	r.Rows = []usage.Row{{ItemKey: "c:0", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	r.Rows = []usage.Row{pendingRow(acct, "c:0")}
 	var qe *usage.QuotaExceeded
 	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &qe) {
 		t.Fatalf("third: %v", err)
@@ -356,7 +356,7 @@ func TestAdmitRowsWithAUsedKeyFail(t *testing.T) {
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "free")
 	r := freeReq(acct, 1)
-	r.Rows = []usage.Row{{ItemKey: "same", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	r.Rows = []usage.Row{pendingRow(acct, "same")}
 	if _, err := usage.Admit(ctx, pool, r); err != nil {
 		t.Fatal(err)
 	}
@@ -376,11 +376,11 @@ func TestAdmitRowsAndSpendCap(t *testing.T) {
 	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5249)`, acct, usage.MonthStart(now))
 	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
 	r := usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now,
-		Rows: []usage.Row{{ItemKey: "p:0", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}}
+		Rows: []usage.Row{pendingRow(acct, "p:0")}}
 	if _, err := usage.Admit(ctx, pool, r); err != nil { // 250 over: exactly 1.00 EUR
 		t.Fatalf("at the cap: %v", err)
 	}
-	r.Rows = []usage.Row{{ItemKey: "p:1", AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}}
+	r.Rows = []usage.Row{pendingRow(acct, "p:1")}
 	var sc *usage.SpendCapExceeded
 	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &sc) || sc.CurrentOverageEUR != 1.0 {
 		t.Fatalf("over the cap: %v %+v", err, sc)
@@ -401,7 +401,7 @@ func TestVerdicts(t *testing.T) {
 	r := freeReq(acct, 3)
 	r.Free = false
 	for _, k := range []string{"v:0", "v:1", "v:2"} {
-		r.Rows = append(r.Rows, usage.Row{ItemKey: k, AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true})
+		r.Rows = append(r.Rows, pendingRow(acct, k))
 	}
 	d, err := usage.Admit(ctx, pool, r)
 	if err != nil {
@@ -485,4 +485,10 @@ func TestHeadroom(t *testing.T) {
 	if h.Take("a", now) || h.Take("b", now) {
 		t.Fatal("room after a refusal, or for another account")
 	}
+}
+
+// pendingRow is the row of a sync verify that waits for the worker fleet: billable, a quota unit,
+// no verdict yet.
+func pendingRow(acct, key string) usage.Row {
+	return usage.Row{ItemKey: key, AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}
 }

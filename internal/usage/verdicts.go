@@ -104,10 +104,7 @@ func (w *Verdicts) write(ctx context.Context, batch []Verdict) {
 	keys, statuses, checks, snaps := make([]string, len(batch)), make([]*string, len(batch)),
 		make([]*string, len(batch)), make([]*string, len(batch))
 	for i, v := range batch {
-		keys[i], statuses[i], checks[i] = v.ItemKey, nullable(v.Status), nullable(v.FailedCheck)
-		if v.Snapshot != nil {
-			snaps[i] = nullable(string(v.Snapshot))
-		}
+		keys[i], statuses[i], checks[i], snaps[i] = v.ItemKey, nullable(v.Status), nullable(v.FailedCheck), nullableJSON(v.Snapshot)
 	}
 	op := func() error {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
