@@ -59,14 +59,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	parts := []func(context.Context) error{
 		func(ctx context.Context) error {
 			defer srv.Close() // the verdicts of the last requests, once no handler can add more
+			// Lists in flight end properly (a stream with its error line) within the grace.
+			stop := context.AfterFunc(ctx, srv.BeginShutdown)
+			defer stop()
 			return httpSrv.Serve(ctx, app.ShutdownGrace, log)
 		},
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in.
-		parts = append(parts, verifier.Services(in.Pool, in.NATS, in.JS, engine, log, in.Metrics)...)
-		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics)
+		parts = append(parts, verifier.Services(verifier.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
+		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer engine.Close()
 	log.Info("verifier worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx, verifier.Services(in.Pool, in.NATS, in.JS, engine, log, in.Metrics)...)
+	err = in.Run(ctx, verifier.Services(verifier.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
 	log.Info("verifier worker stopped")
 	return err
 }

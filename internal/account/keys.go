@@ -88,7 +88,7 @@ func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string) 
 		return CreatedKey{}, err
 	}
 	var out CreatedKey
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, "create key", func(tx pgx.Tx) error {
 		var max, active int
 		err := tx.QueryRow(ctx, `
 			SELECT p.max_keys FROM accounts a JOIN plans p ON p.tier = a.tier
@@ -111,6 +111,24 @@ func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string) 
 		return err
 	})
 	return out, err
+}
+
+// inTx runs fn in a transaction. fn's own errors pass through as it returned them (domain errors,
+// or datastore errors already); a failure to begin, commit or roll back is a datastore error as
+// well, so that callers map every datastore failure the same way.
+func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	var fnErr error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		fnErr = fn(tx)
+		return fnErr
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return datastore(op, err)
+	}
+	return nil
 }
 
 func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, label string) (CreatedKey, error) {
@@ -157,7 +175,7 @@ func (s *Store) CreateProvisioningKey(ctx context.Context, accountID string) (Cr
 		return CreatedKey{}, ErrNotFound
 	}
 	var out CreatedKey
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, "create provisioning key", func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, accountID).Scan(&exists); err != nil {
 			return datastore("read account", err)

@@ -34,6 +34,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/natstest"
@@ -104,7 +105,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	pool := pgtest.New(tb)
 	if o.sql != nil {
 		pc := pool.Config()
-		pc.ConnConfig.Tracer = o.sql
+		database.AddTracer(pc.ConnConfig, o.sql) // next to the deadline tracer, not instead of it
 		if pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			tb.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
 		tb.Fatal(err)
 	}
 	engine, err := verify.New(cfg)

@@ -21,15 +21,16 @@ import (
 
 // testBundle is a server on a fresh, migrated database.
 type testBundle struct {
-	t     *testing.T
+	t     testing.TB
 	cfg   config.Config
 	pool  *pgxpool.Pool
 	store *account.Store
 	srv   *Server
 }
 
-// setup builds a bundle; env adds configuration variables, deps may adjust the dependencies.
-func setup(t *testing.T, env map[string]string, adjust ...func(*Deps)) *testBundle {
+// setup builds a bundle; env adds configuration variables, deps may adjust the dependencies. It
+// takes a testing.TB so that fuzz targets build their server the same way.
+func setup(t testing.TB, env map[string]string, adjust ...func(*Deps)) *testBundle {
 	t.Helper()
 	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
 	if err != nil {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -56,6 +56,7 @@ const (
 	CodeNotFound           = "not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodePayloadTooLarge    = "payload_too_large"
+	CodeRequestTimeout     = "request_timeout"
 	CodeInternal           = "internal_error"
 	CodeServiceUnavailable = "service_unavailable"
 
@@ -132,6 +133,11 @@ func toEnvelope(err error) *Error {
 	if e := admissionEnvelope(err); e != nil {
 		return e
 	}
+	// Before the table: a datastore error whose cause is an unreachable or unanswering Postgres
+	// is a 503 the client retries, not the 500 datastore_error of a failed statement.
+	if errors.Is(err, account.ErrDatastore) && database.Unreachable(err) {
+		return datastoreUnavailable()
+	}
 	for _, m := range errorTable {
 		if errors.Is(err, m.target) {
 			msg := m.message
@@ -172,6 +178,17 @@ func payloadTooLarge() *Error {
 	return Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 		"Send at most 2 MB per request; split large lists into several batch requests.",
 		"Request body exceeds 2 MB.")
+}
+
+// requestTimeout is the 408 for a body that did not arrive within the body read deadline
+// (bodyDeadline). The connection is closed after it: the rest of the body may still be on its
+// way, and it must not be read as the next request.
+func requestTimeout() *Error {
+	e := Errorf(http.StatusRequestTimeout, CodeRequestTimeout,
+		"Send the whole request body at once, right after the headers; if the network is slow, send smaller requests.",
+		"The request body did not arrive in time.")
+	e.Header = http.Header{"Connection": {"close"}}
+	return e
 }
 
 func internalError() *Error {
@@ -268,6 +285,16 @@ func unavailable(err error) *Error {
 	return e
 }
 
+// datastoreUnavailable is the 503 of a route whose datastore did not answer in time (a partition,
+// a restart, an overloaded Postgres): the request had no effect and can be retried.
+func datastoreUnavailable() *Error {
+	e := Errorf(http.StatusServiceUnavailable, CodeServiceUnavailable,
+		"Retry after the number of seconds in Retry-After; if it persists, contact support with the X-Request-Id of the response.",
+		"The datastore could not be reached in time.")
+	e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
+	return e
+}
+
 // loggedRejections are the verify-route refusals that get a usage-log row (spec §7: "log
 // class"), with the error_class they are logged under (rule 3).
 var loggedRejections = map[string]string{
@@ -280,7 +307,9 @@ var loggedRejections = map[string]string{
 }
 
 // logRejection records a refused verify request in the usage log. Such rows never count toward
-// the quota or billing. Best effort: when the datastore is what failed, this fails too.
+// the quota or billing. The row is queued for usage.Rejections and written behind the response:
+// when the datastore is what failed, writing it here would delay the error response by another
+// datastore timeout. Best effort: the writer drops (and logs and counts) rows it cannot write.
 func (s *Server) logRejection(c echo.Context, env *Error) {
 	class, ok := loggedRejections[env.Code]
 	if !ok || !strings.HasPrefix(c.Path(), "/v1/email/") {
@@ -290,15 +319,10 @@ func (s *Server) logRejection(c echo.Context, env *Error) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err := usage.Record(ctx, s.pool, []usage.Row{{
+	s.rejections.Add(usage.Row{
 		ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
 		Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
-	}})
-	if err != nil {
-		s.log.Warn("usage log of a rejected request", "code", env.Code, "err", err)
-	}
+	})
 }
 
 // routeName is the usage log's name of a verify route: "verify", "verify_batch", "verify_stream",

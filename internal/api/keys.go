@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
@@ -74,7 +75,13 @@ func (s *Server) createKey(c echo.Context) error {
 }
 
 func (s *Server) deleteKey(c echo.Context) error {
-	if err := s.accounts.RevokeStandardKey(c.Request().Context(), principalOf(c).AccountID, c.Param("id")); err != nil {
+	// The id is parsed here and passed on in its canonical form: the store's check accepts
+	// spellings such as urn:uuid:… that Postgres's uuid type refuses, which made a 500 of a 404.
+	id, err := uuid.Parse(c.Param("id"))
+	if err != nil {
+		return account.ErrKeyNotFound
+	}
+	if err := s.accounts.RevokeStandardKey(c.Request().Context(), principalOf(c).AccountID, id.String()); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -12,13 +14,23 @@ import (
 
 // bindJSON decodes a JSON request body into dst, strictly: the Content-Type must be JSON, the
 // body one object, and unknown fields are refused so that a mistyped field name is an error
-// instead of a silently ignored one. Every failure is a 400 whose message names the field.
+// instead of a silently ignored one. A NUL character anywhere in the body is refused too
+// (refuseNUL). Every failure is a 400 whose message names the field.
 func bindJSON(c echo.Context, dst any) error {
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
 		return InvalidRequest("Content-Type must be application/json, not %q.", ct)
 	}
-	dec := json.NewDecoder(c.Request().Body)
+	// The whole body is read first so that the NUL check sees all of it before any field is
+	// used. The body guard caps it at MaxBodyBytes, and the decoder buffered all of it anyway.
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return jsonError(err)
+	}
+	if err := refuseNUL(body); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return jsonError(err)
@@ -29,15 +41,20 @@ func bindJSON(c echo.Context, dst any) error {
 	return nil
 }
 
+// jsonError maps a failure to read or decode a request body. Reading fails only with the body
+// guard's 413 or the body read deadline (bodyDeadline); everything else is the client's JSON.
 func jsonError(err error) error {
 	var (
 		he     *echo.HTTPError
+		ne     net.Error
 		syntax *json.SyntaxError
 		typ    *json.UnmarshalTypeError
 	)
 	switch {
 	case errors.As(err, &he):
 		return he // the body guard's 413
+	case errors.As(err, &ne) && ne.Timeout():
+		return requestTimeout()
 	case errors.Is(err, io.EOF):
 		return InvalidRequest("Request body is empty; send a JSON object.")
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -5,11 +5,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +44,9 @@ type Deps struct {
 	Now func() time.Time
 	// Local runs the local verification layers in-process (verify.Verifier).
 	Local LocalVerifier
+	// BodyReadTimeout bounds how long a request body may take to arrive; zero means
+	// DefaultBodyReadTimeout. Tests shorten it.
+	BodyReadTimeout time.Duration
 }
 
 // BillingPortal opens a billing portal session for a Stripe customer and returns its URL.
@@ -51,6 +56,11 @@ type BillingPortal interface {
 
 // MaxBodyBytes is the request body limit of spec §8.
 const MaxBodyBytes = 2 << 20
+
+// DefaultBodyReadTimeout is the time a request body has to arrive, counted from the end of its
+// headers. The largest request (2 MB) arrives in well under a second on any working connection;
+// the bound is for clients that trickle a body to hold a connection and a handler open.
+const DefaultBodyReadTimeout = 10 * time.Second
 
 // Server is the API server.
 type Server struct {
@@ -63,14 +73,24 @@ type Server struct {
 	echo  *echo.Echo
 	now   func() time.Time
 
+	bodyTimeout time.Duration
+
 	accounts *account.Store
 	portal   BillingPortal
 	events   *billing.Events
 
 	local    LocalVerifier
 	dispatch *queue.Dispatcher
-	verdicts *usage.Verdicts
-	headroom *usage.Headroom
+	// stopping is closed when the server begins to shut down (BeginShutdown): lists in flight
+	// then end properly instead of being cut.
+	stopping chan struct{}
+	stopOnce sync.Once
+	// background is work that outlives its response (refunds retried behind it); Close waits.
+	background sync.WaitGroup
+	verdicts   *usage.Verdicts
+	headroom   *usage.Headroom
+	// rejections writes the usage-log rows of refused verify requests behind their responses.
+	rejections *usage.Rejections
 
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
@@ -83,9 +103,15 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: &queue.Dispatcher{NC: d.NATS, JS: d.JS}, verdicts: usage.NewVerdicts(d.Pool, d.Log), headroom: usage.NewHeadroom()}
+		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), headroom: usage.NewHeadroom(),
+		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	s.stopping = make(chan struct{})
+	s.bodyTimeout = d.BodyReadTimeout
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = DefaultBodyReadTimeout
 	}
 	if s.portal == nil {
 		s.portal = billing.NewStripe(d.Config)
@@ -101,7 +127,10 @@ func New(d Deps) *Server {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"route"})
 	if d.Metrics != nil {
-		d.Metrics.MustRegister(s.requests, s.latency)
+		d.Metrics.MustRegister(s.requests, s.latency, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mailvet_usage_rejection_rows_dropped_total",
+			Help: "Usage-log rows of rejected verify requests dropped because the datastore could not take them.",
+		}, func() float64 { return float64(s.rejections.Dropped()) }))
 	}
 
 	e := echo.New()
@@ -110,6 +139,7 @@ func New(d Deps) *Server {
 	e.Use(middleware.RequestID())
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
+	e.Use(s.bodyDeadline)
 	// Spec §4.1 and §8: the 2 MB body guard. It refuses a too-large Content-Length before reading
 	// and stops a body without one at the limit.
 	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes) + "B"))
@@ -167,6 +197,25 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// bodyDeadline gives the request body s.bodyTimeout to arrive. The HTTP server cuts slow headers
+// (ReadHeaderTimeout) but would wait for a trickled body as long as the client keeps sending; a
+// body read that passes the deadline fails with a timeout, which jsonError answers with 408
+// request_timeout. Requests without a body are left alone: the server is already reading their
+// connection in the background to notice a client that goes away, and a deadline would end that
+// read and cancel the request. A body read to its end clears the deadline the same way, so a long
+// handler (a stream) is never cut by it.
+func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Request().ContentLength != 0 { // -1 is a body of unknown length (chunked)
+			err := http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+			if err != nil && !errors.Is(err, http.ErrNotSupported) {
+				s.log.Warn("set body read deadline", "err", err)
+			}
+		}
+		return next(c)
+	}
+}
+
 // healthz and readyz are served on the API port as well as on the metrics port, so a load
 // balancer can probe the port it sends traffic to.
 func (s *Server) healthz(c echo.Context) error {
@@ -179,8 +228,19 @@ func (s *Server) readyz(c echo.Context) error {
 	return nil
 }
 
+// BeginShutdown tells batches and streams in flight that the server is going away: they end
+// within stopGrace, a stream with its error line, instead of being cut off mid-line.
+func (s *Server) BeginShutdown() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
 // Shutdown stops accepting requests and waits for in-flight ones until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.echo.Shutdown(ctx) }
 
-// Close writes the usage verdicts still queued. Call it once the HTTP server has stopped.
-func (s *Server) Close() { s.verdicts.Close() }
+// Close writes the usage verdicts and rejection rows still queued. Call it once the HTTP server
+// has stopped.
+func (s *Server) Close() {
+	s.BeginShutdown()
+	s.background.Wait()
+	s.verdicts.Close()
+	s.dispatch.Close()
+	s.rejections.Close()
+}

@@ -59,6 +59,11 @@ func assertMatchesSpec(t testing.TB, req *http.Request, status int, header http.
 	r.Host, r.URL.Host, r.URL.Scheme = "", "", ""
 	r.Body = http.NoBody
 	route, params, err := router.FindRoute(r)
+	if err == nil && hasEmptyParam(params) {
+		// The legacy router matches an empty segment to a path parameter (/v1/email/jobs/), but
+		// OpenAPI path parameters are required and never empty: that path is not documented.
+		err = routers.ErrPathNotFound
+	}
 	if err != nil {
 		// The legacy router returns fresh RouteErrors, so compare by reason.
 		if msg := err.Error(); msg != routers.ErrPathNotFound.Error() && msg != routers.ErrMethodNotAllowed.Error() {
@@ -91,6 +96,15 @@ func assertMatchesSpec(t testing.TB, req *http.Request, status int, header http.
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("openapi: %s %s → %d does not match the spec: %v\nbody: %s", req.Method, route.Path, status, err, body)
 	}
+}
+
+func hasEmptyParam(params map[string]string) bool {
+	for _, v := range params {
+		if v == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func assertSchema(t testing.TB, s *openapi3.Schema, body []byte, what string) {

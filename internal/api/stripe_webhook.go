@@ -31,6 +31,12 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 			"Send events signed with the endpoint's signing secret; check STRIPE_WEBHOOK_SECRET.",
 			"Header Stripe-Signature is missing, malformed, too old or does not match the body.")
 	}
+	// The body is read raw for the signature, not through bindJSON, so the NUL rule is applied
+	// here: a signed event with a NUL could not be stored, and a 5xx would have Stripe resend it
+	// for days.
+	if err := refuseNUL(body); err != nil {
+		return err
+	}
 	out, err := s.events.Apply(c.Request().Context(), ev)
 	if errors.Is(err, billing.ErrBadEvent) {
 		return InvalidRequest("Event %s: %v.", ev.ID, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
@@ -220,6 +221,9 @@ type fleetAnswer struct {
 // with no recent decision, admission comes first: a throttled or exhausted account never makes
 // the fleet work.
 func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage.Row) (verify.Result, error) {
+	if !s.dispatch.Up() {
+		return verify.Result{}, unavailable(queue.ErrUnavailable) // at once, before anything is charged
+	}
 	ctx := c.Request().Context()
 	vctx, cancel := context.WithTimeout(ctx, syncDeadline)
 	defer cancel() // also stops a fleet request whose admission was refused
@@ -250,12 +254,44 @@ func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage
 
 // refund gives back what admission charged a request that then failed (usage.Refund). It does
 // not run on the request's context: a client that hung up is the commonest reason to get here,
-// and its cancelled context must not leave the charge standing.
+// and its cancelled context must not leave the charge standing. When Postgres does not answer
+// within refundWait the refund goes on behind the response, retried with backoff, so that a
+// partitioned database does not also hold the error response (docs/reliability.md).
 func (s *Server) refund(d usage.Decision) {
+	try := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), refundWait)
+		defer cancel()
+		return usage.Refund(ctx, s.pool, d)
+	}
+	if try() == nil {
+		return
+	}
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		policy := backoff.NewExponentialBackOff()
+		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, refundPatience
+		if err := backoff.Retry(try, policy); err != nil {
+			s.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged, "rows", len(d.Logged), "err", err)
+		}
+	}()
+}
+
+const (
+	refundWait     = 500 * time.Millisecond // on the response's path
+	refundPatience = 2 * time.Minute        // behind it
+)
+
+// withdraw takes back the usage rows of results that were recorded but never reached the client
+// (usage.Withdraw), on its own context for the same reason as refund.
+func (s *Server) withdraw(account string, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := usage.Refund(ctx, s.pool, d); err != nil {
-		s.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged, "rows", len(d.Logged), "err", err)
+	if err := usage.Withdraw(ctx, s.pool, account, keys); err != nil {
+		s.log.Error("usage withdraw", "account", account, "rows", len(keys), "err", err)
 	}
 }
 
@@ -275,6 +311,9 @@ func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, ema
 		if n := utf8.RuneCountInString(sec); n < minSecretLen || len(sec) > maxSecretLen {
 			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
 		}
+	}
+	if !s.dispatch.Up() {
+		return unavailable(queue.ErrUnavailable) // at once, before anything is charged or stored
 	}
 	who := s.callerOf(c)
 	d, err := s.admit(c, who, 1)
@@ -297,9 +336,9 @@ func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, ema
 		s.log.Error("store job", "err", err)
 		return unavailable(errors.New("the job could not be stored"))
 	}
-	if err := queue.PublishJob(ctx, s.js, jobID); err != nil {
+	if err := s.dispatch.PublishJob(ctx, jobID); err != nil {
 		// Not queued: remove the job so the client's retry is the only copy, and charge nothing.
-		_, _ = s.pool.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = 'pending'`, jobID)
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM jobs WHERE id = $1 AND state = 'pending'`, jobID)
 		s.refund(d)
 		return unavailable(err)
 	}
@@ -364,12 +403,16 @@ func (s *Server) admitList(c echo.Context, limit int) ([]string, caller, usage.D
 		return nil, caller{}, usage.Decision{}, err
 	}
 	who := s.callerOf(c)
+	remote := s.anyRemote(emails)
+	if remote && !s.dispatch.Up() {
+		return nil, who, usage.Decision{}, unavailable(queue.ErrUnavailable) // at once, charging nothing
+	}
 	d, err := s.admit(c, who, len(emails))
 	if err != nil {
 		return nil, who, d, err
 	}
 	ctx := c.Request().Context()
-	if s.anyRemote(emails) && !s.dispatch.WorkersAlive(ctx) {
+	if remote && !s.dispatch.WorkersAlive(ctx) {
 		s.refund(d)
 		return nil, who, d, unavailable(queue.ErrNoWorkers)
 	}
@@ -381,7 +424,8 @@ type batchResponse struct {
 	Count   int             `json:"count"`
 }
 
-// verifyBatch is POST /v1/email/verify/batch: results in input order.
+// verifyBatch is POST /v1/email/verify/batch: results in input order, all of them or the error
+// envelope (and then nothing is charged).
 func (s *Server) verifyBatch(c echo.Context) error {
 	start := time.Now()
 	emails, who, d, err := s.admitList(c, maxBatch)
@@ -389,30 +433,82 @@ func (s *Server) verifyBatch(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	vctx, cancel := context.WithTimeout(ctx, batchDeadline)
+	vctx, cancel := s.listContext(ctx, batchDeadline)
 	defer cancel()
 	results := make([]verify.Result, len(emails))
 	if _, err := s.runList(vctx, emails, func(i int, r verify.Result) { results[i] = r }); err != nil {
 		s.refund(d)
-		return unavailable(err)
+		return unavailable(listCause(vctx, err))
 	}
 	rid := usageKey(c)
 	rows := make([]usage.Row, len(results))
+	keys := make([]string, len(results))
 	lat := elapsedMS(start)
 	for i := range results {
 		results[i].LatencyMS = lat
-		rows[i] = row(who, rid+":"+strconv.Itoa(i), "verify_batch", results[i])
+		keys[i] = rid + ":" + strconv.Itoa(i)
+		rows[i] = row(who, keys[i], "verify_batch", results[i])
 	}
 	if err := usage.Record(ctx, s.pool, rows); err != nil {
 		s.refund(d)
 		s.log.Error("usage log", "err", err)
 		return unavailable(errors.New("usage could not be recorded"))
 	}
-	return c.JSON(http.StatusOK, batchResponse{Results: results, Count: len(results)})
+	if err := c.JSON(http.StatusOK, batchResponse{Results: results, Count: len(results)}); err != nil {
+		// The client went away before it had the results: they are not billed.
+		s.withdraw(who.account, keys)
+		s.refund(usage.Decision{AccountID: who.account, QuotaCharged: d.QuotaCharged, Month: d.Month})
+		return nil
+	}
+	return nil
+}
+
+// Why a list ended early, for its error envelope.
+var (
+	errShuttingDown     = errors.New("the server is shutting down")
+	errUsageNotRecorded = errors.New("usage could not be recorded")
+)
+
+// stopGrace is how long a batch or stream may still wait for answers in flight once the server
+// has begun to shut down; it stays well inside app.ShutdownGrace so the list can end properly.
+const stopGrace = time.Second
+
+// listContext bounds a batch or stream by its deadline and by the server's shutdown, which ends
+// the list stopGrace later, with cause errShuttingDown.
+func (s *Server) listContext(ctx context.Context, deadline time.Duration) (context.Context, context.CancelFunc) {
+	dctx, cancelDeadline := context.WithTimeout(ctx, deadline)
+	vctx, cancel := context.WithCancelCause(dctx)
+	go func() {
+		select {
+		case <-s.stopping:
+		case <-vctx.Done():
+			return
+		}
+		t := time.NewTimer(stopGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(errShuttingDown)
+		case <-vctx.Done():
+		}
+	}()
+	return vctx, func() { cancel(nil); cancelDeadline() }
+}
+
+// listCause is why a list's verification ended early: the shutdown if that is what ended it,
+// else the dispatcher's error.
+func listCause(vctx context.Context, err error) error {
+	if errors.Is(context.Cause(vctx), errShuttingDown) {
+		return errShuttingDown
+	}
+	return err
 }
 
 // verifyStream is POST /v1/email/verify/stream: one NDJSON line per result, in completion order,
-// each flushed as soon as its usage row is durable.
+// each flushed as soon as its usage row is durable. A stream that cannot be completed (the fleet
+// did not answer in time, the server is shutting down, usage could not be recorded) ends with an
+// error line: the error envelope plus the emails that were not verified and not charged. A
+// stream without one is complete (docs/reliability.md).
 func (s *Server) verifyStream(c echo.Context) error {
 	start := time.Now()
 	// Everything that can refuse the request happens before the 200 is committed.
@@ -421,7 +517,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	vctx, cancel := context.WithTimeout(ctx, streamDeadline)
+	vctx, cancel := s.listContext(ctx, streamDeadline)
 	defer cancel()
 
 	type done struct {
@@ -429,13 +525,10 @@ func (s *Server) verifyStream(c echo.Context) error {
 		r verify.Result
 	}
 	ready := make(chan done, len(emails))
-	var (
-		missing []int
-		runErr  error
-	)
+	var runErr error
 	go func() {
 		defer close(ready)
-		missing, runErr = s.runList(vctx, emails, func(i int, r verify.Result) { ready <- done{i, r} })
+		_, runErr = s.runList(vctx, emails, func(i int, r verify.Result) { ready <- done{i, r} })
 	}()
 
 	resp := c.Response()
@@ -446,14 +539,21 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp.Flush()
 
 	rid := usageKey(c)
+	key := func(i int) string { return rid + ":" + strconv.Itoa(i) }
 	enc := json.NewEncoder(resp)
+	delivered := make([]bool, len(emails))
 	var (
-		pending []done
-		unsent  int
+		pending   []done
+		failure   error    // set when a line could not be recorded: the stream ends there
+		gone      bool     // the client went away
+		withdrawn []string // recorded, but the line never reached the client
 	)
 	// Take everything that is ready, make its usage rows durable in one statement, then write
 	// and flush its lines.
 	for first := range ready {
+		if failure != nil || gone {
+			continue // ending: what still arrives is neither sent nor charged
+		}
 		pending = append(pending[:0], first)
 	drain:
 		for {
@@ -471,31 +571,73 @@ func (s *Server) verifyStream(c echo.Context) error {
 		lat := elapsedMS(start)
 		for k := range pending {
 			pending[k].r.LatencyMS = lat
-			rows[k] = row(who, rid+":"+strconv.Itoa(pending[k].i), "verify_stream", pending[k].r)
+			rows[k] = row(who, key(pending[k].i), "verify_stream", pending[k].r)
 		}
 		if err := usage.Record(ctx, s.pool, rows); err != nil {
 			s.log.Error("usage log (stream)", "err", err)
+			failure = errUsageNotRecorded // not recorded: not sent, and not charged either
 			cancel()
-			unsent += len(pending) // not recorded: not sent, and not charged either
 			continue
 		}
-		for _, x := range pending {
+		for k, x := range pending {
 			if err := enc.Encode(x.r); err != nil {
-				cancel() // the client went away; stop verifying for it
+				gone = true
+				cancel() // stop verifying for a client that is not there
+				for _, y := range pending[k:] {
+					withdrawn = append(withdrawn, key(y.i))
+				}
 				break
 			}
+			delivered[x.i] = true
 		}
 		resp.Flush()
 	}
-	// Addresses the fleet did not answer in time, or whose line could not be recorded, were not
-	// delivered to the client: they cost nothing. The stream then has fewer lines than emails.
-	if runErr != nil || unsent > 0 {
-		s.log.Warn("stream ended early", "missing", len(missing), "unsent", unsent, "err", runErr)
+	s.withdraw(who.account, withdrawn)
+
+	var undelivered []int
+	for i, ok := range delivered {
+		if !ok {
+			undelivered = append(undelivered, i)
+		}
 	}
-	if n := len(missing) + unsent; n > 0 && d.QuotaCharged > 0 {
-		s.refund(usage.Decision{AccountID: who.account, QuotaCharged: min(n, d.QuotaCharged), Month: d.Month})
+	if len(undelivered) == 0 {
+		return nil
+	}
+	// What was not delivered costs nothing.
+	if d.QuotaCharged > 0 {
+		s.refund(usage.Decision{AccountID: who.account, QuotaCharged: min(len(undelivered), d.QuotaCharged), Month: d.Month})
+	}
+	cause := failure
+	if cause == nil {
+		cause = listCause(vctx, runErr)
+	}
+	if cause == nil {
+		cause = queue.ErrTimeout
+	}
+	s.log.Warn("stream ended early", "undelivered", len(undelivered), "of", len(emails), "client_gone", gone, "err", cause)
+	if !gone {
+		_ = enc.Encode(s.streamError(cause, emails, undelivered))
+		resp.Flush()
 	}
 	return nil
+}
+
+// streamError is the last line of a stream that could not be completed: the error envelope of
+// cause, plus the emails that were not verified (and not charged), in input order, so that the
+// client can send exactly those again.
+func (s *Server) streamError(cause error, emails []string, undelivered []int) *Error {
+	e := unavailable(cause)
+	e.Header = nil
+	e.Message = fmt.Sprintf("%d of %d addresses were not verified: %s.", len(undelivered), len(emails),
+		strings.TrimSuffix(cause.Error(), "."))
+	e.Action = "Send the addresses listed in emails again; nothing was charged for them."
+	e.Docs = s.docsURL(e.Code)
+	list := make([]string, len(undelivered))
+	for k, i := range undelivered {
+		list[k] = emails[i]
+	}
+	e.Extra = map[string]any{"emails": list}
+	return e
 }
 
 func (s *Server) anyRemote(emails []string) bool {

@@ -27,6 +27,7 @@ import (
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/tcpproxy"
 	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -39,16 +40,21 @@ type verifyBundle struct {
 	mail    *mailsim.World
 	natsURL string
 	js      jetstream.JetStream
-	engine  *verify.Verifier
+	// natsProxy is between the API and NATS when verifyOpts.proxyNATS is set.
+	natsProxy *tcpproxy.Proxy
+	engine    *verify.Verifier
 }
 
 type verifyOpts struct {
 	env       map[string]string
 	noWorkers bool
 	now       time.Time // when set, the API's clock stands still here
+	// proxyNATS connects the API to NATS through a TCP proxy (verifyBundle.natsProxy) that fault
+	// tests cut, with the production connection options (queue.Connect).
+	proxyNATS bool
 }
 
-func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
+func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 	t.Helper()
 	mail, err := mailsim.Start(mailsim.Options{})
 	if err != nil {
@@ -73,13 +79,22 @@ func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
 		env[k] = v
 	}
 	srv := natstest.Server(t)
-	nc, err := nats.Connect(srv.ClientURL())
+	b := &verifyBundle{mail: mail, natsURL: srv.ClientURL()}
+	apiURL := srv.ClientURL()
+	if o.proxyNATS {
+		if b.natsProxy, err = tcpproxy.Start(strings.TrimPrefix(apiURL, "nats://")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.natsProxy.Close() })
+		apiURL = "nats://" + b.natsProxy.Addr()
+	}
+	nc, err := queue.Connect(apiURL, "api-under-test", app.NewLogger(io.Discard, "api-nats"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	b := &verifyBundle{mail: mail, natsURL: srv.ClientURL(), js: js}
+	b.js = js
 	b.testBundle = setup(t, env, func(d *Deps) {
 		cfg := d.Config
 		b.engine, err = verify.New(cfg)
@@ -94,7 +109,7 @@ func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !o.noWorkers {
@@ -104,7 +119,7 @@ func setupVerify(t *testing.T, o verifyOpts) *verifyBundle {
 }
 
 // startWorker runs a verifier worker (sync, batch and jobs) on its own NATS connection.
-func (b *verifyBundle) startWorker(t *testing.T) {
+func (b *verifyBundle) startWorker(t testing.TB) {
 	t.Helper()
 	startVerifier(t, b.pool, b.natsURL, b.engine, b.srv)
 }
@@ -120,7 +135,7 @@ func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verif
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range verifier.Services(pool, nc, js, pipe, app.NewLogger(io.Discard, "worker"), nil) {
+	for _, run := range verifier.Services(verifier.Deps{Pool: pool, NATS: nc, JS: js, Pipe: pipe, Log: app.NewLogger(io.Discard, "worker")}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
@@ -148,6 +163,7 @@ func (b *verifyBundle) verify(key string, body any) reply {
 
 func (b *verifyBundle) count(sql string, args ...any) int {
 	b.t.Helper()
+	b.srv.rejections.Flush() // rejection rows are written behind their responses
 	var n int
 	pgtest.Must(b.t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n), sql)
 	return n

@@ -47,6 +47,8 @@ type Infra struct {
 	Ready    *health.Checker
 	Metrics  *prometheus.Registry
 	Embedded *server.Server // non-nil in dev mode without NATS_URL
+	// Streams re-creates streams a NATS server lost; Run keeps it going.
+	Streams *queue.Keeper
 
 	ops *HTTPServer
 }
@@ -56,6 +58,11 @@ const DevDataDir = ".data"
 
 // Start connects everything a process needs. In dev mode it also creates and migrates the
 // database and, with NATS_URL empty, starts an embedded JetStream server.
+//
+// A Postgres or a NATS cluster that is not ready yet is waited for, with backoff and a log line
+// for each wait, until ctx ends: in a deployment the processes often start before their
+// dependencies. Mistakes that waiting cannot fix (bad credentials, a database that does not exist)
+// fail at once and say what to do.
 func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger) (_ *Infra, err error) {
 	in := &Infra{Config: cfg, Log: log, Ready: health.NewChecker(2 * time.Second), Metrics: health.NewRegistry()}
 	defer func() {
@@ -72,8 +79,8 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 			return nil, err
 		}
 	}
-	if in.Pool, err = database.Open(ctx, cfg.DatabaseURL); err != nil {
-		return nil, fmt.Errorf("%w\n(is Postgres running? see README: Prerequisites)", err)
+	if in.Pool, err = database.OpenWait(ctx, cfg.DatabaseURL, log); err != nil {
+		return nil, err
 	}
 
 	natsURL := cfg.NatsURL
@@ -88,21 +95,21 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 		natsURL = in.Embedded.ClientURL()
 		log.Info("embedded NATS JetStream started", "url", natsURL, "store", dir)
 	}
-	if in.NATS, err = queue.Connect(natsURL, "mailvet-"+name, log); err != nil {
+	if in.NATS, err = queue.ConnectWait(ctx, natsURL, "mailvet-"+name, log); err != nil {
 		return nil, err
 	}
 	if in.JS, err = jetstream.New(in.NATS); err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := queue.EnsureStreams(sctx, in.JS, cfg.StreamReplicas); err != nil {
+	if err := queue.EnsureStreams(ctx, in.JS, cfg.StreamReplicas, log); err != nil {
 		return nil, err
 	}
+	in.Streams = queue.NewKeeper(in.JS, queue.Watch(in.NATS), cfg.StreamReplicas, log)
 
 	pool, nc, js := in.Pool, in.NATS, in.JS
 	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, nc, js) })
+	in.Ready.Add("streams", in.Streams.Check)
 
 	if in.ops, err = Listen(cfg.MetricsAddr, health.Handler(in.Ready, in.Metrics)); err != nil {
 		return nil, fmt.Errorf("MAILVET_METRICS_ADDR: %w", err)
@@ -151,6 +158,9 @@ var ErrUsage = errors.New("usage")
 func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return in.ServeOps(gctx) })
+	if in.Streams != nil {
+		g.Go(func() error { return in.Streams.Run(gctx) })
+	}
 	for _, p := range parts {
 		g.Go(func() error { return p(gctx) })
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,8 +128,74 @@ func TestReadyzFollowsDependencies(t *testing.T) {
 	}
 }
 
-// A dependency that is down at start-up is a clear error, not a hang.
-func TestStartFailsFastWithoutPostgres(t *testing.T) {
+// A process started before its Postgres and NATS are up waits for them (with backoff, logging
+// what it waits for) instead of exiting, and serves once they answer.
+func TestStartWaitsForPostgresAndNATS(t *testing.T) {
+	t.Parallel()
+	dbURL, pgProxy := throughProxy(t, pgtest.URL(t))
+	natsURL, natsProxy := throughProxy(t, natstest.URL(t))
+	pgProxy.Cut()
+	natsProxy.Cut()
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
+		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": "127.0.0.1:0"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := app.NewLogger(lockedWriter{&mu, &logs}, "test")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type started struct {
+		in  *app.Infra
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		in, err := app.Start(ctx, cfg, "test", log)
+		done <- started{in, err}
+	}()
+
+	select {
+	case s := <-done:
+		t.Fatalf("Start returned while Postgres was down: %v", s.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	pgProxy.Restore()
+	select {
+	case s := <-done:
+		t.Fatalf("Start returned while NATS was down: %v", s.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	natsProxy.Restore()
+	var s started
+	select {
+	case s = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Start did not return within 15 s of Postgres and NATS coming up")
+	}
+	if s.err != nil {
+		t.Fatalf("Start: %v", s.err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.in.Run(ctx) }()
+	defer func() { cancel(); <-runDone; s.in.Close() }()
+	rep := waitReady(t, s.in.OpsAddr(), http.StatusOK, 10*time.Second)
+	if rep.Checks["streams"] != "ok" {
+		t.Errorf("ready without the streams check: %+v", rep)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{"waiting for Postgres", "waiting for NATS"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log never says %q", want)
+		}
+	}
+}
+
+// A start-up that waits is still bounded by its context, and then says what it waited for.
+func TestStartWaitGivesUpWithItsContext(t *testing.T) {
 	t.Parallel()
 	dbURL, p := throughProxy(t, pgtest.BaseURL())
 	p.Cut()
@@ -138,12 +205,48 @@ func TestStartFailsFastWithoutPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
 	start := time.Now()
-	_, err = app.Start(context.Background(), cfg, "test", app.NewLogger(io.Discard, "test"))
+	_, err = app.Start(ctx, cfg, "test", app.NewLogger(io.Discard, "test"))
 	if err == nil || !strings.Contains(err.Error(), "Postgres") {
 		t.Fatalf("Start = %v, want a Postgres error", err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("Start took %v to fail", took)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Start took %v to give up after its 1 s context ended", took)
 	}
+}
+
+// A database that does not exist is not waited for: the error says how to create it.
+func TestStartSaysToMigrateAMissingDatabase(t *testing.T) {
+	t.Parallel()
+	u, _ := url.Parse(pgtest.BaseURL())
+	u.Path = "/mailvet_missing_" + strings.ReplaceAll(t.Name(), "/", "_")
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
+		return map[string]string{"DATABASE_URL": u.String(), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": "127.0.0.1:0"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = app.Start(ctx, cfg, "test", app.NewLogger(io.Discard, "test"))
+	if err == nil || !strings.Contains(err.Error(), "migrate") {
+		t.Fatalf("Start = %v, want the advice to run migrate", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Start took %v to refuse a missing database", took)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

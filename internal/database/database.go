@@ -23,8 +23,19 @@ import (
 )
 
 // Open connects a pool to databaseURL and checks that the server answers. Connect timeouts are
-// short so that a dead Postgres shows up as an error, never as a hang.
+// short so that a dead Postgres shows up as an error, never as a hang; every call on the pool has
+// a deadline (QueryTimeout unless the caller sets its own).
 func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	cfg, err := ParseConfig(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConfig(ctx, cfg)
+}
+
+// ParseConfig is the pool configuration Open uses for databaseURL, for callers that adjust it
+// (AddTracer) before OpenConfig.
+func ParseConfig(databaseURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
@@ -36,6 +47,12 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "mailvet"
 	}
 	cfg.HealthCheckPeriod = 10 * time.Second
+	AddTracer(cfg.ConnConfig, deadlineTracer{timeout: QueryTimeout})
+	return cfg, nil
+}
+
+// OpenConfig connects a pool with cfg (from ParseConfig) and checks that the server answers.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Postgres: %w", err)
@@ -44,7 +61,7 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to Postgres at %s: %w", Redact(databaseURL), err)
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", Redact(cfg.ConnString()), err)
 	}
 	return pool, nil
 }

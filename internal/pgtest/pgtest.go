@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/tcpproxy"
 	"github.com/mailvet/mailvet/migrations"
 )
 
@@ -203,6 +205,28 @@ func Pool(t testing.TB, databaseURL string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Proxied starts a tcpproxy in front of databaseURL's server and returns the URL that reaches
+// the same database through it, for fault tests (Cut, Hold, Restore). The proxy is closed when t
+// ends.
+func Proxied(t testing.TB, databaseURL string) (string, *tcpproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	target := u.Host
+	if u.Port() == "" {
+		target = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	p, err := tcpproxy.Start(target)
+	if err != nil {
+		t.Fatalf("pgtest: proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	return u.String(), p
 }
 
 // Must fails t with the statement when err is not nil; for terse fixture set-up.

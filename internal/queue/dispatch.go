@@ -25,73 +25,261 @@ var (
 	ErrBusy = errors.New("verifier workers are saturated")
 	// ErrTimeout: the workers did not answer before the deadline.
 	ErrTimeout = errors.New("verifier workers did not answer in time")
+	// ErrUnavailable: the connection to NATS is down and did not come back in time.
+	ErrUnavailable = errors.New("the message broker is unreachable")
 )
 
 // Dispatcher hands verification work from the API to the verifier workers.
+//
+// Replies travel over core NATS to this replica, so a reply published while this replica's
+// connection is down is lost, and so is an item in a memory stream that a restarting server
+// forgets. Verification is idempotent and usage is recorded by the API per delivered item, so the
+// dispatcher recovers by asking again for what is missing: after every reconnect, and when a
+// list has heard nothing for StallAfter. Answers are deduplicated by index, so an item answered
+// twice is delivered, and charged, once. With the connection down, new work is refused at once
+// and work in flight gives up after a grace period; nothing waits behind a reconnect. See
+// docs/reliability.md.
 type Dispatcher struct {
-	NC *nats.Conn
-	JS jetstream.JetStream
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	link     *Link
+	replicas int
+
+	// SyncGrace is how long a single verification in flight waits for a dropped connection to
+	// come back before it answers ErrUnavailable.
+	SyncGrace time.Duration
+	// ListGrace is the same for a batch or stream, which has more to lose by giving up.
+	ListGrace time.Duration
+	// StallAfter: a list that has heard no answer for this long asks again for the items still
+	// missing (doubling each time), in case their answers were lost on the way.
+	StallAfter time.Duration
+	// PublishTimeout bounds the wait for JetStream to store an item or a job.
+	PublishTimeout time.Duration
 }
 
+// NewDispatcher returns a dispatcher over nc; streams it has to re-create get replicas copies.
+// Close releases it.
+func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, replicas int) *Dispatcher {
+	return &Dispatcher{nc: nc, js: js, link: Watch(nc), replicas: replicas,
+		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second}
+}
+
+// Close stops watching the connection.
+func (d *Dispatcher) Close() { d.link.Close() }
+
+// Up reports whether the connection to NATS is established; work that needs the fleet is
+// refused at once while it is not.
+func (d *Dispatcher) Up() bool { return d.link.Up() }
+
 // VerifyOne verifies one address by core request/reply: the lowest-latency path, with nothing
-// persisted because the caller is waiting and retries on failure.
+// persisted because the caller is waiting. A request whose connection drops while it waits is
+// sent again once the connection is back (within SyncGrace).
 func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result, error) {
+	if !d.link.Up() {
+		return verify.Result{}, ErrUnavailable
+	}
 	body, _ := json.Marshal(VerifyRequest{Email: email})
-	msg := nats.NewMsg(SubjectVerifySync)
-	msg.Data = body
-	if dl, ok := ctx.Deadline(); ok {
-		msg.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
+	var giveUp time.Time // set when the connection is first seen lost
+	for {
+		msg := nats.NewMsg(SubjectVerifySync)
+		msg.Data = body
+		if dl, ok := ctx.Deadline(); ok {
+			msg.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
+		}
+		actx, release := d.link.Guard(ctx)
+		resp, err := d.nc.RequestMsgWithContext(actx, msg)
+		lost := errors.Is(context.Cause(actx), ErrLinkLost) || (err != nil && !d.link.Up())
+		release()
+		if err != nil && ctx.Err() == nil && (lost || !giveUp.IsZero()) {
+			// The request or its reply may have gone with the connection: ask again once it is
+			// back. Right after a reconnect the workers may not have re-subscribed yet, so "no
+			// responders" is retried too, until the grace period ends.
+			if giveUp.IsZero() {
+				giveUp = time.Now().Add(d.SyncGrace)
+			}
+			wait := time.Until(giveUp)
+			if wait <= 0 || !d.link.WaitUp(ctx, wait) {
+				return verify.Result{}, ErrUnavailable
+			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				sleep(ctx, 50*time.Millisecond)
+			}
+			continue
+		}
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return verify.Result{}, ErrNoWorkers
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return verify.Result{}, ErrTimeout
+		case err != nil:
+			return verify.Result{}, fmt.Errorf("%w: %v", ErrBusy, err)
+		}
+		var r VerifyReply
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
+		}
+		if r.Result == nil {
+			return verify.Result{}, ErrBusy
+		}
+		return *r.Result, nil
 	}
-	resp, err := d.NC.RequestMsgWithContext(ctx, msg)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return verify.Result{}, ErrNoWorkers
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return verify.Result{}, ErrTimeout
-	case err != nil:
-		return verify.Result{}, fmt.Errorf("%w: %v", ErrBusy, err)
-	}
-	var r VerifyReply
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
-	}
-	if r.Result == nil {
-		return verify.Result{}, ErrBusy
-	}
-	return *r.Result, nil
 }
 
 // VerifyMany publishes one durable JetStream item per address and calls each as results arrive
 // on this replica's inbox, in completion order. Items survive a worker crash (they are
-// redelivered), so a batch completes even if a worker dies mid-way. Each index is reported at
-// most once, even when a redelivered item is answered twice. It returns when every item has
-// answered, or with ErrTimeout (and the indexes still missing) when ctx ends first.
+// redelivered); answers lost with a dropped connection, a killed NATS node or a forgotten memory
+// stream are asked for again (see Dispatcher). Each index is reported at most once. It returns
+// when every item has answered, or with the indexes still missing and ErrTimeout when ctx ends
+// first, or ErrUnavailable when the connection stays down longer than ListGrace.
 func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(i int, r verify.Result)) (missing []int, err error) {
-	inbox := d.NC.NewRespInbox()
-	replies := make(chan *nats.Msg, len(emails))
-	sub, err := d.NC.ChanSubscribe(inbox, replies)
+	all := func() []int {
+		idx := make([]int, len(emails))
+		for i := range idx {
+			idx[i] = i
+		}
+		return idx
+	}
+	if !d.link.Up() {
+		return all(), ErrUnavailable
+	}
+	inbox := d.nc.NewRespInbox()
+	// Re-asked items may be answered twice; the buffer leaves room for that, and the loop below
+	// drains it continuously.
+	replies := make(chan *nats.Msg, 2*len(emails)+16)
+	sub, err := d.nc.ChanSubscribe(inbox, replies)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+		return all(), fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	defer sub.Unsubscribe()
 
-	deadline := ""
+	l := &list{d: d, emails: emails, inbox: inbox, batch: nuid.Next(), done: make([]bool, len(emails))}
 	if dl, ok := ctx.Deadline(); ok {
-		deadline = strconv.FormatInt(dl.UnixMilli(), 10)
+		l.deadline = strconv.FormatInt(dl.UnixMilli(), 10)
 	}
-	batch := nuid.Next()
-	futures := make([]jetstream.PubAckFuture, 0, len(emails))
-	for i, e := range emails {
-		body, _ := json.Marshal(VerifyRequest{Email: e, Index: i})
-		msg := nats.NewMsg(SubjectVerifyItemPrefix + batch + "." + strconv.Itoa(i))
-		msg.Data = body
-		msg.Header.Set(HeaderReply, inbox)
-		if deadline != "" {
-			msg.Header.Set(HeaderDeadline, deadline)
+	reconnects := d.link.Reconnects()
+	if err := l.publish(ctx, all()); err != nil {
+		return all(), err
+	}
+
+	left := len(emails)
+	stall := d.StallAfter
+	heard := time.Now()
+	var downSince time.Time
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for left > 0 {
+		changed := d.link.Changed()
+		select {
+		case m := <-replies:
+			var r VerifyReply
+			if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(emails) || l.done[r.Index] {
+				continue
+			}
+			l.done[r.Index] = true
+			left--
+			heard, stall = time.Now(), d.StallAfter
+			if each != nil {
+				each(r.Index, *r.Result)
+			}
+			continue
+		case <-ctx.Done():
+			return l.missing(), ErrTimeout
+		case <-changed:
+		case <-tick.C:
 		}
-		f, err := d.JS.PublishMsgAsync(msg, jetstream.WithMsgID(batch+"."+strconv.Itoa(i)))
+		now := time.Now()
+		if !d.link.Up() {
+			if downSince.IsZero() {
+				downSince = now
+			}
+			if now.Sub(downSince) > d.ListGrace {
+				return l.missing(), ErrUnavailable
+			}
+			continue
+		}
+		downSince = time.Time{}
+		reasons := ""
+		if n := d.link.Reconnects(); n != reconnects {
+			reconnects, reasons = n, "reconnected"
+		} else if now.Sub(heard) > stall {
+			reasons, stall = "stalled", min(2*stall, time.Minute)
+		}
+		if reasons == "" {
+			continue
+		}
+		heard = now
+		if err := l.publish(ctx, l.missing()); err != nil && !errors.Is(err, ErrUnavailable) {
+			return l.missing(), err
+		}
+	}
+	return nil, nil
+}
+
+// list is one VerifyMany call's items.
+type list struct {
+	d        *Dispatcher
+	emails   []string
+	inbox    string
+	batch    string
+	deadline string
+	done     []bool
+	round    int
+}
+
+func (l *list) missing() []int {
+	var m []int
+	for i, ok := range l.done {
+		if !ok {
+			m = append(m, i)
+		}
+	}
+	return m
+}
+
+// publish stores the items at indexes in the VERIFY stream. Each round has its own message ids:
+// the stream's duplicate window would otherwise swallow a re-asked item whose first copy was
+// already taken and acknowledged. A stream that is missing (a server that lost its store) is
+// re-created, once, and the round published again.
+func (l *list) publish(ctx context.Context, indexes []int) error {
+	l.round++
+	err := l.publishRound(ctx, indexes)
+	if errors.Is(err, errNoStream) {
+		cctx, cancel := context.WithTimeout(ctx, l.d.PublishTimeout)
+		_, cerr := ensureStream(cctx, l.d.js, StreamVerify, l.d.replicas)
+		cancel()
+		if cerr != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, cerr)
+		}
+		err = l.publishRound(ctx, indexes)
+	}
+	if errors.Is(err, errNoStream) {
+		return fmt.Errorf("%w: the work queue is missing", ErrUnavailable)
+	}
+	return err
+}
+
+var errNoStream = errors.New("no stream")
+
+func (l *list) publishRound(ctx context.Context, indexes []int) error {
+	pctx, cancel := context.WithTimeout(ctx, l.d.PublishTimeout)
+	defer cancel()
+	round := strconv.Itoa(l.round)
+	futures := make([]jetstream.PubAckFuture, 0, len(indexes))
+	for _, i := range indexes {
+		body, _ := json.Marshal(VerifyRequest{Email: l.emails[i], Index: i})
+		id := l.batch + "." + strconv.Itoa(i)
+		msg := nats.NewMsg(SubjectVerifyItemPrefix + id)
+		msg.Data = body
+		msg.Header.Set(HeaderReply, l.inbox)
+		if l.deadline != "" {
+			msg.Header.Set(HeaderDeadline, l.deadline)
+		}
+		f, err := l.d.js.PublishMsgAsync(msg, jetstream.WithMsgID(id+"."+round))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+			if !l.d.link.Up() {
+				return ErrUnavailable
+			}
+			return fmt.Errorf("%w: %v", ErrBusy, err)
 		}
 		futures = append(futures, f)
 	}
@@ -101,39 +289,32 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			if strings.Contains(err.Error(), "maximum") || errors.Is(err, jetstream.ErrNoStreamResponse) {
-				return nil, ErrBusy
+			switch {
+			case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+				return errNoStream
+			case strings.Contains(err.Error(), "maximum"):
+				return ErrBusy
+			case !l.d.link.Up():
+				return ErrUnavailable
 			}
-			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
-		case <-ctx.Done():
-			return nil, ErrTimeout
+			return fmt.Errorf("%w: %v", ErrBusy, err)
+		case <-pctx.Done():
+			if ctx.Err() != nil {
+				return ErrTimeout
+			}
+			return fmt.Errorf("%w: JetStream did not store the items within %v", ErrUnavailable, l.d.PublishTimeout)
 		}
 	}
+	return nil
+}
 
-	done := make([]bool, len(emails))
-	left := len(emails)
-	for left > 0 {
-		select {
-		case m := <-replies:
-			var r VerifyReply
-			if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(emails) || done[r.Index] {
-				continue
-			}
-			done[r.Index] = true
-			left--
-			if each != nil {
-				each(r.Index, *r.Result)
-			}
-		case <-ctx.Done():
-			for i, ok := range done {
-				if !ok {
-					missing = append(missing, i)
-				}
-			}
-			return missing, ErrTimeout
-		}
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
-	return nil, nil
 }
 
 // Deadline reads the HeaderDeadline of msg; ok is false when it has none.
@@ -146,21 +327,42 @@ func Deadline(msg *nats.Msg) (time.Time, bool) {
 }
 
 // PublishJob queues an async job whose row is already stored. The job id is the message id, so
-// a retried publish of the same job is stored once.
-func PublishJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID) error {
-	body, _ := json.Marshal(JobMessage{JobID: jobID})
-	if _, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID("job."+jobID.String())); err != nil {
-		return fmt.Errorf("%w: queue job: %v", ErrBusy, err)
+// a retried publish of the same job is stored once. It fails at once while the connection is
+// down, and within PublishTimeout when JetStream does not store the job.
+func (d *Dispatcher) PublishJob(ctx context.Context, jobID uuid.UUID) error {
+	if !d.link.Up() {
+		return ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
+	defer cancel()
+	err := PublishJob(ctx, d.js, jobID)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		if _, cerr := ensureStream(ctx, d.js, StreamJobs, d.replicas); cerr == nil {
+			err = PublishJob(ctx, d.js, jobID)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: queue job: %v", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// PublishJob publishes the job's message; the job id is its message id.
+func PublishJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID) error {
+	body, _ := json.Marshal(JobMessage{JobID: jobID})
+	_, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID("job."+jobID.String()))
+	return err
 }
 
 // WorkersAlive reports whether any verifier worker is pulling batch items right now: a live
 // worker always keeps a pull request open, so none waiting means nobody would answer.
 func (d *Dispatcher) WorkersAlive(ctx context.Context) bool {
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if !d.link.Up() {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
 	defer cancel()
-	c, err := d.JS.Consumer(cctx, StreamVerify, ConsumerVerifiers)
+	c, err := d.js.Consumer(cctx, StreamVerify, ConsumerVerifiers)
 	if err != nil {
 		return false
 	}

@@ -54,10 +54,3 @@ type VerifyReply struct {
 
 // ReplyBusy tells the API that this worker is saturated; the API answers 503.
 const ReplyBusy = "busy"
-
-// Consumer names: one durable work-queue consumer per stream, shared by every worker replica.
-const (
-	ConsumerVerifiers  = "verifiers"
-	ConsumerJobRunners = "job-runners"
-	ConsumerDeliverers = "deliverers"
-)

@@ -75,20 +75,24 @@ func StreamConfigs(replicas int) []jetstream.StreamConfig {
 }
 
 // EnsureStreams creates the streams, or updates them to the current configuration. It is safe to
-// call from every replica at start-up. On a cluster that is still electing its JetStream leader
-// the API answers "unavailable" for a few seconds, so each stream is retried with exponential
-// backoff until ctx ends.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) error {
+// call from every replica at start-up. A NATS cluster that has just formed answers "unavailable"
+// (or not at all) until it has elected its JetStream leader, so every error is retried with
+// exponential backoff, and logged, until ctx ends: a process started before its cluster is ready
+// waits for it instead of exiting.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger) error {
 	for _, cfg := range StreamConfigs(replicas) {
 		policy := backoff.NewExponentialBackOff()
-		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, 0
-		err := backoff.Retry(func() error {
-			_, err := js.CreateOrUpdateStream(ctx, cfg)
-			if err != nil && !transient(err) {
-				return backoff.Permanent(err)
-			}
+		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		err := backoff.RetryNotify(func() error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := js.CreateOrUpdateStream(cctx, cfg)
 			return err
-		}, backoff.WithContext(policy, ctx))
+		}, backoff.WithContext(policy, ctx), func(err error, next time.Duration) {
+			if log != nil {
+				log.Warn("waiting for JetStream to create a stream", "stream", cfg.Name, "retry_in", next, "err", err)
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
@@ -96,22 +100,20 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int) er
 	return nil
 }
 
-// transient reports whether a JetStream API error may go away by itself (no leader yet, no
-// answer in time) rather than being a configuration mistake.
-func transient(err error) bool {
-	return errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrNoResponders)
-}
-
 // Connect dials NATS with settings suited to a long-running service: it never gives up
 // reconnecting, and it logs (without credentials) when the connection drops and comes back.
+//
+// Nothing is buffered while the connection is down (ReconnectBufSize -1): a publish then fails at
+// once instead of waiting in a buffer that a longer outage would lose anyway, so a request that
+// needs the fleet answers 503 at once and a worker that cannot publish its answer leaves the item
+// unacknowledged, to be redelivered. See docs/reliability.md.
 func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	nc, err := nats.Connect(url,
 		nats.Name(name),
 		nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectBufSize(-1),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -124,6 +126,31 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+	}
+	return nc, nil
+}
+
+// ConnectWait is Connect for start-up: while no server answers it waits and tries again, with
+// backoff and a log line per attempt, until ctx ends. Bad credentials are not waited for.
+func ConnectWait(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+	policy := backoff.NewExponentialBackOff()
+	policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
+	var nc *nats.Conn
+	err := backoff.RetryNotify(func() error {
+		var err error
+		nc, err = Connect(url, name, log)
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(policy, ctx), func(err error, next time.Duration) {
+		log.Warn("waiting for NATS", "url", redactURL(url), "retry_in", next, "err", err)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for NATS at %s: %w", redactURL(url), ctx.Err())
+		}
+		return nil, err
 	}
 	return nc, nil
 }

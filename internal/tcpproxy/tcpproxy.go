@@ -1,12 +1,13 @@
 // Package tcpproxy is a loopback TCP proxy for fault tests: put it between a process and a real
-// dependency (Postgres, NATS, an SMTP server), then Cut and Restore the link to watch the process
-// notice an outage and recover, without stopping the shared server itself.
+// dependency (Postgres, NATS, an SMTP server), then Cut (or Hold) and Restore the link to watch
+// the process notice an outage and recover, without stopping the shared server itself.
 package tcpproxy
 
 import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards connections from a loopback listener to a target address.
@@ -18,6 +19,10 @@ type Proxy struct {
 	cut   bool
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	// held is set while a Hold lasts; release is closed when it ends (Restore, Cut or Close).
+	held    atomic.Bool
+	release chan struct{}
 }
 
 // Start listens on 127.0.0.1 on a free port and forwards to target.
@@ -40,16 +45,54 @@ func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
+	p.endHold()
 	for c := range p.conns {
 		c.Close()
 	}
 }
 
-// Restore lets connections through again.
+// Hold black-holes the link, as a network partition does: open connections stay open but no
+// byte passes in either direction from now on, nor does a close; new connections are accepted
+// and then hear nothing. Bytes the proxy had already read when Hold was called may still be
+// delivered. Restore ends the hold; Cut ends it too, dropping every connection.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.release == nil {
+		p.release = make(chan struct{})
+	}
+	p.held.Store(true)
+}
+
+// Restore lets connections through again. After a Hold, the connections open during it are
+// closed, as their streams lost bytes; new connections are forwarded as before.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.cut = false
-	p.mu.Unlock()
+	if p.endHold() {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
+}
+
+// endHold ends a hold, if one lasts, and reports whether one did. p.mu must be held.
+func (p *Proxy) endHold() bool {
+	if p.release == nil {
+		return false
+	}
+	p.held.Store(false)
+	close(p.release)
+	p.release = nil
+	return true
+}
+
+// holding returns the channel closed at the end of the current hold, or nil when there is none.
+func (p *Proxy) holding() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.release
 }
 
 // Close stops the proxy and drops its connections.
@@ -96,6 +139,12 @@ func (p *Proxy) untrack(c net.Conn) {
 func (p *Proxy) forward(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
+	if p.holding() != nil {
+		// Accepted during a hold: swallow what the client sends and answer nothing, until the
+		// client gives up or the hold ends (Restore and Cut close the connection).
+		_, _ = io.Copy(io.Discard, client)
+		return
+	}
 	upstream, err := net.Dial("tcp", p.target)
 	if err != nil {
 		return
@@ -106,7 +155,26 @@ func (p *Proxy) forward(client net.Conn) {
 	}
 	defer p.untrack(upstream)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(upstream, client); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(client, upstream); done <- struct{}{} }()
+	go func() { p.pipe(upstream, client); done <- struct{}{} }()
+	go func() { p.pipe(client, upstream); done <- struct{}{} }()
 	<-done // either side closing ends both: the deferred untracks close the other
+	if release := p.holding(); release != nil {
+		<-release // a black hole does not pass a close on either
+	}
+}
+
+// pipe copies src to dst until either fails, dropping what it reads while the link is held.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.held.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

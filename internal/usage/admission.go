@@ -329,9 +329,16 @@ func overageEUR(billable, included int, price float64) float64 {
 	return math.Round(float64(over)*price*100) / 100
 }
 
+// pruneTimeout bounds PruneRateWindows. It is background work, and a minute's windows of every
+// active account can take longer to delete than the pool's default deadline for request-path
+// statements (database.QueryTimeout).
+const pruneTimeout = 30 * time.Second
+
 // PruneRateWindows deletes rate-limit windows that ended before now minus one minute. Any
 // replica may run it; it touches only rows no request will read again.
 func PruneRateWindows(ctx context.Context, db DB, now time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, pruneTimeout)
+	defer cancel()
 	tag, err := db.Exec(ctx, `DELETE FROM rate_windows WHERE window_start < $1`, now.UTC().Truncate(time.Minute).Add(-time.Minute))
 	return tag.RowsAffected(), err
 }

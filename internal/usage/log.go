@@ -113,3 +113,26 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 	_, err := db.Exec(ctx, recordSQL, logColumns(rows)...)
 	return err
 }
+
+// Withdraw removes logged rows of accountID whose results never reached the client (a stream
+// whose client went away between the row's commit and its line), and takes their billable ones
+// back from the daily and monthly counters, in one statement. A result the client did not get
+// is not billed. Quota units are the caller's to give back (Refund), as Admit charged them.
+func Withdraw(ctx context.Context, db DB, accountID string, itemKeys []string) error {
+	if len(itemKeys) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, `WITH del AS (
+			DELETE FROM usage_log WHERE account_id = $1 AND item_key = ANY($2::text[])
+			RETURNING (occurred_at AT TIME ZONE 'UTC')::date AS day, billable
+		), days AS (
+			SELECT day, count(*) FILTER (WHERE billable)::int AS n FROM del GROUP BY day
+		), daily AS (
+			UPDATE usage_daily d SET billable = greatest(0, d.billable - days.n)
+			FROM days WHERE d.account_id = $1 AND d.day = days.day AND days.n > 0
+		)
+		UPDATE usage_monthly m SET billable = greatest(0, m.billable - x.n)
+		FROM (SELECT date_trunc('month', day)::date AS month, sum(n)::int AS n FROM days GROUP BY 1) x
+		WHERE m.account_id = $1 AND m.month = x.month AND x.n > 0`, accountID, itemKeys)
+	return err
+}

@@ -36,6 +36,11 @@ type JobRunner struct {
 	// SweepEvery and SweepAge: pending jobs older than SweepAge are queued again, covering an
 	// API that died between storing a job and publishing it.
 	SweepEvery, SweepAge time.Duration
+	// StreamReplicas is the replication of a stream the runner has to re-create.
+	StreamReplicas int
+
+	once sync.Once
+	cons *queue.Consumer
 }
 
 // NewJobRunner returns a runner with production defaults.
@@ -44,52 +49,24 @@ func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log
 		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second}
 }
 
-// Run consumes jobs until ctx ends, then waits for the jobs in flight.
+// Run consumes jobs until ctx ends, then waits for the jobs in flight. The consumer heals by
+// itself after NATS restarts or loses its store (queue.Consumer).
 func (j *JobRunner) Run(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := j.js.CreateOrUpdateConsumer(cctx, queue.StreamJobs, jetstream.ConsumerConfig{
-		Durable:       queue.ConsumerJobRunners,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       j.AckWait,
-		MaxAckPending: 4 * j.Concurrency,
-		MaxDeliver:    -1,
-		FilterSubject: queue.SubjectJobs,
-	})
-	cancel()
-	if err == nil {
-		var it jetstream.MessagesContext
-		if it, err = cons.Messages(jetstream.PullMaxMessages(j.Concurrency)); err == nil {
-			return j.consume(ctx, it)
-		}
-	}
-	if ctx.Err() != nil {
-		return nil // stopped while starting: a clean stop, not a failure
-	}
-	return fmt.Errorf("jobs consumer: %w", err)
-}
-
-// consume runs jobs from it until ctx ends, then waits for the jobs in flight.
-func (j *JobRunner) consume(ctx context.Context, it jetstream.MessagesContext) error {
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, j.Concurrency)
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
+	defer wg.Wait()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		j.sweep(ctx)
 	}()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				j.log.Warn("jobs", "err", err)
-			}
-			break
+	slots := make(chan struct{}, j.Concurrency)
+	return j.consumer().Run(ctx, func(msg jetstream.Msg) {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			_ = msg.Nak() // stopping: another runner takes it now
+			return
 		}
-		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -101,10 +78,19 @@ func (j *JobRunner) consume(ctx context.Context, it jetstream.MessagesContext) e
 			}
 			_ = msg.Ack()
 		}()
-	}
-	wg.Wait()
-	return nil
+	})
 }
+
+// consumer is the runner's JOBS consumer, made once so that Ready and Run share it.
+func (j *JobRunner) consumer() *queue.Consumer {
+	j.once.Do(func() {
+		j.cons = queue.NewConsumer(j.js, queue.JobsConsumer(j.Concurrency, j.AckWait), j.StreamReplicas, j.Concurrency, j.log)
+	})
+	return j.cons
+}
+
+// Ready reports, for /readyz, whether the jobs consumer is running.
+func (j *JobRunner) Ready(ctx context.Context) error { return j.consumer().Check(ctx) }
 
 // callback is the body POSTed to the caller: the verify result plus job_id (spec §6.2), and
 // error "internal" when verification itself failed (DESIGN.md §3.3).

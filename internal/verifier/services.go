@@ -8,12 +8,34 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailvet/mailvet/internal/health"
 )
 
+// Deps are what a verifier worker's parts need.
+type Deps struct {
+	Pool *pgxpool.Pool
+	NATS *nats.Conn
+	JS   jetstream.JetStream
+	Pipe Pipeline
+	Log  *slog.Logger
+	// Metrics and Ready may be nil (tests); Ready gets a check per consumer.
+	Metrics prometheus.Registerer
+	Ready   *health.Checker
+	// StreamReplicas is the replication of streams the workers re-create after a NATS restart.
+	StreamReplicas int
+}
+
 // Services returns the long-running parts of a verifier worker — the sync/batch worker and the
-// async job runner — for app.Infra.Run. The verifier binary and `api -dev` run the same parts.
-func Services(pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger, reg prometheus.Registerer) []func(context.Context) error {
-	w := New(nc, js, pipe, log, reg, Options{})
-	jobs := NewJobRunner(pool, js, pipe, log)
+// async job runner — for app.Infra.Run, and registers their readiness checks: a worker whose
+// consumers are not running is not ready. The verifier binary and `api -dev` run the same parts.
+func Services(d Deps) []func(context.Context) error {
+	w := New(d.NATS, d.JS, d.Pipe, d.Log, d.Metrics, Options{StreamReplicas: d.StreamReplicas})
+	jobs := NewJobRunner(d.Pool, d.JS, d.Pipe, d.Log)
+	jobs.StreamReplicas = d.StreamReplicas
+	if d.Ready != nil {
+		d.Ready.Add("consumer verify items", w.Ready)
+		d.Ready.Add("consumer jobs", jobs.Ready)
+	}
 	return []func(context.Context) error{w.Run, jobs.Run}
 }

@@ -6,7 +6,6 @@ package verifier
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -35,6 +34,8 @@ type Options struct {
 	ItemAckWait time.Duration
 	// SyncBudget bounds one synchronous verification when the request carries no deadline.
 	SyncBudget time.Duration
+	// StreamReplicas is the replication of a stream the worker has to re-create.
+	StreamReplicas int
 }
 
 func (o *Options) defaults() {
@@ -62,6 +63,7 @@ type Worker struct {
 	log  *slog.Logger
 	opts Options
 
+	items    *queue.Consumer
 	slots    chan struct{} // one token per address being verified
 	inflight sync.WaitGroup
 	handled  *prometheus.CounterVec
@@ -72,6 +74,9 @@ type Worker struct {
 func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger, reg prometheus.Registerer, opts Options) *Worker {
 	opts.defaults()
 	w := &Worker{nc: nc, js: js, pipe: pipe, log: log, opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+	// Groups stay small (at most 64) so that one slow address holds few slots; the prober still
+	// shares sessions across groups.
+	w.items = queue.NewConsumer(js, queue.VerifyItemsConsumer(opts.Concurrency, opts.ItemAckWait), opts.StreamReplicas, w.group(), log)
 	w.handled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mailvet_verifier_addresses_total", Help: "Addresses verified, by path and status.",
 	}, []string{"path", "status"})
@@ -84,28 +89,36 @@ func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger,
 	return w
 }
 
-// Run serves until ctx ends, then stops taking work and waits for what is in flight.
+// Run serves until ctx ends, then stops taking work and waits for what is in flight. The item
+// consumer heals by itself after NATS restarts or loses its store (queue.Consumer); the sync
+// subscription is re-established by the client on every reconnect.
 func (w *Worker) Run(ctx context.Context) error {
 	sub, err := w.nc.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, w.onSync)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", queue.SubjectVerifySync, err)
 	}
-	items, err := w.consumeItems(ctx)
-	if err != nil {
-		_ = sub.Unsubscribe()
-		if ctx.Err() != nil {
-			return nil // stopped while starting: a clean stop, not a failure
-		}
-		return err
-	}
-	<-ctx.Done()
-	// Stop intake first so nothing new starts, then let in-flight work finish and answer: its
-	// callers are still waiting. Unacked items left behind are redelivered to other workers.
-	_ = sub.Drain()
-	items.Stop()
+	stopSync := context.AfterFunc(ctx, func() { _ = sub.Drain() })
+	defer stopSync()
+	msgs := make(chan jetstream.Msg, w.group())
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		w.dispatchItems(msgs, w.group())
+	}()
+	// Intake stops when ctx ends; in-flight work then finishes and answers, because its callers
+	// are still waiting. Unacked items left behind are redelivered to other workers.
+	_ = w.items.Run(ctx, func(m jetstream.Msg) { msgs <- m })
+	close(msgs)
+	<-dispatched
 	w.inflight.Wait()
 	return nil
 }
+
+// Ready reports, for /readyz, whether the item consumer is running.
+func (w *Worker) Ready(ctx context.Context) error { return w.items.Check(ctx) }
+
+// group is the most items verified together in one VerifyBatch call.
+func (w *Worker) group() int { return max(1, min(maxGroup, w.opts.Concurrency/4)) }
 
 // onSync answers one synchronous request. NATS calls it serially per subscription, so the work
 // runs in its own goroutine; when every slot is taken the worker says "busy" at once instead of
@@ -115,7 +128,7 @@ func (w *Worker) onSync(msg *nats.Msg) {
 	case w.slots <- struct{}{}:
 	default:
 		w.busy.Inc()
-		w.reply(msg.Reply, queue.VerifyReply{Error: queue.ReplyBusy})
+		_ = w.reply(msg.Reply, queue.VerifyReply{Error: queue.ReplyBusy})
 		return
 	}
 	w.inflight.Add(1)
@@ -131,7 +144,7 @@ func (w *Worker) onSync(msg *nats.Msg) {
 		defer cancel()
 		r := w.pipe.Verify(ctx, req.Email)
 		w.handled.WithLabelValues("sync", string(r.Status)).Inc()
-		w.reply(msg.Reply, queue.VerifyReply{Index: req.Index, Result: &r})
+		_ = w.reply(msg.Reply, queue.VerifyReply{Index: req.Index, Result: &r})
 	}()
 }
 
@@ -142,55 +155,16 @@ func (w *Worker) deadlineCtx(msg *nats.Msg) (context.Context, context.CancelFunc
 	return context.WithTimeout(context.Background(), w.opts.SyncBudget)
 }
 
-func (w *Worker) reply(subject string, r queue.VerifyReply) {
+func (w *Worker) reply(subject string, r queue.VerifyReply) error {
 	if subject == "" {
-		return
+		return nil
 	}
 	b, _ := json.Marshal(r)
 	if err := w.nc.Publish(subject, b); err != nil {
 		w.log.Warn("reply", "err", err)
+		return err
 	}
-}
-
-// consumeItems pulls batch and stream items. Items that arrive together are verified together
-// with VerifyBatch, so that addresses sharing a mail server share SMTP sessions.
-func (w *Worker) consumeItems(ctx context.Context) (jetstream.MessagesContext, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cons, err := w.js.CreateOrUpdateConsumer(cctx, queue.StreamVerify, jetstream.ConsumerConfig{
-		Durable:       queue.ConsumerVerifiers,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.opts.ItemAckWait,
-		MaxAckPending: 4 * w.opts.Concurrency,
-		MaxDeliver:    -1,
-		FilterSubject: queue.SubjectVerifyItems,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("verify items consumer: %w", err)
-	}
-	// Groups stay small (at most 64) so that one slow address holds few slots; the prober still
-	// shares sessions across groups.
-	batch := max(1, min(maxGroup, w.opts.Concurrency/4))
-	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
-	if err != nil {
-		return nil, fmt.Errorf("verify items: %w", err)
-	}
-	msgs := make(chan jetstream.Msg, batch)
-	go func() {
-		defer close(msgs)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					w.log.Warn("verify items", "err", err)
-				}
-				return
-			}
-			msgs <- m
-		}
-	}()
-	go w.dispatchItems(msgs, batch)
-	return it, nil
+	return nil
 }
 
 // dispatchItems groups whatever items are already waiting (up to max) into one VerifyBatch call.
@@ -271,10 +245,12 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 	w.pipe.VerifyBatch(ctx, emails, func(i int, r verify.Result) {
 		it := items[i]
 		w.handled.WithLabelValues("batch", string(r.Status)).Inc()
-		w.reply(it.reply, queue.VerifyReply{Index: it.req.Index, Result: &r})
-		// Ack after the reply is published: a crash between the two redelivers the item and
-		// the API ignores the duplicate answer.
-		_ = it.msg.Ack()
+		// Ack only after the reply is published: a crash between the two, or a reply that
+		// could not be sent (the connection is down), leaves the item to be redelivered, and
+		// the API ignores a duplicate answer.
+		if w.reply(it.reply, queue.VerifyReply{Index: it.req.Index, Result: &r}) == nil {
+			_ = it.msg.Ack()
+		}
 	})
 }
 

@@ -76,10 +76,10 @@ func setup(t *testing.T) *bundle {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: s.ClientURL(), nc: nc, js: js, dispatcher: &queue.Dispatcher{NC: nc, JS: js}}
+	return &bundle{url: s.ClientURL(), nc: nc, js: js, dispatcher: queue.NewDispatcher(nc, js, 1)}
 }
 
 // startWorker runs a worker on its own connection (a separate process, as far as NATS can tell)
@@ -291,7 +291,7 @@ func TestStopWhileStarting(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, run := range verifier.Services(nil, b.nc, b.js, &scriptedPipeline{}, app.NewLogger(io.Discard, "test"), nil) {
+	for _, run := range verifier.Services(verifier.Deps{NATS: b.nc, JS: b.js, Pipe: &scriptedPipeline{}, Log: app.NewLogger(io.Discard, "test")}) {
 		if err := run(ctx); err != nil {
 			t.Errorf("run with a cancelled context: %v", err)
 		}

@@ -160,7 +160,7 @@ func setup(t testing.TB) *bundle {
 	b.js = connectJS(t, b.natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, b.js, 1); err != nil {
+	if err := queue.EnsureStreams(ctx, b.js, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.accountID = b.account(t, "builder")

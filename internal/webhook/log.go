@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -85,6 +86,14 @@ func (c cursor) encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// Issued cursors hold the creation time of a stored delivery, so a time outside these bounds
+// was not issued here. The bounds also keep the query's timestamp within what Postgres can hold
+// (4713 BC to 294276 AD); beyond that the query would fail instead of the cursor being refused.
+var (
+	minCursorTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxCursorTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 func decodeCursor(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != 24 {
@@ -92,6 +101,9 @@ func decodeCursor(s string) (cursor, error) {
 	}
 	var c cursor
 	c.createdAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8])))
+	if c.createdAt.Before(minCursorTime) || !c.createdAt.Before(maxCursorTime) {
+		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
+	}
 	copy(c.id[:], b[8:])
 	return c, nil
 }
@@ -253,16 +265,7 @@ const (
 func PurgeExpired(ctx context.Context, db DB, batch, maxBatches int) (int64, error) {
 	var total int64
 	for i := 0; i < maxBatches; i++ {
-		tag, err := db.Exec(ctx, `
-			DELETE FROM deliveries WHERE id IN (
-				SELECT d.id FROM deliveries d JOIN accounts a ON a.id = d.account_id
-				WHERE d.state IN ('delivered', 'failed')
-				  AND d.finished_at < now() - CASE a.tier
-				        WHEN 'free' THEN $1 * interval '1 second'
-				        ELSE $2 * interval '1 second' END
-				LIMIT $3
-				FOR UPDATE OF d SKIP LOCKED)`,
-			int64(RetentionFree/time.Second), int64(RetentionPaid/time.Second), batch)
+		tag, err := purgeBatch(ctx, db, batch)
 		if err != nil {
 			return total, fmt.Errorf("purge deliveries: %w", err)
 		}
@@ -272,4 +275,25 @@ func PurgeExpired(ctx context.Context, db DB, batch, maxBatches int) (int64, err
 		}
 	}
 	return total, nil
+}
+
+// purgeBatchTimeout bounds one purge statement. Without it the statement would get the pool's
+// default deadline for request-path statements (database.QueryTimeout, one second), too short for
+// deleting a thousand deliveries with their attempts on a busy server.
+const purgeBatchTimeout = 30 * time.Second
+
+// purgeBatch deletes at most batch expired deliveries.
+func purgeBatch(ctx context.Context, db DB, batch int) (pgconn.CommandTag, error) {
+	ctx, cancel := context.WithTimeout(ctx, purgeBatchTimeout)
+	defer cancel()
+	return db.Exec(ctx, `
+		DELETE FROM deliveries WHERE id IN (
+			SELECT d.id FROM deliveries d JOIN accounts a ON a.id = d.account_id
+			WHERE d.state IN ('delivered', 'failed')
+			  AND d.finished_at < now() - CASE a.tier
+			        WHEN 'free' THEN $1 * interval '1 second'
+			        ELSE $2 * interval '1 second' END
+			LIMIT $3
+			FOR UPDATE OF d SKIP LOCKED)`,
+		int64(RetentionFree/time.Second), int64(RetentionPaid/time.Second), batch)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,7 +85,8 @@ func TestListDeliveries(t *testing.T) {
 		}
 	}
 
-	for _, f := range []ListFilter{{Status: "bogus"}, {Limit: 101}, {Limit: -1}, {Cursor: "not-a-cursor"}, {Cursor: "AAAA"}} {
+	for _, f := range []ListFilter{{Status: "bogus"}, {Limit: 101}, {Limit: -1}, {Cursor: "not-a-cursor"}, {Cursor: "AAAA"},
+		{Cursor: strings.Repeat("A", 32)}} { // the right length, but from 1970: not issued here
 		if _, err := ListDeliveries(ctx, b.pool, b.accountID, f); !errors.Is(err, ErrInvalidFilter) {
 			t.Errorf("ListDeliveries(%+v) = %v, want ErrInvalidFilter", f, err)
 		}

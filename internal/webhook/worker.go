@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/queue"
 )
 
@@ -58,6 +59,9 @@ type Options struct {
 	Log *slog.Logger
 	// Metrics is where the worker's series are registered (nil: not registered).
 	Metrics prometheus.Registerer
+	// StreamReplicas is the replication of the WEBHOOKS stream if the worker has to re-create it
+	// (a NATS server that lost its store); default 1.
+	StreamReplicas int
 }
 
 func (o *Options) defaults() error {
@@ -107,6 +111,7 @@ type Worker struct {
 	client *http.Client
 	m      *metrics
 	log    *slog.Logger
+	cons   *queue.Consumer
 }
 
 // NewWorker returns a worker; Run, RunSweeper and RunRetention start its parts.
@@ -114,72 +119,26 @@ func NewWorker(db DB, js jetstream.JetStream, o Options) (*Worker, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	return &Worker{db: db, js: js, o: o, client: NewClient(o.Client), m: newMetrics(o.Metrics), log: o.Log}, nil
+	cons := queue.NewConsumer(js, queue.WebhooksConsumer(o.Concurrency, o.AckWait), max(1, o.StreamReplicas), o.Concurrency, o.Log)
+	return &Worker{db: db, js: js, o: o, client: NewClient(o.Client), m: newMetrics(o.Metrics), log: o.Log, cons: cons}, nil
 }
 
 // Run consumes deliveries until ctx ends. Then it stops pulling, hands messages that were
 // buffered but not started back to JetStream (Nak, so another replica takes them at once), and
-// waits up to DrainTimeout for attempts in flight.
+// waits up to DrainTimeout for attempts in flight. The consumer heals by itself after NATS
+// restarts or loses its store (queue.Consumer).
 func (w *Worker) Run(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cons, err := w.js.CreateOrUpdateConsumer(cctx, queue.StreamWebhooks, queue.WebhookConsumerConfig(w.o.Concurrency, w.o.AckWait))
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while starting: nothing was taken, nothing to drain
-		}
-		return fmt.Errorf("webhook consumer: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(w.o.Concurrency))
-	if err != nil {
-		return fmt.Errorf("webhook consumer: %w", err)
-	}
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Drain()
-		case <-stopped:
-			it.Stop()
-		}
-	}()
-
 	// hard outlives ctx by DrainTimeout so that attempts in flight can finish.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
 	sem := make(chan struct{}, w.o.Concurrency)
 	var wg sync.WaitGroup
-	for {
-		slot := false
+	_ = w.cons.Run(ctx, func(msg jetstream.Msg) {
 		select {
 		case sem <- struct{}{}:
-			slot = true
 		case <-ctx.Done():
-		}
-		msg, err := it.Next()
-		if err != nil {
-			if slot {
-				<-sem
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
-			}
-			// Missed heartbeats and reconnects surface here and heal by themselves; pausing
-			// keeps a persistent error from spinning.
-			w.log.Warn("webhook consumer", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
-			}
-			continue
-		}
-		if !slot || ctx.Err() != nil {
 			_ = msg.Nak()
-			if slot {
-				<-sem
-			}
-			continue
+			return
 		}
 		wg.Add(1)
 		go func() {
@@ -187,7 +146,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			defer func() { <-sem }()
 			w.handle(hard, msg)
 		}()
-	}
+	})
 
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -200,6 +159,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Ready reports, for /readyz, whether the deliveries consumer is running.
+func (w *Worker) Ready(ctx context.Context) error { return w.cons.Check(ctx) }
 
 // RunSweeper publishes, every SweepInterval, deliveries that were committed but never
 // published, until ctx ends.
@@ -524,16 +486,20 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 
 // Services builds a worker from the configuration and returns its long-running parts — delivery,
 // the outbox sweep and retention — for app.Infra.Run. The webhook binary and `api -dev` run the
-// same parts.
-func Services(db DB, js jetstream.JetStream, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer) ([]func(context.Context) error, error) {
+// same parts. ready (may be nil) gets a check that the deliveries consumer is running.
+func Services(db DB, js jetstream.JetStream, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer, ready *health.Checker) ([]func(context.Context) error, error) {
 	w, err := NewWorker(db, js, Options{
-		Concurrency: concurrency,
-		Client:      ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
-		Log:         log,
-		Metrics:     reg,
+		Concurrency:    concurrency,
+		Client:         ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
+		Log:            log,
+		Metrics:        reg,
+		StreamReplicas: cfg.StreamReplicas,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if ready != nil {
+		ready.Add("consumer webhooks", w.Ready)
 	}
 	if cfg.WebhookAllowPrivate {
 		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")

@@ -1,0 +1,173 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/config"
+)
+
+// A body trickled slower than the read deadline is cut at the deadline with 408 request_timeout,
+// over a real connection, whether it has a Content-Length or is chunked. A body that arrives in
+// time is unaffected, and so is a request without a body whose handler works past the deadline.
+func TestBodyReadDeadline(t *testing.T) {
+	t.Parallel()
+	const deadline = 500 * time.Millisecond
+	b := setup(t, nil, func(d *Deps) { d.BodyReadTimeout = deadline })
+	acct, mgmt := b.account(config.TierFree, "")
+	// A route of this test only: the server reads an idle connection in the background to notice
+	// a client that leaves, and a deadline on that read would cancel the request.
+	b.srv.echo.GET("/test/slow", func(c echo.Context) error {
+		time.Sleep(2 * deadline)
+		if err := c.Request().Context().Err(); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+
+	for _, framing := range []string{"Content-Length: 100", "Transfer-Encoding: chunked"} {
+		start := time.Now()
+		resp, raw := trickle(t, ts.Listener.Addr().String(), mgmt, framing)
+		took := time.Since(start)
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("%s: status %d, want 408; body %s", framing, resp.StatusCode, raw)
+		}
+		if took < deadline || took > deadline+time.Second {
+			t.Errorf("%s: the 408 came after %v, want the deadline of %v (+1 s)", framing, took, deadline)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatalf("%s: body %q: %v", framing, raw, err)
+		}
+		assertEnvelope(t, body, CodeRequestTimeout)
+		req := httptest.NewRequest(http.MethodPost, "/v1/management/keys", nil)
+		assertMatchesSpec(t, req, resp.StatusCode, resp.Header, raw)
+	}
+
+	// A body that arrives at once, over the same kind of connection.
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/management/keys", strings.NewReader(`{"label": "prod"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+mgmt)
+	if status := do1(t, req); status != http.StatusCreated {
+		t.Errorf("a prompt body: status %d, want 201", status)
+	}
+	slow, _ := http.NewRequest(http.MethodGet, ts.URL+"/test/slow", nil)
+	if status := do1(t, slow); status != http.StatusNoContent {
+		t.Errorf("a bodiless request that outlives the deadline: status %d, want 204", status)
+	}
+	var keys int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard'`, acct.ID).Scan(&keys))
+	if keys != 1 {
+		t.Errorf("%d standard keys, want the prompt request's only", keys)
+	}
+}
+
+// A body that arrives in time is not cut later: the deadline must not end a request whose handler
+// works longer than it (here a batch with a mail server that answers after 700 ms).
+func TestBodyReadDeadlineSparesLongHandlers(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	b.srv.bodyTimeout = 300 * time.Millisecond
+	_, key := b.customer(config.TierFree)
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/email/verify/batch", strings.NewReader(`{"emails": ["sue@slow.test"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	if status := do1(t, req); status != http.StatusOK {
+		t.Fatalf("status %d, want 200", status)
+	}
+}
+
+// trickle sends a key-creation request's headers at once and then its body one byte every 100
+// ms, and returns the server's answer.
+func trickle(t *testing.T, addr, key, framing string) (*http.Response, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/management/keys HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\n%s\r\n\r\n", key, framing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunked := strings.HasPrefix(framing, "Transfer-Encoding")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			chunk := "{"
+			if chunked {
+				chunk = "1\r\n{\r\n"
+			}
+			if _, err := io.WriteString(conn, chunk); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%s: no response: %v", framing, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, raw
+}
+
+// do1 sends req with the default client and returns the status.
+func do1(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// A body of unknown length is stopped at the 2 MB limit while it is read, and still answers 413
+// payload_too_large, now that bindJSON reads the whole body before decoding it.
+func TestBodyGuardWithoutContentLength(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(config.TierFree, "")
+	big := io.MultiReader(strings.NewReader(`{"label": "`), strings.NewReader(strings.Repeat("a", MaxBodyBytes)), strings.NewReader(`"}`))
+	req := httptest.NewRequest(http.MethodPost, "/v1/management/keys", big)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+mgmt)
+	if req.ContentLength != -1 {
+		t.Fatalf("ContentLength %d: the request must not announce its size", req.ContentLength)
+	}
+	resp, raw := serve(b.srv.Handler(), req)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, body %s", resp.StatusCode, raw)
+	}
+	assertEnvelope(t, body, CodePayloadTooLarge)
+	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, raw)
+}

@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ConsumerSpec is a durable pull consumer and the stream it reads.
+type ConsumerSpec struct {
+	Stream string
+	Config jetstream.ConsumerConfig
+}
+
+// Consumer runs one durable pull consumer for as long as its context lasts, through NATS
+// restarts, lost stores and leader changes.
+//
+// Why: a pull iterator outlives a reconnect, but not the loss of its consumer. A NATS server that
+// restarts with an empty store (or a memory stream that is gone) leaves the iterator waiting for
+// heartbeats that never come, and a worker that stops on that error stops for good. So Consumer
+// creates the stream (if missing) and the consumer before it pulls, re-creates both right after
+// every reconnect, and when the iterator fails (missed heartbeats, consumer deleted) it throws the
+// iterator away and starts over with backoff. Every worker loop of every tier runs on it, so they
+// all start, heal and stop the same way. See docs/reliability.md.
+type Consumer struct {
+	js       jetstream.JetStream
+	spec     ConsumerSpec
+	replicas int
+	log      *slog.Logger
+
+	// Pull is how many messages the iterator keeps buffered ahead of the handler.
+	Pull int
+	// Heartbeat is how often an idle pull request hears from the server; two missed ones mean
+	// the consumer (or the server) is gone and the iterator is rebuilt.
+	Heartbeat time.Duration
+
+	running atomic.Bool
+}
+
+// NewConsumer returns a consumer of spec on js; streams it creates have replicas copies.
+func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, replicas int, pull int, log *slog.Logger) *Consumer {
+	return &Consumer{js: js, spec: spec, replicas: replicas, log: log, Pull: max(1, pull), Heartbeat: 2 * time.Second}
+}
+
+// Name is the durable consumer's name.
+func (c *Consumer) Name() string { return c.spec.Config.Durable }
+
+// Run hands each message to handle, one at a time, until ctx ends. handle must not block for
+// long: a worker starts its own goroutines for the work. When ctx ends, Run stops pulling and
+// returns once the messages already buffered have been handed back (Nak) for another replica to
+// take at once; work still in flight in the caller's goroutines is the caller's to wait for.
+func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
+	link := Watch(c.js.Conn())
+	defer link.Close()
+	wait := backoff.NewExponentialBackOff()
+	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	for ctx.Err() == nil {
+		it, err := c.start(ctx)
+		if err == nil {
+			wait.Reset()
+			c.running.Store(true)
+			err = c.pump(ctx, link, it, handle)
+			c.running.Store(false)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		pause := wait.NextBackOff()
+		c.log.Warn("consumer not running; starting it again", "consumer", c.Name(), "in", pause, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	return nil
+}
+
+// start makes sure the stream and the consumer exist and opens an iterator on them.
+func (c *Consumer) start(ctx context.Context) (jetstream.MessagesContext, error) {
+	cons, err := c.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Messages(jetstream.PullMaxMessages(c.Pull), jetstream.PullHeartbeat(c.Heartbeat))
+}
+
+func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if created, err := ensureStream(ctx, c.js, c.spec.Stream, c.replicas); err != nil {
+		return nil, err
+	} else if created {
+		c.log.Info("stream re-created", "stream", c.spec.Stream)
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.spec.Stream, c.spec.Config)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", c.Name(), err)
+	}
+	return cons, nil
+}
+
+// pump reads it until it fails or ctx ends.
+func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesContext, handle func(jetstream.Msg)) error {
+	defer it.Stop()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			changed := link.Changed()
+			select {
+			case <-ctx.Done():
+				it.Drain() // Next returns what is buffered, then ErrMsgIteratorClosed
+				return
+			case <-stopped:
+				return
+			case <-changed:
+				// Back from a disconnect: the server may have lost the consumer (or the whole
+				// store). Re-creating it under the running iterator lets the iterator's next pull
+				// find it, instead of waiting for missed heartbeats.
+				if link.Up() {
+					if _, err := c.ensure(ctx); err != nil && ctx.Err() == nil {
+						c.log.Warn("re-create consumer after reconnect", "consumer", c.Name(), "err", err)
+					}
+				}
+			}
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			_ = m.Nak() // stopping: another replica takes it now rather than after AckWait
+			continue
+		}
+		handle(m)
+	}
+}
+
+// Check reports, for /readyz, whether the consumer is running and exists on the server.
+func (c *Consumer) Check(ctx context.Context) error {
+	if !c.running.Load() {
+		return fmt.Errorf("consumer %s is not running", c.Name())
+	}
+	if _, err := c.js.Consumer(ctx, c.spec.Stream, c.Name()); err != nil {
+		return fmt.Errorf("consumer %s: %w", c.Name(), err)
+	}
+	return nil
+}
+
+// ensureStream creates the stream name with the configuration of StreamConfigs when it does not
+// exist, and leaves an existing one as it is; created reports whether this call created it.
+func ensureStream(ctx context.Context, js jetstream.JetStream, name string, replicas int) (created bool, err error) {
+	for _, cfg := range StreamConfigs(replicas) {
+		if cfg.Name != name {
+			continue
+		}
+		_, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			created = err == nil
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				err = nil // another process was quicker
+			}
+		}
+		if err != nil {
+			return false, fmt.Errorf("stream %s: %w", name, err)
+		}
+		return created, nil
+	}
+	return false, fmt.Errorf("stream %s is not one of Mailvet's", name)
+}

@@ -1,0 +1,100 @@
+package queue_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/natstest"
+	"github.com/mailvet/mailvet/internal/queue"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// A consumer whose stream (and so the consumer itself) disappears, as when a NATS server comes
+// back with an empty store, re-creates both and goes on consuming; /readyz's check says so.
+func TestConsumerHealsAfterItsStreamIsLost(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t)
+	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), 1, 4, quiet)
+	c.Heartbeat = 500 * time.Millisecond
+	var handled atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(m jetstream.Msg) {
+			handled.Add(1)
+			_ = m.Ack()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	check := func() bool { return c.Check(context.Background()) == nil }
+	eventually(t, "consumer running", 5*time.Second, check)
+
+	publish := func() {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer pcancel()
+		if _, err := js.Publish(pctx, queue.SubjectJob, []byte(`{}`)); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	publish()
+	eventually(t, "first message handled", 5*time.Second, func() bool { return handled.Load() == 1 })
+
+	if err := js.DeleteStream(context.Background(), queue.StreamJobs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "readiness to notice the lost consumer", 5*time.Second, func() bool { return !check() })
+	eventually(t, "consumer re-created", 15*time.Second, check)
+	publish()
+	eventually(t, "message after the loss handled", 10*time.Second, func() bool { return handled.Load() == 2 })
+	_ = nc
+}
+
+// The keeper re-creates a stream that went missing, and its check reports the gap meanwhile.
+func TestKeeperRecreatesMissingStreams(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t)
+	link := queue.Watch(nc)
+	t.Cleanup(link.Close)
+	k := queue.NewKeeper(js, link, 1, quiet)
+	k.Interval = time.Hour // only kicks and reconnects trigger a check here
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if err := k.Check(ctx); err != nil {
+		t.Fatalf("check with every stream present: %v", err)
+	}
+	if err := js.DeleteStream(ctx, queue.StreamVerify); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Check(ctx); err == nil {
+		t.Fatal("check passed with the VERIFY stream missing")
+	}
+	// The failed check kicked the keeper, which re-creates the stream.
+	eventually(t, "VERIFY re-created", 5*time.Second, func() bool { return k.Check(ctx) == nil })
+}

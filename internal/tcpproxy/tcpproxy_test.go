@@ -1,0 +1,142 @@
+package tcpproxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// echoServer answers every line with the same line, until the test ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func start(t *testing.T) *Proxy {
+	t.Helper()
+	p, err := Start(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func dial(t *testing.T, p *Proxy) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// roundTrip sends a line and waits up to wait for the echo: nil when it came back.
+func roundTrip(c net.Conn, wait time.Duration) error {
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	defer c.SetReadDeadline(time.Time{})
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "ping\n" {
+		return errors.New("echo garbled: " + line)
+	}
+	return nil
+}
+
+// wantSilent fails unless c stays open and hears nothing: a read times out, not EOF.
+func wantSilent(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	err := roundTrip(c, 300*time.Millisecond)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: want silence on an open connection, got %v", what, err)
+	}
+}
+
+func TestHoldBlackHolesAndRestoreRecovers(t *testing.T) {
+	t.Parallel()
+	p := start(t)
+	old := dial(t, p)
+	if err := roundTrip(old, 2*time.Second); err != nil {
+		t.Fatalf("before hold: %v", err)
+	}
+
+	p.Hold()
+	wantSilent(t, old, "open connection during hold")
+	fresh := dial(t, p) // accepted, but nothing is forwarded
+	wantSilent(t, fresh, "new connection during hold")
+
+	p.Restore()
+	// The connections of the hold are closed: their streams lost bytes.
+	for _, c := range []net.Conn{old, fresh} {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
+			t.Fatalf("a connection of the hold stayed open after Restore (read: %v)", err)
+		}
+	}
+	if err := roundTrip(dial(t, p), 2*time.Second); err != nil {
+		t.Fatalf("after restore: %v", err)
+	}
+}
+
+func TestCutDropsAndRestoreRecovers(t *testing.T) {
+	t.Parallel()
+	p := start(t)
+	c := dial(t, p)
+	if err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	if err := roundTrip(c, 2*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after Cut the connection should be closed, got %v", err)
+	}
+	p.Restore()
+	if err := roundTrip(dial(t, p), 2*time.Second); err != nil {
+		t.Fatalf("after restore: %v", err)
+	}
+}
+
+// Close must not wait for a hold to end.
+func TestCloseEndsAHold(t *testing.T) {
+	t.Parallel()
+	p, err := Start(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p)
+	if err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Hold()
+	_ = dial(t, p)
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close hung on a held proxy")
+	}
+}
