@@ -14,6 +14,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 )
 
@@ -166,16 +167,13 @@ func TestRevocationIsImmediateOnEveryReplica(t *testing.T) {
 // Keys must never reach the logs, not even on failures.
 func TestKeysAreNeverLogged(t *testing.T) {
 	t.Parallel()
-	var logs strings.Builder
-	var mu sync.Mutex
-	b := setup(t, nil, func(d *Deps) { d.Log = app.NewLogger(lockedWriter{&mu, &logs}, "test") })
+	var logs logtest.Buffer
+	b := setup(t, nil, func(d *Deps) { d.Log = app.NewLogger(&logs, "test") })
 	acct, mgmt := b.account(config.TierFree, "")
 	std := b.standardKey(acct.ID)
 	b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "")
 	b.call(http.MethodGet, "/v1/management/account", std.Raw, nil).want(t, 403, CodeWrongKeyType)
 	created := b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "ci"}).want(t, 201, "")
-	mu.Lock()
-	defer mu.Unlock()
 	for _, secret := range []string{mgmt, std.Raw, created.body["key"].(string), mgmt[8:20]} {
 		if strings.Contains(logs.String(), secret) {
 			t.Fatalf("a key appears in the logs")

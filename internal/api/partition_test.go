@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/tcpproxy"
@@ -55,29 +55,12 @@ type partitionBundle struct {
 	*testBundle
 	proxy *tcpproxy.Proxy
 	trip  *holdAfterKeyLookup
-	logs  *syncLog
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs  *logtest.Buffer
 }
 
 func setupPartition(t *testing.T) *partitionBundle {
 	t.Helper()
-	pb := &partitionBundle{trip: &holdAfterKeyLookup{}, logs: &syncLog{}}
+	pb := &partitionBundle{trip: &holdAfterKeyLookup{}, logs: &logtest.Buffer{}}
 	pb.testBundle = setup(t, nil, func(d *Deps) {
 		url, proxy := pgtest.Proxied(t, d.Pool.Config().ConnString())
 		pb.proxy, pb.trip.proxy = proxy, proxy

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"io"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,17 +14,6 @@ func accountStore(pool *pgxpool.Pool) *account.Store { return account.NewStore(p
 type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
 
 func mustOK(t testing.TB, err error) {
 	t.Helper()

@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/tcpproxy"
@@ -142,9 +142,8 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
-	var mu sync.Mutex
-	log := app.NewLogger(lockedWriter{&mu, &logs}, "test")
+	var logs logtest.Buffer
+	log := app.NewLogger(&logs, "test")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type started struct {
@@ -185,8 +184,6 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 	if rep.Checks["streams"] != "ok" {
 		t.Errorf("ready without the streams check: %+v", rep)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for _, want := range []string{"waiting for Postgres", "waiting for NATS"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log never says %q", want)
@@ -238,15 +235,4 @@ func TestStartSaysToMigrateAMissingDatabase(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("Start took %v to refuse a missing database", took)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -1,40 +1,21 @@
 package database_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 )
 
-// syncBuffer is a log sink the test can read while OpenWait writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func logger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func logger() (*slog.Logger, *logtest.Buffer) {
+	buf := &logtest.Buffer{}
 	return slog.New(slog.NewJSONHandler(buf, nil)), buf
 }
 

@@ -4,7 +4,6 @@
 package stripetest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -13,9 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/logtest"
 )
 
 // SecretKey is a test-mode key that stripe-mock accepts.
@@ -53,24 +53,6 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// syncBuffer collects the mock's output for the failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // URL starts a stripe-mock for t and returns its base URL (http://127.0.0.1:PORT).
 func URL(t testing.TB) string {
 	t.Helper()
@@ -78,7 +60,7 @@ func URL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("stripetest: stripe-mock not found in .tools/bin or on PATH; run `make tools` (%v)", err)
 	}
-	var out syncBuffer
+	var out logtest.Buffer
 	for attempt := 0; attempt < 3; attempt++ { // another process may grab the free port first
 		port, err := freePort()
 		if err != nil {

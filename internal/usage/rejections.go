@@ -123,19 +123,7 @@ func (w *Rejections) run() {
 	defer close(w.done)
 	batch := make([]Row, 0, rejectionBatch)
 	for r := range w.in {
-		batch = append(batch[:0], r)
-	fill:
-		for len(batch) < rejectionBatch {
-			select {
-			case r, ok := <-w.in:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
+		batch = gather(append(batch[:0], r), w.in, rejectionBatch)
 		w.write(batch)
 		w.reportDrops()
 		w.settle(len(batch))

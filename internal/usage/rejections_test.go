@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -15,24 +15,6 @@ import (
 func rejected(acct string, i int) usage.Row {
 	return usage.Row{ItemKey: fmt.Sprintf("rej:%d", i), AccountID: acct, OccurredAt: now, Route: "verify",
 		FailedCheck: "rate_limit_exceeded", ErrorClass: "rate_limit"}
-}
-
-// lockedBuilder is a log sink safe for the writer's goroutine.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestRejectionsAreWrittenAndNeverCounted(t *testing.T) {
@@ -64,7 +46,7 @@ func TestRejectionsDuringAPartition(t *testing.T) {
 	dbURL, proxy := pgtest.Proxied(t, pgtest.URL(t))
 	pool := pgtest.Pool(t, dbURL)
 	acct := newAccount(t, pool, "free")
-	logs := &lockedBuilder{}
+	logs := &logtest.Buffer{}
 	w := usage.NewRejections(pool, slog.New(slog.NewJSONHandler(logs, nil)))
 
 	proxy.Hold()

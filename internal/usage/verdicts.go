@@ -82,21 +82,26 @@ func (w *Verdicts) run() {
 	defer close(w.done)
 	batch := make([]Verdict, 0, verdictBatch)
 	for v := range w.in {
-		batch = append(batch[:0], v)
-	fill:
-		for len(batch) < verdictBatch {
-			select {
-			case v, ok := <-w.in:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, v)
-			default:
-				break fill
-			}
-		}
+		batch = gather(append(batch[:0], v), w.in, verdictBatch)
 		w.write(context.Background(), batch)
 	}
+}
+
+// gather appends to batch what is already waiting on in, up to max items in all, without
+// waiting for more: the writers batch what has piled up while the last statement ran.
+func gather[T any](batch []T, in <-chan T, max int) []T {
+	for len(batch) < max {
+		select {
+		case x, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, x)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // write applies batch, retrying with backoff while Postgres fails, for verdictPatience at most.
