@@ -10,7 +10,7 @@ STRIPE_MOCK_VERSION := v0.203.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short lint fmt bench migrate tools clean data
+.PHONY: all build run demo test test-short lint fmt bench migrate tools clean data
 
 all: build
 
@@ -20,6 +20,11 @@ build:
 ## run: the whole system in one process (embedded NATS unless NATS_URL is set, in-process workers)
 run: build
 	./bin/api -dev
+
+## demo: `make run` in the demo world: the embedded mail simulator (internal/mailsim) answers the
+## verifier's DNS and SMTP, so the demo addresses it prints show every outcome without the internet
+demo: build
+	./bin/api -dev -demo
 
 ## test: every test, against the real Postgres (DATABASE_URL) and embedded NATS servers
 test: tools

@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/logtest"
 	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/pgtest"
 )
@@ -76,33 +80,53 @@ func waitHTTP(t *testing.T, url string, want int) {
 	}
 }
 
-// serveUntilStopped runs the API with env, checks it serves and is ready, then stops it as
-// Ctrl-C would and requires a clean exit within 5 s.
-func serveUntilStopped(t *testing.T, args []string, env map[string]string) string {
+// served is an API started by a test with run, as `bin/api` would run.
+type served struct {
+	httpAddr, opsAddr string
+	stdout, stderr    logtest.Buffer // read while run writes
+	cancel            context.CancelFunc
+	done              chan error
+}
+
+// startServing runs the API with args and env on free loopback ports and waits until it serves
+// and is ready.
+func startServing(t *testing.T, args []string, env map[string]string) *served {
 	t.Helper()
-	httpAddr, opsAddr := freeAddr(t), freeAddr(t)
-	env["MAILVET_HTTP_ADDR"], env["MAILVET_METRICS_ADDR"] = httpAddr, opsAddr
+	s := &served{httpAddr: freeAddr(t), opsAddr: freeAddr(t), done: make(chan error, 1)}
+	env["MAILVET_HTTP_ADDR"], env["MAILVET_METRICS_ADDR"] = s.httpAddr, s.opsAddr
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, envFrom(env), &stdout, &stderr) }()
+	s.cancel = cancel
+	t.Cleanup(cancel)
+	go func() { s.done <- run(ctx, args, envFrom(env), &s.stdout, &s.stderr) }()
 
-	waitHTTP(t, "http://"+httpAddr+"/healthz", 200)
-	waitHTTP(t, "http://"+httpAddr+"/readyz", 200)
-	waitHTTP(t, "http://"+opsAddr+"/readyz", 200)
-	waitHTTP(t, "http://"+opsAddr+"/metrics", 200)
+	waitHTTP(t, "http://"+s.httpAddr+"/healthz", 200)
+	waitHTTP(t, "http://"+s.httpAddr+"/readyz", 200)
+	waitHTTP(t, "http://"+s.opsAddr+"/readyz", 200)
+	waitHTTP(t, "http://"+s.opsAddr+"/metrics", 200)
+	return s
+}
 
-	cancel()
+// stop stops the API as Ctrl-C would and requires a clean exit within 5 s.
+func (s *served) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
 	select {
-	case err := <-done:
+	case err := <-s.done:
 		if err != nil {
-			t.Fatalf("run: %v\n%s", err, stderr.String())
+			t.Fatalf("run: %v\n%s", err, s.stderr.String())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("api did not stop within 5 s")
 	}
-	return stdout.String()
+}
+
+// serveUntilStopped runs the API with env, checks it serves and is ready, then stops it as
+// Ctrl-C would and requires a clean exit within 5 s.
+func serveUntilStopped(t *testing.T, args []string, env map[string]string) string {
+	t.Helper()
+	s := startServing(t, args, env)
+	s.stop(t)
+	return s.stdout.String()
 }
 
 func TestServeAndStopCleanly(t *testing.T) {
@@ -131,5 +155,79 @@ func TestAdminCommandPrintsJSON(t *testing.T) {
 	err := run(context.Background(), []string{"admin", "create-provisioning-key", "--customer", "cus_other"}, env, &out, &bytes.Buffer{})
 	if err == nil || !strings.Contains(out.String(), `"error":"customer_not_found"`) {
 		t.Fatalf("err %v stdout %q", err, out.String())
+	}
+}
+
+// missingDatabaseURL names a database that does not exist on the test server.
+func missingDatabaseURL(t *testing.T) string {
+	u, err := url.Parse(pgtest.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/mailvet_missing_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	return u.String()
+}
+
+// A database that does not exist is not a Postgres that is down: what the user sees says to run
+// `bin/api migrate`, at once, from the server and from an admin command alike.
+func TestMissingDatabaseSaysMigrate(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
+		"MAILVET_HTTP_ADDR": freeAddr(t), "MAILVET_METRICS_ADDR": freeAddr(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, nil, envFrom(env), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("run: %v (context: %v), want an error at once", err, ctx.Err())
+	}
+	for _, want := range []string{"does not exist", "bin/api migrate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("api: %v\nlacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "is Postgres running") {
+		t.Errorf("api: %v\nsends the user looking for a Postgres that is running", err)
+	}
+
+	var out bytes.Buffer
+	err = run(ctx, []string{"admin", "create-account", "--tier", "free"}, envFrom(env), &out, &bytes.Buffer{})
+	if err == nil || !strings.Contains(out.String(), `"error":"datastore_error"`) || !strings.Contains(out.String(), "bin/api migrate") {
+		t.Errorf("admin: err %v, stdout %q; want datastore_error saying to run bin/api migrate", err, out.String())
+	}
+}
+
+// `api -h` advertises `api admin help`; help in every form needs no database and exits 0, and a
+// mistake on the admin command line exits 2 (ErrUsage) with the usage.
+func TestAdminHelp(t *testing.T) {
+	env := envFrom(map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1"})
+	var top bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, env, &bytes.Buffer{}, &top); err != nil {
+		t.Fatalf("api -h: %v", err)
+	}
+	if !strings.Contains(top.String(), "api admin help") || !strings.Contains(top.String(), "-demo") {
+		t.Errorf("api -h: %q", top.String())
+	}
+	for _, args := range [][]string{{"admin", "help"}, {"admin", "-h"}, {"admin", "--help"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, env, &out, &bytes.Buffer{}); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		for _, want := range []string{"create-account", "create-provisioning-key", "revoke-provisioning-key", "set-tier",
+			"set-spend-cap", "--tier", "--email", "--stripe-customer", "--account", "--customer", "--eur", "--none"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: help lacks %q:\n%s", args, want, out.String())
+			}
+		}
+	}
+	// A bad value is a command-line mistake too, found before the (here missing) database is opened.
+	for _, args := range [][]string{{"admin"}, {"admin", "frobnicate"}, {"admin", "set-tier", "--bogus"},
+		{"admin", "set-tier", "--account", "6f1d", "--tier", "gold"}} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, env, &out, &errOut)
+		if !errors.Is(err, app.ErrUsage) {
+			t.Errorf("%v: err %v, want a usage error (exit 2)", args, err)
+		}
+		if !strings.Contains(out.String(), `"error":"invalid_request"`) || !strings.Contains(errOut.String(), "usage: api admin") {
+			t.Errorf("%v: stdout %q, stderr %q; want the JSON error and the usage", args, out.String(), errOut.String())
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/mailvet/mailvet/internal/api"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/loop"
+	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
@@ -20,7 +22,8 @@ import (
 )
 
 // serve runs the API (and, in dev mode, the workers in-process) until ctx ends, then drains.
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
+// A demo world, when not nil, is what the verification engine probes instead of the internet.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, demo *mailsim.World) error {
 	in, err := app.Start(ctx, cfg, "api", log)
 	if err != nil {
 		return err
@@ -35,7 +38,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
 	// layers stay idle here unless dev mode runs the verifier in-process.
-	engine, err := verify.New(cfg)
+	engine, err := verify.New(engineConfig(cfg, demo))
 	if err != nil {
 		return err
 	}
@@ -48,13 +51,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	log.Info("api listening", "addr", httpSrv.Addr(), "ops", in.OpsAddr(), "dev", cfg.Dev)
 	if cfg.Dev {
-		base := "http://localhost" + httpSrv.Addr()[strings.LastIndex(httpSrv.Addr(), ":"):]
-		creds, err := admin.DevBootstrap(ctx, store)
-		if err != nil {
-			return fmt.Errorf("dev bootstrap: %w", err)
+		if err := devBanner(ctx, store, cfg, httpSrv.Addr(), demo != nil, stdout); err != nil {
+			return err
 		}
-		creds.Write(stdout, base)
-		fmt.Fprintf(stdout, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	}
 	parts := []func(context.Context) error{
 		func(ctx context.Context) error {
@@ -80,18 +79,32 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	return err
 }
 
+// devBanner issues the demo account's keys and prints them with ready-to-paste examples (and, in
+// the demo world, the demo addresses) for a newcomer.
+func devBanner(ctx context.Context, store *account.Store, cfg config.Config, addr string, demo bool, w io.Writer) error {
+	base := "http://localhost" + addr[strings.LastIndex(addr, ":"):]
+	creds, err := admin.DevBootstrap(ctx, store)
+	if err != nil {
+		return fmt.Errorf("dev bootstrap: %w", err)
+	}
+	creds.Plan = cfg.Plans[config.TierFree]
+	example := "ann@example.com"
+	if demo {
+		example = mailsim.DemoAddresses[0].Email
+	}
+	creds.Write(w, base, example)
+	if demo {
+		writeDemoAddresses(w)
+	}
+	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
+	return nil
+}
+
 // pruneRateWindows deletes expired rate-limit windows once a minute; every replica may do it.
 func pruneRateWindows(ctx context.Context, in *app.Infra, log *slog.Logger) error {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if _, err := usage.PruneRateWindows(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
-				log.Warn("prune rate windows", "err", err)
-			}
+	return loop.Every(ctx, time.Minute, func(ctx context.Context) {
+		if _, err := usage.PruneRateWindows(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
+			log.Warn("prune rate windows", "err", err)
 		}
-	}
+	})
 }

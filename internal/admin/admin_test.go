@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/pgtest"
 )
 
@@ -55,31 +56,47 @@ func TestAdminCommands(t *testing.T) {
 		t.Fatalf("issued key does not authenticate: %+v %v", p, err)
 	}
 
+	// A second key is a conflict whose code stays datastore_error; the message says what to do.
+	m, err := runJSON(t, store, "create-provisioning-key", "--account", id)
+	if err == nil || m["error"] != "datastore_error" || errors.Is(err, ErrUsage) {
+		t.Fatalf("second provisioning key: %v %v", m, err)
+	}
+	for _, want := range []string{"already has an active provisioning key", "api admin revoke-provisioning-key --account " + id, "existing key"} {
+		if !strings.Contains(m["message"].(string), want) {
+			t.Errorf("second provisioning key: message %q lacks %q", m["message"], want)
+		}
+	}
+
 	type failure struct {
-		args []string
-		code string
+		args  []string
+		code  string
+		usage bool // a mistake on the command line (exit status 2)
 	}
 	for _, f := range []failure{
-		{[]string{"create-provisioning-key", "--account", id}, "datastore_error"},
-		{[]string{"create-provisioning-key", "--customer", "cus_nobody"}, "customer_not_found"},
-		{[]string{"create-provisioning-key"}, "invalid_request"},
-		{[]string{"create-provisioning-key", "--account", id, "--customer", "cus_A1"}, "invalid_request"},
-		{[]string{"create-provisioning-key", "--account", "not-a-uuid"}, "not_found"},
-		{[]string{"create-account", "--tier", "gold"}, "invalid_request"},
-		{[]string{"create-account", "--tier", "free", "--stripe-customer", "cus_A1"}, "invalid_request"},
-		{[]string{"create-account", "--tier", "free", "--stripe-customer", "acct_1"}, "invalid_request"},
-		{[]string{"create-account", "--tier", "free", "--bogus"}, "invalid_request"},
-		{[]string{"set-tier", "--account", id, "--tier", "platinum"}, "invalid_request"},
-		{[]string{"set-tier", "--account", "7a0c6a4e-3b7e-4b0e-9f38-5d0b8f1a2c3d", "--tier", "scale"}, "not_found"},
-		{[]string{"set-spend-cap", "--account", id}, "invalid_request"},
-		{[]string{"set-spend-cap", "--account", id, "--eur", "-3"}, "invalid_request"},
-		{[]string{"set-spend-cap", "--account", id, "--eur", "5", "--none"}, "invalid_request"},
-		{[]string{"frobnicate"}, "invalid_request"},
-		{nil, "invalid_request"},
+		{[]string{"create-provisioning-key", "--customer", "cus_nobody"}, "customer_not_found", false},
+		{[]string{"create-provisioning-key"}, "invalid_request", true},
+		{[]string{"create-provisioning-key", "--account", id, "--customer", "cus_A1"}, "invalid_request", true},
+		{[]string{"create-provisioning-key", "--account", "not-a-uuid"}, "not_found", false},
+		{[]string{"create-account", "--tier", "gold"}, "invalid_request", true},
+		{[]string{"create-account", "--tier", "free", "--stripe-customer", "cus_A1"}, "invalid_request", false},
+		{[]string{"create-account", "--tier", "free", "--stripe-customer", "acct_1"}, "invalid_request", true},
+		{[]string{"create-account", "--tier", "free", "--bogus"}, "invalid_request", true},
+		{[]string{"create-account", "--tier", "free", "extra"}, "invalid_request", true},
+		{[]string{"set-tier", "--account", id, "--tier", "platinum"}, "invalid_request", true},
+		{[]string{"set-tier", "--account", "7a0c6a4e-3b7e-4b0e-9f38-5d0b8f1a2c3d", "--tier", "scale"}, "not_found", false},
+		{[]string{"set-spend-cap", "--account", id}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "-3"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "5", "--none"}, "invalid_request", true},
+		{[]string{"frobnicate"}, "invalid_request", true},
+		{[]string{"help", "frobnicate"}, "invalid_request", true},
+		{nil, "invalid_request", true},
 	} {
 		m, err := runJSON(t, store, f.args...)
 		if err == nil || m["error"] != f.code || m["message"] == "" {
 			t.Errorf("%v: %v, want error %s", f.args, m, f.code)
+		}
+		if errors.Is(err, ErrUsage) != f.usage {
+			t.Errorf("%v: err %v, usage error %v", f.args, err, f.usage)
 		}
 	}
 
@@ -164,9 +181,11 @@ func TestDevBootstrapIsIdempotent(t *testing.T) {
 		t.Error("the previous provisioning key must be revoked")
 	}
 	var out bytes.Buffer
-	last.Write(&out, "http://localhost:8080")
+	last.Plan = config.DefaultPlans()[config.TierFree]
+	last.Write(&out, "http://localhost:8080", "ann@acme.example")
 	for _, want := range []string{last.ProvisioningKey, last.StandardKey, "curl -s http://localhost:8080/v1/email/verify",
-		"/v1/management/account", "revoked and a fresh one issued"} {
+		"/v1/management/account", "revoked and a fresh one issued", `{"email":"ann@acme.example"}`,
+		"free tier: 10 requests a minute, 500 a month"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, out.String())
 		}
@@ -175,5 +194,46 @@ func TestDevBootstrapIsIdempotent(t *testing.T) {
 	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM accounts WHERE email = $1`, DemoEmail).Scan(&accounts), "count")
 	if accounts != 1 {
 		t.Fatalf("%d demo accounts", accounts)
+	}
+}
+
+// Help needs no database: every way of asking prints the commands with their flags.
+func TestHelpListsCommandsAndFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"-help"}} {
+		var out bytes.Buffer
+		if err := Run(context.Background(), nil, args, &out); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		for _, want := range []string{"usage: api admin COMMAND", "create-account", "create-provisioning-key",
+			"revoke-provisioning-key", "set-tier", "set-spend-cap", "--tier free|builder|scale", "--email ADDRESS",
+			"--stripe-customer cus_…", "--account ID", "--customer cus_…", "--eur N", "--none"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: help lacks %q:\n%s", args, want, out.String())
+			}
+		}
+	}
+	for _, args := range [][]string{{"set-spend-cap", "-h"}, {"help", "set-spend-cap"}} {
+		var out bytes.Buffer
+		if err := Run(context.Background(), nil, args, &out); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if !strings.HasPrefix(out.String(), "usage: api admin set-spend-cap") || !strings.Contains(out.String(), "--none") ||
+			strings.Contains(out.String(), "create-account --tier") {
+			t.Errorf("%v: want set-spend-cap's help only:\n%s", args, out.String())
+		}
+	}
+}
+
+// A mistake on the command line comes with the usage that fits it.
+func TestUsageOfAMistake(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]string{"set-tier", "--bogus"})
+	if !errors.Is(err, ErrUsage) || !strings.HasPrefix(UsageOf(err), "usage: api admin set-tier") {
+		t.Errorf("bad flag: %v, usage %q", err, UsageOf(err))
+	}
+	_, err = Parse([]string{"frobnicate"})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(UsageOf(err), "set-spend-cap") {
+		t.Errorf("unknown command: %v, usage %q", err, UsageOf(err))
 	}
 }

@@ -26,6 +26,9 @@ type DevCredentials struct {
 	// so the only way to show a working one is to issue a fresh key.
 	ReissuedProvisioning bool
 	StandardKey          string
+	// Plan is the free tier's limits as this process configures them, for the banner; the caller
+	// sets it (zero leaves the line out).
+	Plan config.PlanLimits
 }
 
 // DevBootstrap finds or creates the demo account (DemoEmail, free tier) and issues a fresh
@@ -72,8 +75,9 @@ func DevBootstrap(ctx context.Context, store *account.Store) (DevCredentials, er
 	return c, nil
 }
 
-// Write prints the credentials with ready-to-paste curl lines against baseURL.
-func (c DevCredentials) Write(w io.Writer, baseURL string) {
+// Write prints the credentials with ready-to-paste curl lines against baseURL; the verify example
+// checks email.
+func (c DevCredentials) Write(w io.Writer, baseURL, email string) {
 	state := "existing"
 	if c.Created {
 		state = "new"
@@ -84,8 +88,11 @@ func (c DevCredentials) Write(w io.Writer, baseURL string) {
 	}
 	fmt.Fprintf(w, "  provisioning key (management API): %s\n", c.ProvisioningKey)
 	fmt.Fprintf(w, "  standard key (verify API):         %s\n", c.StandardKey)
+	if c.Plan.RateLimitPerMin > 0 {
+		fmt.Fprintf(w, "  free tier: %d requests a minute, %d a month\n", c.Plan.RateLimitPerMin, c.Plan.MonthlyCalls)
+	}
 	fmt.Fprintln(w, "Try:")
 	fmt.Fprintf(w, "  curl -s %s/v1/management/account -H 'Authorization: Bearer %s'\n", baseURL, c.ProvisioningKey)
-	fmt.Fprintf(w, "  curl -s %s/v1/email/verify -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"email\":\"ann@example.com\"}'\n\n",
-		baseURL, c.StandardKey)
+	fmt.Fprintf(w, "  curl -s %s/v1/email/verify -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"email\":\"%s\"}'\n\n",
+		baseURL, c.StandardKey, email)
 }

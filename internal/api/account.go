@@ -10,7 +10,7 @@ import (
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
-// accountJSON is the account of spec §2.3.
+// accountJSON is the account of docs/api.md, "GET /v1/management/account".
 type accountJSON struct {
 	AccountID          string            `json:"account_id"`
 	Tier               config.Tier       `json:"tier"`

@@ -33,7 +33,7 @@ func TestGetAccount(t *testing.T) {
 	}
 	limits := r.body["limits"].(map[string]any)
 	if limits["monthly_calls"] != float64(750) || limits["rate_limit_per_min"] != float64(10) || limits["max_keys"] != float64(2) {
-		t.Errorf("free limits %v: MAILVET_PLAN_* must override spec §8", limits)
+		t.Errorf("free limits %v: MAILVET_PLAN_* must override the default limits", limits)
 	}
 
 	// A paid account with every lifecycle field set, as the Stripe webhook leaves it.

@@ -35,7 +35,7 @@ func bearer(h string) (string, bool) {
 	return token, token != ""
 }
 
-// requireKey authenticates every request of a route family with a key of kind want (spec §5).
+// requireKey authenticates every request of a route family with a key of kind want (docs/api.md, "Authentication").
 // Keys are looked up on every request, never cached, so a revocation through any replica is
 // effective on the next request everywhere. Keys are never logged.
 func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {

@@ -18,7 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/pgtest"
 )
 
-// The spec §5 matrix for both route families. /v1/email has no routes on this branch yet, so a
+// The authentication matrix (docs/api.md) for both route families. /v1/email has no routes on this branch yet, so a
 // probe route is added to the group the way the verify handlers will be.
 func TestAuthenticationMatrix(t *testing.T) {
 	t.Parallel()

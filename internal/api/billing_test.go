@@ -100,7 +100,6 @@ func TestBillingPortalProviderFailures(t *testing.T) {
 		{"Stripe error", map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey,
 			"MAILVET_STRIPE_API_BASE": fakeStripe(t, 400, `{"error": {"type": "invalid_request_error", "message": "No such customer"}}`)},
 			500, CodeBillingPortalUnavailable},
-		{"Stripe not configured", map[string]string{}, 500, CodeBillingPortalUnavailable},
 		{"Stripe unreachable", map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": closedPort(t)},
 			503, CodeServiceUnavailable},
 	}
@@ -115,5 +114,24 @@ func TestBillingPortalProviderFailures(t *testing.T) {
 				t.Errorf("provider internals leak into the response: %s", r.raw)
 			}
 		})
+	}
+}
+
+// A deployment without Stripe keeps the route's 500 billing_portal_unavailable, but says what is
+// wrong and that retrying cannot help: only an operator can fix it.
+func TestBillingPortalNotConfigured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]string{})
+	_, key := b.account(config.TierScale, "cus_unconfigured")
+	r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).
+		want(t, 500, CodeBillingPortalUnavailable)
+	msg, _ := r.body["message"].(string)
+	action, _ := r.body["action"].(string)
+	if !strings.Contains(msg, "not configured") || !strings.Contains(action, "STRIPE_SECRET_KEY") ||
+		!strings.Contains(action, "Do not retry") || strings.Contains(action, "Retry later") {
+		t.Errorf("message %q, action %q: want billing not configured, no retry", msg, action)
+	}
+	if r.header.Get("Retry-After") != "" {
+		t.Errorf("Retry-After %q on an answer that retrying cannot change", r.header.Get("Retry-After"))
 	}
 }

@@ -13,26 +13,6 @@ import (
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
-// Error codes of the delivery-log extension routes (DESIGN.md §3.3).
-const (
-	CodePlanUpgradeRequired = "plan_upgrade_required"
-	CodeDeliveryNotFound    = "delivery_not_found"
-	CodeNotReplayable       = "delivery_not_replayable"
-)
-
-func init() {
-	errorTable = append(errorTable,
-		errorMapping{webhook.ErrInvalidFilter, http.StatusBadRequest, CodeInvalidRequest,
-			"Use status pending, retrying, delivered or failed, limit 1–100, and the next_cursor of the previous page.", ""},
-		errorMapping{webhook.ErrDeliveryNotFound, http.StatusNotFound, CodeDeliveryNotFound,
-			"List deliveries with GET /v1/management/deliveries and use one of their ids.",
-			"No delivery with this id for the account."},
-		errorMapping{webhook.ErrNotReplayable, http.StatusConflict, CodeNotReplayable,
-			"Only failed deliveries can be retried; check its state with GET /v1/management/deliveries.",
-			"This delivery has not failed, so there is nothing to retry."},
-	)
-}
-
 // domainOrDatastore passes the expected domain errors through and marks anything else as a
 // datastore failure (500 datastore_error, like the other management routes).
 func domainOrDatastore(err error, expected ...error) error {

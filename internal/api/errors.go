@@ -17,9 +17,10 @@ import (
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/webhook"
 )
 
-// Error is the spec §7 error envelope. Handlers return it (or a domain error that errorTable maps
+// Error is the error envelope (docs/api.md, "Errors"). Handlers return it (or a domain error that errorTable maps
 // to one); the single error handler below writes every error response of every route.
 type Error struct {
 	Status  int    `json:"-"`
@@ -35,7 +36,7 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
-// MarshalJSON flattens Extra into the envelope, as spec §7 shows the extra fields beside error.
+// MarshalJSON flattens Extra into the envelope, as docs/errors.md shows the extra fields beside error.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	m := make(map[string]any, 4+len(e.Extra))
 	for k, v := range e.Extra {
@@ -50,7 +51,7 @@ func Errorf(status int, code, action, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Action: action, Message: fmt.Sprintf(format, args...)}
 }
 
-// Stable error codes of spec §7 and DESIGN.md §3.3.
+// Stable error codes (docs/errors.md).
 const (
 	CodeInvalidRequest     = "invalid_request"
 	CodeNotFound           = "not_found"
@@ -73,6 +74,11 @@ const (
 	CodeMonthlyQuotaExceeded     = "monthly_quota_exceeded"
 	CodePaymentRequired          = "payment_required"
 	CodeQuotaCheckFailed         = "quota_check_failed"
+
+	// The delivery-log extension routes.
+	CodePlanUpgradeRequired = "plan_upgrade_required"
+	CodeDeliveryNotFound    = "delivery_not_found"
+	CodeNotReplayable       = "delivery_not_replayable"
 )
 
 // InvalidRequest is the 400 for bad input; the message must name the offending field.
@@ -103,8 +109,8 @@ var errorTable = []errorMapping{
 	{account.ErrKeyLimitReached, http.StatusTooManyRequests, CodeKeyLimitReached,
 		"Revoke a key you no longer use with DELETE /v1/management/keys/{id}, or upgrade the plan.", ""},
 	{account.ErrProvisioningKeyExists, http.StatusConflict, CodeDatastore,
-		"Revoke the existing provisioning key first; an account has at most one active provisioning key.",
-		"The account already has an active provisioning key."},
+		"Revoke it first with `api admin revoke-provisioning-key --account ID` and create a new one, or keep using the existing key.",
+		"The account already has an active provisioning key; an account has at most one."},
 	{account.ErrCustomerNotFound, http.StatusNotFound, CodeCustomerNotFound,
 		"Check the Stripe customer id (cus_…) or create the account with it first.",
 		"No account has this Stripe customer id."},
@@ -116,9 +122,21 @@ var errorTable = []errorMapping{
 	{billing.ErrProviderUnreachable, http.StatusServiceUnavailable, CodeServiceUnavailable,
 		"Retry in a few seconds; the billing provider could not be reached.",
 		"The billing provider is unreachable."},
+	// Before ErrPortalUnavailable, which it wraps: retrying can never help here.
+	{billing.ErrNotConfigured, http.StatusInternalServerError, CodeBillingPortalUnavailable,
+		"Do not retry: an operator of this deployment must set STRIPE_SECRET_KEY (and restart the API) before the billing portal can open.",
+		"Billing is not configured on this deployment."},
 	{billing.ErrPortalUnavailable, http.StatusInternalServerError, CodeBillingPortalUnavailable,
 		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
 		"The billing provider did not return a portal URL."},
+	{webhook.ErrInvalidFilter, http.StatusBadRequest, CodeInvalidRequest,
+		"Use status pending, retrying, delivered or failed, limit 1–100, and the next_cursor of the previous page.", ""},
+	{webhook.ErrDeliveryNotFound, http.StatusNotFound, CodeDeliveryNotFound,
+		"List deliveries with GET /v1/management/deliveries and use one of their ids.",
+		"No delivery with this id for the account."},
+	{webhook.ErrNotReplayable, http.StatusConflict, CodeNotReplayable,
+		"Only failed deliveries can be retried; check its state with GET /v1/management/deliveries.",
+		"This delivery has not failed, so there is nothing to retry."},
 	{account.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
 		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
 		"The datastore request failed."},
@@ -219,7 +237,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if env.Docs == "" {
 		env.Docs = s.docsURL(env.Code)
 	}
-	s.logRejection(c, env)
 	for k, vs := range env.Header {
 		for _, v := range vs {
 			c.Response().Header().Add(k, v)
@@ -234,7 +251,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-// admissionEnvelope maps the refusals of verify admission (spec §7), which carry extra fields.
+// admissionEnvelope maps the refusals of verify admission (docs/errors.md), which carry extra fields.
 func admissionEnvelope(err error) *Error {
 	var (
 		rl *usage.RateLimited
@@ -295,8 +312,7 @@ func datastoreUnavailable() *Error {
 	return e
 }
 
-// loggedRejections are the verify-route refusals that get a usage-log row (spec §7: "log
-// class"), with the error_class they are logged under (rule 3).
+// loggedRejections are the verify-route refusals that get a usage-log row (docs/errors.md: "logged"), with the error_class they are logged under (rule 3).
 var loggedRejections = map[string]string{
 	CodeInvalidRequest:       "invalid_request",
 	CodeQuotaCheckFailed:     "quota_check_failed",
@@ -306,23 +322,32 @@ var loggedRejections = map[string]string{
 	CodeServiceUnavailable:   "service_unavailable",
 }
 
-// logRejection records a refused verify request in the usage log. Such rows never count toward
-// the quota or billing. The row is queued for usage.Rejections and written behind the response:
-// when the datastore is what failed, writing it here would delay the error response by another
-// datastore timeout. Best effort: the writer drops (and logs and counts) rows it cannot write.
-func (s *Server) logRejection(c echo.Context, env *Error) {
-	class, ok := loggedRejections[env.Code]
-	if !ok || !strings.HasPrefix(c.Path(), "/v1/email/") {
-		return
+// logRejections records the refusals of the verify routes in the usage log (docs/api.md,
+// "Metering"); such rows never count toward the quota or billing. It is the verify group's
+// middleware, after authentication so that the row names the account; the error handler only
+// writes responses. Rows are queued for usage.Rejections and written behind the response: when the
+// datastore is what failed, writing one here would delay the error response by another datastore
+// timeout. Best effort: the writer drops (and logs and counts) rows it cannot write.
+func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err == nil {
+			return nil
+		}
+		env := toEnvelope(err)
+		if env == nil {
+			return err
+		}
+		class, logged := loggedRejections[env.Code]
+		p, authenticated := c.Get(principalKey).(auth.Principal)
+		if logged && authenticated && strings.HasPrefix(c.Path(), "/v1/email/") {
+			s.rejections.Add(usage.Row{
+				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
+				Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
+			})
+		}
+		return err
 	}
-	p, ok := c.Get(principalKey).(auth.Principal)
-	if !ok {
-		return
-	}
-	s.rejections.Add(usage.Row{
-		ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
-		Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
-	})
 }
 
 // routeName is the usage log's name of a verify route: "verify", "verify_batch", "verify_stream",

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/job"
 )
 
 // jobView is GET /v1/email/jobs/{job_id} (extension): the job's state and, once completed, the
@@ -34,26 +34,17 @@ func (s *Server) getJob(c echo.Context) error {
 	if err != nil {
 		return jobNotFound()
 	}
-	who := s.callerOf(c)
-	var (
-		v         jobView
-		result    []byte
-		created   time.Time
-		completed *time.Time
-	)
-	err = s.pool.QueryRow(c.Request().Context(), `SELECT id::text, state, email, result, created_at, completed_at
-		FROM jobs WHERE id = $1 AND account_id = $2`, id, who.account).
-		Scan(&v.JobID, &v.Status, &v.Email, &result, &created, &completed)
-	if errors.Is(err, pgx.ErrNoRows) {
+	j, err := s.jobs.Get(c.Request().Context(), id, s.callerOf(c).account)
+	if errors.Is(err, job.ErrNotFound) {
 		return jobNotFound()
 	}
 	if err != nil {
 		return datastoreError(err)
 	}
-	v.CreatedAt, v.CompletedAt = isoTime(created), isoTimePtr(completed)
-	v.Result = json.RawMessage("null")
-	if result != nil {
-		v.Result = result
+	v := jobView{JobID: j.ID.String(), Status: string(j.State), Email: j.Email, Result: json.RawMessage("null"),
+		CreatedAt: isoTime(j.CreatedAt), CompletedAt: isoTimePtr(j.CompletedAt)}
+	if j.Result != nil {
+		v.Result = j.Result
 	}
 	return c.JSON(http.StatusOK, v)
 }

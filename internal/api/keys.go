@@ -9,7 +9,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 )
 
-// keyJSON is a listed standard key (spec §2.4): never the raw key.
+// keyJSON is a listed standard key (docs/api.md): never the raw key.
 type keyJSON struct {
 	ID        string `json:"id"`
 	Label     string `json:"label"`

@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// openapiJSON is the OpenAPI description of every route (spec §9). Tests check each route's real
+// openapiJSON is the OpenAPI description of every route (docs/api.md). Tests check each route's real
 // responses against it, so it cannot drift from the code unnoticed.
 //
 //go:embed openapi.json

@@ -16,11 +16,12 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.json", s.openapi)
+	e.GET("/docs/errors", s.errorDocs)
 	e.POST("/v1/stripe/webhook", s.stripeWebhook)
 
 	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
-	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard))
+	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard), s.logRejections)
 	s.email.POST("/verify", s.verifyOne)
 	s.email.POST("/verify/batch", s.verifyBatch)
 	s.email.POST("/verify/stream", s.verifyStream)

@@ -1,5 +1,5 @@
 // Package api is Mailvet's HTTP front: the Echo server, its middleware, one file per resource, and
-// the single error-envelope mapping of spec §7. It validates, authenticates and meters requests;
+// the single error-envelope mapping (docs/errors.md). It validates, authenticates and meters requests;
 // network verification work is handed to the verifier workers over NATS.
 package api
 
@@ -25,6 +25,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -54,7 +55,7 @@ type BillingPortal interface {
 	PortalURL(ctx context.Context, customerID, returnURL string) (string, error)
 }
 
-// MaxBodyBytes is the request body limit of spec §8.
+// MaxBodyBytes is the request body limit (docs/api.md, "Limits").
 const MaxBodyBytes = 2 << 20
 
 // DefaultBodyReadTimeout is the time a request body has to arrive, counted from the end of its
@@ -85,10 +86,12 @@ type Server struct {
 	// then end properly instead of being cut.
 	stopping chan struct{}
 	stopOnce sync.Once
-	// background is work that outlives its response (refunds retried behind it); Close waits.
-	background sync.WaitGroup
-	verdicts   *usage.Verdicts
-	headroom   *usage.Headroom
+	// ledger admits verify requests and settles their charges (refunds retried behind the
+	// response included); Close waits for it.
+	ledger   *usage.Ledger
+	jobs     *job.Store
+	verdicts *usage.Verdicts
+	headroom *usage.Headroom
 	// rejections writes the usage-log rows of refused verify requests behind their responses.
 	rejections *usage.Rejections
 
@@ -103,7 +106,7 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), headroom: usage.NewHeadroom(),
+		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewLedger(d.Pool, d.Log), jobs: job.NewStore(d.Pool), headroom: usage.NewHeadroom(),
 		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
@@ -239,7 +242,7 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.echo.Shutdown(ct
 // has stopped.
 func (s *Server) Close() {
 	s.BeginShutdown()
-	s.background.Wait()
+	s.ledger.Close()
 	s.verdicts.Close()
 	s.dispatch.Close()
 	s.rejections.Close()

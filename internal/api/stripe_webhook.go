@@ -11,7 +11,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 )
 
-// stripeWebhook receives Stripe events (DESIGN §3.3 extension). The signature is checked over the
+// stripeWebhook receives Stripe events (docs/api.md, "Stripe webhook"). The signature is checked over the
 // raw body before anything is parsed; the API-version check is skipped because Mailvet reads only
 // subscription fields that are stable across Stripe API versions, and a dashboard upgrade of the
 // webhook's version must not stop billing updates.

@@ -10,7 +10,7 @@ import (
 )
 
 // getUsage is GET /v1/management/usage: billable verifications per UTC day, last 30 days, zero
-// days included (spec §4.2 rule 1).
+// days included (docs/api.md, "Metering").
 func (s *Server) getUsage(c echo.Context) error {
 	who := s.callerOf(c)
 	days, err := usage.Daily(c.Request().Context(), s.pool, who.account, s.now())
@@ -20,7 +20,7 @@ func (s *Server) getUsage(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"days": days})
 }
 
-// getUsageSummary is GET /v1/management/usage/summary (spec §2.6 and §4.2 rules 2–4).
+// getUsageSummary is GET /v1/management/usage/summary (docs/api.md, "Metering").
 func (s *Server) getUsageSummary(c echo.Context) error {
 	who := s.callerOf(c)
 	sum, err := usage.Summarize(c.Request().Context(), s.pool, who.account, string(who.tier),
@@ -40,7 +40,7 @@ type periodView struct {
 	End   string `json:"end"`
 }
 
-// summaryView is spec §2.6 with ISO 8601 UTC timestamps to the second, like every other route.
+// summaryView is the usage summary with ISO 8601 UTC timestamps to the second, like every other route.
 type summaryView struct {
 	Period           periodView `json:"period"`
 	CallsUsed        int        `json:"calls_used"`

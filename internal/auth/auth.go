@@ -24,7 +24,7 @@ import (
 // Kind is a key family.
 type Kind string
 
-// The two key families of spec §5; the values are those of api_keys.kind.
+// The two key families (docs/api.md, "Authentication"); the values are those of api_keys.kind.
 const (
 	KindStandard     Kind = "standard"
 	KindProvisioning Kind = "provisioning"

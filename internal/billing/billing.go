@@ -19,8 +19,11 @@ import (
 // Errors of the portal; internal/api maps them to the envelope.
 var (
 	// ErrPortalUnavailable: Stripe answered with an error or without a portal URL, or billing is
-	// not configured on this server.
+	// not configured on this server (ErrNotConfigured).
 	ErrPortalUnavailable = errors.New("the billing provider did not return a portal URL")
+	// ErrNotConfigured: this deployment has no STRIPE_SECRET_KEY, so no portal can be opened
+	// until an operator sets one; unlike Stripe's own failures, retrying can never help.
+	ErrNotConfigured = fmt.Errorf("%w: billing is not configured on this deployment (STRIPE_SECRET_KEY is not set)", ErrPortalUnavailable)
 	// ErrProviderUnreachable: Stripe could not be reached at all (network failure or timeout).
 	ErrProviderUnreachable = errors.New("the billing provider is unreachable")
 )
@@ -52,7 +55,7 @@ func NewStripe(cfg config.Config) *Stripe {
 // PortalURL opens a billing portal session for customerID that returns the user to returnURL.
 func (s *Stripe) PortalURL(ctx context.Context, customerID, returnURL string) (string, error) {
 	if !s.configured {
-		return "", fmt.Errorf("%w (STRIPE_SECRET_KEY is not set)", ErrPortalUnavailable)
+		return "", ErrNotConfigured
 	}
 	params := &stripe.BillingPortalSessionParams{Customer: stripe.String(customerID), ReturnURL: stripe.String(returnURL)}
 	params.Context = ctx

@@ -62,7 +62,7 @@ type PlanLimits struct {
 
 // Config is the whole configuration of a Mailvet process.
 type Config struct {
-	Dev bool // -dev: embedded NATS when NatsURL is empty, in-process workers, auto-migrate
+	Dev bool // -dev: embedded NATS when NatsURL is empty, in-process workers, auto-migrate, loopback listeners
 
 	DatabaseURL string
 	NatsURL     string // empty means "start an embedded server" (dev mode only)
@@ -125,9 +125,9 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		e.fail("NATS_URL", errors.New("must be set (an embedded server is only started with -dev)"))
 	}
 
-	c.HTTPAddr = e.str("MAILVET_HTTP_ADDR", ":8080")
+	c.HTTPAddr = e.str("MAILVET_HTTP_ADDR", listenDefault(":8080", dev))
 	e.check("MAILVET_HTTP_ADDR", validListenAddr(c.HTTPAddr))
-	c.MetricsAddr = e.str("MAILVET_METRICS_ADDR", defaultMetricsAddr(role))
+	c.MetricsAddr = e.str("MAILVET_METRICS_ADDR", listenDefault(defaultMetricsAddr(role), dev))
 	e.check("MAILVET_METRICS_ADDR", validListenAddr(c.MetricsAddr))
 	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", "http://localhost:8080"), "/")
 	e.check("MAILVET_PUBLIC_URL", validHTTPURL(c.PublicURL))
@@ -195,6 +195,20 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 
 	return c, e.err()
+}
+
+// DevHost is the interface dev mode listens on by default: `make run` prints working keys, so
+// its listeners must not be reachable from the network unless the operator says so by setting
+// MAILVET_HTTP_ADDR or MAILVET_METRICS_ADDR.
+const DevHost = "127.0.0.1"
+
+// listenDefault is the default listen address addr (":port", every interface), on DevHost in dev
+// mode.
+func listenDefault(addr string, dev bool) string {
+	if dev {
+		return DevHost + addr
+	}
+	return addr
 }
 
 func defaultMetricsAddr(role Role) string {

@@ -68,6 +68,19 @@ func TestLoadDevEmbeddedNATS(t *testing.T) {
 	}
 }
 
+// Dev mode prints live keys, so its listeners stay on loopback unless an address is set.
+func TestLoadDevListensOnLoopback(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleAPI, true, envOf(nil))
+	if err != nil || c.HTTPAddr != "127.0.0.1:8080" || c.MetricsAddr != "127.0.0.1:9090" {
+		t.Fatalf("dev addrs %q %q, %v; want loopback", c.HTTPAddr, c.MetricsAddr, err)
+	}
+	c, err = Load(RoleAPI, true, envOf(map[string]string{"MAILVET_HTTP_ADDR": ":8081", "MAILVET_METRICS_ADDR": "0.0.0.0:9999"}))
+	if err != nil || c.HTTPAddr != ":8081" || c.MetricsAddr != "0.0.0.0:9999" {
+		t.Fatalf("explicit dev addrs %q %q, %v; want them kept", c.HTTPAddr, c.MetricsAddr, err)
+	}
+}
+
 func TestLoadOverrides(t *testing.T) {
 	t.Parallel()
 	c, err := Load(RoleAPI, false, envOf(map[string]string{

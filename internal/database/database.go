@@ -30,7 +30,11 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return OpenConfig(ctx, cfg)
+	pool, err := OpenConfig(ctx, cfg)
+	if missing := missingDatabase(cfg, err); missing != nil {
+		return nil, missing
+	}
+	return pool, err
 }
 
 // ParseConfig is the pool configuration Open uses for databaseURL, for callers that adjust it
@@ -143,4 +147,13 @@ func Redact(databaseURL string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// DB is what Mailvet's stores need of Postgres: a *pgxpool.Pool, a pgx.Tx or a *pgx.Conn. Every
+// store takes this one interface, so any of them can run inside a transaction another started.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }

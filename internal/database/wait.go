@@ -65,6 +65,9 @@ func gaveUp(ctx context.Context, databaseURL string, last error) error {
 
 // permanent returns the error to stop OpenWait with when err cannot go away by waiting, else nil.
 func permanent(cfg *pgxpool.Config, err error) error {
+	if missing := missingDatabase(cfg, err); missing != nil {
+		return missing
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return nil
@@ -72,9 +75,18 @@ func permanent(cfg *pgxpool.Config, err error) error {
 	switch pgErr.Code {
 	case "28P01", "28000": // invalid_password, invalid_authorization_specification
 		return err
-	case "3D000": // invalid_catalog_name
-		return fmt.Errorf("database %q does not exist: run `bin/api migrate` (or `make migrate`) to create it: %w",
-			cfg.ConnConfig.Database, err)
 	}
 	return nil
+}
+
+// missingDatabase returns, when err says that the database of cfg does not exist (SQLSTATE
+// 3D000, invalid_catalog_name), an error that says how to create it; else nil. Postgres itself
+// is running in that case, so the answer must not send the operator looking for it.
+func missingDatabase(cfg *pgxpool.Config, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		return nil
+	}
+	return fmt.Errorf("database %q does not exist: run `bin/api migrate` (or `make migrate`) to create it: %w",
+		cfg.ConnConfig.Database, err)
 }

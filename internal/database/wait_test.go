@@ -82,6 +82,21 @@ func TestOpenWaitMissingDatabaseSaysMigrate(t *testing.T) {
 	}
 }
 
+// Open (the admin commands' one attempt) explains a missing database the same way.
+func TestOpenMissingDatabaseSaysMigrate(t *testing.T) {
+	t.Parallel()
+	u, _ := url.Parse(pgtest.BaseURL())
+	u.Path = "/mailvet_missing_" + strings.ReplaceAll(t.Name(), "/", "_")
+	pool, err := database.Open(context.Background(), u.String())
+	if err == nil {
+		pool.Close()
+		t.Fatal("Open opened a database that does not exist")
+	}
+	if !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "bin/api migrate") {
+		t.Errorf("error %q does not say to run bin/api migrate", err)
+	}
+}
+
 func TestOpenWaitInvalidURLFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	_, err := database.OpenWait(context.Background(), "postgres://h:notaport/db", nil)

@@ -1,5 +1,5 @@
 // Package pgtest gives each test an isolated, migrated database on the real Postgres server
-// (DATABASE_URL, or the default of DESIGN.md) and drops it when the test ends.
+// (DATABASE_URL, or the default of docs/operations.md) and drops it when the test ends.
 //
 // The migrations run once per schema version into a template database; each test then gets a
 // copy made by CREATE DATABASE … TEMPLATE, which takes tens of milliseconds instead of replaying

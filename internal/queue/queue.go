@@ -1,6 +1,6 @@
 // Package queue owns Mailvet's NATS layout: the subjects, the JetStream streams and their
 // consumers, and the connection helpers every binary uses. Keeping the whole layout in this one
-// file's neighbourhood means a change of topology is reviewed in one place (DESIGN.md §1).
+// file's neighbourhood means a change of topology is reviewed in one place (docs/architecture.md, "NATS layout").
 package queue
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Subjects and stream names of DESIGN.md §1.
+// Subjects and stream names (docs/architecture.md, "NATS layout").
 const (
 	// SubjectVerifySync is the core request/reply subject for one synchronous address; verifier
 	// workers answer it in the queue group QueueVerifiers.

@@ -15,15 +15,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mailvet/mailvet/internal/database"
 )
 
-// DB is what this package needs of Postgres: a pool or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DB is the one database interface of Mailvet's stores (database.DB): a pool, a connection or a
+// transaction.
+type DB = database.DB
 
 // Request describes what a verify request asks to spend.
 type Request struct {
@@ -244,7 +242,7 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 	if r.Free {
 		err = db.QueryRow(ctx, sql, args...).Scan(&used, &quota)
 		if err != nil {
-			// On the free tier this statement is the monthly-quota check (spec §7: 503
+			// On the free tier this statement is the monthly-quota check (docs/errors.md: 503
 			// quota_check_failed).
 			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 		}

@@ -20,11 +20,11 @@ type Row struct {
 	Status      string
 	FailedCheck string
 	// ErrorClass is null for successful verifications and otherwise the response's error code
-	// (rate_limit for rate_limit_exceeded, spec §7 rule 3).
+	// (rate_limit for rate_limit_exceeded; docs/errors.md).
 	ErrorClass string
-	// Billable: the email passed layer 1 (spec §4.2 rule 1).
+	// Billable: the email passed layer 1 (docs/api.md, "Metering").
 	Billable bool
-	// QuotaUnit: the email entered verification (free-tier monthly quota, DESIGN §3.3).
+	// QuotaUnit: the email entered verification (the free-tier monthly quota; docs/api.md, "Metering").
 	QuotaUnit bool
 	Snapshot  []byte // JSON; nil for none
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Day is one entry of GET /v1/management/usage (spec §2.5).
+// Day is one entry of GET /v1/management/usage (docs/api.md).
 type Day struct {
 	Date  string `json:"date"`
 	Calls int    `json:"calls"`
@@ -45,7 +45,7 @@ type Period struct {
 	End   time.Time `json:"end"`
 }
 
-// Summary is GET /v1/management/usage/summary (spec §2.6).
+// Summary is GET /v1/management/usage/summary (docs/api.md).
 type Summary struct {
 	Period           Period  `json:"period"`
 	CallsUsed        int     `json:"calls_used"`
@@ -57,7 +57,7 @@ type Summary struct {
 }
 
 // Summarize builds the usage summary. The free tier counts monthly-quota units, exactly as
-// verify admission and account.usage_this_month do (spec §4.2 rule 3); paid tiers count
+// verify admission and account.usage_this_month do (docs/api.md, "Metering"); paid tiers count
 // billable verifications, as GET /usage does (rule 4).
 func Summarize(ctx context.Context, db DB, accountID string, tier string, free bool, included int, overagePrice float64, now time.Time) (Summary, error) {
 	start := MonthStart(now)

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
@@ -26,6 +26,7 @@ import (
 // queues the delivery. Every step is idempotent, so a redelivered job message is harmless.
 type JobRunner struct {
 	pool *pgxpool.Pool
+	jobs *job.Store
 	js   jetstream.JetStream
 	pipe Pipeline
 	log  *slog.Logger
@@ -45,7 +46,7 @@ type JobRunner struct {
 
 // NewJobRunner returns a runner with production defaults.
 func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *JobRunner {
-	return &JobRunner{pool: pool, js: js, pipe: pipe, log: log,
+	return &JobRunner{pool: pool, jobs: job.NewStore(pool), js: js, pipe: pipe, log: log,
 		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second}
 }
 
@@ -57,7 +58,7 @@ func (j *JobRunner) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		j.sweep(ctx)
+		_ = loop.Every(ctx, j.SweepEvery, j.sweep)
 	}()
 	slots := make(chan struct{}, j.Concurrency)
 	return j.consumer().Run(ctx, func(msg jetstream.Msg) {
@@ -92,19 +93,12 @@ func (j *JobRunner) consumer() *queue.Consumer {
 // Ready reports, for /readyz, whether the jobs consumer is running.
 func (j *JobRunner) Ready(ctx context.Context) error { return j.consumer().Check(ctx) }
 
-// callback is the body POSTed to the caller: the verify result plus job_id (spec §6.2), and
-// error "internal" when verification itself failed (DESIGN.md §3.3).
+// callback is the body POSTed to the caller: the verify result plus job_id, and error
+// "internal" when verification itself failed (docs/api.md, "The callback request").
 type callback struct {
 	verify.Result
 	JobID string `json:"job_id"`
 	Error string `json:"error,omitempty"`
-}
-
-type job struct {
-	id, account   uuid.UUID
-	key           *uuid.UUID
-	email, url    string
-	secret, state string
 }
 
 func (j *JobRunner) handle(msg jetstream.Msg) error {
@@ -116,68 +110,53 @@ func (j *JobRunner) handle(msg jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(context.Background(), j.AckWait)
 	defer cancel()
 
-	var jb job
-	var secret *string
-	err := j.pool.QueryRow(ctx, `UPDATE jobs SET state = 'processing', updated_at = now()
-		WHERE id = $1 AND state IN ('pending', 'processing')
-		RETURNING id, account_id, key_id, email, webhook_url, webhook_secret, state`, m.JobID).
-		Scan(&jb.id, &jb.account, &jb.key, &jb.email, &jb.url, &secret, &jb.state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // finished already, or deleted: a redelivery with nothing left to do
+	jb, err := j.jobs.Start(ctx, m.JobID)
+	if errors.Is(err, job.ErrNotFound) {
+		return nil // finished already, or discarded: a redelivery with nothing left to do
 	}
 	if err != nil {
 		return err
 	}
-	if secret != nil {
-		jb.secret = *secret
-	}
 
 	start := time.Now()
-	res, verr := j.verify(ctx, jb.email)
+	res, verr := j.verify(ctx, jb.Email)
 	res.LatencyMS = verify.MS(time.Since(start))
-	cb := callback{Result: res, JobID: jb.id.String()}
-	state, errClass := "completed", ""
+	cb := callback{Result: res, JobID: jb.ID.String()}
+	state, errClass := job.Completed, ""
 	if verr != nil {
-		j.log.Error("job verification failed", "job_id", jb.id, "err", verr)
-		cb.Result = verify.Result{Email: jb.email}
+		j.log.Error("job verification failed", "job_id", jb.ID, "err", verr)
+		cb.Result = verify.Result{Email: jb.Email}
 		cb.Result.Apply(verify.OutcomeUnknown)
 		cb.Confidence = 0
 		cb.Error = "internal"
-		state, errClass = "failed", errorType(verr)
+		state, errClass = job.Failed, errorType(verr)
 	}
 	body, err := json.Marshal(cb)
 	if err != nil {
 		return err
 	}
 
+	// The job's outcome, its usage row and its delivery are stored together, or not at all.
 	tx, err := j.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	tag, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, result = $3, error_class = nullif($4, ''),
-		updated_at = now(), completed_at = now() WHERE id = $1 AND state = 'processing'`,
-		jb.id, state, body, errClass)
-	if err != nil {
+	if done, err := job.Finish(ctx, tx, jb.ID, state, body, errClass); err != nil || !done {
+		return err // !done: another runner finished it first
+	}
+	it := usage.Item{Key: "job:" + jb.ID.String(), AccountID: jb.AccountID.String(), Route: "verify_async"}
+	if jb.KeyID != nil {
+		it.KeyID = jb.KeyID.String()
+	}
+	row := usage.ResultRow(it, cb.Result, body)
+	if verr != nil {
+		row = usage.FailedRow(it, cb.Result, body, errClass)
+	}
+	if err := usage.Record(ctx, tx, []usage.Row{row}); err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
-		return nil // another runner finished it first
-	}
-	r := usage.Row{ItemKey: "job:" + jb.id.String(), AccountID: jb.account.String(), Route: "verify_async",
-		EmailDomain: domainOf(jb.email), Status: string(cb.Status), ErrorClass: errClass,
-		QuotaUnit: true, Snapshot: body, OccurredAt: time.Now()}
-	if jb.key != nil {
-		r.KeyID = jb.key.String()
-	}
-	if cb.FailedCheck != nil {
-		r.FailedCheck = string(*cb.FailedCheck)
-	}
-	r.Billable = verr == nil && r.FailedCheck != string(verify.CheckSyntax)
-	if err := usage.Record(ctx, tx, []usage.Row{r}); err != nil {
-		return err
-	}
-	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.id, jb.account, jb.url, jb.secret, body)
+	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.ID, jb.AccountID, jb.WebhookURL, jb.WebhookSecret, body)
 	if err != nil {
 		return err
 	}
@@ -212,38 +191,20 @@ func errorType(err error) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
 }
 
-func domainOf(email string) string {
-	if at := strings.LastIndexByte(email, '@'); at >= 0 {
-		return strings.ToLower(email[at+1:])
-	}
-	return ""
-}
-
 // sweep re-queues jobs stuck in pending. Publishing is deduplicated by job id, and completing a
 // job is guarded by its state, so several replicas sweeping at once do no harm.
 func (j *JobRunner) sweep(ctx context.Context) {
-	t := time.NewTicker(j.SweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	ids, err := j.jobs.Stale(ctx, j.SweepAge, 500)
+	if err != nil {
+		if ctx.Err() == nil {
+			j.log.Warn("sweep: list pending jobs", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		if err := queue.PublishJob(ctx, j.js, id); err != nil {
+			j.log.Warn("sweep: re-queue job", "job_id", id, "err", err)
 			return
-		case <-t.C:
-		}
-		rows, err := j.pool.Query(ctx, `SELECT id FROM jobs WHERE state = 'pending'
-			AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 500`, j.SweepAge.Seconds())
-		if err != nil {
-			continue
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			continue
-		}
-		for _, id := range ids {
-			if err := queue.PublishJob(ctx, j.js, id); err != nil {
-				j.log.Warn("sweep: re-queue job", "job_id", id, "err", err)
-				break
-			}
 		}
 	}
 }

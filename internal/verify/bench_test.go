@@ -12,14 +12,15 @@ import (
 
 const benchRTT = 20 * time.Millisecond
 
-func newVerifier(b *testing.B, w *mailsim.World, maxPerHost int) *Verifier {
-	b.Helper()
+// newVerifier returns a Verifier pointed at w's DNS and SMTP servers. The caller closes it.
+func newVerifier(tb testing.TB, w *mailsim.World, maxPerHost int) *Verifier {
+	tb.Helper()
 	v, err := New(config.Config{
 		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
 		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
 	})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return v
 }
@@ -127,4 +128,30 @@ func BenchmarkVerifyBatch(b *testing.B) {
 	b.ReportMetric(float64(serverRTs)/n, "server-rtt/op")
 	b.ReportMetric(float64(peak), "peak-sessions")
 	b.ReportMetric(float64(throttled)/n, "throttled/op")
+}
+
+// BenchmarkLocal is Verifier.Local for the address of BenchmarkLocalLayers
+// (internal/verify/signals): layers 1 and 2 and the signals, as the API runs them for every
+// address, plus the Result the API answers with and its latency_ms. No list holds the domain,
+// so Suggest runs its slow case and the address is not final.
+func BenchmarkLocal(b *testing.B) {
+	tb := setup(b, 0, 20)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, final := tb.v.Local("Jane.Doe+news@example-corp.com"); final || r.Status != StatusUnknown {
+			b.Fatalf("%+v, final %v", r, final)
+		}
+	}
+}
+
+// BenchmarkLocalFinal is Verifier.Local for an address the local layers decide (disposable, and
+// a role address): the answer the API gives without asking a worker.
+func BenchmarkLocalFinal(b *testing.B) {
+	tb := setup(b, 0, 20)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, final := tb.v.Local("info@mailinator.com"); !final || !r.Disposable {
+			b.Fatalf("%+v, final %v", r, final)
+		}
+	}
 }

@@ -1,13 +1,20 @@
-// Package verify is the verification pipeline: it turns an address into the verify result of
-// spec §2.1 by running the five layers of spec §1 in order — syntax, disposable, MX, SMTP probe,
-// signals — with the decisions of DESIGN.md §2. The API runs the local layers (Local); the
-// verifier workers run the whole pipeline.
+// Package verify is the verification pipeline: it turns an address into the verify result that
+// clients get (docs/api.md) by running five layers in order — syntax, disposable, MX, SMTP probe,
+// signals (docs/architecture.md). The first check that fails ends the checks; the signals are
+// computed for every syntactically valid address, even one that fails a later check, so that a
+// typo'd domain with no MX still gets its suggestion.
+//
+// One per-address step (Verifier.step) runs the layers and decides every result. Local, Verify
+// and VerifyBatch differ only in the network I/O they do for it: none (the API runs Local for
+// every address, and answers those that fail a local layer itself), one address's at a time
+// (Verify), or many addresses' grouped so that they share MX look-ups and SMTP sessions
+// (VerifyBatch, which the verifier workers use for batches and streams).
 package verify
 
-// Status is the verification outcome of spec §3.1.
+// Status is the verdict a result reports in its status field.
 type Status string
 
-// The statuses of spec §2.1.
+// The statuses a result can have.
 const (
 	StatusDeliverable   Status = "deliverable"
 	StatusUndeliverable Status = "undeliverable"
@@ -16,10 +23,10 @@ const (
 	StatusInvalid       Status = "invalid"
 )
 
-// Check names the layer that failed (spec §2.1 failed_check).
+// Check names the check that failed an address: the result's failed_check.
 type Check string
 
-// The failed_check values of spec §2.1.
+// The failed_check values.
 const (
 	CheckSyntax     Check = "syntax"
 	CheckDisposable Check = "disposable"
@@ -27,8 +34,8 @@ const (
 	CheckSMTP       Check = "smtp"
 )
 
-// Result is the verify result of spec §2.1, exactly as it is serialised to clients and in
-// webhook bodies. Nullable fields are pointers so that they serialise as null, never as "".
+// Result is the verify result, exactly as it is serialised to clients and in webhook bodies
+// (docs/api.md). Nullable fields are pointers so that they serialise as null, never as "".
 type Result struct {
 	Email        string  `json:"email"`
 	Valid        bool    `json:"valid"`
@@ -46,7 +53,7 @@ type Result struct {
 	LatencyMS    float64 `json:"latency_ms"`
 }
 
-// Outcome is a row of the confidence table of DESIGN.md §2.
+// Outcome is a row of the confidence table (verdicts).
 type Outcome int
 
 // The outcomes of the confidence table.
@@ -60,7 +67,8 @@ const (
 	OutcomeInvalid                        // syntax, disposable or no MX
 )
 
-// verdicts is the one table of DESIGN.md §2 that maps an outcome to status, valid, confidence.
+// verdicts is the confidence table: the one place that maps an outcome to status, valid and
+// confidence, so that every path through the pipeline reports the same numbers for an outcome.
 var verdicts = map[Outcome]struct {
 	status     Status
 	valid      bool

@@ -20,6 +20,13 @@ type Verifier struct {
 	disposable *disposable.List
 	mx         *mx.Resolver
 	prober     *smtp.Prober
+
+	// finished, when not nil, is given every result as the last act of the per-address step,
+	// and its return value becomes the result. Only tests set it: it stands in for a layer that
+	// sets a new field, and shows that whatever the step writes reaches Local, Verify and
+	// VerifyBatch alike without an edit to any of them. It takes and returns a value rather than
+	// a pointer so that Local's address state does not escape to the heap.
+	finished func(Result) Result
 }
 
 // New builds a Verifier from the configuration: the disposable list with the operator's extra
@@ -50,52 +57,37 @@ func (v *Verifier) Close() { v.prober.Close() }
 // ProbeStats returns the SMTP prober's counters (sessions, round trips, commands).
 func (v *Verifier) ProbeStats() smtp.Stats { return v.prober.Stats() }
 
-// Local runs layers 1 and 2 and the signals. final is true when the address failed one of them:
-// the result is then complete and needs no worker.
+// Local runs the layers that need no network — syntax and disposable — and the signals. final
+// is true when the address failed one of them: the result is then complete and needs no worker.
+// Otherwise the result is the pending one, with the signals filled in and status "unknown".
 func (v *Verifier) Local(raw string) (r Result, final bool) {
 	start := time.Now()
-	r, _, final = v.local(raw)
+	a := newAddress(raw)
+	// Local never does network I/O: it stops where the step first asks for it, and finishes the
+	// pending result with the code that ends every address's step.
+	final = v.step(&a) == needNothing
+	if !final {
+		v.finish(&a)
+	}
+	r = a.r
 	r.LatencyMS = MS(time.Since(start))
 	return r, final
 }
 
-func (v *Verifier) local(raw string) (Result, syntax.Address, bool) {
-	addr, err := syntax.Parse(raw)
-	if err != nil {
-		r := Result{Email: strings.TrimSpace(raw)}
-		r.Fail(CheckSyntax, OutcomeInvalid)
-		return r, addr, true
-	}
-	// Signals are computed for every syntactically valid address, also those that fail later
-	// (DESIGN.md §2, deliberate deviation): a typo'd domain with no MX still gets its suggestion.
-	r := Result{
-		Email:        addr.String(),
-		Role:         signals.IsRole(addr.Local),
-		FreeProvider: signals.IsFreeProvider(addr.Domain),
-	}
-	if s := signals.Suggest(addr.Domain); s != "" {
-		r.Suggestion = &s
-	}
-	if v.disposable.IsDisposable(addr.Domain) {
-		r.Disposable = true
-		r.Fail(CheckDisposable, OutcomeInvalid)
-		return r, addr, true
-	}
-	// Not final: the layers still to run decide. Until then the honest answer is "unknown".
-	r.Apply(OutcomeUnknown)
-	return r, addr, false
-}
-
-// Verify runs all five layers on one address.
+// Verify runs all five layers on one address. It does the network I/O the step asks for, one
+// request at a time.
 func (v *Verifier) Verify(ctx context.Context, raw string) Result {
 	start := time.Now()
-	r, addr, final := v.local(raw)
-	if !final {
-		var hosts []smtp.Host
-		if hosts, final = v.routed(ctx, &r, addr.Domain); !final {
-			v.probed(&r, v.prober.Probe(ctx, smtp.Request{Addr: addr.String(), Domain: addr.Domain, Hosts: hosts}))
+	a := newAddress(raw)
+	for n := v.step(&a); n != needNothing; n = v.step(&a) {
+		switch n {
+		case needMX:
+			a.route = v.lookup(ctx, a.addr.Domain)
+		case needProbe:
+			a.probe(v.prober.Probe(ctx, a.request()))
 		}
 	}
+	r := a.r
 	r.LatencyMS = MS(time.Since(start))
 	return r
 }
@@ -104,119 +96,273 @@ func (v *Verifier) Verify(ctx context.Context, raw string) Result {
 // once per address as its result completes — from any goroutine, but never two at once — so a
 // caller can stream results in completion order. Addresses whose MX addresses coincide share
 // SMTP sessions and pipelined RCPTs; latency_ms counts from the start of the batch.
+//
+// Every address goes through the same step as in Verify. What the batch adds is only the
+// grouping of the network I/O the steps ask for: one MX look-up per distinct domain, and one
+// ProbeAll for every address that needs a probe, so that the prober sees all addresses bound for
+// one mail server together and shares its sessions between them.
 func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i int, r Result)) []Result {
 	start := time.Now()
 	results := make([]Result, len(raws))
-	var mu sync.Mutex
-	emit := func(i int, r Result) {
-		mu.Lock()
-		defer mu.Unlock()
-		r.LatencyMS = MS(time.Since(start))
-		results[i] = r
-		if each != nil {
-			each(i, r)
-		}
-	}
+	as := make([]address, len(raws))
 
-	addrs := make([]syntax.Address, len(raws))
-	partial := make([]Result, len(raws))
-	byDomain := map[string][]int{}
-	for i, raw := range raws {
-		r, addr, final := v.local(raw)
-		if final {
-			emit(i, r)
-			continue
-		}
-		addrs[i], partial[i] = addr, r
-		byDomain[addr.Domain] = append(byDomain[addr.Domain], i)
-	}
-
-	// Layer 3 for every distinct domain at once (bounded), then one ProbeAll so that the prober
-	// sees every address bound for one MX address together.
 	var (
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 32)
-		reqMu  sync.Mutex
-		reqs   []smtp.Request
-		reqIdx []int
+		ioMu     sync.Mutex // guards the I/O to do
+		byDomain = map[string][]int{}
+		reqs     []smtp.Request
+		reqIdx   []int
+		emitMu   sync.Mutex // guards results and makes each's calls one at a time
+	)
+	// next files address i under the I/O its step asks for, or emits its result when the step
+	// has finished it. The layers run in a fixed order, so every MX look-up is asked for before
+	// the look-ups are done below, and every probe before ProbeAll. Emitting has a lock of its
+	// own so that a slow each does not hold up the MX phase's goroutines.
+	next := func(i int, n need) {
+		switch n {
+		case needMX:
+			ioMu.Lock()
+			byDomain[as[i].addr.Domain] = append(byDomain[as[i].addr.Domain], i)
+			ioMu.Unlock()
+		case needProbe:
+			req := as[i].request()
+			ioMu.Lock()
+			reqs = append(reqs, req)
+			reqIdx = append(reqIdx, i)
+			ioMu.Unlock()
+		default:
+			emitMu.Lock()
+			defer emitMu.Unlock()
+			r := as[i].r
+			r.LatencyMS = MS(time.Since(start))
+			results[i] = r
+			if each != nil {
+				each(i, r)
+			}
+		}
+	}
+
+	for i, raw := range raws {
+		as[i] = newAddress(raw)
+		next(i, v.step(&as[i]))
+	}
+
+	// Layer 3 for every distinct domain at once (bounded). The addresses of one domain share the
+	// look-up's answer, and each then takes its own step with it.
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, 32)
 	)
 	for domain, idx := range byDomain {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r := partial[idx[0]]
-			hosts, final := v.routed(ctx, &r, domain)
+			rt := v.lookup(ctx, domain)
 			for _, i := range idx {
-				ri := partial[i]
-				ri.Status, ri.Valid, ri.Confidence, ri.FailedCheck = r.Status, r.Valid, r.Confidence, r.FailedCheck
-				ri.MXFound, ri.MXHost = r.MXFound, r.MXHost
-				partial[i] = ri
-				if final {
-					emit(i, ri)
-					continue
-				}
-				reqMu.Lock()
-				reqs = append(reqs, smtp.Request{Addr: addrs[i].String(), Domain: domain, Hosts: hosts})
-				reqIdx = append(reqIdx, i)
-				reqMu.Unlock()
+				as[i].route = rt
+				next(i, v.step(&as[i]))
 			}
 		}()
 	}
 	wg.Wait()
+
+	// Layer 4 for every address that still needs it, in one ProbeAll.
 	v.prober.ProbeAll(ctx, reqs, func(k int, pr smtp.Result) {
 		i := reqIdx[k]
-		r := partial[i]
-		v.probed(&r, pr)
-		emit(i, r)
+		as[i].probe(pr)
+		next(i, v.step(&as[i]))
 	})
 	return results
 }
 
-// routed runs layer 3 and the blocked-provider rule. final is true when the result is complete
-// without a probe; otherwise hosts are the MX hosts to probe.
-func (v *Verifier) routed(ctx context.Context, r *Result, domain string) (hosts []smtp.Host, final bool) {
-	res, err := v.mx.Lookup(ctx, domain)
-	switch {
-	case errors.Is(err, mx.ErrNoMX):
-		r.Fail(CheckNoMX, OutcomeInvalid)
-		return nil, true
-	case err != nil:
-		// SERVFAIL or a timeout says nothing about the domain: unknown, never invalid.
-		r.Apply(OutcomeUnknown)
-		return nil, true
-	}
-	r.MXFound = true
-	primary := res.Primary()
-	r.MXHost = &primary
-	if v.prober.Blocked(domain) {
-		r.SMTPBlocked = true
-		r.Apply(OutcomeSMTPBlocked)
-		return nil, true
-	}
-	for _, h := range res.Hosts {
-		hosts = append(hosts, smtp.Host{Name: h.Name, Addrs: h.Addrs})
-	}
-	return hosts, false
+// layer is a stage of the per-address step, in pipeline order.
+type layer uint8
+
+const (
+	layerSyntax layer = iota
+	layerDisposable
+	layerMX
+	layerSMTP
+	layerSignals // also sets the verdict; every address ends here
+	layerDone
+)
+
+// need is what the step waits for before it can go on with an address.
+type need uint8
+
+const (
+	needNothing need = iota // the result is complete
+	needMX                  // the MX look-up of the address's domain (route)
+	needProbe               // the SMTP probe of the address (probe)
+)
+
+// address is one address on its way through the pipeline: the result the layers fill in, and what
+// each layer leaves for the next. The network layers take their answers from route and pr,
+// which the caller sets when the step asks for them; this is what lets Verify do the I/O for one
+// address and VerifyBatch for many at once while every decision stays in the step.
+type address struct {
+	raw     string
+	r       Result
+	addr    syntax.Address // layer 1's parse, valid from layerDisposable on
+	parsed  bool           // layer 1 passed: the signals apply
+	outcome Outcome        // the row of the confidence table the check layers chose
+	next    layer
+
+	route  *route      // layer 3's answer; nil until looked up
+	probed bool        // layer 4's answer is in pr
+	pr     smtp.Result // layer 4's answer
 }
 
-// probed applies layer 4's verdict.
-func (v *Verifier) probed(r *Result, pr smtp.Result) {
-	switch {
-	case pr.Blocked:
-		r.SMTPBlocked = true
-		r.Apply(OutcomeSMTPBlocked)
-	case pr.Verdict == smtp.Deliverable && r.Role:
-		r.Apply(OutcomeDeliverableRole)
-	case pr.Verdict == smtp.Deliverable:
-		r.Apply(OutcomeDeliverable)
-	case pr.Verdict == smtp.Undeliverable:
-		r.Fail(CheckSMTP, OutcomeUndeliverable)
-	case pr.Verdict == smtp.CatchAll:
-		r.CatchAll = true
-		r.Apply(OutcomeCatchAll)
-	default:
-		r.Apply(OutcomeUnknown)
+// newAddress starts raw's way through the pipeline. Until a layer decides, the honest answer is
+// "unknown": that is what Local reports for an address that still needs the network.
+func newAddress(raw string) address {
+	return address{raw: raw, outcome: OutcomeUnknown}
+}
+
+// route is the answer of one MX look-up. VerifyBatch shares it between the addresses of a domain,
+// so it holds only what the look-up returned, never a decision about an address.
+type route struct {
+	res   mx.Result
+	err   error
+	hosts []smtp.Host // res's hosts in the prober's terms, in preference order
+}
+
+// lookup runs layer 3's network I/O for domain.
+func (v *Verifier) lookup(ctx context.Context, domain string) *route {
+	res, err := v.mx.Lookup(ctx, domain)
+	rt := &route{res: res, err: err}
+	if err == nil {
+		rt.hosts = make([]smtp.Host, len(res.Hosts))
+		for i, h := range res.Hosts {
+			rt.hosts[i] = smtp.Host{Name: h.Name, Addrs: h.Addrs}
+		}
+	}
+	return rt
+}
+
+// probe records layer 4's answer for a.
+func (a *address) probe(pr smtp.Result) { a.pr, a.probed = pr, true }
+
+// request is the SMTP probe layer 4 asks for.
+func (a *address) request() smtp.Request {
+	return smtp.Request{Addr: a.addr.String(), Domain: a.addr.Domain, Hosts: a.route.hosts}
+}
+
+// end ends the check layers with outcome o: the address goes on to the signals.
+func (a *address) end(o Outcome) { a.outcome, a.next = o, layerSignals }
+
+// fail ends the check layers because check c failed.
+func (a *address) fail(c Check, o Outcome) {
+	a.r.FailedCheck = &c
+	a.end(o)
+}
+
+// step is the one place where an address's layers run and its result is decided; Local, Verify
+// and VerifyBatch all call it. It runs a's layers in order from where a stopped, until one needs
+// network I/O whose answer a does not have yet (it then returns what it needs, and the caller
+// sets the answer and calls step again), or until the result is complete (needNothing). The first
+// check that fails ends the check layers; the signals and the verdict come last, for every
+// address.
+func (v *Verifier) step(a *address) need {
+	for {
+		switch a.next {
+		case layerSyntax:
+			addr, err := syntax.Parse(a.raw)
+			if err != nil {
+				a.r.Email = strings.TrimSpace(a.raw)
+				a.fail(CheckSyntax, OutcomeInvalid)
+				continue
+			}
+			a.addr, a.parsed = addr, true
+			a.r.Email = addr.String()
+			a.next = layerDisposable
+
+		case layerDisposable:
+			if v.disposable.IsDisposable(a.addr.Domain) {
+				a.r.Disposable = true
+				a.fail(CheckDisposable, OutcomeInvalid)
+				continue
+			}
+			a.next = layerMX
+
+		case layerMX:
+			if a.route == nil {
+				return needMX
+			}
+			rt := a.route
+			switch {
+			case errors.Is(rt.err, mx.ErrNoMX):
+				a.fail(CheckNoMX, OutcomeInvalid)
+				continue
+			case rt.err != nil:
+				// SERVFAIL or a timeout says nothing about the domain: unknown, never invalid.
+				a.end(OutcomeUnknown)
+				continue
+			}
+			a.r.MXFound = true
+			primary := rt.res.Primary()
+			a.r.MXHost = &primary
+			if v.prober.Blocked(a.addr.Domain) {
+				// A provider that blocks or falsifies probes is never dialled: a probe would
+				// only cost the worker's address its reputation.
+				a.r.SMTPBlocked = true
+				a.end(OutcomeSMTPBlocked)
+				continue
+			}
+			a.next = layerSMTP
+
+		case layerSMTP:
+			if !a.probed {
+				return needProbe
+			}
+			switch pr := a.pr; {
+			case pr.Blocked:
+				a.r.SMTPBlocked = true
+				a.end(OutcomeSMTPBlocked)
+			case pr.Verdict == smtp.Deliverable:
+				a.end(OutcomeDeliverable)
+			case pr.Verdict == smtp.Undeliverable:
+				a.fail(CheckSMTP, OutcomeUndeliverable)
+			case pr.Verdict == smtp.CatchAll:
+				a.r.CatchAll = true
+				a.end(OutcomeCatchAll)
+			default:
+				a.end(OutcomeUnknown)
+			}
+
+		case layerSignals:
+			v.finish(a)
+			a.next = layerDone
+
+		default:
+			return needNothing
+		}
+	}
+}
+
+// finish runs the signals and sets the verdict. The step calls it once the check layers are
+// over; Local calls it on an address that still needs the network, whose outcome is then still
+// "unknown".
+func (v *Verifier) finish(a *address) {
+	// Signals are computed for every syntactically valid address, also one that fails a later
+	// check: they do not decide validity, and a typo'd domain with no MX is exactly the one whose
+	// suggestion the caller needs.
+	if a.parsed {
+		a.r.Role = signals.IsRole(a.addr.Local)
+		a.r.FreeProvider = signals.IsFreeProvider(a.addr.Domain)
+		if s := signals.Suggest(a.addr.Domain); s != "" {
+			a.r.Suggestion = &s
+		}
+	}
+	o := a.outcome
+	if o == OutcomeDeliverable && a.r.Role {
+		// The confidence table has a row of its own for a deliverable role address, and only
+		// the signals know whether the address is one.
+		o = OutcomeDeliverableRole
+	}
+	a.r.Apply(o)
+	if v.finished != nil {
+		a.r = v.finished(a.r)
 	}
 }
 

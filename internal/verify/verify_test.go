@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/miekg/dns"
 )
@@ -23,17 +22,7 @@ func setup(t testing.TB, rtt time.Duration, maxPerHost int) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	v, err := New(config.Config{
-		DNSResolver:    w.DNSAddr(),
-		SMTPPort:       w.SMTPPort(),
-		SMTPHelo:       "probe.mailvet.test",
-		SMTPMailFrom:   "verify@probe.mailvet.test",
-		SMTPTimeout:    1500 * time.Millisecond,
-		SMTPMaxPerHost: maxPerHost,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := newVerifier(t, w, maxPerHost)
 	t.Cleanup(v.Close)
 	return &testBundle{w: w, v: v}
 }
@@ -55,7 +44,7 @@ func mxOf(hosts ...string) []mailsim.MX {
 	return out
 }
 
-// TestVerify covers every row of spec §3.1 and DESIGN.md §2's confidence table.
+// TestVerify covers every status and every row of the confidence table (result.go).
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0, 20)
@@ -157,7 +146,8 @@ func TestBlockedProviderNeverDialled(t *testing.T) {
 func TestSignalsOnFailedAddresses(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0, 20)
-	// A typo of a well-known provider with no MX still gets its suggestion (DESIGN.md §2).
+	// A typo of a well-known provider with no MX still gets its suggestion: the signals run for
+	// every syntactically valid address, also one that fails a later check.
 	r := b.v.Verify(context.Background(), "ann@gmial.con")
 	if r.Status != StatusInvalid || r.Suggestion == nil {
 		t.Fatalf("%+v", r)

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Timeouts of one attempt (DESIGN: connect 5 s, whole attempt 10 s).
+// Timeouts of one attempt (connect 5 s, whole attempt 10 s; docs/api.md, "Retries").
 const (
 	DialTimeout    = 5 * time.Second
 	AttemptTimeout = 10 * time.Second

@@ -252,7 +252,7 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliv
 	return id, nil
 }
 
-// Retention of the delivery log by tier (spec §6.6).
+// Retention of the delivery log by tier (docs/api.md, "Delivery log and replays").
 const (
 	RetentionFree = 24 * time.Hour
 	RetentionPaid = 30 * 24 * time.Hour

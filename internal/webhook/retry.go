@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Backoff is the wait before attempt n+1 after attempt n failed (spec §6.5 rule 5):
+// Backoff is the wait before attempt n+1 after attempt n failed (docs/api.md, "Retries"):
 // min(1000·2^(n−1), 30000) ms plus a random 0–599 ms, so about 1.0–1.6 s after the first failure
 // and 2.0–2.6 s after the second.
 func Backoff(n int) time.Duration {
@@ -32,7 +32,7 @@ const (
 	outcomeFailed                   // final failure
 )
 
-// classify applies spec §6.5 rules 2–4 to attempt n: status is the HTTP status (0 when none
+// classify applies the retry rules (docs/api.md, "Retries") to attempt n: status is the HTTP status (0 when none
 // came back), transportErr tells a network failure that may be retried, final a refusal that must
 // not be (a forbidden address, a URL that breaks the rules).
 func classify(n, status int, transportErr, final bool) outcome {

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// SignatureHeader is the request header that carries the signature (spec §6.2). Header names are
+// SignatureHeader is the request header that carries the signature (docs/api.md, "Signature"). Header names are
 // case-insensitive; http.Header.Get takes care of that on the receiving side.
 const SignatureHeader = "X-Service-Signature"
 
@@ -22,7 +22,7 @@ var (
 )
 
 // Sign returns the X-Service-Signature value for body: "sha256=" and the lowercase hex of
-// HMAC-SHA256 keyed with secret over the exact bytes of body (spec §6.4).
+// HMAC-SHA256 keyed with secret over the exact bytes of body (docs/api.md, "Signature").
 func Sign(secret, body []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write(body)
@@ -34,7 +34,7 @@ func Sign(secret, body []byte) string {
 // and anything after it that is not exactly 64 lowercase hex digits; then it compares the MACs in
 // constant time.
 //
-// Uppercase hex is rejected on purpose: spec §6.4 fixes lowercase, Sign never produces anything
+// Uppercase hex is rejected on purpose: the signature is defined in lowercase, Sign never produces anything
 // else, and a receiver that tolerates variants only widens what a forger may send.
 func Verify(secret, body []byte, header string) error {
 	if header == "" {

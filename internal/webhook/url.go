@@ -19,7 +19,7 @@ const MaxURLLength = 2048
 // invalid_request naming webhook_url.
 var ErrInvalidURL = errors.New("invalid webhook_url")
 
-// URLError says which rule of spec §6.3 (or of this package's additions) a URL broke.
+// URLError says which URL rule (docs/api.md, "URL rules") a URL broke.
 type URLError struct {
 	Rule   string // short name: "length", "syntax", "https", "userinfo", "host", "ip", "local", "port"
 	Reason string // a sentence for the caller
@@ -39,7 +39,7 @@ func urlErr(rule, format string, args ...any) error {
 // cloud metadata services (metadata.google.internal) and distribution defaults live there.
 var localSuffixes = []string{"localhost", "local", "localdomain", "internal", "home.arpa"}
 
-// CheckURL applies the URL rules of spec §6.3 to a callback URL: https only; the host is a
+// CheckURL applies the URL rules (docs/api.md, "URL rules") to a callback URL: https only; the host is a
 // hostname, never an IP address in any spelling (dotted, bracketed IPv6, or the decimal, hex and
 // octal IPv4 forms that resolvers accept, like https://2130706433/); no userinfo; not localhost
 // and not under .local. It also rejects URLs over MaxURLLength, single-label hosts (which resolve

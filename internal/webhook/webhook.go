@@ -1,5 +1,5 @@
 // Package webhook delivers the results of asynchronous verifications to the callers' HTTPS URLs
-// (spec §6): the URL rules checked at request time, HMAC-SHA256 signatures, the outbox that the
+// (docs/api.md, "Asynchronous verification"): the URL rules checked at request time, HMAC-SHA256 signatures, the outbox that the
 // verifier worker writes to, an SSRF-safe HTTP client, the retry schedule driven by JetStream, the
 // delivery log in Postgres with its retention, and replay of failed deliveries.
 //
@@ -8,24 +8,15 @@
 // crashed or redelivered message can neither lose an attempt nor exceed the limit of three.
 //
 // When an asynchronous verification itself fails, the verifier worker builds the callback body
-// (the 2.1 shape with status "unknown", valid false, job_id and error "internal"); this package
+// (the verify result with status "unknown", valid false, job_id and error "internal"); this package
 // sends the stored bytes like any other body and never looks inside them.
 package webhook
 
-import (
-	"context"
+import "github.com/mailvet/mailvet/internal/database"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// DB is what this package needs from Postgres: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+// DB is the one database interface of Mailvet's stores (database.DB): a pool, a connection or a
+// transaction.
+type DB = database.DB
 
 // Delivery states as stored in deliveries.state.
 const (
@@ -39,5 +30,5 @@ const (
 	StateFailed = "failed"
 )
 
-// MaxAttempts is the number of attempts per delivery (spec §6.5 rule 1, §8).
+// MaxAttempts is the number of attempts per delivery (docs/api.md, "Retries").
 const MaxAttempts = 3

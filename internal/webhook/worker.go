@@ -23,6 +23,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 )
 
@@ -166,14 +167,7 @@ func (w *Worker) Ready(ctx context.Context) error { return w.cons.Check(ctx) }
 // RunSweeper publishes, every SweepInterval, deliveries that were committed but never
 // published, until ctx ends.
 func (w *Worker) RunSweeper(ctx context.Context) error {
-	t := time.NewTicker(w.o.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return loop.Every(ctx, w.o.SweepInterval, func(ctx context.Context) {
 		n, err := Sweep(ctx, w.db, w.js, w.o.SweepAge, 500)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("webhook outbox sweep", "err", err)
@@ -181,19 +175,12 @@ func (w *Worker) RunSweeper(ctx context.Context) error {
 		if n > 0 {
 			w.log.Info("webhook outbox sweep republished deliveries", "count", n)
 		}
-	}
+	})
 }
 
 // RunRetention removes expired delivery log rows every RetentionInterval until ctx ends.
 func (w *Worker) RunRetention(ctx context.Context) error {
-	t := time.NewTicker(w.o.RetentionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	return loop.Every(ctx, w.o.RetentionInterval, func(ctx context.Context) {
 		n, err := PurgeExpired(ctx, w.db, 1000, 100)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("webhook retention", "err", err)
@@ -201,7 +188,7 @@ func (w *Worker) RunRetention(ctx context.Context) error {
 		if n > 0 {
 			w.log.Info("webhook retention removed deliveries", "count", n)
 		}
-	}
+	})
 }
 
 // claimed is a delivery whose next attempt this worker owns.

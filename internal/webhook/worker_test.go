@@ -19,7 +19,7 @@ import (
 var sampleBody = []byte(`{"email":"a@example.com","valid":true,"status":"deliverable","confidence":0.95,` +
 	`"job_id":"0b8f5a3c-7f3e-4f53-9a53-0c1a4f0f2f11"}`)
 
-// A signed delivery arrives once, byte for byte, with the headers of spec §6.2.
+// A signed delivery arrives once, byte for byte, with the headers of docs/api.md, "The callback request".
 func TestDeliverySuccess(t *testing.T) {
 	t.Parallel()
 	for _, secret := range []string{"whsec_12345678", ""} {
@@ -63,7 +63,7 @@ func TestDeliverySuccess(t *testing.T) {
 	}
 }
 
-// The retry rules of spec §6.5, against a real HTTPS receiver.
+// The retry rules (docs/api.md, "Retries"), against a real HTTPS receiver.
 func TestDeliveryRetries(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("é", MaxStoredResponse) // 2 bytes each: the cut splits a character
@@ -121,7 +121,7 @@ func TestDeliveryRetries(t *testing.T) {
 	}
 }
 
-// Three 5xx answers use up the attempts, and the gaps between them are those of spec §6.5:
+// Three 5xx answers use up the attempts, and the gaps between them are those of the retry schedule:
 // 1.0–1.6 s and 2.0–2.6 s. The gaps are measured at the receiver, so they include the redelivery
 // and the request's own transit (the worker subtracts its own bookkeeping from the delay). That
 // overhead is about 5 ms on loopback; 100 ms of slack above the spec's bound absorbs a loaded

@@ -72,6 +72,12 @@ func TestProbe(t *testing.T) {
 	b.w.AddDomain("tls.test", mailsim.Domain{Users: []string{"ann"}})
 	b.w.AddDomain("nopipe.test", mailsim.Domain{Users: []string{"ann"}})
 	b.w.AddDomain("greylist.test", mailsim.Domain{All: &mailsim.ReplyGreylisted})
+	// The fallback cases have domains of their own: a domain's catch-all check is shared by the
+	// probes of that domain in flight, and one made through a tarpit or a slow server comes back
+	// inconclusive for every probe waiting on it, which is not what these cases are about.
+	for _, d := range []string{"refused.test", "tarpit.test", "tarpitonly.test", "slowonly.test"} {
+		b.w.AddDomain(d, mailsim.Domain{Users: []string{"ann"}})
+	}
 
 	for _, tc := range []struct {
 		name  string
@@ -93,10 +99,10 @@ func TestProbe(t *testing.T) {
 		{"STARTTLS required, unknown user", "bob@tls.test", hosts(tlsOnly), Undeliverable, "mx.tls.test"},
 		{"no PIPELINING", "ann@nopipe.test", hosts(nopipe), Deliverable, "mx.nopipe.test"},
 		{"no PIPELINING, unknown user", "bob@nopipe.test", hosts(nopipe), Undeliverable, "mx.nopipe.test"},
-		{"refused, falls back to the second MX", "ann@plain.test", hosts(refused, plain), Deliverable, "mx.plain.test"},
-		{"tarpit, falls back within the budget", "ann@plain.test", hosts(tarpit, plain), Deliverable, "mx.plain.test"},
-		{"tarpit only", "ann@plain.test", hosts(tarpit), Unknown, ""},
-		{"slow replies", "ann@plain.test", hosts(slow), Unknown, ""},
+		{"refused, falls back to the second MX", "ann@refused.test", hosts(refused, plain), Deliverable, "mx.plain.test"},
+		{"tarpit, falls back within the budget", "ann@tarpit.test", hosts(tarpit, plain), Deliverable, "mx.plain.test"},
+		{"tarpit only", "ann@tarpitonly.test", hosts(tarpit), Unknown, ""},
+		{"slow replies", "ann@slowonly.test", hosts(slow), Unknown, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

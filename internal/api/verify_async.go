@@ -1,0 +1,53 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// verifyAsync stores a job, queues it, and answers 202; a verifier worker completes it and the
+// webhook worker delivers the result (docs/api.md, "Asynchronous verification").
+func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, email string) error {
+	if err := webhook.CheckURL(hookURL); err != nil {
+		return InvalidRequest("%v.", err) // the message names webhook_url and the rule
+	}
+	sec := ""
+	if secret != nil {
+		sec = *secret
+		if n := utf8.RuneCountInString(sec); n < minSecretLen || len(sec) > maxSecretLen {
+			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
+		}
+	}
+	if !s.dispatch.Up() {
+		return unavailable(queue.ErrUnavailable) // at once, before anything is charged or stored
+	}
+	who := s.callerOf(c)
+	charge, err := s.admit(c, who, 1)
+	if err != nil {
+		return err
+	}
+	defer charge.Close()
+	ctx := c.Request().Context()
+	id, err := s.jobs.Create(ctx, job.New{AccountID: who.account, KeyID: who.key, Email: email, WebhookURL: hookURL, WebhookSecret: sec})
+	if err != nil {
+		s.log.Error("store job", "err", err)
+		return unavailable(errUnstored)
+	}
+	if err := s.dispatch.PublishJob(ctx, id); err != nil {
+		// Not queued: remove the job so that the client's retry is the only copy.
+		if derr := s.jobs.Discard(context.WithoutCancel(ctx), id); derr != nil {
+			s.log.Warn("discard unqueued job", "job_id", id, "err", derr)
+		}
+		return unavailable(err)
+	}
+	// The job's usage row is written when it completes; the quota unit admission took is owed.
+	charge.Settle()
+	return c.JSON(http.StatusAccepted, map[string]string{"job_id": id.String(), "status": string(job.Pending)})
+}

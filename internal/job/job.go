@@ -1,0 +1,149 @@
+// Package job owns the asynchronous verification job: its table, its states and the transitions
+// between them. The API creates and reads jobs, the verifier worker's job runner starts and
+// finishes them; both go through this package (docs/api.md, "Asynchronous verification").
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/database"
+)
+
+// State is where a job is in its life: Pending → Processing → Completed | Failed.
+type State string
+
+// The states of a job. A job is Pending from its creation until a runner takes it, Processing
+// while a runner verifies it (a runner that dies leaves it Processing, and the redelivered message
+// takes it again), and then Completed, or Failed when verification itself failed.
+const (
+	Pending    State = "pending"
+	Processing State = "processing"
+	Completed  State = "completed"
+	Failed     State = "failed"
+)
+
+// ErrNotFound: no job with that id (for that account).
+var ErrNotFound = errors.New("job not found")
+
+// Job is one asynchronous verification.
+type Job struct {
+	ID        uuid.UUID
+	AccountID uuid.UUID
+	KeyID     *uuid.UUID
+	Email     string
+	// WebhookURL receives the result; WebhookSecret ("" for none) signs it. The secret is never
+	// logged and never returned by the API.
+	WebhookURL    string
+	WebhookSecret string
+	State         State
+	// Result is the callback body once the job is Completed or Failed, else nil.
+	Result      json.RawMessage
+	CreatedAt   time.Time
+	CompletedAt *time.Time
+}
+
+// Store reads and writes jobs.
+type Store struct{ db database.DB }
+
+// NewStore returns a store on db.
+func NewStore(db database.DB) *Store { return &Store{db: db} }
+
+// New is what Create needs to store a job.
+type New struct {
+	AccountID     string
+	KeyID         string // "" when not known
+	Email         string
+	WebhookURL    string
+	WebhookSecret string // "" for none
+}
+
+// Create stores a Pending job and returns its id.
+func (s *Store) Create(ctx context.Context, n New) (uuid.UUID, error) {
+	id := uuid.New()
+	var key, secret *string
+	if n.KeyID != "" {
+		key = &n.KeyID
+	}
+	if n.WebhookSecret != "" {
+		secret = &n.WebhookSecret
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret, state)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, id, n.AccountID, key, n.Email, n.WebhookURL, secret, Pending)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("store job: %w", err)
+	}
+	return id, nil
+}
+
+// Discard removes a job that is still Pending: one that could not be queued, so that the client's
+// retry is the only copy.
+func (s *Store) Discard(ctx context.Context, id uuid.UUID) error {
+	_, err := s.db.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = $2`, id, Pending)
+	return err
+}
+
+// Get returns the job id of account, or ErrNotFound: jobs are visible only to their own account.
+func (s *Store) Get(ctx context.Context, id uuid.UUID, account string) (Job, error) {
+	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM jobs WHERE id = $1 AND account_id = $2`, id, account))
+}
+
+// Start moves a Pending (or, redelivered after a runner died, Processing) job to Processing and
+// returns it. ErrNotFound means there is nothing left to do: the job is finished, or was discarded.
+func (s *Store) Start(ctx context.Context, id uuid.UUID) (Job, error) {
+	return scan(s.db.QueryRow(ctx, `UPDATE jobs SET state = $2, updated_at = now()
+		WHERE id = $1 AND state IN ($3, $2) RETURNING `+columns, id, Processing, Pending))
+}
+
+// columns are the jobs columns scan reads, in its order.
+const columns = `id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at`
+
+// scan reads one job; no row is ErrNotFound.
+func scan(row pgx.Row) (Job, error) {
+	var j Job
+	var secret *string
+	err := row.Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State, &j.Result, &j.CreatedAt, &j.CompletedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	if secret != nil {
+		j.WebhookSecret = *secret
+	}
+	return j, nil
+}
+
+// Finish moves a Processing job to Completed or Failed with its callback body; errClass names the
+// failure ("" when completed). done is false when another runner finished it first: then the
+// caller must not record or deliver anything. db may be a transaction, so that the job, its usage
+// row and its delivery are stored together.
+func Finish(ctx context.Context, db database.DB, id uuid.UUID, state State, body []byte, errClass string) (done bool, err error) {
+	if state != Completed && state != Failed {
+		return false, fmt.Errorf("finish job %s: %q is not a final state", id, state)
+	}
+	tag, err := db.Exec(ctx, `UPDATE jobs SET state = $2, result = $3, error_class = nullif($4, ''),
+		updated_at = now(), completed_at = now() WHERE id = $1 AND state = $5`, id, state, body, errClass, Processing)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Stale lists up to limit jobs still Pending older than age: jobs whose queue message was lost
+// (an API that died between storing and queueing), for the sweep to queue again.
+func (s *Store) Stale(ctx context.Context, age time.Duration, limit int) ([]uuid.UUID, error) {
+	rows, err := s.db.Query(ctx, `SELECT id FROM jobs WHERE state = $1
+		AND created_at < now() - make_interval(secs => $2) ORDER BY created_at LIMIT $3`, Pending, age.Seconds(), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+}

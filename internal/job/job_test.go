@@ -1,0 +1,85 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/pgtest"
+)
+
+// A job goes pending → processing → completed once; a second finish, a redelivered start after
+// it, another account's read and a discard of a started job all do nothing.
+func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: config.TierFree})
+	pgtest.Must(t, err, "create account")
+	other, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: config.TierFree})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+
+	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x", WebhookSecret: "s3cret-s3cret"})
+	pgtest.Must(t, err, "create job")
+	j, err := jobs.Get(ctx, id, acct.ID)
+	pgtest.Must(t, err, "get job")
+	if j.State != job.Pending || j.Result != nil || j.CompletedAt != nil || j.WebhookSecret != "s3cret-s3cret" {
+		t.Fatalf("new job: %+v", j)
+	}
+	if _, err := jobs.Get(ctx, id, other.ID); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("another account read the job: %v", err)
+	}
+	if stale, err := jobs.Stale(ctx, -time.Minute, 10); err != nil || len(stale) != 1 || stale[0] != id {
+		t.Errorf("stale pending jobs: %v %v, want [%s]", stale, err, id)
+	}
+
+	started, err := jobs.Start(ctx, id)
+	pgtest.Must(t, err, "start job")
+	if started.State != job.Processing || started.Email != "ann@example.com" {
+		t.Fatalf("started job: %+v", started)
+	}
+	pgtest.Must(t, jobs.Discard(ctx, id), "discard")
+	if _, err := jobs.Get(ctx, id, acct.ID); err != nil {
+		t.Fatalf("a started job was discarded: %v", err)
+	}
+	// A runner that died mid-job: the redelivered message starts it again.
+	if _, err := jobs.Start(ctx, id); err != nil {
+		t.Fatalf("restart of a processing job: %v", err)
+	}
+	if _, err := job.Finish(ctx, pool, id, job.Pending, nil, ""); err == nil {
+		t.Error("finished into a non-final state")
+	}
+	done, err := job.Finish(ctx, pool, id, job.Completed, []byte(`{"status":"deliverable"}`), "")
+	if err != nil || !done {
+		t.Fatalf("finish: %v %v", done, err)
+	}
+	if done, err := job.Finish(ctx, pool, id, job.Failed, []byte(`{}`), "X"); err != nil || done {
+		t.Errorf("second finish: done %v, err %v; want false, nil", done, err)
+	}
+	if _, err := jobs.Start(ctx, id); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("start of a completed job: %v, want ErrNotFound", err)
+	}
+	j, err = jobs.Get(ctx, id, acct.ID)
+	pgtest.Must(t, err, "get job")
+	if j.State != job.Completed || string(j.Result) != `{"status": "deliverable"}` || j.CompletedAt == nil {
+		t.Errorf("completed job: state %s result %s completed %v", j.State, j.Result, j.CompletedAt)
+	}
+
+	// A job that could not be queued is discarded while still pending.
+	gone, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "bob@example.com", WebhookURL: "https://hooks.example.com/x"})
+	pgtest.Must(t, err, "create job")
+	pgtest.Must(t, jobs.Discard(ctx, gone), "discard")
+	if _, err := jobs.Get(ctx, gone, acct.ID); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("discarded job still there: %v", err)
+	}
+	if _, err := jobs.Start(ctx, uuid.New()); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("start of an unknown job: %v", err)
+	}
+}

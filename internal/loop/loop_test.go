@@ -1,0 +1,45 @@
+package loop_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/loop"
+)
+
+// Every runs its task repeatedly, never two at once, and returns only after the run in progress
+// when its context ends.
+func TestEveryRunsUntilStoppedWithoutOverlap(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs, running, overlaps atomic.Int32
+	var finishedLast atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- loop.Every(ctx, 5*time.Millisecond, func(ctx context.Context) {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			finishedLast.Store(false)
+			time.Sleep(20 * time.Millisecond) // longer than the interval
+			runs.Add(1)
+			finishedLast.Store(true)
+			running.Add(-1)
+		})
+	}()
+	for runs.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Every: %v", err)
+	}
+	if !finishedLast.Load() {
+		t.Error("Every returned while a run was still in progress")
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d runs overlapped", overlaps.Load())
+	}
+}
