@@ -5,7 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 # Tools the build and tests need, pinned and installed into a project-local, git-ignored folder.
 TOOLS := $(CURDIR)/.tools/bin
 STATICCHECK_VERSION := v0.8.2
-# Stripe's API mock, for the billing tests (internal/stripetest starts it).
+# Stripe's API mock, for the billing tests (internal/testkit/stripetest starts it).
 STRIPE_MOCK_VERSION := v0.203.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m

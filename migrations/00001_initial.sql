@@ -11,7 +11,7 @@ CREATE TABLE plans (
     updated_at         timestamptz NOT NULL DEFAULT now()
 );
 
--- Defaults of spec §8; processes overwrite them from MAILVET_PLAN_* at start-up.
+-- The published defaults; processes overwrote them from MAILVET_PLAN_* at start-up until 00005.
 INSERT INTO plans (tier, monthly_calls, rate_limit_per_min, max_keys, overage_eur) VALUES
     ('free', 500, 10, 2, 0),
     ('builder', 5000, 100, 5, 0.004),

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // demoWant is what verifying one demo address must show.

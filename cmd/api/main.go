@@ -88,11 +88,5 @@ func openAdminStore(ctx context.Context, cfg config.Config) (store *account.Stor
 	if err != nil {
 		return nil, nil, err
 	}
-	store = account.NewStore(pool)
-	// The plan limits decide key maximums: make the table agree with this process's configuration.
-	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return store, pool.Close, nil
+	return account.NewStore(pool), pool.Close, nil
 }

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/logtest"
-	"github.com/mailvet/mailvet/internal/natstest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 func freeAddr(t *testing.T) string {

@@ -15,9 +15,10 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -31,11 +32,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	defer in.Close()
 
 	store := account.NewStore(in.Pool)
-	// Plans are configuration (MAILVET_PLAN_*); SQL-side limit checks read the plans table, so it is
-	// brought in line before the first request.
-	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
-		return err
-	}
 	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
 	// layers stay idle here unless dev mode runs the verifier in-process.
 	engine, err := verify.New(engineConfig(cfg, demo))
@@ -67,7 +63,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in.
-		parts = append(parts, verifier.Services(verifier.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
+		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
 		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err
@@ -83,11 +79,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 // the demo world, the demo addresses) for a newcomer.
 func devBanner(ctx context.Context, store *account.Store, cfg config.Config, addr string, demo bool, w io.Writer) error {
 	base := "http://localhost" + addr[strings.LastIndex(addr, ":"):]
-	creds, err := admin.DevBootstrap(ctx, store)
+	creds, err := admin.DevBootstrap(ctx, store, cfg.Plans)
 	if err != nil {
 		return fmt.Errorf("dev bootstrap: %w", err)
 	}
-	creds.Plan = cfg.Plans[config.TierFree]
+	creds.Plan = cfg.Plans[plan.Free]
 	example := "ann@example.com"
 	if demo {
 		example = mailsim.DemoAddresses[0].Email

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/verifier"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 func main() { app.Main("verifier-worker", run) }
@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer engine.Close()
 	log.Info("verifier worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx, verifier.Services(verifier.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
+	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas})...)
 	log.Info("verifier worker stopped")
 	return err
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/natstest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // The worker starts against real Postgres and NATS, reports ready, and stops cleanly on signal.

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Domain errors; internal/api maps each to its HTTP status and error code in one table.
@@ -40,7 +40,7 @@ func datastore(op string, err error) error {
 // Account is one row of accounts.
 type Account struct {
 	ID                   string
-	Tier                 config.Tier
+	Tier                 plan.Tier
 	Email                *string
 	StripeCustomerID     *string
 	StripeSubscriptionID *string
@@ -69,7 +69,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // NewAccount are the fields of a new account.
 type NewAccount struct {
-	Tier             config.Tier
+	Tier             plan.Tier
 	Email            string // empty: none
 	StripeCustomerID string // empty: none
 }
@@ -83,7 +83,7 @@ func nullable(s string) *string {
 
 // Create inserts an account.
 func (s *Store) Create(ctx context.Context, na NewAccount) (Account, error) {
-	if _, err := config.ParseTier(string(na.Tier)); err != nil {
+	if _, err := plan.ParseTier(string(na.Tier)); err != nil {
 		return Account{}, err
 	}
 	id := uuid.NewString()
@@ -108,7 +108,7 @@ func scanAccount(row pgx.Row) (Account, error) {
 	err := row.Scan(&a.ID, &tier, &a.Email, &a.StripeCustomerID, &a.StripeSubscriptionID, &a.SubscriptionStatus,
 		&a.CurrentPeriodEnd, &a.CancelAtPeriodEnd, &a.CanceledAt, &a.CancelAt, &a.TrialStart, &a.TrialEnd,
 		&a.BillingCycleAnchor, &a.HardCapEUR, &a.CreatedAt)
-	a.Tier = config.Tier(tier)
+	a.Tier = plan.Tier(tier)
 	return a, err
 }
 
@@ -142,8 +142,8 @@ func (s *Store) ByEmail(ctx context.Context, email string) (Account, error) {
 }
 
 // SetTier changes an account's tier by hand (the dashboard's and the admin command's override).
-func (s *Store) SetTier(ctx context.Context, id string, tier config.Tier) error {
-	if _, err := config.ParseTier(string(tier)); err != nil {
+func (s *Store) SetTier(ctx context.Context, id string, tier plan.Tier) error {
+	if _, err := plan.ParseTier(string(tier)); err != nil {
 		return err
 	}
 	return s.update(ctx, id, `tier = $2`, tier)
@@ -169,40 +169,6 @@ func (s *Store) update(ctx context.Context, id, set string, arg any) error {
 		return ErrNotFound
 	}
 	return nil
-}
-
-// SyncPlans writes the configured plan limits into the plans table, so that SQL (admission,
-// key limits) and configuration agree. Every process calls it at start-up.
-func (s *Store) SyncPlans(ctx context.Context, plans map[config.Tier]config.PlanLimits, overage map[config.Tier]float64) error {
-	for _, t := range config.Tiers {
-		p, ok := plans[t]
-		if !ok {
-			continue
-		}
-		_, err := s.pool.Exec(ctx, `
-			INSERT INTO plans (tier, monthly_calls, rate_limit_per_min, max_keys, overage_eur)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (tier) DO UPDATE SET monthly_calls = $2, rate_limit_per_min = $3, max_keys = $4,
-				overage_eur = $5, updated_at = now()
-			WHERE (plans.monthly_calls, plans.rate_limit_per_min, plans.max_keys, plans.overage_eur)
-				IS DISTINCT FROM ($2, $3, $4, $5::numeric)`,
-			t, p.MonthlyCalls, p.RateLimitPerMin, p.MaxKeys, overage[t])
-		if err != nil {
-			return datastore("sync plans", err)
-		}
-	}
-	return nil
-}
-
-// Limits returns the limits of tier as the plans table holds them.
-func (s *Store) Limits(ctx context.Context, tier config.Tier) (config.PlanLimits, error) {
-	var p config.PlanLimits
-	err := s.pool.QueryRow(ctx, `SELECT monthly_calls, rate_limit_per_min, max_keys FROM plans WHERE tier = $1`, tier).
-		Scan(&p.MonthlyCalls, &p.RateLimitPerMin, &p.MaxKeys)
-	if err != nil {
-		return p, datastore("read plan", err)
-	}
-	return p, nil
 }
 
 func isUnique(err error, constraint string) bool {

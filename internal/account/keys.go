@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // MaxLabelLen caps a key label, counted in characters.
@@ -81,24 +82,26 @@ func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, 
 }
 
 // CreateStandardKey creates a standard key unless the account's active standard keys are at its
-// plan maximum (a *KeyLimitError). The account row is locked for the check and the insert, so
-// two concurrent creates at max−1 cannot both succeed.
-func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string) (CreatedKey, error) {
+// plan maximum, maxKeys of its tier (a *KeyLimitError). The account row is locked for the check
+// and the insert, so two concurrent creates at max−1 cannot both succeed.
+func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
 	if err := CheckLabel(label); err != nil {
 		return CreatedKey{}, err
 	}
 	var out CreatedKey
 	err := s.inTx(ctx, "create key", func(tx pgx.Tx) error {
-		var max, active int
-		err := tx.QueryRow(ctx, `
-			SELECT p.max_keys FROM accounts a JOIN plans p ON p.tier = a.tier
-			WHERE a.id = $1 FOR UPDATE OF a`, accountID).Scan(&max)
+		var (
+			tier        plan.Tier
+			max, active int
+		)
+		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 FOR UPDATE`, accountID).Scan(&tier)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return datastore("lock account", err)
 		}
+		max = maxKeys(tier)
 		if err := tx.QueryRow(ctx, `
 			SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL`,
 			accountID).Scan(&active); err != nil {

@@ -1,4 +1,4 @@
-// Package admin implements the operator commands of `api admin …` (DESIGN §3.1), the dashboard's
+// Package admin implements the operator commands of `api admin …` (docs/operations.md, "bin/api admin"), the dashboard's
 // bootstrap: create accounts, issue and revoke provisioning keys, set tiers and spend caps. Each
 // command prints exactly one JSON object on stdout, the result or an error object, so that
 // scripts can parse stdout in both cases. Help (`api admin help`, `-h`) is text for people.
@@ -87,7 +87,7 @@ func writeJSON(w io.Writer, v any) {
 }
 
 // classify turns an error into the error code of the JSON object; codes are those of the API's
-// envelope (spec §7, DESIGN §3.3).
+// envelope (docs/errors.md).
 func classify(err error) (code, msg string) {
 	var ue *usageError
 	switch {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
-	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // runJSON runs one command and decodes the one JSON object it must print.
@@ -159,13 +159,13 @@ func TestDevBootstrapIsIdempotent(t *testing.T) {
 	pool := pgtest.New(t)
 	store := account.NewStore(pool)
 	ctx := context.Background()
-	first, err := DevBootstrap(ctx, store)
+	first, err := DevBootstrap(ctx, store, plan.Defaults())
 	if err != nil || !first.Created || first.ReissuedProvisioning {
 		t.Fatalf("first run: %+v %v", first, err)
 	}
 	var seen []DevCredentials
 	for range 3 { // more runs than the free plan's 2 standard keys
-		c, err := DevBootstrap(ctx, store)
+		c, err := DevBootstrap(ctx, store, plan.Defaults())
 		if err != nil || c.Created || !c.ReissuedProvisioning || c.AccountID != first.AccountID {
 			t.Fatalf("later run: %+v %v", c, err)
 		}
@@ -181,7 +181,7 @@ func TestDevBootstrapIsIdempotent(t *testing.T) {
 		t.Error("the previous provisioning key must be revoked")
 	}
 	var out bytes.Buffer
-	last.Plan = config.DefaultPlans()[config.TierFree]
+	last.Plan = plan.Defaults()[plan.Free]
 	last.Write(&out, "http://localhost:8080", "ann@acme.example")
 	for _, want := range []string{last.ProvisioningKey, last.StandardKey, "curl -s http://localhost:8080/v1/email/verify",
 		"/v1/management/account", "revoked and a fresh one issued", `{"email":"ann@acme.example"}`,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // options holds the flags of every command; each command registers the ones it takes. check
@@ -20,7 +20,7 @@ type options struct {
 	tier, email, customer, account, eur string
 	none                                bool
 
-	parsedTier config.Tier
+	parsedTier plan.Tier
 	spendCap   *float64 // nil: no cap
 }
 
@@ -245,7 +245,7 @@ func needAccount(o *options) error {
 }
 
 func checkTier(o *options) error {
-	t, err := config.ParseTier(o.tier)
+	t, err := plan.ParseTier(o.tier)
 	if err != nil {
 		return fmt.Errorf("--tier: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // DemoEmail identifies the demo account of `make run`, so that later runs find it again.
@@ -28,17 +28,17 @@ type DevCredentials struct {
 	StandardKey          string
 	// Plan is the free tier's limits as this process configures them, for the banner; the caller
 	// sets it (zero leaves the line out).
-	Plan config.PlanLimits
+	Plan plan.Limits
 }
 
 // DevBootstrap finds or creates the demo account (DemoEmail, free tier) and issues a fresh
 // provisioning key and a fresh standard key for it. It is for dev mode only: it revokes the demo
 // account's previous provisioning key and previous demo standard key.
-func DevBootstrap(ctx context.Context, store *account.Store) (DevCredentials, error) {
+func DevBootstrap(ctx context.Context, store *account.Store, plans plan.Catalog) (DevCredentials, error) {
 	var c DevCredentials
 	a, err := store.ByEmail(ctx, DemoEmail)
 	if errors.Is(err, account.ErrNotFound) {
-		a, err = store.Create(ctx, account.NewAccount{Tier: config.TierFree, Email: DemoEmail})
+		a, err = store.Create(ctx, account.NewAccount{Tier: plan.Free, Email: DemoEmail})
 		c.Created = true
 	}
 	if err != nil {
@@ -67,7 +67,7 @@ func DevBootstrap(ctx context.Context, store *account.Store) (DevCredentials, er
 			}
 		}
 	}
-	sk, err := store.CreateStandardKey(ctx, a.ID, demoKeyLabel)
+	sk, err := store.CreateStandardKey(ctx, a.ID, demoKeyLabel, plans.MaxKeys)
 	if err != nil {
 		return c, fmt.Errorf("demo standard key: %w", err)
 	}

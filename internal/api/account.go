@@ -6,24 +6,24 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
 // accountJSON is the account of docs/api.md, "GET /v1/management/account".
 type accountJSON struct {
-	AccountID          string            `json:"account_id"`
-	Tier               config.Tier       `json:"tier"`
-	SubscriptionStatus string            `json:"subscription_status"`
-	CurrentPeriodEnd   *string           `json:"current_period_end"`
-	CancelAtPeriodEnd  bool              `json:"cancel_at_period_end"`
-	CanceledAt         *string           `json:"canceled_at"`
-	CancelAt           *string           `json:"cancel_at"`
-	TrialStart         *string           `json:"trial_start"`
-	TrialEnd           *string           `json:"trial_end"`
-	BillingCycleAnchor *string           `json:"billing_cycle_anchor"`
-	Limits             config.PlanLimits `json:"limits"`
-	UsageThisMonth     int               `json:"usage_this_month"`
+	AccountID          string      `json:"account_id"`
+	Tier               plan.Tier   `json:"tier"`
+	SubscriptionStatus string      `json:"subscription_status"`
+	CurrentPeriodEnd   *string     `json:"current_period_end"`
+	CancelAtPeriodEnd  bool        `json:"cancel_at_period_end"`
+	CanceledAt         *string     `json:"canceled_at"`
+	CancelAt           *string     `json:"cancel_at"`
+	TrialStart         *string     `json:"trial_start"`
+	TrialEnd           *string     `json:"trial_end"`
+	BillingCycleAnchor *string     `json:"billing_cycle_anchor"`
+	Limits             plan.Limits `json:"limits"`
+	UsageThisMonth     int         `json:"usage_this_month"`
 }
 
 // NoSubscription is subscription_status for an account that never had a Stripe subscription; the
@@ -49,10 +49,7 @@ func (s *Server) getAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limits, err := s.accounts.Limits(ctx, a.Tier)
-	if err != nil {
-		return err
-	}
+	limits := s.cfg.Plans.Of(a.Tier)
 	used, err := usage.QuotaUsed(ctx, s.pool, a.ID, s.now())
 	if err != nil {
 		return datastoreError(err)

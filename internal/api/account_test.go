@@ -1,12 +1,13 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 func TestGetAccount(t *testing.T) {
@@ -17,7 +18,7 @@ func TestGetAccount(t *testing.T) {
 		"MAILVET_PLAN_BUILDER_RATE_LIMIT_PER_MIN": "120",
 	}, func(d *Deps) { d.Now = func() time.Time { return now } })
 
-	free, freeKey := b.account(config.TierFree, "")
+	free, freeKey := b.account(plan.Free, "")
 	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES
 		($1, '2026-11-01', 37, 30), ($1, '2026-10-01', 500, 480)`, free.ID)
 	r := b.call(http.MethodGet, "/v1/management/account", freeKey, nil).want(t, 200, "")
@@ -37,7 +38,7 @@ func TestGetAccount(t *testing.T) {
 	}
 
 	// A paid account with every lifecycle field set, as the Stripe webhook leaves it.
-	paid, paidKey := b.account(config.TierBuilder, "cus_paid")
+	paid, paidKey := b.account(plan.Builder, "cus_paid")
 	pgtest.Exec(t, b.pool, `UPDATE accounts SET subscription_status = 'trialing', current_period_end = '2026-12-01T00:00:00Z',
 		cancel_at_period_end = true, canceled_at = '2026-11-20T10:00:00.123Z', cancel_at = '2026-12-01T00:00:00Z',
 		trial_start = '2026-11-01T00:00:00Z', trial_end = '2026-11-15T00:00:00Z', billing_cycle_anchor = '2026-11-01T00:00:00Z'
@@ -58,21 +59,30 @@ func TestGetAccount(t *testing.T) {
 	}
 }
 
-// The plans table follows the configuration, so SQL-side checks agree with /account.limits.
-func TestPlansTableFollowsConfig(t *testing.T) {
+// The configuration is the one source of the plans: a limit set by MAILVET_PLAN_* is what the
+// account shows, what the key list reports as max, and what key creation enforces.
+func TestPlansFollowTheConfiguration(t *testing.T) {
 	t.Parallel()
-	b := setup(t, map[string]string{"MAILVET_PLAN_SCALE_MAX_KEYS": "25"})
-	var max int
-	mustOK(t, b.pool.QueryRow(t.Context(), `SELECT max_keys FROM plans WHERE tier = 'scale'`).Scan(&max))
-	if max != 25 {
-		t.Fatalf("plans.max_keys for scale = %d, want 25", max)
+	b := setup(t, map[string]string{"MAILVET_PLAN_FREE_MAX_KEYS": "3"})
+	a, mgmt := b.account(plan.Free, "")
+	l := b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "").body["limits"].(map[string]any)
+	if l["max_keys"] != float64(3) {
+		t.Fatalf("account limits %v, want max_keys 3", l)
 	}
+	for i := range 3 {
+		b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": fmt.Sprint("k", i)}).want(t, 201, "")
+	}
+	b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "one too many"}).want(t, 429, CodeKeyLimitReached)
+	if got := b.call(http.MethodGet, "/v1/management/keys", mgmt, nil).want(t, 200, "").body["max"]; got != float64(3) {
+		t.Errorf("key list max %v, want 3", got)
+	}
+	_ = a
 }
 
 func TestDatastoreFailureIsDatastoreError(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, key := b.account(config.TierFree, "")
+	_, key := b.account(plan.Free, "")
 	// Authentication still works, but the account's usage cannot be read.
 	pgtest.Exec(t, b.pool, `ALTER TABLE usage_monthly RENAME TO usage_monthly_gone`)
 	b.call(http.MethodGet, "/v1/management/account", key, nil).want(t, 500, CodeDatastore)

@@ -14,8 +14,9 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
-	"github.com/mailvet/mailvet/internal/logtest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // The authentication matrix (docs/api.md) for both route families. /v1/email has no routes on this branch yet, so a
@@ -31,7 +32,7 @@ func TestAuthenticationMatrix(t *testing.T) {
 		mu.Unlock()
 		return c.NoContent(http.StatusNoContent)
 	})
-	acct, mgmt := b.account(config.TierBuilder, "")
+	acct, mgmt := b.account(plan.Builder, "")
 	std := b.standardKey(acct.ID)
 	revoked := b.standardKey(acct.ID)
 	pgtest.Must(t, b.store.RevokeStandardKey(context.Background(), acct.ID, revoked.ID), "revoke")
@@ -81,7 +82,7 @@ func TestAuthenticationMatrix(t *testing.T) {
 			}
 		})
 	}
-	if seen.AccountID != acct.ID || seen.KeyID != std.ID || seen.Kind != auth.KindStandard || seen.Tier != config.TierBuilder {
+	if seen.AccountID != acct.ID || seen.KeyID != std.ID || seen.Kind != auth.KindStandard || seen.Tier != plan.Builder {
 		t.Errorf("principal = %+v", seen)
 	}
 }
@@ -100,7 +101,7 @@ func typo(key string) string {
 func TestWrongKeyTypeActionSaysWhatToDo(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	std := b.standardKey(acct.ID)
 	r := b.call(http.MethodGet, "/v1/management/keys", std.Raw, nil).want(t, 403, CodeWrongKeyType)
 	if a := r.body["action"].(string); !strings.Contains(a, "provisioning key") || !strings.Contains(a, "dashboard") {
@@ -132,7 +133,7 @@ func TestRevocationIsImmediateOnEveryReplica(t *testing.T) {
 	}
 	b := &testBundle{t: t, cfg: cfg, pool: pgtest.Pool(t, url)}
 	b.store = accountStore(b.pool)
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	std := b.standardKey(acct.ID)
 
 	get := func(srv *httptest.Server, path, key string) int {
@@ -169,7 +170,7 @@ func TestKeysAreNeverLogged(t *testing.T) {
 	t.Parallel()
 	var logs logtest.Buffer
 	b := setup(t, nil, func(d *Deps) { d.Log = app.NewLogger(&logs, "test") })
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	std := b.standardKey(acct.ID)
 	b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "")
 	b.call(http.MethodGet, "/v1/management/account", std.Raw, nil).want(t, 403, CodeWrongKeyType)

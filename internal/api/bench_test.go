@@ -37,12 +37,13 @@ import (
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/mailsim"
-	"github.com/mailvet/mailvet/internal/natstest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/tlstest"
-	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tlstest"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -112,9 +113,6 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 		tb.Cleanup(pool.Close)
 	}
 	store := account.NewStore(pool)
-	if err := store.SyncPlans(ctx, cfg.Plans, cfg.OverageEUR); err != nil {
-		tb.Fatal(err)
-	}
 	ns := natstest.Server(tb)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -149,18 +147,18 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 }
 
 // startWorker runs a verifier worker with pipe, like a separate process.
-func (bb *benchBundle) startWorker(tb testing.TB, pipe verifier.Pipeline) {
+func (bb *benchBundle) startWorker(tb testing.TB, pipe verifyworker.Pipeline) {
 	tb.Helper()
 	startVerifier(tb, bb.pool, bb.natsURL, pipe, bb.srv)
 }
 
 // customer makes an account of tier and returns a standard key of it.
-func (bb *benchBundle) customer(tb testing.TB, tier config.Tier) string {
+func (bb *benchBundle) customer(tb testing.TB, tier plan.Tier) string {
 	tb.Helper()
 	ctx := context.Background()
 	a, err := bb.store.Create(ctx, account.NewAccount{Tier: tier})
 	pgtest.Must(tb, err, "create account")
-	k, err := bb.store.CreateStandardKey(ctx, a.ID, "bench")
+	k, err := bb.store.CreateStandardKey(ctx, a.ID, "bench", plan.Defaults().MaxKeys)
 	pgtest.Must(tb, err, "create standard key")
 	return k.Raw
 }
@@ -270,7 +268,7 @@ func benchSyncVerifyInvalid(b *testing.B, accounts int) {
 	bb := setupBench(b, benchOpts{})
 	keys := make([]string, accounts)
 	for i := range keys {
-		keys[i] = bb.customer(b, config.TierScale)
+		keys[i] = bb.customer(b, plan.Scale)
 	}
 	body := []byte(`{"email":"not-an-address"}`)
 	want := []byte(`"failed_check":"syntax"`)
@@ -319,7 +317,7 @@ func BenchmarkCachedDeliverable(b *testing.B) {
 func benchCachedDeliverable(b *testing.B, rtt time.Duration) {
 	sql := &sqlTimes{}
 	bb := setupBench(b, benchOpts{rtt: rtt, sql: sql})
-	key := bb.customer(b, config.TierScale)
+	key := bb.customer(b, plan.Scale)
 	ctx := context.Background()
 	const email = "bob@acme.test"
 	body := []byte(`{"email":"` + email + `"}`)
@@ -529,7 +527,7 @@ func BenchmarkStream1000(b *testing.B) {
 	pipe := &swapPipeline{v: newEngine()}
 	b.Cleanup(func() { pipe.get().Close() })
 	bb.startWorker(b, pipe)
-	key := bb.customer(b, config.TierScale)
+	key := bb.customer(b, plan.Scale)
 	ctx := context.Background()
 
 	type stats struct {
@@ -704,7 +702,7 @@ func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 	}
 	b.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
 
-	key := bb.customer(b, config.TierScale)
+	key := bb.customer(b, plan.Scale)
 	body := mustJSON(b, map[string]string{"email": "bob@acme.test", "webhook_url": hookURL, "webhook_secret": hookSecret})
 	if r := bb.engine.Verify(context.Background(), "ann@acme.test"); r.Status != verify.StatusDeliverable {
 		b.Fatalf("warm-up: %+v", r)

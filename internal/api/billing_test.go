@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/stripetest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 )
 
 const returnURL = "https://app.example.com/settings/billing"
@@ -16,13 +16,13 @@ const returnURL = "https://app.example.com/settings/billing"
 func TestBillingPortalWithStripeMock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": stripetest.URL(t)})
-	_, key := b.account(config.TierBuilder, "cus_mock1")
+	_, key := b.account(plan.Builder, "cus_mock1")
 	r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).want(t, 200, "")
 	if u, _ := r.body["url"].(string); !strings.HasPrefix(u, "https://") {
 		t.Fatalf("portal url %q", r.body["url"])
 	}
 
-	_, noCustomer := b.account(config.TierFree, "")
+	_, noCustomer := b.account(plan.Free, "")
 	b.call(http.MethodPost, "/v1/management/billing/portal", noCustomer, map[string]string{"return_url": returnURL}).
 		want(t, 402, CodeNoBillingCustomer)
 }
@@ -31,7 +31,7 @@ func TestBillingPortalBadInput(t *testing.T) {
 	t.Parallel()
 	// Validation comes before any Stripe call, so no Stripe is needed here.
 	b := setup(t, map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": "http://127.0.0.1:1"})
-	_, key := b.account(config.TierBuilder, "cus_bad_input")
+	_, key := b.account(plan.Builder, "cus_bad_input")
 	for name, body := range map[string]any{
 		"missing":        `{}`,
 		"null":           `{"return_url": null}`,
@@ -107,7 +107,7 @@ func TestBillingPortalProviderFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, tt.env)
-			_, key := b.account(config.TierScale, "cus_failing")
+			_, key := b.account(plan.Scale, "cus_failing")
 			r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).
 				want(t, tt.status, tt.code)
 			if strings.Contains(string(r.raw), "No such customer") || strings.Contains(string(r.raw), "127.0.0.1") {
@@ -122,7 +122,7 @@ func TestBillingPortalProviderFailures(t *testing.T) {
 func TestBillingPortalNotConfigured(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]string{})
-	_, key := b.account(config.TierScale, "cus_unconfigured")
+	_, key := b.account(plan.Scale, "cus_unconfigured")
 	r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).
 		want(t, 500, CodeBillingPortalUnavailable)
 	msg, _ := r.body["message"].(string)

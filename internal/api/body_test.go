@@ -15,7 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // A body trickled slower than the read deadline is cut at the deadline with 408 request_timeout,
@@ -25,7 +25,7 @@ func TestBodyReadDeadline(t *testing.T) {
 	t.Parallel()
 	const deadline = 500 * time.Millisecond
 	b := setup(t, nil, func(d *Deps) { d.BodyReadTimeout = deadline })
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	// A route of this test only: the server reads an idle connection in the background to notice
 	// a client that leaves, and a deadline on that read would cancel the request.
 	b.srv.echo.GET("/test/slow", func(c echo.Context) error {
@@ -81,7 +81,7 @@ func TestBodyReadDeadlineSparesLongHandlers(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
 	b.srv.bodyTimeout = 300 * time.Millisecond
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	ts := httptest.NewServer(b.srv.Handler())
 	defer ts.Close()
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/email/verify/batch", strings.NewReader(`{"emails": ["sue@slow.test"]}`))
@@ -155,7 +155,7 @@ func do1(t *testing.T, req *http.Request) int {
 func TestBodyGuardWithoutContentLength(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, mgmt := b.account(config.TierFree, "")
+	_, mgmt := b.account(plan.Free, "")
 	big := io.MultiReader(strings.NewReader(`{"label": "`), strings.NewReader(strings.Repeat("a", MaxBodyBytes)), strings.NewReader(`"}`))
 	req := httptest.NewRequest(http.MethodPost, "/v1/management/keys", big)
 	req.Header.Set("Content-Type", "application/json")

@@ -16,7 +16,8 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // testBundle is a server on a fresh, migrated database.
@@ -38,9 +39,6 @@ func setup(t testing.TB, env map[string]string, adjust ...func(*Deps)) *testBund
 	}
 	pool := pgtest.New(t)
 	store := account.NewStore(pool)
-	if err := store.SyncPlans(context.Background(), cfg.Plans, cfg.OverageEUR); err != nil {
-		t.Fatal(err)
-	}
 	d := Deps{Config: cfg, Log: app.NewLogger(io.Discard, "test"), Pool: pool, Ready: health.NewChecker(0)}
 	for _, f := range adjust {
 		f(&d)
@@ -51,7 +49,7 @@ func setup(t testing.TB, env map[string]string, adjust ...func(*Deps)) *testBund
 }
 
 // account creates an account with an active provisioning key and returns both.
-func (b *testBundle) account(tier config.Tier, customer string) (account.Account, string) {
+func (b *testBundle) account(tier plan.Tier, customer string) (account.Account, string) {
 	b.t.Helper()
 	ctx := context.Background()
 	a, err := b.store.Create(ctx, account.NewAccount{Tier: tier, StripeCustomerID: customer})
@@ -64,7 +62,7 @@ func (b *testBundle) account(tier config.Tier, customer string) (account.Account
 // standardKey creates a standard key for an account directly in the store.
 func (b *testBundle) standardKey(accountID string) account.CreatedKey {
 	b.t.Helper()
-	k, err := b.store.CreateStandardKey(context.Background(), accountID, "fixture")
+	k, err := b.store.CreateStandardKey(context.Background(), accountID, "fixture", b.cfg.Plans.MaxKeys)
 	pgtest.Must(b.t, err, "create standard key")
 	return k
 }

@@ -20,11 +20,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 // Fault tests of docs/reliability.md: the API's NATS connection goes through a TCP proxy that the
@@ -127,7 +127,7 @@ func assertUsage(t *testing.T, b *verifyBundle, acct string, delivered int) {
 func TestStreamSurvivesNATSBlip(t *testing.T) {
 	t.Parallel()
 	b := setupFault(t)
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	emails := faultList(50)
 	start := time.Now()
 	lines, raw := streamLines(t, b, key, emails, func() { blip(b, 1500*time.Millisecond) })
@@ -159,7 +159,7 @@ func TestStreamSurvivesNATSBlip(t *testing.T) {
 func TestBatchSurvivesNATSBlip(t *testing.T) {
 	t.Parallel()
 	b := setupFault(t)
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	emails := faultList(40)
 	go func() {
 		time.Sleep(300 * time.Millisecond) // the fast answers are in, the slow ones on their way
@@ -188,7 +188,7 @@ func TestStreamEndsWithErrorLineWhenNATSStaysDown(t *testing.T) {
 	t.Parallel()
 	b := setupFault(t)
 	b.srv.dispatch.ListGrace = time.Second
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	emails := faultList(50)
 	lines, raw := streamLines(t, b, key, emails, func() { b.natsProxy.Cut() })
 	if len(lines) < 2 {
@@ -239,7 +239,7 @@ func indexOf(list []string, s string) int {
 func TestFleetRoutesFailFastWhileNATSIsDown(t *testing.T) {
 	t.Parallel()
 	b := setupFault(t)
-	acct, key := b.customer(config.TierBuilder)
+	acct, key := b.customer(plan.Builder)
 	b.natsProxy.Cut()
 	waitFor(t, "the API to see NATS down", func() bool { return !b.srv.dispatch.Up() })
 
@@ -288,7 +288,7 @@ func TestRecoversAfterNATSRestartsWithEmptyStore(t *testing.T) {
 	// A second API server on the restartable NATS, sharing the bundle's database.
 	srv := newServerOn(t, b, nc)
 	ready := startVerifierOn(t, b, restartable.url)
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	batch := map[string]any{"emails": []string{"ann@acme.test", "nobody@acme.test"}}
 	callHandler(t, srv.Handler(), http.MethodPost, "/v1/email/verify/batch", key, batch).want(t, 200, "")
 
@@ -403,7 +403,7 @@ func startVerifierOn(t *testing.T, b *verifyBundle, url string) *health.Checker 
 	ready := health.NewChecker(time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range verifier.Services(verifier.Deps{Pool: b.pool, NATS: nc, JS: js, Pipe: b.engine,
+	for _, run := range verifyworker.Services(verifyworker.Deps{Pool: b.pool, NATS: nc, JS: js, Pipe: b.engine,
 		Log: app.NewLogger(io.Discard, "worker"), Ready: ready, StreamReplicas: 1}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
@@ -422,7 +422,7 @@ func TestStreamEndsWithErrorLineOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.mail.AddDomain("glacial.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.glacial.test"}}, Users: []string{"sue"}, RcptDelay: 5 * time.Second})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	emails := []string{"ann@acme.test", "sue@glacial.test", "bob@acme.test"}
 	var shutdownAt time.Time
 	lines, raw := streamLines(t, b, key, emails, func() {

@@ -30,8 +30,8 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
-	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // Fixed ids of the fixture's rows, so that seeds can name them in every fuzzing process.
@@ -67,7 +67,7 @@ func newFuzzWorld(f *testing.F) *fuzzWorld {
 	}
 	b := setupVerify(f, verifyOpts{env: env})
 	b.srv.portal = stubPortal{}
-	a, mgmt := b.account(config.TierScale, fuzzCustomer)
+	a, mgmt := b.account(plan.Scale, fuzzCustomer)
 	// A completed job and a failed delivery, so that GET /jobs/{id} and the retry can succeed.
 	pgtest.Exec(f, b.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'ann@acme.test', 'https://hooks.example.com/x', 'completed')`, fuzzJobID, a.ID)
 	pgtest.Exec(f, b.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts) VALUES ($1, $2, $3, 'https://hooks.example.com/x', '{}', 'failed', 3)`,

@@ -41,10 +41,7 @@ func (s *Server) listKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limits, err := s.accounts.Limits(ctx, a.Tier)
-	if err != nil {
-		return err
-	}
+	limits := s.cfg.Plans.Of(a.Tier)
 	out := make([]keyJSON, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, toKeyJSON(k))
@@ -67,7 +64,7 @@ func (s *Server) createKey(c echo.Context) error {
 	if err := account.CheckLabel(*req.Label); err != nil {
 		return InvalidRequest("Field %s.", err.Error())
 	}
-	k, err := s.accounts.CreateStandardKey(c.Request().Context(), principalOf(c).AccountID, *req.Label)
+	k, err := s.accounts.CreateStandardKey(c.Request().Context(), principalOf(c).AccountID, *req.Label, s.cfg.Plans.MaxKeys)
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/auth"
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, mgmt := b.account(config.TierFree, "")
+	_, mgmt := b.account(plan.Free, "")
 
 	list := b.call(http.MethodGet, "/v1/management/keys", mgmt, nil).want(t, 200, "")
 	if list.body["count"] != float64(0) || list.body["max"] != float64(2) || len(list.body["keys"].([]any)) != 0 {
@@ -69,8 +69,8 @@ func TestKeyLifecycle(t *testing.T) {
 func TestDeleteKeyNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	mine, mgmt := b.account(config.TierFree, "")
-	other, _ := b.account(config.TierFree, "")
+	mine, mgmt := b.account(plan.Free, "")
+	other, _ := b.account(plan.Free, "")
 	othersKey := b.standardKey(other.ID)
 	var provisioningID string
 	mustOK(t, b.pool.QueryRow(context.Background(),
@@ -94,7 +94,7 @@ func TestDeleteKeyNotFound(t *testing.T) {
 func TestKeyLimitReached(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]string{"MAILVET_PLAN_FREE_MAX_KEYS": "3"})
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	for range 3 {
 		b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "k"}).want(t, 201, "")
 	}
@@ -117,7 +117,7 @@ func TestKeyLimitIsRaceSafe(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil) // free: 2 keys
 	for round := range 5 {
-		acct, mgmt := b.account(config.TierFree, "")
+		acct, mgmt := b.account(plan.Free, "")
 		b.standardKey(acct.ID)
 		var wg sync.WaitGroup
 		statuses := make([]int, 2)
@@ -139,7 +139,7 @@ func TestKeyLimitIsRaceSafe(t *testing.T) {
 func TestCreateKeyBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	acct, mgmt := b.account(config.TierFree, "")
+	acct, mgmt := b.account(plan.Free, "")
 	tests := []struct {
 		name    string
 		body    any
@@ -180,7 +180,7 @@ func TestCreateKeyBadInput(t *testing.T) {
 func TestEchoErrorsUnderManagementUseTheEnvelope(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, mgmt := b.account(config.TierFree, "")
+	_, mgmt := b.account(plan.Free, "")
 	r := b.call(http.MethodPut, "/v1/management/keys", mgmt, map[string]string{"label": "x"}).want(t, 405, CodeMethodNotAllowed)
 	if allow := r.header.Get("Allow"); allow != "GET, POST" {
 		t.Errorf("Allow = %q, want GET, POST", allow)

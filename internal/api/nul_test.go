@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // nulBodyCase is a JSON body with a NUL in one field, and the field the 400 must name.
@@ -55,7 +55,7 @@ func nulBodyCases(nul string) []nulBodyCase {
 func TestNULIsBadInput(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: stripeEnv})
-	acct, std := b.customer(config.TierBuilder)
+	acct, std := b.customer(plan.Builder)
 	mgmt := b.provisioningKey(acct)
 	keys := map[string]string{"std": std, "mgmt": mgmt}
 
@@ -112,7 +112,7 @@ func TestNULIsBadInput(t *testing.T) {
 func TestNULAndGarbageInPathAndQuery(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	acct, std := b.customer(config.TierBuilder)
+	acct, std := b.customer(plan.Builder)
 	mgmt := b.provisioningKey(acct)
 	garbage := []string{"\x00", "%00", "\\u0000", "\xff\xfe", "' OR 1=1 --", strings.Repeat("9", 500),
 		"00000000-0000-0000-0000-00000000000\x00", "{00000000-0000-0000-0000-000000000000}", "..", " "}

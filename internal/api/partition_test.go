@@ -14,12 +14,12 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/billing"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
-	"github.com/mailvet/mailvet/internal/logtest"
-	"github.com/mailvet/mailvet/internal/natstest"
-	"github.com/mailvet/mailvet/internal/pgtest"
-	"github.com/mailvet/mailvet/internal/tcpproxy"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -126,7 +126,7 @@ func (pb *partitionBundle) recover(t *testing.T, mgmtKey string) {
 func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 	t.Parallel()
 	pb := setupPartition(t)
-	a, mgmt := pb.account(config.TierFree, "")
+	a, mgmt := pb.account(plan.Free, "")
 	std := pb.standardKey(a.ID).Raw
 	junk := map[string]string{"email": "junk"} // decided by the local layers: key look-up and admission only
 

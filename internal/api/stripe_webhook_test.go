@@ -9,7 +9,7 @@ import (
 
 	"github.com/stripe/stripe-go/v76/webhook"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 const (
@@ -57,7 +57,7 @@ func (b *testBundle) accountJSON(key string) map[string]any {
 func TestStripeSubscriptionLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t, stripeEnv)
-	_, key := b.account(config.TierFree, "cus_life")
+	_, key := b.account(plan.Free, "cus_life")
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 
 	r := b.deliver(subEvent("evt_1", "customer.subscription.created", t0, map[string]any{
@@ -133,7 +133,7 @@ func TestStripeSubscriptionLifecycle(t *testing.T) {
 func TestStripeWebhookOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, stripeEnv)
-	_, key := b.account(config.TierBuilder, "cus_out")
+	_, key := b.account(plan.Builder, "cus_out")
 	now := time.Now()
 	tests := []struct {
 		name    string
@@ -158,7 +158,7 @@ func TestStripeWebhookOutcomes(t *testing.T) {
 func TestStripeWebhookRejects(t *testing.T) {
 	t.Parallel()
 	b := setup(t, stripeEnv)
-	_, key := b.account(config.TierScale, "cus_rej")
+	_, key := b.account(plan.Scale, "cus_rej")
 	good := subEvent("evt_r", "customer.subscription.deleted", time.Now(), map[string]any{"customer": "cus_rej"})
 	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec, Timestamp: time.Now().Add(-time.Hour)})
 	wrong := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: "whsec_other"})

@@ -5,7 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
@@ -24,7 +24,7 @@ func (s *Server) getUsage(c echo.Context) error {
 func (s *Server) getUsageSummary(c echo.Context) error {
 	who := s.callerOf(c)
 	sum, err := usage.Summarize(c.Request().Context(), s.pool, who.account, string(who.tier),
-		who.tier == config.TierFree, who.plan.MonthlyCalls, s.cfg.OverageEUR[who.tier], s.now())
+		who.tier == plan.Free, who.plan.MonthlyCalls, who.plan.OverageEUR, s.now())
 	if err != nil {
 		return datastoreError(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
 )
@@ -50,13 +50,13 @@ type listRequest struct {
 type caller struct {
 	account string
 	key     string
-	tier    config.Tier
-	plan    config.PlanLimits
+	tier    plan.Tier
+	plan    plan.Limits
 }
 
 func (s *Server) callerOf(c echo.Context) caller {
 	p := principalOf(c)
-	return caller{account: p.AccountID, key: p.KeyID, tier: p.Tier, plan: s.cfg.Plans[p.Tier]}
+	return caller{account: p.AccountID, key: p.KeyID, tier: p.Tier, plan: s.cfg.Plans.Of(p.Tier)}
 }
 
 // checkEmail bounds one address field; its content is the layers' business.
@@ -78,9 +78,9 @@ func checkEmail(field, e string) error {
 func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*usage.Charge, error) {
 	now := s.now()
 	charge, d, err := s.ledger.Admit(c.Request().Context(), usage.Request{
-		AccountID: who.account, Free: who.tier == config.TierFree, Units: n,
+		AccountID: who.account, Free: who.tier == plan.Free, Units: n,
 		RatePerMin: who.plan.RateLimitPerMin, MonthlyCalls: who.plan.MonthlyCalls,
-		OverageEUR: s.cfg.OverageEUR[who.tier], Now: now, Rows: rows,
+		OverageEUR: who.plan.OverageEUR, Now: now, Rows: rows,
 	})
 	s.headroom.Note(who.account, now, d, err)
 	// The headers describe the rate window whenever admission got as far as it: also on a quota,

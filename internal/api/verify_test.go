@@ -22,14 +22,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
-	"github.com/mailvet/mailvet/internal/natstest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/tcpproxy"
-	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -124,9 +124,9 @@ func (b *verifyBundle) startWorker(t testing.TB) {
 	startVerifier(t, b.pool, b.natsURL, b.engine, b.srv)
 }
 
-// startVerifier runs a verifier worker (verifier.Services: sync, batch items and jobs) with pipe
+// startVerifier runs a verifier worker (verifyworker.Services: sync, batch items and jobs) with pipe
 // on its own NATS connection, like a separate process, and waits until srv sees it pulling work.
-func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verifier.Pipeline, srv *Server) {
+func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verifyworker.Pipeline, srv *Server) {
 	tb.Helper()
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -135,7 +135,7 @@ func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verif
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range verifier.Services(verifier.Deps{Pool: pool, NATS: nc, JS: js, Pipe: pipe, Log: app.NewLogger(io.Discard, "worker")}) {
+	for _, run := range verifyworker.Services(verifyworker.Deps{Pool: pool, NATS: nc, JS: js, Pipe: pipe, Log: app.NewLogger(io.Discard, "worker")}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
@@ -150,7 +150,7 @@ func startVerifier(tb testing.TB, pool *pgxpool.Pool, natsURL string, pipe verif
 }
 
 // customer makes an account of tier with a standard key and returns the account id and key.
-func (b *verifyBundle) customer(tier config.Tier) (string, string) {
+func (b *verifyBundle) customer(tier plan.Tier) (string, string) {
 	b.t.Helper()
 	a, _ := b.account(tier, "")
 	return a.ID, b.standardKey(a.ID).Raw
@@ -172,7 +172,7 @@ func (b *verifyBundle) count(sql string, args ...any) int {
 func TestVerifySyncOutcomesAndUsage(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 
 	cases := []struct {
 		email, status, failed string
@@ -247,7 +247,7 @@ func (b *verifyBundle) provisioningKey(acct string) string {
 func TestVerifyBadInput(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	long := strings.Repeat("a", 1100) + "@acme.test"
 	cases := []struct {
 		path, body, field string
@@ -294,7 +294,7 @@ func TestVerifyBadInput(t *testing.T) {
 func TestVerifyBodyGuard(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	big := `{"email":"` + strings.Repeat("a", 2<<20) + `"}`
 	b.call(http.MethodPost, "/v1/email/verify", key, big).want(t, http.StatusRequestEntityTooLarge, CodePayloadTooLarge)
 }
@@ -302,7 +302,7 @@ func TestVerifyBodyGuard(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierFree) // 10 per minute
+	acct, key := b.customer(plan.Free) // 10 per minute
 	emails := []string{"a@x", "b@x", "c@x", "d@x", "e@x", "f@x", "g@x", "h@x"}
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).want(t, 200, "")
 	// A batch of n needs n units: 3 more do not fit in the 2 left.
@@ -330,7 +330,7 @@ func TestMonthlyQuota(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{
 		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	for i := range 5 {
 		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
 	}
@@ -351,7 +351,7 @@ func TestMonthlyQuota(t *testing.T) {
 func TestQuotaAdmissionAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 495)`, acct)
 	second := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica2"), Pool: pgtest.Pool(t, b.pool.Config().ConnString()),
 		NATS: b.srv.nc, JS: b.js, Local: b.engine, Ready: b.srv.ready})
@@ -383,7 +383,7 @@ func TestQuotaAdmissionAcrossReplicas(t *testing.T) {
 func TestSpendCap(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierBuilder)
+	acct, key := b.customer(plan.Builder)
 	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 0.01 WHERE id = $1`, acct)
 	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 5000)`, acct)
 	// 2 more billable calls would cost 0.008 EUR: within the 0.01 cap. The worst case of 3 is not.
@@ -401,7 +401,7 @@ func TestSpendCap(t *testing.T) {
 func TestQuotaCheckFailed(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	// The quota table becomes unusable while keys still authenticate.
 	pgtest.Exec(t, b.pool, `ALTER TABLE usage_monthly RENAME TO usage_monthly_gone`)
 	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusServiceUnavailable, CodeQuotaCheckFailed)
@@ -414,7 +414,7 @@ func TestQuotaCheckFailed(t *testing.T) {
 func TestNoWorkersIs503(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	start := time.Now()
 	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
 	if r.header.Get("Retry-After") == "" {
@@ -451,7 +451,7 @@ func TestNoWorkersIs503(t *testing.T) {
 func TestReusedRequestIDIsCountedEveryTime(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	for range 2 {
 		b.call(http.MethodPost, "/v1/email/verify", key, map[string]string{"email": "x@mailinator.com"}, "X-Request-ID", "same").want(t, 200, "")
 		b.call(http.MethodPost, "/v1/email/verify", key, map[string]string{}, "X-Request-ID", "same").want(t, 400, CodeInvalidRequest)
@@ -475,7 +475,7 @@ func TestReusedRequestIDIsCountedEveryTime(t *testing.T) {
 func TestFleetWorksOnlyForAdmittedRequests(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{now: time.Now(), env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "4"}})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	spy, err := nats.Connect(b.natsURL)
 	if err != nil {
 		t.Fatal(err)
@@ -561,7 +561,7 @@ func TestFleetWorksOnlyForAdmittedRequests(t *testing.T) {
 func TestClientGoneMidVerifyIsNotCharged(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierFree)
+	acct, key := b.customer(plan.Free)
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest(http.MethodPost, "/v1/email/verify", strings.NewReader(`{"email":"sue@slow.test"}`)).WithContext(ctx)
 	req.Header.Set("Content-Type", "application/json")
@@ -584,7 +584,7 @@ func TestClientGoneMidVerifyIsNotCharged(t *testing.T) {
 func TestBatchKeepsInputOrder(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	emails := []string{"sue@slow.test", "ann@acme.test", "junk", "nobody@acme.test", "x@mailinator.com", "bob@acme.test"}
 	want := []string{"deliverable", "deliverable", "invalid", "undeliverable", "invalid", "deliverable"}
 	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).want(t, 200, "")
@@ -604,7 +604,7 @@ func TestBatchKeepsInputOrder(t *testing.T) {
 func TestStreamFlushesInCompletionOrder(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
-	_, key := b.customer(config.TierFree)
+	_, key := b.customer(plan.Free)
 	ts := httptest.NewServer(b.srv.Handler())
 	defer ts.Close()
 	body := `{"emails":["sue@slow.test","ann@acme.test","junk"]}`
@@ -649,7 +649,7 @@ func TestStreamFlushesInCompletionOrder(t *testing.T) {
 func TestAsyncJob(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
-	acct, key := b.customer(config.TierBuilder)
+	acct, key := b.customer(plan.Builder)
 	secret := "s3cret-for-signing"
 	r := b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet", "webhook_secret": secret}).
 		want(t, http.StatusAccepted, "")
@@ -685,7 +685,7 @@ func TestAsyncJob(t *testing.T) {
 	}
 
 	// Jobs are private to their account; unknown and malformed ids are 404 too.
-	_, other := b.customer(config.TierBuilder)
+	_, other := b.customer(plan.Builder)
 	b.call(http.MethodGet, "/v1/email/jobs/"+jobID, other, nil).want(t, http.StatusNotFound, "job_not_found")
 	b.call(http.MethodGet, "/v1/email/jobs/not-a-uuid", key, nil).want(t, http.StatusNotFound, "job_not_found")
 }
@@ -693,8 +693,8 @@ func TestAsyncJob(t *testing.T) {
 func TestDeliveryRoutes(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	freeAcct, _ := b.account(config.TierFree, "")
-	paidAcct, paidKey := b.account(config.TierBuilder, "")
+	freeAcct, _ := b.account(plan.Free, "")
+	paidAcct, paidKey := b.account(plan.Builder, "")
 	_, freeKey := freeAcct, b.provisioningKey(freeAcct.ID)
 
 	b.call(http.MethodPost, "/v1/management/deliveries/"+newUUID()+"/retry", freeKey, nil).

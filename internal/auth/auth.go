@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Kind is a key family.
@@ -119,7 +119,7 @@ func isBase62(s string) bool {
 type Principal struct {
 	AccountID string
 	KeyID     string
-	Tier      config.Tier
+	Tier      plan.Tier
 	Kind      Kind
 }
 
@@ -156,6 +156,6 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 	if subtle.ConstantTimeCompare(stored, want) != 1 {
 		return Principal{}, ErrInvalidKey
 	}
-	p.Kind, p.Tier = Kind(kind), config.Tier(tier)
+	p.Kind, p.Tier = Kind(kind), plan.Tier(tier)
 	return p, nil
 }

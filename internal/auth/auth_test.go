@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 func TestGenerate(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Outcome says what Apply did with an event; the webhook handler logs it and answers 200 in every
@@ -33,12 +33,12 @@ var ErrBadEvent = errors.New("malformed subscription event")
 // Events applies Stripe webhook events to accounts.
 type Events struct {
 	pool   *pgxpool.Pool
-	prices map[string]config.Tier
+	prices map[string]plan.Tier
 }
 
 // NewEvents returns an Events that maps subscription price ids to tiers with prices
 // (config.StripePrices).
-func NewEvents(pool *pgxpool.Pool, prices map[string]config.Tier) *Events {
+func NewEvents(pool *pgxpool.Pool, prices map[string]plan.Tier) *Events {
 	return &Events{pool: pool, prices: prices}
 }
 
@@ -88,7 +88,7 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		return "", fmt.Errorf("%w: subscription has no customer", ErrBadEvent)
 	}
 	var accountID string
-	var tier config.Tier
+	var tier plan.Tier
 	var newest *time.Time
 	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at FROM accounts WHERE stripe_customer_id = $1 FOR UPDATE`,
 		sub.Customer.ID).Scan(&accountID, &tier, &newest)
@@ -104,7 +104,7 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	status := string(sub.Status)
 	switch {
 	case e.Type == "customer.subscription.deleted":
-		tier = config.TierFree
+		tier = plan.Free
 		if status == "" {
 			status = "canceled"
 		}
@@ -114,7 +114,7 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		}
 	default:
 		// incomplete, incomplete_expired, unpaid, canceled, paused: no paid tier without payment.
-		tier = config.TierFree
+		tier = plan.Free
 	}
 	_, err = tx.Exec(ctx, `
 		UPDATE accounts SET tier = $2, stripe_subscription_id = $3, subscription_status = $4,
@@ -139,7 +139,7 @@ func paying(s stripe.SubscriptionStatus) bool {
 
 // tierOf maps the subscription's first item price to a tier; an unknown price leaves the tier as
 // it is rather than guessing.
-func (ev *Events) tierOf(sub *stripe.Subscription) (config.Tier, bool) {
+func (ev *Events) tierOf(sub *stripe.Subscription) (plan.Tier, bool) {
 	if sub.Items == nil {
 		return "", false
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/mailvet/mailvet/internal/config"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 func event(t *testing.T, id string, created time.Time, status string) stripe.Event {
@@ -31,7 +31,7 @@ func TestConcurrentRedeliveryAppliesOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000001', 'free', 'cus_9')`)
-	ev := NewEvents(pool, map[string]config.Tier{"price_s": config.TierScale})
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
 	e := event(t, "evt_same", time.Now(), "active")
 	var mu sync.Mutex
 	outcomes := map[Outcome]int{}
@@ -64,7 +64,7 @@ func TestOutOfOrderEvents(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000002', 'free', 'cus_9')`)
-	ev := NewEvents(pool, map[string]config.Tier{"price_s": config.TierScale})
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
 		id      string

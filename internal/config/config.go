@@ -1,6 +1,6 @@
 // Package config reads every Mailvet setting from the environment into one Config struct.
 //
-// Each binary calls Load once at start-up. Defaults follow DESIGN.md §3.2; a bad value stops the
+// Each binary calls Load once at start-up. Defaults are those of docs/operations.md, "Configuration"; a bad value stops the
 // process with an error that names the variable, so an operator never has to guess which one.
 package config
 
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Role names the binary that loads the configuration; the metrics listener default depends on it
@@ -27,38 +29,6 @@ const (
 	RoleVerifier Role = "verifier"
 	RoleWebhook  Role = "webhook"
 )
-
-// Tier is an account's plan: free, builder or scale.
-type Tier string
-
-// The three tiers of spec §8.
-const (
-	TierFree    Tier = "free"
-	TierBuilder Tier = "builder"
-	TierScale   Tier = "scale"
-)
-
-// Tiers lists the tiers in ascending order.
-var Tiers = []Tier{TierFree, TierBuilder, TierScale}
-
-// ParseTier returns the tier named s, or an error for anything else.
-func ParseTier(s string) (Tier, error) {
-	for _, t := range Tiers {
-		if string(t) == s {
-			return t, nil
-		}
-	}
-	return "", fmt.Errorf("unknown tier %q (want free, builder or scale)", s)
-}
-
-// PlanLimits are the limits of one tier (spec §8).
-type PlanLimits struct {
-	// MonthlyCalls is the included volume: verification units per UTC month on free, billable
-	// verifications per period on paid tiers.
-	MonthlyCalls    int `json:"monthly_calls"`
-	RateLimitPerMin int `json:"rate_limit_per_min"`
-	MaxKeys         int `json:"max_keys"`
-}
 
 // Config is the whole configuration of a Mailvet process.
 type Config struct {
@@ -86,22 +56,14 @@ type Config struct {
 	StreamReplicas      int
 	WebhookAllowPrivate bool
 
-	Plans      map[Tier]PlanLimits
-	OverageEUR map[Tier]float64 // price of one billable call over the included volume
+	// Plans are the tiers' limits and prices: plan.Defaults with MAILVET_PLAN_* and
+	// MAILVET_OVERAGE_EUR_* applied. They are the one source of truth for every limit.
+	Plans plan.Catalog
 
 	StripeSecretKey     string
 	StripeWebhookSecret string
 	StripeAPIBase       string
-	StripePrices        map[string]Tier // Stripe price id ⇒ tier
-}
-
-// DefaultPlans are the limits of spec §8.
-func DefaultPlans() map[Tier]PlanLimits {
-	return map[Tier]PlanLimits{
-		TierFree:    {MonthlyCalls: 500, RateLimitPerMin: 10, MaxKeys: 2},
-		TierBuilder: {MonthlyCalls: 5000, RateLimitPerMin: 100, MaxKeys: 5},
-		TierScale:   {MonthlyCalls: 100000, RateLimitPerMin: 1000, MaxKeys: 10},
-	}
+	StripePrices        map[string]plan.Tier // Stripe price id ⇒ tier
 }
 
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
@@ -165,19 +127,17 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	c.StreamReplicas = e.intIn("MAILVET_STREAM_REPLICAS", 1, 1, 5)
 	c.WebhookAllowPrivate = e.boolean("MAILVET_WEBHOOK_ALLOW_PRIVATE", false)
 
-	c.Plans = DefaultPlans()
-	for _, t := range Tiers {
-		p := c.Plans[t]
-		prefix := "MAILVET_PLAN_" + strings.ToUpper(string(t)) + "_"
-		p.MonthlyCalls = e.intIn(prefix+"MONTHLY_CALLS", p.MonthlyCalls, 0, 1<<31-1)
-		p.RateLimitPerMin = e.intIn(prefix+"RATE_LIMIT_PER_MIN", p.RateLimitPerMin, 1, 1<<31-1)
-		p.MaxKeys = e.intIn(prefix+"MAX_KEYS", p.MaxKeys, 1, 10000)
-		c.Plans[t] = p
-	}
-	c.OverageEUR = map[Tier]float64{
-		TierFree:    0,
-		TierBuilder: e.price("MAILVET_OVERAGE_EUR_BUILDER", 0.004),
-		TierScale:   e.price("MAILVET_OVERAGE_EUR_SCALE", 0.002),
+	c.Plans = plan.Defaults()
+	for _, v := range plan.Variables {
+		for _, t := range v.Tiers {
+			l := c.Plans[t]
+			if v.Int != nil {
+				*v.Int(&l) = e.intIn(v.Name(t), *v.Int(&l), v.Min, v.Max)
+			} else {
+				*v.Price(&l) = e.price(v.Name(t), *v.Price(&l))
+			}
+			c.Plans[t] = l
+		}
 	}
 
 	c.StripeSecretKey = e.str("STRIPE_SECRET_KEY", "")
@@ -186,12 +146,12 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	if c.StripeAPIBase != "" {
 		e.check("MAILVET_STRIPE_API_BASE", validHTTPURL(c.StripeAPIBase))
 	}
-	c.StripePrices = map[string]Tier{}
+	c.StripePrices = map[string]plan.Tier{}
 	if id := e.str("MAILVET_STRIPE_PRICE_BUILDER", ""); id != "" {
-		c.StripePrices[id] = TierBuilder
+		c.StripePrices[id] = plan.Builder
 	}
 	if id := e.str("MAILVET_STRIPE_PRICE_SCALE", ""); id != "" {
-		c.StripePrices[id] = TierScale
+		c.StripePrices[id] = plan.Scale
 	}
 
 	return c, e.err()

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -28,14 +30,14 @@ func TestLoadDefaults(t *testing.T) {
 	if c.SMTPMailFrom != "verify@"+c.SMTPHelo {
 		t.Errorf("mail from %q, helo %q", c.SMTPMailFrom, c.SMTPHelo)
 	}
-	if got, want := c.Plans, DefaultPlans(); got[TierFree] != want[TierFree] || got[TierScale] != want[TierScale] {
+	if got, want := c.Plans, plan.Defaults(); got[plan.Free] != want[plan.Free] || got[plan.Scale] != want[plan.Scale] {
 		t.Errorf("plans %v", got)
 	}
-	if c.Plans[TierBuilder] != (PlanLimits{MonthlyCalls: 5000, RateLimitPerMin: 100, MaxKeys: 5}) {
-		t.Errorf("builder plan %+v", c.Plans[TierBuilder])
+	if c.Plans[plan.Builder] != (plan.Limits{MonthlyCalls: 5000, RateLimitPerMin: 100, MaxKeys: 5, OverageEUR: 0.004}) {
+		t.Errorf("builder plan %+v", c.Plans[plan.Builder])
 	}
-	if c.OverageEUR[TierBuilder] != 0.004 || c.OverageEUR[TierScale] != 0.002 {
-		t.Errorf("overage %v", c.OverageEUR)
+	if c.Plans[plan.Scale].OverageEUR != 0.002 || c.Plans[plan.Free].OverageEUR != 0 {
+		t.Errorf("overage %+v", c.Plans)
 	}
 	if c.StreamReplicas != 1 || c.WebhookAllowPrivate {
 		t.Errorf("replicas %d allow private %v", c.StreamReplicas, c.WebhookAllowPrivate)
@@ -98,7 +100,7 @@ func TestLoadOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Plans[TierFree].MonthlyCalls != 50 || c.Plans[TierScale].RateLimitPerMin != 5000 || c.Plans[TierBuilder].MaxKeys != 7 {
+	if c.Plans[plan.Free].MonthlyCalls != 50 || c.Plans[plan.Scale].RateLimitPerMin != 5000 || c.Plans[plan.Builder].MaxKeys != 7 {
 		t.Errorf("plans %+v", c.Plans)
 	}
 	if strings.Join(c.SMTPBlockedDomains, "|") != "example.com|foo.test" {
@@ -107,7 +109,7 @@ func TestLoadOverrides(t *testing.T) {
 	if c.SMTPTimeout != 750*time.Millisecond || !c.WebhookAllowPrivate {
 		t.Errorf("timeout %v allow %v", c.SMTPTimeout, c.WebhookAllowPrivate)
 	}
-	if c.StripePrices["price_b"] != TierBuilder || c.StripePrices["price_s"] != TierScale {
+	if c.StripePrices["price_b"] != plan.Builder || c.StripePrices["price_s"] != plan.Scale {
 		t.Errorf("prices %v", c.StripePrices)
 	}
 	if c.PublicURL != "https://api.example.com" {
@@ -144,14 +146,21 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
-func TestParseTier(t *testing.T) {
+// Every plan variable (plan.Variables) is read for every tier it applies to, so a limit added
+// to package plan is configurable without touching this package.
+func TestEveryPlanVariableIsRead(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"free", "builder", "scale"} {
-		if tier, err := ParseTier(s); err != nil || string(tier) != s {
-			t.Errorf("ParseTier(%q) = %q, %v", s, tier, err)
+	for _, v := range plan.Variables {
+		for _, tier := range v.Tiers {
+			value := "7"
+			c, err := Load(RoleAPI, false, envOf(map[string]string{v.Name(tier): value}))
+			if err != nil {
+				t.Fatalf("%s=%s: %v", v.Name(tier), value, err)
+			}
+			l := c.Plans[tier]
+			if v.Int != nil && *v.Int(&l) != 7 || v.Price != nil && *v.Price(&l) != 7 {
+				t.Errorf("%s=7 left %s at %+v", v.Name(tier), tier, l)
+			}
 		}
-	}
-	if _, err := ParseTier("enterprise"); err == nil {
-		t.Error("ParseTier(enterprise) succeeded")
 	}
 }

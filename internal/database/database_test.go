@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/database"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // schema lists every column of the public schema, to show that a second migrate changes nothing.
@@ -48,7 +48,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatal("first migrate applied nothing")
 	}
 	before := schema(t, url)
-	for _, table := range []string{"accounts.", "api_keys.", "plans.", "usage_log.", "usage_monthly.", "jobs.", "deliveries.", "delivery_attempts.", "stripe_events."} {
+	for _, table := range []string{"accounts.", "api_keys.", "usage_log.", "usage_monthly.", "jobs.", "deliveries.", "delivery_attempts.", "stripe_events."} {
 		if !strings.Contains(before, table) {
 			t.Errorf("schema lacks table %s", strings.TrimSuffix(table, "."))
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/database"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // margin is what a call may take beyond its deadline: the socket deadline firing, the error

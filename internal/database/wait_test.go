@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/database"
-	"github.com/mailvet/mailvet/internal/logtest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 func logger() (*slog.Logger, *logtest.Buffer) {

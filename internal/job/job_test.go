@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/job"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // A job goes pending → processing → completed once; a second finish, a redelivered start after
@@ -20,9 +20,9 @@ func TestJobLifecycle(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	ctx := context.Background()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: config.TierFree})
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
 	pgtest.Must(t, err, "create account")
-	other, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: config.TierFree})
+	other, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
 	pgtest.Must(t, err, "create account")
 	jobs := job.NewStore(pool)
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
 )
 
 func TestEnsureStreamsIsIdempotent(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/logtest"
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
 )
 

@@ -30,7 +30,7 @@ func TestConfidenceTable(t *testing.T) {
 	}
 }
 
-// Nullable fields serialise as null, every field of spec §2.1 is present.
+// Nullable fields serialise as null, every field of the verify result is present.
 func TestResultJSONShape(t *testing.T) {
 	t.Parallel()
 	b, err := json.Marshal(Result{Email: "a@b.example"})

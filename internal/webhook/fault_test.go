@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // A worker stopped while a delivery waits out its backoff leaves nothing behind but the

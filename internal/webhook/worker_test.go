@@ -13,7 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/mailvet/mailvet/internal/tlstest"
+	"github.com/mailvet/mailvet/internal/testkit/tlstest"
 )
 
 var sampleBody = []byte(`{"email":"a@example.com","valid":true,"status":"deliverable","confidence":0.95,` +

@@ -29,7 +29,7 @@ func writeFile(t *testing.T, name, content string) string {
 func TestEmbeddedListSize(t *testing.T) {
 	t.Parallel()
 	if n := embeddedList.Len(); n < 150_000 {
-		t.Fatalf("Len() = %d; DESIGN §2 wants at least 150,000 domains", n)
+		t.Fatalf("Len() = %d; the list must hold at least 150,000 domains", n)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package mx is layer 3 of the verification pipeline: it looks up a domain's MX hosts, in
-// preference order, and their addresses, against one configured resolver (DESIGN.md §2).
+// preference order, and their addresses, against one configured resolver (docs/architecture.md, "The verification pipeline").
 //
 // Answers are cached — positive ones for 6 hours, "this domain takes no mail" for 15 minutes —
 // and concurrent look-ups of one domain share a single query. Temporary failures (SERVFAIL, a
@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// Cache lifetimes of DESIGN.md §2. The positive lifetime is deliberately not capped by the
+// Cache lifetimes of docs/architecture.md, "The verification pipeline". The positive lifetime is deliberately not capped by the
 // record TTL: the design fixes 6 hours, trading freshness for far fewer queries.
 const (
 	PositiveTTL = 6 * time.Hour
@@ -29,7 +29,7 @@ const (
 )
 
 // ErrNoMX means the domain accepts no mail: NXDOMAIN, no MX records, or a null MX (RFC 7505).
-// An A record alone does not count as an implicit MX (DESIGN.md §2: "no MX ⇒ no_mx").
+// An A record alone does not count as an implicit MX (no MX means no_mx: docs/architecture.md, "The verification pipeline").
 var ErrNoMX = errors.New("no MX records")
 
 // ErrTemporary means the answer could not be had now (SERVFAIL, REFUSED, timeout).

@@ -60,7 +60,7 @@ func TestLookup(t *testing.T) {
 		{"noglue.test", want, nil},
 		{"trunc.test", want, nil},
 		{"nullmx.test", nil, ErrNoMX},
-		{"onlya.test", nil, ErrNoMX}, // no implicit MX (DESIGN.md §2)
+		{"onlya.test", nil, ErrNoMX}, // no implicit MX
 		{"nxdomain.test", nil, ErrNoMX},
 		{"servfail.test", nil, ErrTemporary},
 		{"timeout.test", nil, ErrTemporary},

@@ -1,6 +1,6 @@
 // Package smtp is layer 4 of the verification pipeline: it asks a domain's mail servers whether
 // a mailbox exists (an RCPT probe; no mail is ever sent) and whether the domain accepts any
-// local part (catch-all), under the rules of DESIGN.md §2.
+// local part (catch-all), under the rules of docs/architecture.md, "The verification pipeline".
 //
 // The prober is built to be polite to the servers it asks and cheap in round trips:
 //   - at most MaxPerHost sessions are open to one MX address at a time, whatever the number of
@@ -32,7 +32,7 @@ import (
 	"golang.org/x/net/proxy"
 )
 
-// CatchAllTTL is how long a domain's catch-all verdict is remembered (DESIGN.md §2).
+// CatchAllTTL is how long a domain's catch-all verdict is remembered (docs/architecture.md, "The verification pipeline").
 const CatchAllTTL = 6 * time.Hour
 
 // maxErrors is the number of failed commands after which a session is retired. Postfix delays
@@ -465,7 +465,7 @@ func randomLocal() string {
 	return "mv" + hex.EncodeToString(b[:])
 }
 
-// classify maps an RCPT reply to a verdict by the reply classes of DESIGN.md §2. Enhanced codes
+// classify maps an RCPT reply to a verdict by the reply classes of docs/architecture.md, "The verification pipeline". Enhanced codes
 // decide first: a 550 5.7.1 is the server refusing us, not a missing mailbox.
 func classify(r Reply) Verdict {
 	switch {

@@ -2,7 +2,7 @@
 // RFC 5321 mailbox that Mailvet will go on to verify, and returns it split into a local part and
 // an ASCII, lowercased domain that every later layer works with.
 //
-// The rules are the ones of DESIGN.md §2 layer 1. They are deliberately stricter than RFC 5322:
+// The rules are the ones of docs/architecture.md, "1. Syntax". They are deliberately stricter than RFC 5322:
 // quoted local parts, comments and address literals are legal but practically never real
 // mailboxes, and accepting them would only make the later layers (and callers) handle oddities.
 package syntax

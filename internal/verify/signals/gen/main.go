@@ -19,7 +19,7 @@ import (
 	"github.com/mailvet/mailvet/internal/verify/syntax"
 )
 
-// extraFree are privacy-minded free providers that neither package lists (DESIGN §2 layer 5).
+// extraFree are privacy-minded free providers that neither package lists (docs/architecture.md, "5. Signals").
 var extraFree = []string{"proton.me", "pm.me", "tuta.io", "tutanota.com", "hey.com"}
 
 func main() {

@@ -25,7 +25,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
-	"github.com/mailvet/mailvet/internal/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/migrations"
 )
 

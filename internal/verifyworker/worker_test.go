@@ -1,4 +1,4 @@
-package verifier_test
+package verifyworker_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/natstest"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/verifier"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 // scriptedPipeline stands in for the engine (which has its own tests against a mail world):
@@ -84,14 +84,14 @@ func setup(t *testing.T) *bundle {
 
 // startWorker runs a worker on its own connection (a separate process, as far as NATS can tell)
 // and returns its connection so a test can kill it.
-func (b *bundle) startWorker(t *testing.T, p verifier.Pipeline, opts verifier.Options) (*nats.Conn, context.CancelFunc) {
+func (b *bundle) startWorker(t *testing.T, p verifyworker.Pipeline, opts verifyworker.Options) (*nats.Conn, context.CancelFunc) {
 	t.Helper()
 	nc, err := nats.Connect(b.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	w := verifier.New(nc, js, p, app.NewLogger(io.Discard, "test"), nil, opts)
+	w := verifyworker.New(nc, js, p, app.NewLogger(io.Discard, "test"), nil, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -119,7 +119,7 @@ func (b *bundle) startWorker(t *testing.T, p verifier.Pipeline, opts verifier.Op
 func TestVerifyOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, &scriptedPipeline{}, verifier.Options{})
+	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := b.dispatcher.VerifyOne(ctx, "ann@example.com")
@@ -153,7 +153,7 @@ func TestSaturatedWorkerSaysBusy(t *testing.T) {
 			}
 		}
 	}}
-	b.startWorker(t, p, verifier.Options{Concurrency: 1})
+	b.startWorker(t, p, verifyworker.Options{Concurrency: 1})
 	defer close(release)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -173,8 +173,8 @@ func TestSaturatedWorkerSaysBusy(t *testing.T) {
 func TestVerifyManyAnswersEveryItemOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 32})
-	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 32})
+	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{Concurrency: 32})
+	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{Concurrency: 32})
 	emails := make([]string, 500)
 	for i := range emails {
 		emails[i] = fmt.Sprintf("u%d@example.com", i)
@@ -210,7 +210,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 			<-stuck // never answers: the process is about to die
 		}
 	}}
-	doomedConn, _ := b.startWorker(t, doomed, verifier.Options{Concurrency: 64, ItemAckWait: time.Second})
+	doomedConn, _ := b.startWorker(t, doomed, verifyworker.Options{Concurrency: 64, ItemAckWait: time.Second})
 	defer close(stuck)
 
 	emails := make([]string, 100)
@@ -234,7 +234,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 	}
 	doomedConn.Close() // kill -9, as far as NATS can tell: no acks, no goodbyes
 
-	b.startWorker(t, &scriptedPipeline{}, verifier.Options{Concurrency: 64})
+	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{Concurrency: 64})
 	o := <-got
 	if o.err != nil || len(o.missing) != 0 || answered.Load() != int64(len(emails)) {
 		t.Fatalf("err %v missing %d answered %d", o.err, len(o.missing), answered.Load())
@@ -253,7 +253,7 @@ func TestExpiredItemsAreSkipped(t *testing.T) {
 	}
 	time.Sleep(250 * time.Millisecond)
 	p := &scriptedPipeline{}
-	b.startWorker(t, p, verifier.Options{})
+	b.startWorker(t, p, verifyworker.Options{})
 	time.Sleep(500 * time.Millisecond)
 	if n := p.calls.Load(); n > 1 { // only the warm-up request
 		t.Fatalf("verified %d expired items", n-1)
@@ -267,7 +267,7 @@ func TestWorkersAlive(t *testing.T) {
 	if b.dispatcher.WorkersAlive(ctx) {
 		t.Fatal("alive with no worker")
 	}
-	conn, _ := b.startWorker(t, &scriptedPipeline{}, verifier.Options{})
+	conn, _ := b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{})
 	deadline := time.Now().Add(5 * time.Second)
 	for !b.dispatcher.WorkersAlive(ctx) {
 		if time.Now().After(deadline) {
@@ -291,7 +291,7 @@ func TestStopWhileStarting(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, run := range verifier.Services(verifier.Deps{NATS: b.nc, JS: b.js, Pipe: &scriptedPipeline{}, Log: app.NewLogger(io.Discard, "test")}) {
+	for _, run := range verifyworker.Services(verifyworker.Deps{NATS: b.nc, JS: b.js, Pipe: &scriptedPipeline{}, Log: app.NewLogger(io.Discard, "test")}) {
 		if err := run(ctx); err != nil {
 			t.Errorf("run with a cancelled context: %v", err)
 		}

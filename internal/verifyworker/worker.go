@@ -1,7 +1,7 @@
-// Package verifier is the verifier worker: it takes verification work from NATS — single
+// Package verifyworker is the verifier worker: it takes verification work from NATS — single
 // addresses by request/reply, batch and stream items and async jobs from JetStream — runs the
 // network layers of the pipeline, and answers. Any number of workers share the work.
-package verifier
+package verifyworker
 
 import (
 	"context"

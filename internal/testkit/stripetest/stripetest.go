@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 )
 
 // SecretKey is a test-mode key that stripe-mock accepts.
