@@ -1,5 +1,5 @@
-// Package account holds Mailvet's accounts, their API keys and the plan limits, with the Postgres
-// queries behind them. Every change that checks a limit runs in a transaction that locks the
+// Package account holds Mailvet's accounts and their API keys, with the Postgres queries behind
+// them; the plans whose limits they enforce are package plan's. Every change that checks a limit runs in a transaction that locks the
 // account row, so that concurrent requests on any number of API replicas cannot overshoot it.
 package account
 
@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/plan"
 )
 
@@ -56,16 +56,13 @@ type Account struct {
 	CreatedAt            time.Time
 }
 
-// Store runs the account queries on a pool.
+// Store runs the account queries on a database (a pool, or a transaction another store began).
 type Store struct {
-	pool *pgxpool.Pool
+	pool database.DB
 }
 
-// NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-// Pool is the pool the store runs on, for packages that join their own queries to accounts.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+// NewStore returns a Store on db.
+func NewStore(db database.DB) *Store { return &Store{pool: db} }
 
 // NewAccount are the fields of a new account.
 type NewAccount struct {

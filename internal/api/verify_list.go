@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
@@ -226,19 +227,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 		if failure != nil || gone {
 			continue // ending: what still arrives is neither sent nor charged
 		}
-		pending = append(pending[:0], first)
-	drain:
-		for {
-			select {
-			case x, ok := <-ready:
-				if !ok {
-					break drain
-				}
-				pending = append(pending, x)
-			default:
-				break drain
-			}
-		}
+		pending = loop.Gather(append(pending[:0], first), ready, len(emails))
 		rows := make([]usage.Row, len(pending))
 		lat := elapsedMS(start)
 		for k := range pending {

@@ -43,3 +43,22 @@ func TestEveryRunsUntilStoppedWithoutOverlap(t *testing.T) {
 		t.Errorf("%d runs overlapped", overlaps.Load())
 	}
 }
+
+// Gather takes what is waiting, up to max, and never waits for more.
+func TestGather(t *testing.T) {
+	t.Parallel()
+	in := make(chan int, 10)
+	for i := 1; i <= 5; i++ {
+		in <- i
+	}
+	if got := loop.Gather([]int{0}, in, 3); len(got) != 3 || got[2] != 2 {
+		t.Errorf("Gather up to 3 = %v, want [0 1 2]", got)
+	}
+	if got := loop.Gather(nil, in, 10); len(got) != 3 {
+		t.Errorf("Gather of what was left = %v, want [3 4 5]", got)
+	}
+	close(in)
+	if got := loop.Gather([]int{9}, in, 10); len(got) != 1 {
+		t.Errorf("Gather from a closed channel = %v, want [9]", got)
+	}
+}

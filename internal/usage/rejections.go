@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/mailvet/mailvet/internal/loop"
 )
 
 // Rejections writes the usage-log rows of refused verify requests behind their responses.
@@ -95,15 +97,10 @@ func (w *Rejections) Flush() {
 
 // Close writes the queued rows, waiting rejectionDrain at most, and stops the writer.
 func (w *Rejections) Close() {
-	w.mu.Lock()
-	if w.shut {
-		w.mu.Unlock()
+	started, first := closeQueue(&w.mu, &w.shut, &w.started, w.in)
+	if !first {
 		return
 	}
-	w.shut = true
-	close(w.in)
-	started := w.started
-	w.mu.Unlock()
 	if started {
 		t := time.NewTimer(rejectionDrain)
 		select {
@@ -123,7 +120,7 @@ func (w *Rejections) run() {
 	defer close(w.done)
 	batch := make([]Row, 0, rejectionBatch)
 	for r := range w.in {
-		batch = gather(append(batch[:0], r), w.in, rejectionBatch)
+		batch = loop.Gather(append(batch[:0], r), w.in, rejectionBatch)
 		w.write(batch)
 		w.reportDrops()
 		w.settle(len(batch))

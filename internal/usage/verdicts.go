@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/mailvet/mailvet/internal/loop"
 )
 
 // Verdict fills in the outcome of a usage row that Admit wrote before the worker fleet answered.
@@ -64,44 +66,32 @@ func (w *Verdicts) Add(v Verdict) {
 
 // Close writes every queued verdict and stops the writer.
 func (w *Verdicts) Close() {
-	w.mu.Lock()
-	if w.shut {
-		w.mu.Unlock()
-		return
-	}
-	w.shut = true
-	close(w.in)
-	started := w.started
-	w.mu.Unlock()
-	if started {
+	if started, first := closeQueue(&w.mu, &w.shut, &w.started, w.in); first && started {
 		<-w.done
 	}
+}
+
+// closeQueue shuts a writer's queue, once: under mu it marks the writer shut and closes in, so
+// that Add no longer queues. first is false when it was shut already; started says whether the
+// writer's goroutine runs (and will close its done channel once the queue is written).
+func closeQueue[T any](mu sync.Locker, shut, started *bool, in chan T) (wasStarted, first bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	if *shut {
+		return *started, false
+	}
+	*shut = true
+	close(in)
+	return *started, true
 }
 
 func (w *Verdicts) run() {
 	defer close(w.done)
 	batch := make([]Verdict, 0, verdictBatch)
 	for v := range w.in {
-		batch = gather(append(batch[:0], v), w.in, verdictBatch)
+		batch = loop.Gather(append(batch[:0], v), w.in, verdictBatch)
 		w.write(context.Background(), batch)
 	}
-}
-
-// gather appends to batch what is already waiting on in, up to max items in all, without
-// waiting for more: the writers batch what has piled up while the last statement ran.
-func gather[T any](batch []T, in <-chan T, max int) []T {
-	for len(batch) < max {
-		select {
-		case x, ok := <-in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, x)
-		default:
-			return batch
-		}
-	}
-	return batch
 }
 
 // write applies batch, retrying with backoff while Postgres fails, for verdictPatience at most.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/verify"
 )
@@ -170,19 +171,7 @@ func (w *Worker) reply(subject string, r queue.VerifyReply) error {
 // dispatchItems groups whatever items are already waiting (up to max) into one VerifyBatch call.
 func (w *Worker) dispatchItems(msgs <-chan jetstream.Msg, max int) {
 	for m := range msgs {
-		group := []jetstream.Msg{m}
-	fill:
-		for len(group) < max {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					break fill
-				}
-				group = append(group, m)
-			default:
-				break fill
-			}
-		}
+		group := loop.Gather([]jetstream.Msg{m}, msgs, max)
 		for range group {
 			w.slots <- struct{}{}
 		}
