@@ -198,21 +198,49 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 			continue
 		}
 		downSince = time.Time{}
-		reasons := ""
 		if n := d.link.Reconnects(); n != reconnects {
-			reconnects, reasons = n, "reconnected"
+			reconnects = n
 		} else if now.Sub(heard) > stall {
-			reasons, stall = "stalled", min(2*stall, time.Minute)
-		}
-		if reasons == "" {
+			stall = min(2*stall, time.Minute)
+		} else {
 			continue
 		}
 		heard = now
-		if err := l.publish(ctx, l.missing()); err != nil && !errors.Is(err, ErrUnavailable) {
+		if err := l.publish(ctx, l.lost(ctx, l.missing())); err != nil && !errors.Is(err, ErrUnavailable) {
 			return l.missing(), err
 		}
 	}
 	return nil, nil
+}
+
+// lost is the missing items whose answers can no longer come: items that are no longer in the
+// VERIFY stream, so a worker took and acknowledged them (or the stream forgot them) while their
+// answer did not arrive. An item still in the stream is queued or being verified (work-queue
+// streams drop an item only when it is acknowledged), and asking again for it would only
+// duplicate work, which under load would feed the very backlog that made it late. One stream-info
+// request, filtered to this list's subjects, tells which are still there.
+func (l *list) lost(ctx context.Context, missing []int) []int {
+	if len(missing) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.d.PublishTimeout)
+	defer cancel()
+	prefix := SubjectVerifyItemPrefix + l.batch + "."
+	stream, err := l.d.js.Stream(cctx, StreamVerify)
+	if err != nil {
+		return missing // no stream: everything it held is gone
+	}
+	info, err := stream.Info(cctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return missing // cannot tell: asking again is safe, only wasteful
+	}
+	var out []int
+	for _, i := range missing {
+		if info.State.Subjects[prefix+strconv.Itoa(i)] == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // list is one VerifyMany call's items.
@@ -241,6 +269,9 @@ func (l *list) missing() []int {
 // already taken and acknowledged. A stream that is missing (a server that lost its store) is
 // re-created, once, and the round published again.
 func (l *list) publish(ctx context.Context, indexes []int) error {
+	if len(indexes) == 0 {
+		return nil
+	}
 	l.round++
 	err := l.publishRound(ctx, indexes)
 	if errors.Is(err, errNoStream) {
