@@ -26,8 +26,9 @@ func serveDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 
 // engineConfig is the verification engine's configuration: cfg, or, in the demo world, cfg pointed
 // at the world as the tests do it — DNS through the world's resolver, probes to its SMTP port and
-// never through a proxy (the world is on loopback), and the demo's "large provider" on the
-// blocked list. Only the engine is pointed there: webhook deliveries keep the real resolver.
+// never through a proxy (the world is on loopback), the world's loopback range allowed to the
+// prober (which refuses private and reserved MX addresses otherwise), and the demo's "large
+// provider" on the blocked list. Only the engine is pointed there: webhook deliveries keep the real resolver.
 func engineConfig(cfg config.Config, world *mailsim.World) config.Config {
 	if world == nil {
 		return cfg
@@ -35,6 +36,7 @@ func engineConfig(cfg config.Config, world *mailsim.World) config.Config {
 	cfg.DNSResolver = world.DNSAddr()
 	cfg.SMTPPort = world.SMTPPort()
 	cfg.SMTPProxy = ""
+	cfg.SMTPAllowCIDRs = append(slices.Clone(cfg.SMTPAllowCIDRs), mailsim.Prefix)
 	cfg.SMTPBlockedDomains = append(slices.Clone(cfg.SMTPBlockedDomains), mailsim.DemoBlockedDomain)
 	return cfg
 }

@@ -24,7 +24,8 @@ func TestCheck(t *testing.T) {
 	w.AddDomain("check.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.check.test"}}, Users: []string{"ann"}})
 	env := map[string]string{
 		"MAILVET_DNS_RESOLVER": w.DNSAddr(), "MAILVET_SMTP_PORT": strconv.Itoa(w.SMTPPort()),
-		"MAILVET_SMTP_HELO": "probe.mailvet.test",
+		"MAILVET_SMTP_ALLOW_CIDRS": mailsim.Prefix.String(),
+		"MAILVET_SMTP_HELO":        "probe.mailvet.test",
 	}
 	for addr, want := range map[string]string{"ann@check.test": "deliverable", "bob@check.test": "undeliverable"} {
 		var out bytes.Buffer

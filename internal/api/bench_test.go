@@ -94,6 +94,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	env := map[string]string{
 		"MAILVET_DNS_RESOLVER":                  mail.DNSAddr(),
 		"MAILVET_SMTP_PORT":                     fmt.Sprint(mail.SMTPPort()),
+		"MAILVET_SMTP_ALLOW_CIDRS":              mailsim.Prefix.String(),
 		"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "100000000",
 	}
 	for k, v := range o.env {

@@ -74,7 +74,10 @@ func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 	mail.AddDomain("slow.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.slow.test"}}, Users: []string{"sue"}, RcptDelay: 700 * time.Millisecond})
 	mail.AddDomain("nomx.test", mailsim.Domain{NullMX: true})
 
-	env := map[string]string{"MAILVET_DNS_RESOLVER": mail.DNSAddr(), "MAILVET_SMTP_PORT": fmt.Sprint(mail.SMTPPort())}
+	env := map[string]string{
+		"MAILVET_DNS_RESOLVER": mail.DNSAddr(), "MAILVET_SMTP_PORT": fmt.Sprint(mail.SMTPPort()),
+		"MAILVET_SMTP_ALLOW_CIDRS": mailsim.Prefix.String(), // the world's MX hosts are on 127.0.0.x
+	}
 	for k, v := range o.env {
 		env[k] = v
 	}

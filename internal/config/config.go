@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/mailvet/mailvet/internal/netguard"
 	"github.com/mailvet/mailvet/internal/plan"
 )
 
@@ -49,6 +51,7 @@ type Config struct {
 	SMTPProxy          string // socks5://host:port, or empty
 	SMTPBlockedDomains []string
 	SMTPMaxPerHost     int
+	SMTPAllowCIDRs     []netip.Prefix // private or reserved ranges the prober may dial nonetheless
 
 	DisposableExtraFile string
 	DisposableAllowFile string
@@ -120,6 +123,11 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 	c.SMTPBlockedDomains = e.list("MAILVET_SMTP_BLOCKED_DOMAINS")
 	c.SMTPMaxPerHost = e.intIn("MAILVET_SMTP_MAX_PER_HOST", 20, 1, 10000)
+	if v, ok := e.lookup("MAILVET_SMTP_ALLOW_CIDRS"); ok {
+		allow, err := netguard.ParsePrefixes(v)
+		e.check("MAILVET_SMTP_ALLOW_CIDRS", err)
+		c.SMTPAllowCIDRs = allow
+	}
 
 	c.DisposableExtraFile = e.file("MAILVET_DISPOSABLE_EXTRA_FILE")
 	c.DisposableAllowFile = e.file("MAILVET_DISPOSABLE_ALLOW_FILE")

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,9 @@ func TestLoadDefaults(t *testing.T) {
 	}
 	if c.Plans[plan.Scale].OverageEUR != 0.002 || c.Plans[plan.Free].OverageEUR != 0 {
 		t.Errorf("overage %+v", c.Plans)
+	}
+	if len(c.SMTPAllowCIDRs) != 0 {
+		t.Errorf("smtp allow %v, want none", c.SMTPAllowCIDRs)
 	}
 	if c.StreamReplicas != 1 || c.WebhookAllowPrivate {
 		t.Errorf("replicas %d allow private %v", c.StreamReplicas, c.WebhookAllowPrivate)
@@ -117,6 +122,24 @@ func TestLoadOverrides(t *testing.T) {
 	}
 }
 
+func TestLoadSMTPAllowCIDRs(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_SMTP_ALLOW_CIDRS": " 127.0.0.0/8, fd00::/8 ,"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	if !slices.Equal(c.SMTPAllowCIDRs, want) {
+		t.Errorf("allow %v, want %v", c.SMTPAllowCIDRs, want)
+	}
+	for _, bad := range []string{"127.0.0.1", "localhost", "10.0.0.0/8;fd00::/8"} {
+		_, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_SMTP_ALLOW_CIDRS": bad}))
+		if err == nil || !strings.Contains(err.Error(), "MAILVET_SMTP_ALLOW_CIDRS:") {
+			t.Errorf("%q: err %v, want one naming MAILVET_SMTP_ALLOW_CIDRS", bad, err)
+		}
+	}
+}
+
 // Every bad variable is named in the error, all of them in one go.
 func TestLoadErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
@@ -127,6 +150,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_SMTP_TIMEOUT":          "soon",
 		"MAILVET_SMTP_PROXY":            "http://proxy:3128",
 		"MAILVET_SMTP_MAIL_FROM":        "nobody",
+		"MAILVET_SMTP_ALLOW_CIDRS":      "127.0.0.0/8,10.0.0.0/33",
 		"MAILVET_STREAM_REPLICAS":       "0",
 		"MAILVET_WEBHOOK_ALLOW_PRIVATE": "maybe",
 		"MAILVET_OVERAGE_EUR_SCALE":     "-1",

@@ -123,7 +123,7 @@ type Domain struct {
 	// DNS.
 	MX       []MX
 	NullMX   bool          // a single "0 ." MX record (RFC 7505)
-	A        []string      // A records of the domain name itself (to check that no implicit MX is used)
+	A        []string      // A records of the domain name itself (its implicit MX when it has no MX, RFC 5321 §5.1)
 	Rcode    int           // a DNS error to answer with, like dns.RcodeNameError or dns.RcodeServerFailure
 	Drop     bool          // never answer (the resolver times out)
 	Delay    time.Duration // extra delay before the DNS answer

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ func newVerifier(tb testing.TB, w *mailsim.World, maxPerHost int) *Verifier {
 	v, err := New(config.Config{
 		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
 		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
+		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
 	})
 	if err != nil {
 		tb.Fatal(err)

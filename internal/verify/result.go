@@ -51,6 +51,8 @@ type Result struct {
 	MXHost       *string `json:"mx_host"`
 	Suggestion   *string `json:"suggestion"`
 	LatencyMS    float64 `json:"latency_ms"`
+	// Reason is the sub-status: why the result is what it is (reason.go). Never empty.
+	Reason Reason `json:"reason"`
 }
 
 // Outcome is a row of the confidence table (verdicts).
@@ -69,28 +71,38 @@ const (
 
 // verdicts is the confidence table: the one place that maps an outcome to status, valid and
 // confidence, so that every path through the pipeline reports the same numbers for an outcome.
+// reason is the outcome's default reason, for a result whose path set none: the step always sets
+// one, so only results built outside it (a failed job's, Local's pending one) use these.
 var verdicts = map[Outcome]struct {
 	status     Status
 	valid      bool
 	confidence float64
+	reason     Reason
 }{
-	OutcomeDeliverable:     {StatusDeliverable, true, 0.95},
-	OutcomeDeliverableRole: {StatusDeliverable, true, 0.90},
-	OutcomeCatchAll:        {StatusCatchAll, false, 0.60},
-	OutcomeSMTPBlocked:     {StatusUnknown, false, 0.75},
-	OutcomeUnknown:         {StatusUnknown, false, 0.50},
-	OutcomeUndeliverable:   {StatusUndeliverable, false, 0.02},
-	OutcomeInvalid:         {StatusInvalid, false, 0.00},
+	OutcomeDeliverable:     {StatusDeliverable, true, 0.95, ReasonAccepted},
+	OutcomeDeliverableRole: {StatusDeliverable, true, 0.90, ReasonAccepted},
+	OutcomeCatchAll:        {StatusCatchAll, false, 0.60, ReasonCatchAll},
+	OutcomeSMTPBlocked:     {StatusUnknown, false, 0.75, ReasonProviderBlocksProbes},
+	OutcomeUnknown:         {StatusUnknown, false, 0.50, ReasonInternal},
+	OutcomeUndeliverable:   {StatusUndeliverable, false, 0.02, ReasonMailboxUnknown},
+	OutcomeInvalid:         {StatusInvalid, false, 0.00, ReasonInvalidSyntax},
 }
 
-// Apply sets r's status, valid and confidence from the confidence table.
+// Apply sets r's status, valid and confidence from the confidence table, and its reason to the
+// outcome's default when no layer has set one, so that a result never goes out without a reason.
 func (r *Result) Apply(o Outcome) {
 	v := verdicts[o]
 	r.Status, r.Valid, r.Confidence = v.status, v.valid, v.confidence
+	if r.Reason == "" {
+		r.Reason = v.reason
+	}
 }
 
 // Fail marks r as failed at check c with outcome o.
 func (r *Result) Fail(c Check, o Outcome) {
 	r.FailedCheck = &c
+	if r.Reason == "" {
+		r.Reason = checkReason(c)
+	}
 	r.Apply(o)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verify/signals"
 	"github.com/miekg/dns"
 )
 
@@ -18,6 +20,7 @@ type stepCase struct {
 	confidence float64
 	failed     Check // "" for null
 	local      bool  // the local layers decide it: Local's result is final
+	reason     Reason
 }
 
 // stepWorld scripts a mail world with one address for every outcome the pipeline can reach.
@@ -26,27 +29,46 @@ func stepWorld(t *testing.T) (*testBundle, []stepCase) {
 	b := setup(t, 0, 4)
 	b.server(t, mailsim.ServerOptions{Name: "mx.acme.test"})
 	b.server(t, mailsim.ServerOptions{Name: "mx.google.test"})
+	b.server(t, mailsim.ServerOptions{Name: "mx.refused.test", Refuse: true})
+	b.server(t, mailsim.ServerOptions{Name: "mx.strict.test", MailReply: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender address rejected: not accepted"}})
+	implicitMX := b.server(t, mailsim.ServerOptions{Name: "host.implicit.test"})
 	b.w.AddDomain("acme.test", mailsim.Domain{MX: mxOf("mx.acme.test"), Users: []string{"ann", "info"},
-		Mailboxes: map[string]mailsim.Reply{"grey": mailsim.ReplyGreylisted}})
+		Mailboxes: map[string]mailsim.Reply{
+			"grey":   mailsim.ReplyGreylisted,
+			"policy": mailsim.ReplyPolicy,
+			"full":   {Code: 552, Enhanced: "5.2.2", Text: "Mailbox full"},
+			"busy":   {Code: 451, Enhanced: "4.3.0", Text: "Local error in processing"},
+		}})
 	b.w.AddDomain("catchall.test", mailsim.Domain{MX: mxOf("mx.acme.test"), CatchAll: true})
 	b.w.AddDomain("proton.me", mailsim.Domain{MX: mxOf("mx.acme.test"), Users: []string{"ann"}})
 	b.w.AddDomain("gmail.com", mailsim.Domain{MX: mxOf("mx.google.test"), CatchAll: true})
-	b.w.AddDomain("nomx.test", mailsim.Domain{A: []string{"127.0.0.9"}})
+	b.w.AddDomain("nomx.test", mailsim.Domain{})
+	b.w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true, A: []string{implicitMX.Addr().String()}})
+	b.w.AddDomain("implicit.test", mailsim.Domain{A: []string{implicitMX.Addr().String()}, Users: []string{"ann"}})
 	b.w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	b.w.AddDomain("refused.test", mailsim.Domain{MX: mxOf("mx.refused.test")})
+	b.w.AddDomain("strict.test", mailsim.Domain{MX: mxOf("mx.strict.test"), Users: []string{"ann"}})
 	return b, []stepCase{
-		{"not an address", "not an address", StatusInvalid, 0, CheckSyntax, true},
-		{"invalid syntax", "ann..x@acme.test", StatusInvalid, 0, CheckSyntax, true},
-		{"disposable role", "info@mailinator.com", StatusInvalid, 0, CheckDisposable, true},
-		{"no MX", "ann@nomx.test", StatusInvalid, 0, CheckNoMX, false},
-		{"no MX, typo suggestion", "ann@gmail.cm", StatusInvalid, 0, CheckNoMX, false},
-		{"DNS failure", "ann@servfail.test", StatusUnknown, 0.50, "", false},
-		{"deliverable", "Ann@acme.test", StatusDeliverable, 0.95, "", false},
-		{"deliverable role", "info@acme.test", StatusDeliverable, 0.90, "", false},
-		{"deliverable free provider", "ann@proton.me", StatusDeliverable, 0.95, "", false},
-		{"undeliverable", "bob@acme.test", StatusUndeliverable, 0.02, CheckSMTP, false},
-		{"greylisted", "grey@acme.test", StatusUnknown, 0.50, "", false},
-		{"catch-all", "whoever@catchall.test", StatusCatchAll, 0.60, "", false},
-		{"blocked provider", "ann@gmail.com", StatusUnknown, 0.75, "", false},
+		{"not an address", "not an address", StatusInvalid, 0, CheckSyntax, true, ReasonInvalidSyntax},
+		{"invalid syntax", "ann..x@acme.test", StatusInvalid, 0, CheckSyntax, true, ReasonInvalidSyntax},
+		{"disposable role", "info@mailinator.com", StatusInvalid, 0, CheckDisposable, true, ReasonDisposable},
+		{"no MX", "ann@nomx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
+		{"no MX, typo suggestion", "ann@gmail.cm", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
+		{"null MX", "ann@nullmx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNullMX},
+		{"implicit MX", "ann@implicit.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},
+		{"DNS failure", "ann@servfail.test", StatusUnknown, 0.50, "", false, ReasonDNSError},
+		{"deliverable", "Ann@acme.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},
+		{"deliverable role", "info@acme.test", StatusDeliverable, 0.90, "", false, ReasonAccepted},
+		{"deliverable free provider", "ann@proton.me", StatusDeliverable, 0.95, "", false, ReasonAccepted},
+		{"undeliverable", "bob@acme.test", StatusUndeliverable, 0.02, CheckSMTP, false, ReasonMailboxUnknown},
+		{"mailbox full", "full@acme.test", StatusUnknown, 0.50, "", false, ReasonMailboxFull},
+		{"greylisted", "grey@acme.test", StatusUnknown, 0.50, "", false, ReasonGreylisted},
+		{"policy block", "policy@acme.test", StatusUnknown, 0.50, "", false, ReasonPolicyBlocked},
+		{"other 4xx", "busy@acme.test", StatusUnknown, 0.50, "", false, ReasonTemporarilyUnavail},
+		{"sender rejected", "ann@strict.test", StatusUnknown, 0.50, "", false, ReasonSenderRejected},
+		{"connection refused", "ann@refused.test", StatusUnknown, 0.50, "", false, ReasonConnectionRefused},
+		{"catch-all", "whoever@catchall.test", StatusCatchAll, 0.60, "", false, ReasonCatchAll},
+		{"blocked provider", "ann@gmail.com", StatusUnknown, 0.75, "", false, ReasonProviderBlocksProbes},
 	}
 }
 
@@ -107,8 +129,8 @@ func TestOneStepPerAddress(t *testing.T) {
 			if one.FailedCheck != nil {
 				failed = *one.FailedCheck
 			}
-			if one.Status != c.status || one.Confidence != c.confidence || failed != c.failed {
-				t.Errorf("%s: %s, want status %s, confidence %v, failed_check %q", c.name, jsonOf(one), c.status, c.confidence, c.failed)
+			if one.Status != c.status || one.Confidence != c.confidence || failed != c.failed || one.Reason != c.reason {
+				t.Errorf("%s: %s, want status %s, confidence %v, failed_check %q, reason %q", c.name, jsonOf(one), c.status, c.confidence, c.failed, c.reason)
 			}
 
 			local, final := single.Local(c.addr)
@@ -122,8 +144,16 @@ func TestOneStepPerAddress(t *testing.T) {
 				continue
 			}
 			// A pending result has the signals every later answer has, and "unknown" until the
-			// network layers decide.
-			want := Result{Email: one.Email, Role: one.Role, FreeProvider: one.FreeProvider, Suggestion: one.Suggestion}
+			// network layers decide. Its suggestion is mailcheck's: whether the domain receives
+			// mail, which may silence it, is not known yet.
+			want := Result{Email: one.Email, Role: one.Role, FreeProvider: one.FreeProvider}
+			s := signals.Suggest(one.Email[strings.LastIndexByte(one.Email, '@')+1:])
+			if single.finished != nil {
+				s = "step:" + one.Email + "|" + s // the second half's mark
+			}
+			if s != "" {
+				want.Suggestion = &s
+			}
 			want.Apply(OutcomeUnknown)
 			if !reflect.DeepEqual(sansLatency(local), want) {
 				t.Errorf("%s: Local = %s, want the pending %s", c.name, jsonOf(local), jsonOf(want))
@@ -156,6 +186,22 @@ func TestOneStepPerAddress(t *testing.T) {
 		}
 		if r := at("blocked provider"); !r.SMTPBlocked || !r.FreeProvider || !r.MXFound {
 			t.Errorf("blocked provider: %s", jsonOf(r))
+		}
+		// An implicit MX is reported as a mail route: mx_found, with the domain as mx_host.
+		if r := at("implicit MX"); !r.MXFound || r.MXHost == nil || *r.MXHost != "implicit.test" {
+			t.Errorf("implicit MX: %s", jsonOf(r))
+		}
+		// mailcheck would "correct" every .test domain to .de; a domain that receives mail
+		// keeps no such TLD swap.
+		for _, name := range []string{"deliverable", "catch-all", "implicit MX", "undeliverable"} {
+			if r := at(name); r.Suggestion != nil {
+				t.Errorf("%s: suggestion %q for a domain that receives mail", name, *r.Suggestion)
+			}
+		}
+		for i, r := range plain {
+			if r.Reason == "" {
+				t.Errorf("%s: no reason: %s", cases[i].name, jsonOf(r))
+			}
 		}
 	})
 

@@ -44,6 +44,7 @@ func New(cfg config.Config) (*Verifier, error) {
 		Proxy:      cfg.SMTPProxy,
 		Blocked:    cfg.SMTPBlockedDomains,
 		MaxPerHost: cfg.SMTPMaxPerHost,
+		AllowCIDRs: cfg.SMTPAllowCIDRs,
 	})
 	if err != nil {
 		return nil, err
@@ -248,13 +249,16 @@ func (a *address) request() smtp.Request {
 	return smtp.Request{Addr: a.addr.String(), Domain: a.addr.Domain, Hosts: a.route.hosts}
 }
 
-// end ends the check layers with outcome o: the address goes on to the signals.
-func (a *address) end(o Outcome) { a.outcome, a.next = o, layerSignals }
+// end ends the check layers with outcome o for reason why: the address goes on to the signals.
+func (a *address) end(o Outcome, why Reason) {
+	a.outcome, a.next = o, layerSignals
+	a.r.Reason = why
+}
 
 // fail ends the check layers because check c failed.
-func (a *address) fail(c Check, o Outcome) {
+func (a *address) fail(c Check, o Outcome, why Reason) {
 	a.r.FailedCheck = &c
-	a.end(o)
+	a.end(o, why)
 }
 
 // step is the one place where an address's layers run and its result is decided; Local, Verify
@@ -270,7 +274,7 @@ func (v *Verifier) step(a *address) need {
 			addr, err := syntax.Parse(a.raw)
 			if err != nil {
 				a.r.Email = strings.TrimSpace(a.raw)
-				a.fail(CheckSyntax, OutcomeInvalid)
+				a.fail(CheckSyntax, OutcomeInvalid, ReasonInvalidSyntax)
 				continue
 			}
 			a.addr, a.parsed = addr, true
@@ -280,7 +284,7 @@ func (v *Verifier) step(a *address) need {
 		case layerDisposable:
 			if v.disposable.IsDisposable(a.addr.Domain) {
 				a.r.Disposable = true
-				a.fail(CheckDisposable, OutcomeInvalid)
+				a.fail(CheckDisposable, OutcomeInvalid, ReasonDisposable)
 				continue
 			}
 			a.next = layerMX
@@ -291,14 +295,20 @@ func (v *Verifier) step(a *address) need {
 			}
 			rt := a.route
 			switch {
+			case errors.Is(rt.err, mx.ErrNullMX):
+				a.fail(CheckNoMX, OutcomeInvalid, ReasonNullMX)
+				continue
 			case errors.Is(rt.err, mx.ErrNoMX):
-				a.fail(CheckNoMX, OutcomeInvalid)
+				a.fail(CheckNoMX, OutcomeInvalid, ReasonNoMX)
 				continue
 			case rt.err != nil:
-				// SERVFAIL or a timeout says nothing about the domain: unknown, never invalid.
-				a.end(OutcomeUnknown)
+				// SERVFAIL, REFUSED or a timeout says nothing about the domain: unknown, never
+				// invalid.
+				a.end(OutcomeUnknown, ReasonDNSError)
 				continue
 			}
+			// An implicit MX (RFC 5321 §5.1: no MX records, but an A/AAAA record) is a mail
+			// route like any other: mx_found is true and mx_host is the domain itself.
 			a.r.MXFound = true
 			primary := rt.res.Primary()
 			a.r.MXHost = &primary
@@ -306,7 +316,7 @@ func (v *Verifier) step(a *address) need {
 				// A provider that blocks or falsifies probes is never dialled: a probe would
 				// only cost the worker's address its reputation.
 				a.r.SMTPBlocked = true
-				a.end(OutcomeSMTPBlocked)
+				a.end(OutcomeSMTPBlocked, ReasonProviderBlocksProbes)
 				continue
 			}
 			a.next = layerSMTP
@@ -315,19 +325,21 @@ func (v *Verifier) step(a *address) need {
 			if !a.probed {
 				return needProbe
 			}
-			switch pr := a.pr; {
+			pr := a.pr
+			why := probeReason(pr)
+			switch {
 			case pr.Blocked:
 				a.r.SMTPBlocked = true
-				a.end(OutcomeSMTPBlocked)
+				a.end(OutcomeSMTPBlocked, why)
 			case pr.Verdict == smtp.Deliverable:
-				a.end(OutcomeDeliverable)
+				a.end(OutcomeDeliverable, why)
 			case pr.Verdict == smtp.Undeliverable:
-				a.fail(CheckSMTP, OutcomeUndeliverable)
+				a.fail(CheckSMTP, OutcomeUndeliverable, why)
 			case pr.Verdict == smtp.CatchAll:
 				a.r.CatchAll = true
-				a.end(OutcomeCatchAll)
+				a.end(OutcomeCatchAll, why)
 			default:
-				a.end(OutcomeUnknown)
+				a.end(OutcomeUnknown, why)
 			}
 
 		case layerSignals:
@@ -350,7 +362,7 @@ func (v *Verifier) finish(a *address) {
 	if a.parsed {
 		a.r.Role = signals.IsRole(a.addr.Local)
 		a.r.FreeProvider = signals.IsFreeProvider(a.addr.Domain)
-		if s := signals.Suggest(a.addr.Domain); s != "" {
+		if s := signals.Suggest(a.addr.Domain); s != "" && a.suggest(s) {
 			a.r.Suggestion = &s
 		}
 	}
@@ -364,6 +376,17 @@ func (v *Verifier) finish(a *address) {
 	if v.finished != nil {
 		a.r = v.finished(a.r)
 	}
+}
+
+// suggest decides whether the typo suggestion s for a's domain is worth showing. A domain without
+// a mail route (no MX, a DNS failure), or whose route is not known yet (Local), keeps every
+// suggestion: that is the typo the caller needs to hear about. A domain that receives mail keeps
+// only a suggestion whose target is a known mailbox provider — a near miss like gmial.com ⇒
+// gmail.com or yahoo.cm ⇒ yahoo.com, typo domains that often do have a (catch-all) MX — and
+// loses mailcheck's TLD swaps of a working company domain (company.test ⇒ company.de), which
+// are noise, above all next to a mailbox the server just confirmed.
+func (a *address) suggest(s string) bool {
+	return !a.r.MXFound || signals.IsProvider(s)
 }
 
 // MS converts d to latency_ms: milliseconds with nanosecond resolution, so that even the local

@@ -53,6 +53,7 @@ func TestVerify(t *testing.T) {
 	b.server(t, mailsim.ServerOptions{Name: "mx.tarpit.test", Tarpit: true})
 	b.server(t, mailsim.ServerOptions{Name: "mx.refused.test", Refuse: true})
 	b.server(t, mailsim.ServerOptions{Name: "mx.google.test"})
+	implicitMX := b.server(t, mailsim.ServerOptions{Name: "host.implicit.test"})
 
 	b.w.AddDomain("acme.test", mailsim.Domain{MX: mxOf("mx.acme.test"), Users: []string{"ann", "info"}, Mailboxes: map[string]mailsim.Reply{
 		"grey": mailsim.ReplyGreylisted, "policy": mailsim.ReplyPolicy,
@@ -61,9 +62,12 @@ func TestVerify(t *testing.T) {
 	b.w.AddDomain("tls.test", mailsim.Domain{MX: mxOf("mx.tls.test"), Users: []string{"ann"}})
 	b.w.AddDomain("tarpit.test", mailsim.Domain{MX: mxOf("mx.tarpit.test"), Users: []string{"ann"}})
 	b.w.AddDomain("fallback.test", mailsim.Domain{MX: mxOf("mx.refused.test", "mx.acme.test"), Users: []string{"ann"}})
-	b.w.AddDomain("nomx.test", mailsim.Domain{A: []string{"127.0.0.9"}})
-	b.w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true})
+	b.w.AddDomain("nomx.test", mailsim.Domain{})
+	b.w.AddDomain("implicit.test", mailsim.Domain{A: []string{implicitMX.Addr().String()}, Users: []string{"ann"}})
+	b.w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true, A: []string{implicitMX.Addr().String()}})
 	b.w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	b.w.AddDomain("refused.test", mailsim.Domain{Rcode: dns.RcodeRefused})
+	b.w.AddDomain("silent.test", mailsim.Domain{Drop: true})
 	b.w.AddDomain("gmail.com", mailsim.Domain{MX: mxOf("mx.google.test"), CatchAll: true})
 
 	type want struct {
@@ -76,36 +80,51 @@ func TestVerify(t *testing.T) {
 		catchAll   bool
 		blocked    bool
 		disposable bool
+		reason     Reason
+		maxTook    time.Duration // 0 means the 1500ms probe budget
 	}
 	for _, tc := range []struct {
 		name, addr string
 		want       want
 	}{
-		{"deliverable", "ann@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.acme.test"}},
-		{"deliverable role", "info@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.90, mxHost: "mx.acme.test", role: true}},
-		{"undeliverable 5.1.1", "bob@acme.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "mx.acme.test"}},
-		{"catch-all", "whoever@catchall.test", want{status: StatusCatchAll, confidence: 0.60, mxHost: "mx.acme.test", catchAll: true}},
-		{"greylisted 450", "grey@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test"}},
-		{"policy 554 5.7.1", "policy@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test"}},
-		{"STARTTLS required", "ann@tls.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.tls.test"}},
-		{"tarpit", "ann@tarpit.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.tarpit.test"}},
-		{"refused first MX, second answers", "ann@fallback.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.refused.test"}},
-		{"no MX (an A record is not enough)", "ann@nomx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
-		{"null MX", "ann@nullmx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
-		{"NXDOMAIN", "ann@nowhere.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX}},
-		{"SERVFAIL", "ann@servfail.test", want{status: StatusUnknown, confidence: 0.50}},
-		{"smtp_blocked provider", "ann@gmail.com", want{status: StatusUnknown, confidence: 0.75, mxHost: "mx.google.test", blocked: true}},
-		{"syntax", "ann..x@acme.test", want{status: StatusInvalid, confidence: 0, failed: CheckSyntax}},
-		{"disposable", "ann@mailinator.com", want{status: StatusInvalid, confidence: 0, failed: CheckDisposable, disposable: true}},
+		{"deliverable", "ann@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.acme.test", reason: ReasonAccepted}},
+		{"deliverable role", "info@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.90, mxHost: "mx.acme.test", role: true, reason: ReasonAccepted}},
+		{"undeliverable 5.1.1", "bob@acme.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "mx.acme.test", reason: ReasonMailboxUnknown}},
+		{"catch-all", "whoever@catchall.test", want{status: StatusCatchAll, confidence: 0.60, mxHost: "mx.acme.test", catchAll: true, reason: ReasonCatchAll}},
+		{"greylisted 450", "grey@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: ReasonGreylisted}},
+		{"policy 554 5.7.1", "policy@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: ReasonPolicyBlocked}},
+		{"STARTTLS required", "ann@tls.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.tls.test", reason: ReasonAccepted}},
+		{"tarpit", "ann@tarpit.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.tarpit.test", reason: ReasonTimeout}},
+		{"refused first MX, second answers", "ann@fallback.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.refused.test", reason: ReasonAccepted}},
+		{"implicit MX (an A record, RFC 5321 5.1)", "ann@implicit.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "implicit.test", reason: ReasonAccepted}},
+		{"implicit MX, unknown mailbox", "bob@implicit.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "implicit.test", reason: ReasonMailboxUnknown}},
+		{"neither MX nor A", "ann@nomx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNoMX}},
+		{"null MX (with an A record)", "ann@nullmx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNullMX}},
+		{"NXDOMAIN", "ann@nowhere.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNoMX}},
+		// DNS failures are temporary: unknown, and fast — well inside the DNS budget (500ms),
+		// with a generous margin for -race.
+		{"SERVFAIL", "ann@servfail.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 300 * time.Millisecond}},
+		{"REFUSED", "ann@refused.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 300 * time.Millisecond}},
+		{"DNS never answers", "ann@silent.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 900 * time.Millisecond}},
+		{"smtp_blocked provider", "ann@gmail.com", want{status: StatusUnknown, confidence: 0.75, mxHost: "mx.google.test", blocked: true, reason: ReasonProviderBlocksProbes}},
+		{"syntax", "ann..x@acme.test", want{status: StatusInvalid, confidence: 0, failed: CheckSyntax, reason: ReasonInvalidSyntax}},
+		{"disposable", "ann@mailinator.com", want{status: StatusInvalid, confidence: 0, failed: CheckDisposable, disposable: true, reason: ReasonDisposable}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()
 			r := b.v.Verify(context.Background(), tc.addr)
-			if took := time.Since(start); took > 1600*time.Millisecond {
+			w := tc.want
+			took := time.Since(start)
+			if took > 1600*time.Millisecond {
 				t.Errorf("took %v, over the 1500ms budget", took)
 			}
-			w := tc.want
+			if w.maxTook > 0 {
+				if took > w.maxTook {
+					t.Errorf("took %v, want at most %v", took, w.maxTook)
+				}
+				t.Logf("%s answered %s/%s in %v", tc.addr, r.Status, r.Reason, took)
+			}
 			failed := Check("")
 			if r.FailedCheck != nil {
 				failed = *r.FailedCheck
@@ -116,7 +135,7 @@ func TestVerify(t *testing.T) {
 			}
 			if r.Status != w.status || r.Valid != w.valid || r.Confidence != w.confidence || failed != w.failed ||
 				mxHost != w.mxHost || r.MXFound != (w.mxHost != "") || r.Role != w.role || r.CatchAll != w.catchAll ||
-				r.SMTPBlocked != w.blocked || r.Disposable != w.disposable {
+				r.SMTPBlocked != w.blocked || r.Disposable != w.disposable || r.Reason != w.reason {
 				t.Fatalf("Verify(%q) = %+v (failed_check %q, mx_host %q), want %+v", tc.addr, r, failed, mxHost, w)
 			}
 			if r.LatencyMS <= 0 {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"syscall"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/netguard"
 )
 
 // Timeouts of one attempt (connect 5 s, whole attempt 10 s; docs/api.md, "Retries").
@@ -20,63 +19,14 @@ const (
 )
 
 // ErrForbiddenAddress marks a dial refused because the address is not public. Such a failure is
-// final: retrying would dial the same forbidden network.
-var ErrForbiddenAddress = errors.New("address is not a public unicast address")
-
-// forbiddenPrefixes are the ranges no callback may reach besides those netip classifies itself
-// (loopback, private, link-local, multicast, unspecified). Documentation and benchmark ranges are
-// included because nothing legitimate listens there, and the NAT64, 6to4 and Teredo ranges
-// because they embed an IPv4 address that could be private.
-var forbiddenPrefixes = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8",       // "this network"
-		"100.64.0.0/10",   // carrier-grade NAT
-		"169.254.0.0/16",  // link-local, including the 169.254.169.254 metadata service
-		"192.0.0.0/24",    // IETF protocol assignments
-		"192.0.2.0/24",    // TEST-NET-1
-		"198.18.0.0/15",   // benchmarking
-		"198.51.100.0/24", // TEST-NET-2
-		"203.0.113.0/24",  // TEST-NET-3
-		"240.0.0.0/4",     // reserved, including broadcast 255.255.255.255
-		"64:ff9b::/96",    // NAT64
-		"64:ff9b:1::/48",  // local-use NAT64
-		"100::/64",        // discard-only
-		"2001::/32",       // Teredo
-		"2001:db8::/32",   // documentation
-		"2002::/16",       // 6to4
-		"fc00::/7",        // unique local
-		"fec0::/10",       // deprecated site-local
-		"::ffff:0:0/96",   // IPv4-mapped; unmapped below, listed for completeness
-		"::/96",           // IPv4-compatible (deprecated)
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
+// final: retrying would dial the same forbidden network. It is netguard's, shared with the SMTP
+// prober.
+var ErrForbiddenAddress = netguard.ErrForbiddenAddress
 
 // CheckAddr returns nil when ip is a public unicast address a callback may be sent to. An
-// IPv4-mapped IPv6 address is judged as the IPv4 address it carries.
-func CheckAddr(ip netip.Addr) error {
-	if !ip.IsValid() {
-		return ErrForbiddenAddress
-	}
-	if ip.Is4In6() {
-		// ::ffff:127.0.0.1 reaches 127.0.0.1 on a dual-stack socket.
-		ip = ip.Unmap()
-	}
-	ip = ip.WithZone("")
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsUnspecified() || ip.IsMulticast() ||
-		ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() {
-		return ErrForbiddenAddress
-	}
-	for _, p := range forbiddenPrefixes {
-		if p.Contains(ip) {
-			return ErrForbiddenAddress
-		}
-	}
-	return nil
-}
+// IPv4-mapped IPv6 address is judged as the IPv4 address it carries. The classification lives in
+// internal/netguard.
+func CheckAddr(ip netip.Addr) error { return netguard.CheckAddr(ip) }
 
 // ClientOptions configure NewClient.
 type ClientOptions struct {
@@ -116,16 +66,7 @@ func NewClient(o ClientOptions) *http.Client {
 		Resolver:  resolver,
 	}
 	if !o.AllowPrivate {
-		dialer.Control = func(network, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("dial %s: %w", address, ErrForbiddenAddress)
-			}
-			if err := CheckAddr(ap.Addr()); err != nil {
-				return fmt.Errorf("refused to connect to %s: %w", ap.Addr(), err)
-			}
-			return nil
-		}
+		dialer.Control = netguard.Guard{}.Control
 	}
 	conns := o.MaxConnsPerHost
 	if conns < 2 {

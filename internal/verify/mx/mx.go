@@ -1,10 +1,17 @@
 // Package mx is layer 3 of the verification pipeline: it looks up a domain's MX hosts, in
 // preference order, and their addresses, against one configured resolver (docs/architecture.md, "The verification pipeline").
 //
-// Answers are cached — positive ones for 6 hours, "this domain takes no mail" for 15 minutes —
-// and concurrent look-ups of one domain share a single query. Temporary failures (SERVFAIL, a
-// timeout) are never cached and are reported as ErrTemporary, so that the pipeline answers
-// "unknown" rather than calling a real domain invalid because a resolver hiccupped.
+// A domain without MX records but with an A or AAAA record receives mail at that address (RFC
+// 5321 §5.1, the implicit MX): the look-up then returns the domain itself as its one host, with
+// Implicit set. A null MX (RFC 7505, "MX 0 .") says the domain takes no mail, whatever its A
+// records: ErrNullMX.
+//
+// Answers are cached — positive ones (implicit MX included) for 6 hours, "this domain takes no
+// mail" for 15 minutes — and concurrent look-ups of one domain share a single query. Temporary
+// failures (SERVFAIL, REFUSED, a timeout) are never cached and are reported as ErrTemporary, so
+// that the pipeline answers "unknown" rather than calling a real domain invalid because a
+// resolver hiccupped. A whole look-up — MX, the hosts' addresses, the implicit MX's — is bounded
+// by Config.Budget (500ms), so a resolver that never answers costs at most that.
 package mx
 
 import (
@@ -28,9 +35,13 @@ const (
 	NegativeTTL = 15 * time.Minute
 )
 
-// ErrNoMX means the domain accepts no mail: NXDOMAIN, no MX records, or a null MX (RFC 7505).
-// An A record alone does not count as an implicit MX (no MX means no_mx: docs/architecture.md, "The verification pipeline").
+// ErrNoMX means the domain accepts no mail: NXDOMAIN, neither MX nor A/AAAA records, or a null
+// MX (RFC 7505). An A or AAAA record alone is an implicit MX (RFC 5321 §5.1) and not ErrNoMX.
 var ErrNoMX = errors.New("no MX records")
+
+// ErrNullMX means the domain publishes a null MX (RFC 7505): it explicitly takes no mail. Errors
+// that wrap it also wrap ErrNoMX.
+var ErrNullMX = fmt.Errorf("%w: null MX", ErrNoMX)
 
 // ErrTemporary means the answer could not be had now (SERVFAIL, REFUSED, timeout).
 var ErrTemporary = errors.New("temporary DNS failure")
@@ -45,6 +56,9 @@ type Host struct {
 // Result is a domain's MX hosts, most preferred first.
 type Result struct {
 	Hosts []Host
+	// Implicit is set when the domain has no MX records and its own A/AAAA records stand in
+	// for them (RFC 5321 §5.1): Hosts is then the domain itself.
+	Implicit bool
 }
 
 // Primary is the most preferred MX host name.
@@ -57,9 +71,14 @@ func (r Result) Primary() string {
 
 // Config configures a Resolver.
 type Config struct {
-	Server  string        // resolver host:port
-	Timeout time.Duration // per query attempt; 0 means 2s
-	Retries int           // extra UDP attempts after a timeout; 0 means 1
+	Server string // resolver host:port
+	// Budget bounds a whole look-up: the MX query with its retry, the MX hosts' addresses and
+	// the implicit MX's. 0 means 500ms, well inside the SMTP probe's 1,500ms.
+	Budget time.Duration
+	// Timeout bounds one query attempt; 0 means half the budget, so that one retry after a
+	// timeout still fits in it.
+	Timeout time.Duration
+	Retries int // extra UDP attempts after a timeout; 0 means 1
 	// MaxEntries bounds the cache; 0 means 100,000 domains.
 	MaxEntries int
 }
@@ -84,8 +103,11 @@ type entry struct {
 
 // New returns a Resolver that asks cfg.Server.
 func New(cfg Config) *Resolver {
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 2 * time.Second
+	if cfg.Budget <= 0 {
+		cfg.Budget = 500 * time.Millisecond
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = cfg.Budget / 2
 	}
 	if cfg.Retries == 0 {
 		cfg.Retries = 1
@@ -109,9 +131,11 @@ func (r *Resolver) Lookup(ctx context.Context, domain string) (Result, error) {
 		return res, err
 	}
 	// The shared look-up must not die with the first caller's context: the others still want
-	// the answer. It is bounded by the resolver's own timeouts instead.
+	// the answer. It is bounded by the resolver's own budget instead.
 	ch := r.sf.DoChan(domain, func() (any, error) {
-		res, err := r.lookup(context.WithoutCancel(ctx), domain)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Budget)
+		defer cancel()
+		res, err := r.lookup(lctx, domain)
 		r.store(domain, res, err)
 		return res, err
 	})
@@ -177,7 +201,10 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s: %s", ErrTemporary, domain, dns.RcodeToString[resp.Rcode])
 	}
 
-	var hosts []Host
+	var (
+		hosts  []Host
+		nullMX bool
+	)
 	for _, rr := range resp.Answer {
 		mx, ok := rr.(*dns.MX)
 		if !ok {
@@ -185,12 +212,16 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 		}
 		name := strings.ToLower(strings.TrimSuffix(mx.Mx, "."))
 		if name == "" {
-			continue // a null MX (RFC 7505) names no host
+			nullMX = true // a null MX (RFC 7505) names no host
+			continue
 		}
 		hosts = append(hosts, Host{Name: name, Pref: mx.Preference})
 	}
+	if nullMX && len(hosts) == 0 {
+		return Result{}, fmt.Errorf("%w: %s", ErrNullMX, domain)
+	}
 	if len(hosts) == 0 {
-		return Result{}, fmt.Errorf("%w: %s", ErrNoMX, domain)
+		return r.implicit(ctx, domain)
 	}
 	slices.SortStableFunc(hosts, func(a, b Host) int { return int(a.Pref) - int(b.Pref) })
 
@@ -227,24 +258,49 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 	return Result{Hosts: hosts}, nil
 }
 
+// implicit looks for the implicit MX of a domain that has no MX records (RFC 5321 §5.1): its own
+// A and AAAA records. Neither means no mail; a failure of both queries is temporary.
+func (r *Resolver) implicit(ctx context.Context, domain string) (Result, error) {
+	addrs, err := r.resolve(ctx, domain)
+	if len(addrs) > 0 {
+		return Result{Hosts: []Host{{Name: domain, Addrs: addrs}}, Implicit: true}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{}, fmt.Errorf("%w: %s: neither MX nor A/AAAA records", ErrNoMX, domain)
+}
+
 // addrs resolves a host's A and AAAA records. A host that does not resolve keeps an empty list:
 // the prober then moves on to the next MX host.
 func (r *Resolver) addrs(ctx context.Context, host string) []netip.Addr {
+	out, _ := r.resolve(ctx, host)
+	return out
+}
+
+// resolve asks for host's A and AAAA records at once. err wraps ErrTemporary when no answer
+// came and neither query could be answered (both failed, or one failed and the other was empty).
+func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	var (
-		mu  sync.Mutex
-		out []netip.Addr
-		wg  sync.WaitGroup
+		mu      sync.Mutex
+		out     []netip.Addr
+		wg      sync.WaitGroup
+		lastErr error
 	)
 	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			resp, err := r.query(ctx, host, t)
-			if err != nil || resp.Rcode != dns.RcodeSuccess {
-				return
+			if err == nil && resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
+				err = fmt.Errorf("%w: %s: %s", ErrTemporary, host, dns.RcodeToString[resp.Rcode])
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			if err != nil {
+				lastErr = err
+				return
+			}
 			for _, rr := range resp.Answer {
 				switch a := rr.(type) {
 				case *dns.A:
@@ -262,11 +318,13 @@ func (r *Resolver) addrs(ctx context.Context, host string) []netip.Addr {
 	wg.Wait()
 	// IPv4 first keeps the order stable whichever answer came back first.
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
-	return out
+	return out, lastErr
 }
 
-// query asks the resolver over UDP, retrying a timed-out attempt, and over TCP when the UDP
-// answer is truncated.
+// query asks the resolver over UDP, retrying a timed-out attempt once (Retries) while ctx — the
+// look-up's budget — has time left, and over TCP when the UDP answer is truncated. A SERVFAIL or
+// REFUSED answer is returned as it is, not retried: a recursive resolver that just gave up on a
+// name gives up again.
 func (r *Resolver) query(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)

@@ -43,7 +43,10 @@ func TestLookup(t *testing.T) {
 	w.AddDomain("trunc.test", mailsim.Domain{MX: mx, UDPTrunc: true})
 	w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true})
 	w.AddDomain("onlya.test", mailsim.Domain{A: []string{"127.0.0.9"}})
+	w.AddDomain("nullmxa.test", mailsim.Domain{NullMX: true, A: []string{"127.0.0.9"}})
+	w.AddDomain("empty.test", mailsim.Domain{})
 	w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	w.AddDomain("refused.test", mailsim.Domain{Rcode: dns.RcodeRefused})
 	w.AddDomain("timeout.test", mailsim.Domain{Drop: true})
 
 	want := []Host{
@@ -51,6 +54,7 @@ func TestLookup(t *testing.T) {
 		{Name: "mx2.lookup.test", Pref: 20, Addrs: []netip.Addr{mx2.Addr()}},
 	}
 	r := New(Config{Server: w.DNSAddr(), Timeout: 100 * time.Millisecond})
+	implicit := []Host{{Name: "onlya.test", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.9")}}}
 	for _, tc := range []struct {
 		domain  string
 		want    []Host
@@ -59,10 +63,13 @@ func TestLookup(t *testing.T) {
 		{"glue.test", want, nil},
 		{"noglue.test", want, nil},
 		{"trunc.test", want, nil},
-		{"nullmx.test", nil, ErrNoMX},
-		{"onlya.test", nil, ErrNoMX}, // no implicit MX
+		{"nullmx.test", nil, ErrNullMX},
+		{"nullmxa.test", nil, ErrNullMX}, // a null MX wins over the A record
+		{"onlya.test", implicit, nil},    // RFC 5321 §5.1 implicit MX
+		{"empty.test", nil, ErrNoMX},     // neither MX nor A/AAAA
 		{"nxdomain.test", nil, ErrNoMX},
 		{"servfail.test", nil, ErrTemporary},
+		{"refused.test", nil, ErrTemporary},
 		{"timeout.test", nil, ErrTemporary},
 	} {
 		t.Run(tc.domain, func(t *testing.T) {
@@ -70,6 +77,12 @@ func TestLookup(t *testing.T) {
 			res, err := r.Lookup(context.Background(), tc.domain)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if errors.Is(err, ErrNullMX) && !errors.Is(err, ErrNoMX) {
+				t.Fatalf("a null MX must also be ErrNoMX: %v", err)
+			}
+			if res.Implicit != (tc.domain == "onlya.test") {
+				t.Fatalf("Implicit = %v", res.Implicit)
 			}
 			if !slices.EqualFunc(res.Hosts, tc.want, func(a, b Host) bool {
 				return a.Name == b.Name && a.Pref == b.Pref && slices.Equal(a.Addrs, b.Addrs)
@@ -89,12 +102,59 @@ func TestLookup(t *testing.T) {
 	})
 }
 
+// TestFailureBudget shows that a look-up the resolver cannot answer — SERVFAIL, REFUSED, or no
+// answer at all — ends as ErrTemporary within the default budget (500ms, one retry after a
+// timed-out attempt), far inside the SMTP probe's 1,500ms, and that a SERVFAIL is not retried.
+func TestFailureBudget(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	w.AddDomain("refused.test", mailsim.Domain{Rcode: dns.RcodeRefused})
+	w.AddDomain("silent.test", mailsim.Domain{Drop: true})
+	w.AddDomain("slowfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure, Delay: 2 * time.Second})
+	r := New(Config{Server: w.DNSAddr()}) // the production defaults
+	t.Run("group", func(t *testing.T) { failureBudget(t, r) })
+	if q := w.DNSQueries("servfail.test", dns.TypeMX); q != 1 {
+		t.Errorf("SERVFAIL asked %d times, want 1 (not retried)", q)
+	}
+	if q := w.DNSQueries("silent.test", dns.TypeMX); q != 2 {
+		t.Errorf("a silent resolver asked %d times, want 2 (one retry)", q)
+	}
+}
+
+func failureBudget(t *testing.T, r *Resolver) {
+	for _, tc := range []struct {
+		domain string
+		max    time.Duration
+	}{
+		{"servfail.test", 200 * time.Millisecond},
+		{"refused.test", 200 * time.Millisecond},
+		{"silent.test", 800 * time.Millisecond},   // 500ms budget, with margin for -race
+		{"slowfail.test", 800 * time.Millisecond}, // a resolver that takes 2s to give up
+	} {
+		t.Run(tc.domain, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			_, err := r.Lookup(context.Background(), tc.domain)
+			took := time.Since(start)
+			if !errors.Is(err, ErrTemporary) {
+				t.Fatalf("err = %v, want ErrTemporary", err)
+			}
+			if took > tc.max {
+				t.Fatalf("took %v, want at most %v", took, tc.max)
+			}
+			t.Logf("%s: %v in %v", tc.domain, err, took)
+		})
+	}
+}
+
 func TestCache(t *testing.T) {
 	t.Parallel()
 	w := startWorld(t)
 	addServer(t, w, "mx.cache.test")
 	w.AddDomain("cache.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.cache.test"}}})
 	w.AddDomain("flaky.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	w.AddDomain("implicit.test", mailsim.Domain{A: []string{"127.0.0.9"}})
 
 	r := New(Config{Server: w.DNSAddr()})
 	now := time.Now()
@@ -108,6 +168,9 @@ func TestCache(t *testing.T) {
 		}
 		r.Lookup(ctx, "missing.test")
 		r.Lookup(ctx, "flaky.test")
+		if res, err := r.Lookup(ctx, "implicit.test"); err != nil || !res.Implicit {
+			t.Fatalf("implicit.test: %+v, %v", res, err)
+		}
 	}
 	if q := queries("cache.test"); q != 1 {
 		t.Errorf("positive answer asked %d times, want 1 (cached)", q)
@@ -117,6 +180,9 @@ func TestCache(t *testing.T) {
 	}
 	if q := queries("flaky.test"); q != 3 {
 		t.Errorf("SERVFAIL asked %d times, want 3 (never cached)", q)
+	}
+	if q := queries("implicit.test"); q != 1 {
+		t.Errorf("implicit MX asked %d times, want 1 (cached)", q)
 	}
 
 	now = now.Add(NegativeTTL + time.Second)
@@ -128,10 +194,18 @@ func TestCache(t *testing.T) {
 	if q := queries("missing.test"); q != 2 {
 		t.Errorf("negative answer not asked again after 15 min: %d queries", q)
 	}
+	r.Lookup(ctx, "implicit.test")
+	if q := queries("implicit.test"); q != 1 {
+		t.Errorf("implicit MX asked again after 15 min: %d queries (it is a positive answer)", q)
+	}
 	now = now.Add(PositiveTTL)
 	r.Lookup(ctx, "cache.test")
+	r.Lookup(ctx, "implicit.test")
 	if q := queries("cache.test"); q != 2 {
 		t.Errorf("positive answer not asked again after 6 h: %d queries", q)
+	}
+	if q := queries("implicit.test"); q != 2 {
+		t.Errorf("implicit MX not asked again after 6 h: %d queries", q)
 	}
 }
 

@@ -115,3 +115,16 @@ func Suggest(domain string) string {
 	}
 	return mailcheck(domain)
 }
+
+// IsProvider reports whether domain is a known mailbox provider: a free provider, one of
+// mailcheck's common domains (comcast.net, web.de, …), or one of its provider names under a
+// common top-level domain (yahoo.co.uk, hotmail.fr, …). The pipeline keeps a typo suggestion for
+// a domain that receives mail only when the suggestion is such a provider.
+func IsProvider(domain string) bool {
+	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
+	if IsFreeProvider(domain) || in(mcDomainSet, domain) {
+		return true
+	}
+	sld, tld, ok := strings.Cut(domain, ".")
+	return ok && in(mcSecondLevelSet, sld) && in(mcTopLevelSet, tld)
+}

@@ -186,3 +186,15 @@ func BenchmarkSuggestTypo(b *testing.B) {
 		}
 	}
 }
+
+func TestIsProvider(t *testing.T) {
+	for d, want := range map[string]bool{
+		"gmail.com": true, "proton.me": true, "comcast.net": true, "web.de": true, "yahoo.ca": true,
+		"hotmail.de": true, "Yahoo.co.uk.": true, "company.de": false, "acme.test": false,
+		"example-corp.com": false, "yahoo.test": false, "": false,
+	} {
+		if got := IsProvider(d); got != want {
+			t.Errorf("IsProvider(%q) = %v, want %v", d, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 // on loopback, enough to show that probes really travel through MAILVET_SMTP_PROXY.
 type socks5 struct {
 	ln       net.Listener
+	accepts  atomic.Int64 // connections accepted from the prober
 	connects atomic.Int64
 	target   atomic.Value // the last CONNECT destination, "ip:port"
 }
@@ -35,6 +36,7 @@ func startSOCKS5(t *testing.T) *socks5 {
 			if err != nil {
 				return
 			}
+			s.accepts.Add(1)
 			go s.serve(c)
 		}
 	}()
@@ -85,7 +87,7 @@ func (s *socks5) serve(c net.Conn) {
 func TestProbeThroughSOCKS5Proxy(t *testing.T) {
 	t.Parallel()
 	px := startSOCKS5(t)
-	b := setup(t, 0, Config{Timeout: 1500 * time.Millisecond, Proxy: "socks5://" + px.ln.Addr().String()})
+	b := setup(t, 0, Config{Timeout: 1500 * time.Millisecond, Proxy: "socks5://" + px.ln.Addr().String(), AllowCIDRs: loopbackOnly})
 	mx := b.server(t, mailsim.ServerOptions{Name: "mx.proxied.test"})
 	b.w.AddDomain("proxied.test", mailsim.Domain{Users: []string{"ann"}})
 

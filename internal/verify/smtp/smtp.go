@@ -11,7 +11,11 @@
 //   - a session is retired before it collects 10 rejected recipients, because Postfix and others
 //     slow every reply down after that many errors;
 //   - QUIT is sent without waiting for its reply;
-//   - providers that block probing are never dialled.
+//   - providers that block probing are never dialled;
+//   - nor is any MX address that is not public unicast (loopback, RFC 1918, CGNAT, link-local,
+//     unique-local, multicast, reserved), unless Config.AllowCIDRs lists it: whoever controls a
+//     domain's DNS chooses its MX addresses, and must not get the prober to knock on our own
+//     network (SSRF). The check is made on the address dialled, at dial time, also through a proxy.
 package smtp
 
 import (
@@ -30,6 +34,8 @@ import (
 	"time"
 
 	"golang.org/x/net/proxy"
+
+	"github.com/mailvet/mailvet/internal/netguard"
 )
 
 // CatchAllTTL is how long a domain's catch-all verdict is remembered (docs/architecture.md, "The verification pipeline").
@@ -46,6 +52,11 @@ var (
 	ErrNoHost  = errors.New("smtp: no MX host could be reached")
 	ErrBlocked = errors.New("smtp: provider blocks probing")
 	ErrClosed  = errors.New("smtp: prober closed")
+
+	// ErrForbiddenAddress explains an Unknown verdict whose MX addresses are all private or
+	// reserved (and not in Config.AllowCIDRs): they were not dialled. It wraps
+	// netguard.ErrForbiddenAddress's explanation of the address.
+	ErrForbiddenAddress = errors.New("smtp: MX address is private or reserved")
 )
 
 // Config configures a Prober.
@@ -58,6 +69,9 @@ type Config struct {
 	Blocked     []string      // domains never probed, besides the built-in list ("yahoo.*" patterns allowed)
 	MaxPerHost  int           // concurrent sessions per MX address; 0 means 20
 	IdleTimeout time.Duration // how long an idle session is kept for reuse; 0 means 5s
+	// AllowCIDRs are ranges that may be dialled although private or reserved
+	// (MAILVET_SMTP_ALLOW_CIDRS), e.g. 127.0.0.0/8 for a loopback test world. Empty in production.
+	AllowCIDRs []netip.Prefix
 }
 
 // Host is an MX host with its addresses, in the order they are to be tried.
@@ -123,6 +137,7 @@ type Prober struct {
 	cfg     Config
 	dialer  proxy.ContextDialer
 	blocked blockList
+	guard   netguard.Guard
 
 	mu      sync.Mutex
 	pools   map[netip.Addr]*pool
@@ -152,10 +167,13 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Helo == "" || !strings.Contains(cfg.MailFrom, "@") {
 		return nil, errors.New("smtp: Helo and MailFrom are required")
 	}
+	guard := netguard.Guard{Allow: cfg.AllowCIDRs}
+	// The direct dialer checks the socket's address once more just before connect(2).
+	var next proxy.ContextDialer = &net.Dialer{Control: guard.Control}
 	p := &Prober{
 		cfg:     cfg,
-		dialer:  &net.Dialer{},
 		blocked: newBlockList(cfg.Blocked),
+		guard:   guard,
 		pools:   map[netip.Addr]*pool{},
 		closing: make(chan struct{}),
 		ca:      map[string]*caState{},
@@ -176,8 +194,11 @@ func New(cfg Config) (*Prober, error) {
 		if !ok {
 			return nil, fmt.Errorf("smtp: proxy %s cannot dial with a deadline", u.Scheme)
 		}
-		p.dialer = cd
+		next = cd
 	}
+	// The proxy is the operator's and may be private; the addresses it is asked to reach are
+	// checked before it hears of them.
+	p.dialer = &guardDialer{guard: guard, next: next, lookup: defaultLookup}
 	return p, nil
 }
 
@@ -233,13 +254,27 @@ func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, 
 			continue
 		}
 		var targets []target
+		var refused error // the first forbidden address's refusal
+		refusedHost := ""
 		for _, h := range req.Hosts {
 			for _, a := range h.Addrs {
+				// Checked here so that a domain whose MX addresses are all forbidden makes no
+				// connection at all, and again when dialling (guardDialer).
+				if err := p.guard.Check(a); err != nil {
+					if refused == nil {
+						refused, refusedHost = fmt.Errorf("%w: %w", ErrForbiddenAddress, err), h.Name
+					}
+					continue
+				}
 				targets = append(targets, target{host: h.Name, ip: a})
 			}
 		}
 		if len(targets) == 0 {
-			ch <- done{i, Result{Verdict: Unknown, Err: ErrNoHost}}
+			if refused != nil {
+				ch <- done{i, Result{Verdict: Unknown, Host: refusedHost, Err: refused}}
+			} else {
+				ch <- done{i, Result{Verdict: Unknown, Err: ErrNoHost}}
+			}
 			continue
 		}
 		if known, catchAll := p.catchAllCached(domain); known && catchAll {
@@ -308,8 +343,16 @@ func (p *Prober) failover(j *job, err error) {
 		j.finish(Result{Verdict: Unknown, Err: ErrTimeout})
 		return
 	}
+	if !forbidden(err) {
+		j.reached = true
+	}
 	j.next++
 	if j.next >= len(j.targets) {
+		if !j.reached && forbidden(err) {
+			// Every address was refused by the dial-time check: nothing was probed.
+			j.finish(Result{Verdict: Unknown, Host: j.targets[len(j.targets)-1].host, Err: err})
+			return
+		}
 		j.finish(Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrNoHost, err)})
 		return
 	}
@@ -329,6 +372,7 @@ type job struct {
 	next         int       // index of the target being tried
 	deadline     time.Time // zero until a session first works on it (ProbeAll)
 	attempts     int       // times it was handed back unanswered
+	reached      bool      // some target failed for a reason other than a forbidden address
 	finishFn     func(Result)
 	finished     atomic.Bool
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 )
 
+// loopbackOnly is MAILVET_SMTP_ALLOW_CIDRS for a mailsim world.
+var loopbackOnly = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
 type bundle struct {
 	w *mailsim.World
 	p *Prober
@@ -26,6 +29,10 @@ func setup(t testing.TB, rtt time.Duration, cfg Config) *bundle {
 	t.Cleanup(w.Close)
 	cfg.Port = w.SMTPPort()
 	cfg.Helo, cfg.MailFrom = "probe.mailvet.test", "verify@probe.mailvet.test"
+	if cfg.AllowCIDRs == nil {
+		// The world's servers are on 127.0.0.x, which the prober refuses unless allowed.
+		cfg.AllowCIDRs = loopbackOnly
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,136 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
+	"github.com/miekg/dns"
+)
+
+// TestProbeReason maps every kind of probe answer to its reason, including those the mail world
+// cannot script (a failed TLS handshake, a forbidden MX address): the errors are built the way
+// the smtp package builds them.
+func TestProbeReason(t *testing.T) {
+	t.Parallel()
+	reply := func(code int, enh, text string) smtp.Result {
+		v := smtp.Unknown
+		switch {
+		case code/100 == 2:
+			v = smtp.Deliverable
+		case enh != "" && enh[:4] == "5.1.", code == 550 && enh == "", code == 551, code == 553:
+			v = smtp.Undeliverable
+		}
+		return smtp.Result{Verdict: v, Host: "mx.example.test", Reply: smtp.Reply{Code: code, Enhanced: enh, Text: text}}
+	}
+	withErr := func(err error) smtp.Result { return smtp.Result{Verdict: smtp.Unknown, Err: err} }
+	for _, tc := range []struct {
+		name string
+		pr   smtp.Result
+		want Reason
+	}{
+		{"250", reply(250, "2.1.5", "OK"), ReasonAccepted},
+		{"catch-all", smtp.Result{Verdict: smtp.CatchAll, Reply: smtp.Reply{Code: 250}}, ReasonCatchAll},
+		{"550 5.1.1", reply(550, "5.1.1", "No such user"), ReasonMailboxUnknown},
+		{"550 without enhanced code", reply(550, "", "User unknown"), ReasonMailboxUnknown},
+		{"553 5.1.3", reply(553, "5.1.3", "Bad address"), ReasonMailboxUnknown},
+		{"552 5.2.2", reply(552, "5.2.2", "Mailbox full"), ReasonMailboxFull},
+		{"552 without enhanced code", reply(552, "", "Quota exceeded"), ReasonMailboxFull},
+		{"452 4.2.2", reply(452, "4.2.2", "Over quota"), ReasonMailboxFull},
+		{"550 5.2.2", reply(550, "5.2.2", "Mailbox full"), ReasonMailboxFull},
+		{"554 5.7.1", reply(554, "5.7.1", "Access denied"), ReasonPolicyBlocked},
+		{"550 5.7.1", reply(550, "5.7.1", "Relay denied"), ReasonPolicyBlocked},
+		{"554", reply(554, "", "Transaction failed"), ReasonPolicyBlocked},
+		{"450 4.7.1 greylisted", reply(450, "4.7.1", "Greylisted, please try again later"), ReasonGreylisted},
+		{"451 greylisting text", reply(451, "", "Greylisting in action"), ReasonGreylisted},
+		{"451 4.7.1", reply(451, "4.7.1", "Please come back"), ReasonGreylisted},
+		{"451 4.3.0", reply(451, "4.3.0", "Local error"), ReasonTemporarilyUnavail},
+		{"421", reply(421, "4.3.2", "Service not available"), ReasonTemporarilyUnavail},
+		{"blocked provider", smtp.Result{Verdict: smtp.Unknown, Blocked: true, Err: smtp.ErrBlocked}, ReasonProviderBlocksProbes},
+		{"budget", withErr(smtp.ErrTimeout), ReasonTimeout},
+		{"budget (ctx)", withErr(fmt.Errorf("%w: %v", smtp.ErrTimeout, context.DeadlineExceeded)), ReasonTimeout},
+		{"no addresses", withErr(smtp.ErrNoHost), ReasonConnectionRefused},
+		{"refused", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("dial tcp 192.0.2.1:25: connect: connection refused"))), ReasonConnectionRefused},
+		{"banner timeout", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("banner: read tcp: i/o timeout"))), ReasonTimeout},
+		{"TLS handshake", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, fmt.Errorf("TLS handshake: %w", io.EOF))), ReasonTLSFailed},
+		{"STARTTLS refused", withErr(fmt.Errorf("STARTTLS: %s", smtp.Reply{Code: 454, Enhanced: "4.7.0", Text: "TLS not available"})), ReasonTLSFailed},
+		{"MAIL FROM refused", withErr(fmt.Errorf("MAIL FROM: %s", smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"})), ReasonSenderRejected},
+		{"private MX", withErr(fmt.Errorf("%w: %w", smtp.ErrForbiddenAddress, errors.New("127.0.0.1 is loopback"))), ReasonMXPrivate},
+		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), ReasonMXPrivate},
+		{"catch-all inconclusive", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 250}, Err: errors.New("smtp: catch-all check inconclusive")}, ReasonTemporarilyUnavail},
+		{"prober closed", withErr(smtp.ErrClosed), ReasonInternal},
+		{"nothing at all", smtp.Result{}, ReasonInternal},
+	} {
+		if got := probeReason(tc.pr); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestEveryReasonIsListed keeps Reasons, the outcome defaults and the checks' reasons in step.
+func TestEveryReasonIsListed(t *testing.T) {
+	t.Parallel()
+	listed := map[Reason]bool{}
+	for _, r := range Reasons {
+		if r == "" || listed[r] {
+			t.Errorf("reason %q empty or listed twice", r)
+		}
+		listed[r] = true
+	}
+	if len(Reasons) != 19 {
+		t.Errorf("%d reasons, want the 19 of docs/api.md", len(Reasons))
+	}
+	for o, v := range verdicts {
+		if !listed[v.reason] {
+			t.Errorf("outcome %d: default reason %q not listed", o, v.reason)
+		}
+	}
+	for _, c := range []Check{CheckSyntax, CheckDisposable, CheckNoMX, CheckSMTP} {
+		var r Result
+		r.Fail(c, OutcomeInvalid)
+		if !listed[r.Reason] || r.Reason == ReasonInternal {
+			t.Errorf("check %s: reason %q", c, r.Reason)
+		}
+	}
+}
+
+// TestSuggestionsWithoutNoise: mailcheck "corrects" company.test to company.de; a domain that
+// receives mail keeps only suggestions of a known mailbox provider, while a domain without a mail
+// route (no MX, or DNS that could not tell) keeps every suggestion.
+func TestSuggestionsWithoutNoise(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	b.server(t, mailsim.ServerOptions{Name: "mx.company.test"})
+	b.w.AddDomain("company.test", mailsim.Domain{MX: mxOf("mx.company.test"), Users: []string{"carol"}})
+	b.w.AddDomain("comcastt.net", mailsim.Domain{MX: mxOf("mx.company.test"), CatchAll: true}) // a typo squatter
+	b.w.AddDomain("webb.de", mailsim.Domain{MX: mxOf("mx.company.test"), Users: []string{"carol"}})
+	b.w.AddDomain("broken.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	for _, tc := range []struct {
+		addr   string
+		status Status
+		want   string // "" for none
+	}{
+		{"carol@company.test", StatusDeliverable, ""},       // confirmed mailbox: no company.de
+		{"dave@company.test", StatusUndeliverable, ""},      // the domain receives mail: still no TLD swap
+		{"ann@comcastt.net", StatusCatchAll, "comcast.net"}, // a near miss of a provider, with MX
+		{"carol@webb.de", StatusDeliverable, "web.de"},      // the same, with a mailbox
+		{"ann@gmail.cm", StatusInvalid, "gmail.com"},        // no MX
+	} {
+		r := b.v.Verify(context.Background(), tc.addr)
+		got := ""
+		if r.Suggestion != nil {
+			got = *r.Suggestion
+		}
+		if r.Status != tc.status || got != tc.want {
+			t.Errorf("%s: status %s, suggestion %q; want %s, %q", tc.addr, r.Status, got, tc.status, tc.want)
+		}
+	}
+	// A DNS failure says nothing about the domain: its suggestion stays.
+	if r := b.v.Verify(context.Background(), "ann@broken.test"); r.Status != StatusUnknown || r.Suggestion == nil || *r.Suggestion != "broken.de" {
+		t.Errorf("DNS failure: %s", jsonOf(r))
+	}
+}
