@@ -11,7 +11,8 @@ import (
 	"github.com/mailvet/mailvet/internal/job"
 )
 
-// jobView is GET /v1/email/jobs/{job_id} (extension): the job's state and, once completed, the
+// jobView is GET /v1/email/jobs/{job_id} (extension): the job's state (and, while it waits for a
+// re-probe after greylisting, when that runs) and, once completed, the
 // callback body — the same JSON as delivered to the webhook, though not byte for byte (it is kept
 // as jsonb; the signed bytes live with the delivery).
 type jobView struct {
@@ -21,6 +22,8 @@ type jobView struct {
 	Result      json.RawMessage `json:"result"`
 	CreatedAt   string          `json:"created_at"`
 	CompletedAt *string         `json:"completed_at"`
+	// NextAttemptAt is when a retrying job (its probe was greylisted) is probed again, else null.
+	NextAttemptAt *string `json:"next_attempt_at"`
 }
 
 func jobNotFound() *Error {
@@ -43,6 +46,9 @@ func (s *Server) getJob(c echo.Context) error {
 	}
 	v := jobView{JobID: j.ID.String(), Status: string(j.State), Email: j.Email, Result: json.RawMessage("null"),
 		CreatedAt: isoTime(j.CreatedAt), CompletedAt: isoTimePtr(j.CompletedAt)}
+	if j.State == job.Retrying {
+		v.NextAttemptAt = isoTimePtr(j.NextAttemptAt)
+	}
 	if j.Result != nil {
 		v.Result = j.Result
 	}

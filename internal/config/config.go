@@ -59,6 +59,10 @@ type Config struct {
 	StreamReplicas      int
 	WebhookAllowPrivate bool
 
+	// GreylistWindow bounds the re-probes of an async job whose probe was greylisted
+	// (MAILVET_GREYLIST_WINDOW); 0 turns them off.
+	GreylistWindow time.Duration
+
 	// Plans are the tiers' limits and prices: plan.Defaults with MAILVET_PLAN_* and
 	// MAILVET_OVERAGE_EUR_* applied. They are the one source of truth for every limit.
 	Plans plan.Catalog
@@ -114,6 +118,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		e.fail("MAILVET_SMTP_MAIL_FROM", errors.New("must be an address like verify@example.com"))
 	}
 	c.SMTPTimeout = e.duration("MAILVET_SMTP_TIMEOUT", 1500*time.Millisecond)
+	c.GreylistWindow = e.window("MAILVET_GREYLIST_WINDOW", 15*time.Minute)
 	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
 	if c.SMTPProxy != "" {
 		u, err := url.Parse(c.SMTPProxy)
@@ -252,6 +257,20 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 || d > time.Minute {
 		e.fail(name, fmt.Errorf("%q is not a duration between 0 and 1m, like 1500ms", v))
+		return def
+	}
+	return d
+}
+
+// window reads a duration from 0 (off) to 24h, like 15m.
+func (e *env) window(name string, def time.Duration) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > 24*time.Hour {
+		e.fail(name, fmt.Errorf("%q is not a duration from 0 (off) to 24h, like 15m", v))
 		return def
 	}
 	return d

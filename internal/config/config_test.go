@@ -29,6 +29,9 @@ func TestLoadDefaults(t *testing.T) {
 	if c.SMTPPort != 25 || c.SMTPTimeout != 1500*time.Millisecond || c.SMTPMaxPerHost != 20 {
 		t.Errorf("smtp: %d %v %d", c.SMTPPort, c.SMTPTimeout, c.SMTPMaxPerHost)
 	}
+	if c.GreylistWindow != 15*time.Minute {
+		t.Errorf("greylist window %v", c.GreylistWindow)
+	}
 	if c.SMTPMailFrom != "verify@"+c.SMTPHelo {
 		t.Errorf("mail from %q, helo %q", c.SMTPMailFrom, c.SMTPHelo)
 	}
@@ -101,6 +104,7 @@ func TestLoadOverrides(t *testing.T) {
 		"MAILVET_STRIPE_PRICE_SCALE":            "price_s",
 		"MAILVET_PUBLIC_URL":                    "https://api.example.com/",
 		"MAILVET_SMTP_PROXY":                    "socks5://127.0.0.1:1080",
+		"MAILVET_GREYLIST_WINDOW":               "1h30m",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +120,9 @@ func TestLoadOverrides(t *testing.T) {
 	}
 	if c.StripePrices["price_b"] != plan.Builder || c.StripePrices["price_s"] != plan.Scale {
 		t.Errorf("prices %v", c.StripePrices)
+	}
+	if c.GreylistWindow != 90*time.Minute {
+		t.Errorf("greylist window %v", c.GreylistWindow)
 	}
 	if c.PublicURL != "https://api.example.com" {
 		t.Errorf("public url %q", c.PublicURL)
@@ -148,6 +155,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_HTTP_ADDR":             "8080",
 		"MAILVET_SMTP_PORT":             "70000",
 		"MAILVET_SMTP_TIMEOUT":          "soon",
+		"MAILVET_GREYLIST_WINDOW":       "25h",
 		"MAILVET_SMTP_PROXY":            "http://proxy:3128",
 		"MAILVET_SMTP_MAIL_FROM":        "nobody",
 		"MAILVET_SMTP_ALLOW_CIDRS":      "127.0.0.0/8,10.0.0.0/33",

@@ -16,15 +16,19 @@ import (
 	"github.com/mailvet/mailvet/internal/database"
 )
 
-// State is where a job is in its life: Pending → Processing → Completed | Failed.
+// State is where a job is in its life: Pending → Processing → Completed | Failed, with
+// Processing → Retrying → Processing while a greylisted probe waits for its re-probe.
 type State string
 
 // The states of a job. A job is Pending from its creation until a runner takes it, Processing
 // while a runner verifies it (a runner that dies leaves it Processing, and the redelivered message
-// takes it again), and then Completed, or Failed when verification itself failed.
+// takes it again), and then Completed, or Failed when verification itself failed. A job whose
+// probe was greylisted is Retrying until its re-probe at NextAttemptAt, when the redelivered
+// message takes it again.
 const (
 	Pending    State = "pending"
 	Processing State = "processing"
+	Retrying   State = "retrying"
 	Completed  State = "completed"
 	Failed     State = "failed"
 )
@@ -47,6 +51,19 @@ type Job struct {
 	Result      json.RawMessage
 	CreatedAt   time.Time
 	CompletedAt *time.Time
+	// Retries counts the re-probes scheduled after greylisting; NextAttemptAt is when the next
+	// one runs (set while Retrying), RetryingSince when the first greylisting reply came.
+	Retries       int
+	NextAttemptAt *time.Time
+	RetryingSince *time.Time
+}
+
+// NotDueError is Start's answer for a Retrying job whose re-probe is not due yet (a message
+// redelivered early): the message should come back at At.
+type NotDueError struct{ At time.Time }
+
+func (e *NotDueError) Error() string {
+	return fmt.Sprintf("job re-probe not due until %s", e.At.Format(time.RFC3339Nano))
 }
 
 // Store reads and writes jobs.
@@ -94,21 +111,52 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID, account string) (Job, err
 	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM jobs WHERE id = $1 AND account_id = $2`, id, account))
 }
 
-// Start moves a Pending (or, redelivered after a runner died, Processing) job to Processing and
-// returns it. ErrNotFound means there is nothing left to do: the job is finished, or was discarded.
+// Start moves a Pending (or, redelivered after a runner died, Processing; or Retrying whose
+// re-probe is due) job to Processing and returns it. ErrNotFound means there is nothing left to
+// do: the job is finished, or was discarded. A Retrying job not due yet is a *NotDueError.
 func (s *Store) Start(ctx context.Context, id uuid.UUID) (Job, error) {
-	return scan(s.db.QueryRow(ctx, `UPDATE jobs SET state = $2, updated_at = now()
-		WHERE id = $1 AND state IN ($3, $2) RETURNING `+columns, id, Processing, Pending))
+	j, err := scan(s.db.QueryRow(ctx, `UPDATE jobs SET state = $2, next_attempt_at = NULL, updated_at = now()
+		WHERE id = $1 AND (state IN ($3, $2) OR (state = $4 AND next_attempt_at <= now() + interval '50 milliseconds'))
+		RETURNING `+columns, id, Processing, Pending, Retrying))
+	if !errors.Is(err, ErrNotFound) {
+		return j, err
+	}
+	var at *time.Time
+	err = s.db.QueryRow(ctx, `SELECT next_attempt_at FROM jobs WHERE id = $1 AND state = $2`, id, Retrying).Scan(&at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Job{}, ErrNotFound
+	case err != nil:
+		return Job{}, err
+	case at == nil:
+		return Job{}, &NotDueError{At: time.Now()}
+	}
+	return Job{}, &NotDueError{At: *at}
+}
+
+// Retry moves a Processing job to Retrying until at: its probe was greylisted and the runner has
+// scheduled a re-probe. It counts the retry and starts the window at the first. done is false
+// when the job was not Processing (another runner finished it first).
+func Retry(ctx context.Context, db database.DB, id uuid.UUID, at time.Time) (done bool, err error) {
+	tag, err := db.Exec(ctx, `UPDATE jobs SET state = $2, next_attempt_at = $3, retries = retries + 1,
+		retrying_since = coalesce(retrying_since, now()), updated_at = now() WHERE id = $1 AND state = $4`,
+		id, Retrying, at, Processing)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // columns are the jobs columns scan reads, in its order.
-const columns = `id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at`
+const columns = `id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at,
+	retries, next_attempt_at, retrying_since`
 
 // scan reads one job; no row is ErrNotFound.
 func scan(row pgx.Row) (Job, error) {
 	var j Job
 	var secret *string
-	err := row.Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State, &j.Result, &j.CreatedAt, &j.CompletedAt)
+	err := row.Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State, &j.Result, &j.CreatedAt, &j.CompletedAt,
+		&j.Retries, &j.NextAttemptAt, &j.RetryingSince)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}

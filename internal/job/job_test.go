@@ -83,3 +83,59 @@ func TestJobLifecycle(t *testing.T) {
 		t.Errorf("start of an unknown job: %v", err)
 	}
 }
+
+// A greylisted job goes processing → retrying → processing: a redelivery before its re-probe is
+// due is told when to come back, one after it takes the job; retries and the window's start are
+// kept across re-probes, and only a processing job can be finished.
+func TestJobRetrying(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
+	pgtest.Must(t, err, "create job")
+	_, err = jobs.Start(ctx, id)
+	pgtest.Must(t, err, "start job")
+
+	at := time.Now().Add(time.Hour)
+	if done, err := job.Retry(ctx, pool, id, at); err != nil || !done {
+		t.Fatalf("retry: %v %v", done, err)
+	}
+	if done, err := job.Retry(ctx, pool, id, at); err != nil || done {
+		t.Errorf("retry of a retrying job: %v %v", done, err)
+	}
+	j, err := jobs.Get(ctx, id, acct.ID)
+	pgtest.Must(t, err, "get job")
+	if j.State != job.Retrying || j.Retries != 1 || j.NextAttemptAt == nil || j.RetryingSince == nil {
+		t.Fatalf("retrying job: %+v", j)
+	}
+	since := *j.RetryingSince
+	if done, _ := job.Finish(ctx, pool, id, job.Completed, []byte(`{}`), ""); done {
+		t.Error("finished a retrying job")
+	}
+	var notDue *job.NotDueError
+	if _, err := jobs.Start(ctx, id); !errors.As(err, &notDue) || notDue.At.Sub(at).Abs() > time.Millisecond {
+		t.Fatalf("early start: %v, want NotDueError at %v", err, at)
+	}
+
+	pgtest.Exec(t, pool, `UPDATE jobs SET next_attempt_at = now() - interval '1 second' WHERE id = $1`, id)
+	j, err = jobs.Start(ctx, id)
+	if err != nil || j.State != job.Processing || j.NextAttemptAt != nil || j.Retries != 1 {
+		t.Fatalf("due start: %+v %v", j, err)
+	}
+	if done, err := job.Retry(ctx, pool, id, time.Now()); err != nil || !done {
+		t.Fatalf("second retry: %v %v", done, err)
+	}
+	j, _ = jobs.Get(ctx, id, acct.ID)
+	if j.Retries != 2 || !j.RetryingSince.Equal(since) {
+		t.Errorf("second retry: retries %d since %v, want 2 %v", j.Retries, j.RetryingSince, since)
+	}
+	if _, err := jobs.Start(ctx, id); err != nil {
+		t.Fatalf("start of a due job: %v", err)
+	}
+	if done, err := job.Finish(ctx, pool, id, job.Completed, []byte(`{}`), ""); err != nil || !done {
+		t.Errorf("finish after retries: %v %v", done, err)
+	}
+}

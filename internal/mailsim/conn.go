@@ -3,6 +3,7 @@ package mailsim
 import (
 	"bytes"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,12 @@ type simConn struct {
 	once   sync.Once
 	gone   sync.Once // the client has left: counted out of the concurrent sessions once
 
+	client netip.Addr // the client's address, for MaxConnsPerClient
+
 	wroteSinceRead atomic.Bool
 	rejected       atomic.Int64 // rejected recipients in this connection
+	errors         atomic.Int64 // rejected commands in this connection
+	hangup         atomic.Bool  // close the connection once the next reply is written
 }
 
 type chunk struct {
@@ -67,13 +72,35 @@ func (c *simConn) Write(b []byte) (n int, err error) {
 	}
 	c.wroteSinceRead.Store(true)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return 0, net.ErrClosed
 	}
 	c.queue <- chunk{b: bytes.Clone(b), at: at}
+	c.mu.Unlock()
+	if c.hangup.Load() && bytes.HasPrefix(b, []byte("421")) {
+		// The server's last word: deliver it and hang up, as Postfix does at its hard error limit.
+		go c.Close()
+	}
 	return len(b), nil
 }
+
+// hangUp makes the next 421 reply the connection's last.
+func (c *simConn) hangUp() {
+	if !c.hangup.Swap(true) {
+		c.srv.stats.disconnects.Add(1)
+	}
+}
+
+// turnAway answers the connection with r as its banner and closes it.
+func (c *simConn) turnAway(r Reply) {
+	c.srv.stats.disconnects.Add(1)
+	c.Write([]byte(r.String() + "\r\n"))
+	c.Close()
+}
+
+// left ends the connection's count as open, once.
+func (c *simConn) left() { c.gone.Do(func() { c.srv.clientLeft(c.client) }) }
 
 // Read counts a round trip whenever the client sends something after the server has replied:
 // the client had to wait for that reply. A lone QUIT is not counted, since clients need not
@@ -87,7 +114,7 @@ func (c *simConn) Read(b []byte) (int, error) {
 	if quit || err != nil {
 		// A client that sent QUIT or hung up has ended the session from its side; the server's
 		// own tidying up (delivering the last reply) must not count as a session still open.
-		c.gone.Do(c.srv.closed)
+		c.left()
 	}
 	return n, err
 }
@@ -103,7 +130,7 @@ func (c *simConn) Close() error {
 		case <-c.done:
 		case <-time.After(c.delay + time.Second):
 		}
-		c.gone.Do(c.srv.closed)
+		c.left()
 	})
 	return c.Conn.Close()
 }

@@ -43,6 +43,8 @@ type World struct {
 	servers []*Server
 	nextIP  int
 	holder  net.Listener // holds the common port on 127.0.0.2 for the World's lifetime
+
+	greySince map[string]time.Time // domain ⇒ its first RCPT, for Domain.GreylistFor (greylist.go)
 }
 
 // Start starts the DNS server and reserves the common SMTP port. Call Close when done.
@@ -137,6 +139,9 @@ type Domain struct {
 	Mailboxes map[string]Reply // per-local-part replies that override everything else
 	All       *Reply           // a reply for every RCPT of the domain (greylisting, policy block)
 	RcptDelay time.Duration    // processing time before each RCPT reply for the domain
+	// GreylistFor greylists every RCPT of the domain (ReplyGreylisted) until this long after its
+	// first RCPT, then answers as scripted: real greylisting, which lets a retry in (greylist.go).
+	GreylistFor time.Duration
 }
 
 // AddDomain scripts a domain (replacing an earlier script of the same name).
@@ -173,6 +178,9 @@ func (w *World) rcptReply(addr string) (Reply, time.Duration) {
 	}
 	if r, ok := d.Mailboxes[local]; ok {
 		return r, d.RcptDelay
+	}
+	if w.greylisted(dom, d) {
+		return ReplyGreylisted, d.RcptDelay
 	}
 	if d.All != nil {
 		return *d.All, d.RcptDelay

@@ -34,7 +34,7 @@ type ServerOptions struct {
 	MaxRecipientsPerSession int // 452 4.5.3 for every RCPT past this many in one connection; 0 means no limit
 	MaxRecipientsPerMessage int // go-smtp's per-transaction limit, advertised as LIMITS RCPTMAX; 0 means none
 
-	// ThrottleAfter is the number of rejected recipients in one connection after which every
+	// ThrottleAfter is the number of rejected commands (MAIL or RCPT) in one connection after which every
 	// further reply is delayed by ThrottleDelay, as Postfix's smtpd_soft_error_limit (10) and
 	// smtpd_error_sleep_time (1s) do. 0 means 10; a negative value disables the throttle.
 	ThrottleAfter int
@@ -42,6 +42,28 @@ type ServerOptions struct {
 
 	// MailReply, when set, answers every MAIL FROM (e.g. a 554 5.7.1 for a blocked sender).
 	MailReply *Reply
+	// RcptSenderReply, when set, answers every RCPT: the sender is refused at RCPT time, as
+	// Postfix does with smtpd_delay_reject (e.g. 550 5.7.1 "Sender address rejected").
+	RcptSenderReply *Reply
+
+	// HardErrorLimit is the number of rejected commands (MAIL or RCPT) in one connection after
+	// which the next command is answered 421 4.7.0 and the connection closed, as Postfix's
+	// smtpd_hard_error_limit (20) does. 0 means no limit.
+	HardErrorLimit int
+	// MaxRecipientsPerTransaction answers 452 4.5.3 "Too many recipients" to every RCPT past this
+	// many in one MAIL transaction, without advertising it (unlike MaxRecipientsPerMessage), as
+	// Postfix's smtpd_recipient_limit does. 0 means no limit.
+	MaxRecipientsPerTransaction int
+	// MaxConnsPerClient turns away every connection over this many open at once from one client
+	// address with a 421 4.7.0 "Too many connections" banner (Postfix's
+	// smtpd_client_connection_count_limit). 0 means no limit.
+	MaxConnsPerClient int
+	// Banner, when set, is the greeting instead of 220; the connection is closed after it
+	// (e.g. 421 4.3.2 "Service not available", or 554 5.7.1 for a blocked client).
+	Banner *Reply
+	// DropFirst closes the first this many connections at once, before any banner (a server
+	// restarting, a full accept queue): a transient failure.
+	DropFirst int
 }
 
 // Stats count what a server (or, summed, the World) saw.
@@ -55,10 +77,14 @@ type Stats struct {
 	MaxRejected    int64 // most rejected recipients in one connection
 	Throttled      int64 // replies delayed by the error throttle
 	TLS            int64 // STARTTLS handshakes completed
+	Errors         int64 // commands answered 4xx or 5xx (MAIL and RCPT), banners refused not included
+	Disconnects    int64 // connections the server ended: a refusing banner, too many connections, the hard error limit
+	TooMany        int64 // connections turned away by MaxConnsPerClient (also counted in Sessions and Disconnects)
 }
 
 type counters struct {
 	sessions, concurrent, peak, commands, roundTrips, rcpts, rejected, maxRejected, throttled, tls atomic.Int64
+	errors, disconnects, tooMany                                                                   atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -66,11 +92,12 @@ func (c *counters) snapshot() Stats {
 		Sessions: c.sessions.Load(), PeakConcurrent: c.peak.Load(), Commands: c.commands.Load(),
 		RoundTrips: c.roundTrips.Load(), Rcpts: c.rcpts.Load(), Rejected: c.rejected.Load(),
 		MaxRejected: c.maxRejected.Load(), Throttled: c.throttled.Load(), TLS: c.tls.Load(),
+		Errors: c.errors.Load(), Disconnects: c.disconnects.Load(), TooMany: c.tooMany.Load(),
 	}
 }
 
 func (c *counters) reset() {
-	for _, v := range []*atomic.Int64{&c.sessions, &c.peak, &c.commands, &c.roundTrips, &c.rcpts, &c.rejected, &c.maxRejected, &c.throttled, &c.tls} {
+	for _, v := range []*atomic.Int64{&c.sessions, &c.peak, &c.commands, &c.roundTrips, &c.rcpts, &c.rejected, &c.maxRejected, &c.throttled, &c.tls, &c.errors, &c.disconnects, &c.tooMany} {
 		v.Store(0)
 	}
 	c.peak.Store(c.concurrent.Load())
@@ -95,8 +122,10 @@ type Server struct {
 	smtp  *smtp.Server
 	stats counters
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // tarpit connections, closed by close
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{} // tarpit connections, closed by close
+	clients map[netip.Addr]int    // open connections per client address (MaxConnsPerClient)
+	dropped atomic.Int64          // connections seen, for DropFirst
 }
 
 // AddServer starts a server on the next free loopback address and registers its name for A
@@ -109,7 +138,7 @@ func (w *World) AddServer(opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{w: w, opts: opts, addr: ip, rtt: opts.RTT, conns: map[net.Conn]struct{}{}}
+	s := &Server{w: w, opts: opts, addr: ip, rtt: opts.RTT, conns: map[net.Conn]struct{}{}, clients: map[netip.Addr]int{}}
 	if s.rtt == 0 {
 		s.rtt = w.opts.RTT
 	}
@@ -176,6 +205,9 @@ func (w *World) Stats() Stats {
 		t.Rejected += st.Rejected
 		t.Throttled += st.Throttled
 		t.TLS += st.TLS
+		t.Errors += st.Errors
+		t.Disconnects += st.Disconnects
+		t.TooMany += st.TooMany
 		t.PeakConcurrent = max(t.PeakConcurrent, st.PeakConcurrent)
 		t.MaxRejected = max(t.MaxRejected, st.MaxRejected)
 	}
@@ -211,10 +243,14 @@ func (s *Server) close() {
 		s.ln.Close()
 	}
 	s.mu.Lock()
+	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
-		c.Close()
+		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	for _, c := range conns { // closing takes s.mu (clientLeft)
+		c.Close()
+	}
 }
 
 // tarpit accepts connections and holds them silently until the client gives up.
@@ -244,12 +280,49 @@ type listener struct {
 }
 
 func (l *listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.s.opened()
+		client := clientAddr(c)
+		sc := newSimConn(c, l.s, l.s.rtt, time.Now().Add(l.s.opts.BannerWait))
+		sc.client = client
+		l.s.mu.Lock()
+		l.s.clients[client]++
+		over := l.s.opts.MaxConnsPerClient > 0 && l.s.clients[client] > l.s.opts.MaxConnsPerClient
+		l.s.mu.Unlock()
+		switch {
+		case l.s.dropped.Add(1) <= int64(l.s.opts.DropFirst):
+			l.s.stats.disconnects.Add(1)
+			go sc.Close()
+		case over:
+			l.s.stats.tooMany.Add(1)
+			go sc.turnAway(Reply{421, "4.7.0", "Error: too many connections from your address"})
+		case l.s.opts.Banner != nil:
+			go sc.turnAway(*l.s.opts.Banner)
+		default:
+			return sc, nil
+		}
 	}
-	l.s.opened()
-	return newSimConn(c, l.s, l.s.rtt, time.Now().Add(l.s.opts.BannerWait)), nil
+}
+
+func clientAddr(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// clientLeft is called once per connection when it ends.
+func (s *Server) clientLeft(client netip.Addr) {
+	s.mu.Lock()
+	if s.clients[client]--; s.clients[client] <= 0 {
+		delete(s.clients, client)
+	}
+	s.mu.Unlock()
+	s.closed()
 }
 
 type backend struct{ s *Server }
@@ -273,10 +346,11 @@ func simConnOf(c net.Conn) *simConn {
 
 // session is one go-smtp session. Counters that must survive STARTTLS live on the simConn.
 type session struct {
-	s     *Server
-	c     *smtp.Conn
-	sc    *simConn
-	rcpts int
+	s        *Server
+	c        *smtp.Conn
+	sc       *simConn
+	rcpts    int
+	txnRcpts int // RCPTs in the current MAIL transaction
 }
 
 // pace applies the server's processing time and the error throttle before a reply.
@@ -285,32 +359,65 @@ func (ss *session) pace() {
 	if ss.s.opts.ReplyDelay > 0 {
 		time.Sleep(ss.s.opts.ReplyDelay)
 	}
-	if ss.sc != nil && ss.s.opts.ThrottleAfter > 0 && ss.sc.rejected.Load() >= int64(ss.s.opts.ThrottleAfter) {
+	if ss.sc != nil && ss.s.opts.ThrottleAfter > 0 && ss.sc.errors.Load() >= int64(ss.s.opts.ThrottleAfter) {
 		ss.s.stats.throttled.Add(1)
 		time.Sleep(ss.s.opts.ThrottleDelay)
 	}
 }
 
+// hardLimit reports whether the connection has used up its errors; if so the reply it returns
+// ends the connection.
+func (ss *session) hardLimit() error {
+	if ss.sc == nil || ss.s.opts.HardErrorLimit <= 0 || ss.sc.errors.Load() < int64(ss.s.opts.HardErrorLimit) {
+		return nil
+	}
+	ss.sc.hangUp()
+	return Reply{421, "4.7.0", "Error: too many errors"}.err()
+}
+
+// failed counts a rejected command against the connection.
+func (ss *session) failed(err error) error {
+	if err != nil {
+		ss.s.stats.errors.Add(1)
+		if ss.sc != nil {
+			ss.sc.errors.Add(1)
+		}
+	}
+	return err
+}
+
 func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
 	ss.pace()
+	if err := ss.hardLimit(); err != nil {
+		return err
+	}
+	ss.txnRcpts = 0
 	if ss.s.opts.RequireTLS {
 		if _, isTLS := ss.c.TLSConnectionState(); !isTLS {
-			return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Must issue a STARTTLS command first"}
+			return ss.failed(&smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Must issue a STARTTLS command first"})
 		}
 	}
 	if r := ss.s.opts.MailReply; r != nil {
-		return r.err()
+		return ss.failed(r.err())
 	}
 	return nil
 }
 
 func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 	ss.pace()
+	if err := ss.hardLimit(); err != nil {
+		return err
+	}
 	ss.s.stats.rcpts.Add(1)
 	ss.rcpts++
+	ss.txnRcpts++
 	var r Reply
 	if max := ss.s.opts.MaxRecipientsPerSession; max > 0 && ss.rcpts > max {
 		r = Reply{452, "4.5.3", "Too many recipients"}
+	} else if max := ss.s.opts.MaxRecipientsPerTransaction; max > 0 && ss.txnRcpts > max {
+		r = Reply{452, "4.5.3", "Error: too many recipients"}
+	} else if sr := ss.s.opts.RcptSenderReply; sr != nil {
+		r = *sr
 	} else {
 		var delay time.Duration
 		r, delay = ss.s.w.rcptReply(to)
@@ -324,11 +431,12 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 			storeMax(&ss.s.stats.maxRejected, ss.sc.rejected.Add(1))
 		}
 	}
-	return r.err()
+	return ss.failed(r.err())
 }
 
 func (ss *session) Reset() {
 	ss.pace()
+	ss.txnRcpts = 0
 }
 
 func (ss *session) Data(r io.Reader) error {

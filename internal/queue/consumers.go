@@ -22,11 +22,19 @@ func VerifyItemsConsumer(concurrency int, ackWait time.Duration) ConsumerSpec {
 }
 
 // JobsConsumer is the JOBS consumer of a job runner that runs concurrency jobs at a time.
-// ackWait bounds one job: a runner that dies mid-job has its job redelivered after it.
+// ackWait bounds one job: a runner that dies mid-job has its job redelivered after it. A job
+// waiting for a greylisting re-probe (NakWithDelay, up to MAILVET_GREYLIST_WINDOW) still counts
+// as pending, so MaxAckPending leaves room for JobsWaiting of those besides the jobs being worked
+// on; the pull buffer (the runner's concurrency), not MaxAckPending, bounds what a runner takes.
 func JobsConsumer(concurrency int, ackWait time.Duration) ConsumerSpec {
-	return workQueue(StreamJobs, ConsumerJobRunners, SubjectJobs,
-		"asynchronous verification jobs; the job lives in Postgres", concurrency, ackWait)
+	spec := workQueue(StreamJobs, ConsumerJobRunners, SubjectJobs,
+		"asynchronous verification jobs; the job lives in Postgres; re-probes by NakWithDelay", concurrency, ackWait)
+	spec.Config.MaxAckPending += JobsWaiting
+	return spec
 }
+
+// JobsWaiting is the room the JOBS consumer keeps for jobs waiting for a re-probe.
+const JobsWaiting = 10000
 
 // WebhooksConsumer is the WEBHOOKS consumer of a worker that runs concurrency attempts at a time.
 // ackWait must exceed one attempt (10 s) plus its bookkeeping. A message whose delivery is

@@ -11,6 +11,8 @@
 // (VerifyBatch, which the verifier workers use for batches and streams).
 package verify
 
+import "time"
+
 // Status is the verdict a result reports in its status field.
 type Status string
 
@@ -53,6 +55,9 @@ type Result struct {
 	LatencyMS    float64 `json:"latency_ms"`
 	// Reason is the sub-status: why the result is what it is (reason.go). Never empty.
 	Reason Reason `json:"reason"`
+	// RetryAfter is the delay a greylisting reply's text asked for (RetryHint), 0 when it named
+	// none. Never serialised: the async job runner uses it to schedule its re-probe.
+	RetryAfter time.Duration `json:"-"`
 }
 
 // Outcome is a row of the confidence table (verdicts).

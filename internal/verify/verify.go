@@ -340,6 +340,9 @@ func (v *Verifier) step(a *address) need {
 				a.end(OutcomeCatchAll, why)
 			default:
 				a.end(OutcomeUnknown, why)
+				if why == ReasonGreylisted {
+					a.r.RetryAfter = RetryHint(pr.Reply.Text)
+				}
 			}
 
 		case layerSignals:

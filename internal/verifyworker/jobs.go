@@ -39,6 +39,13 @@ type JobRunner struct {
 	SweepEvery, SweepAge time.Duration
 	// StreamReplicas is the replication of a stream the runner has to re-create.
 	StreamReplicas int
+	// GreylistWindow bounds the re-probes of a job whose probe was greylisted, from the first
+	// greylisting reply (MAILVET_GREYLIST_WINDOW); once it is over, the job completes with the
+	// greylisted (unknown) result. 0 never re-probes. GreylistDelay is the wait before the first
+	// re-probe when the reply suggests none; it doubles with each further one.
+	GreylistWindow, GreylistDelay time.Duration
+	// GreylistRetries caps the re-probes of one job.
+	GreylistRetries int
 
 	once sync.Once
 	cons *queue.Consumer
@@ -47,7 +54,8 @@ type JobRunner struct {
 // NewJobRunner returns a runner with production defaults.
 func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *JobRunner {
 	return &JobRunner{pool: pool, jobs: job.NewStore(pool), js: js, pipe: pipe, log: log,
-		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second}
+		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second,
+		GreylistWindow: 15 * time.Minute, GreylistDelay: time.Minute, GreylistRetries: 5}
 }
 
 // Run consumes jobs until ctx ends, then waits for the jobs in flight. The consumer heals by
@@ -72,12 +80,21 @@ func (j *JobRunner) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			if err := j.handle(msg); err != nil {
+			later, err := j.handle(msg)
+			switch {
+			case err != nil:
 				j.log.Error("job", "err", err)
 				_ = msg.NakWithDelay(time.Second)
-				return
+			case later > 0:
+				// A re-probe: the message comes back after the delay. Until then it counts
+				// against the consumer's MaxAckPending, which leaves room for such waits
+				// (queue.JobsConsumer), and the NAK resets its AckWait.
+				if err := msg.NakWithDelay(later); err != nil {
+					j.log.Warn("schedule job re-probe", "err", err) // redelivered after AckWait
+				}
+			default:
+				_ = msg.Ack()
 			}
-			_ = msg.Ack()
 		}()
 	})
 }
@@ -101,26 +118,42 @@ type callback struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (j *JobRunner) handle(msg jetstream.Msg) error {
+// handle runs one job message. later > 0 asks for the message again after that long: the job
+// waits for a re-probe (Retrying), or was redelivered before its re-probe was due.
+func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	var m queue.JobMessage
 	if err := json.Unmarshal(msg.Data(), &m); err != nil {
 		j.log.Warn("bad job message", "err", err)
-		return nil // poison: acking drops it; nothing can ever parse it
+		return 0, nil // poison: acking drops it; nothing can ever parse it
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), j.AckWait)
 	defer cancel()
 
 	jb, err := j.jobs.Start(ctx, m.JobID)
-	if errors.Is(err, job.ErrNotFound) {
-		return nil // finished already, or discarded: a redelivery with nothing left to do
-	}
-	if err != nil {
-		return err
+	var notDue *job.NotDueError
+	switch {
+	case errors.Is(err, job.ErrNotFound):
+		return 0, nil // finished already, or discarded: a redelivery with nothing left to do
+	case errors.As(err, &notDue):
+		return max(time.Until(notDue.At), 10*time.Millisecond), nil
+	case err != nil:
+		return 0, err
 	}
 
 	start := time.Now()
 	res, verr := j.verify(ctx, jb.Email)
 	res.LatencyMS = verify.MS(time.Since(start))
+	if verr == nil && res.Reason == verify.ReasonGreylisted {
+		if wait, ok := j.reprobe(jb, res.RetryAfter, time.Now()); ok {
+			// Greylisted: the real answer comes on a retry. Nothing is recorded or delivered
+			// until the job finishes, so the job is billed and called back once.
+			done, err := job.Retry(ctx, j.pool, jb.ID, time.Now().Add(wait))
+			if err != nil || !done {
+				return 0, err // !done: another runner has it
+			}
+			return wait, nil
+		}
+	}
 	cb := callback{Result: res, JobID: jb.ID.String()}
 	state, errClass := job.Completed, ""
 	if verr != nil {
@@ -133,17 +166,17 @@ func (j *JobRunner) handle(msg jetstream.Msg) error {
 	}
 	body, err := json.Marshal(cb)
 	if err != nil {
-		return err
+		return 0, err
 	}
 
 	// The job's outcome, its usage row and its delivery are stored together, or not at all.
 	tx, err := j.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback(context.Background())
 	if done, err := job.Finish(ctx, tx, jb.ID, state, body, errClass); err != nil || !done {
-		return err // !done: another runner finished it first
+		return 0, err // !done: another runner finished it first
 	}
 	it := usage.Item{Key: "job:" + jb.ID.String(), AccountID: jb.AccountID.String(), Route: "verify_async"}
 	if jb.KeyID != nil {
@@ -154,21 +187,44 @@ func (j *JobRunner) handle(msg jetstream.Msg) error {
 		row = usage.FailedRow(it, cb.Result, body, errClass)
 	}
 	if err := usage.Record(ctx, tx, []usage.Row{row}); err != nil {
-		return err
+		return 0, err
 	}
 	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.ID, jb.AccountID, jb.WebhookURL, jb.WebhookSecret, body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	// Published after commit; if this fails the delivery stays pending and the webhook
 	// worker's outbox sweep publishes it.
 	if err := webhook.Publish(ctx, j.js, deliveryID); err != nil {
 		j.log.Warn("publish delivery", "delivery_id", deliveryID, "err", err)
 	}
-	return nil
+	return 0, nil
+}
+
+// reprobe decides whether a job greylisted now gets another probe, and after how long: the delay
+// the reply suggested (hint), else GreylistDelay doubled for every re-probe so far, cut to what
+// is left of the window that started with the job's first greylisting reply. ok is false once
+// the window or GreylistRetries is used up: the job then completes with the greylisted result.
+func (j *JobRunner) reprobe(jb job.Job, hint time.Duration, now time.Time) (wait time.Duration, ok bool) {
+	if j.GreylistWindow <= 0 || jb.Retries >= j.GreylistRetries {
+		return 0, false
+	}
+	since := now
+	if jb.RetryingSince != nil {
+		since = *jb.RetryingSince
+	}
+	left := since.Add(j.GreylistWindow).Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	wait = hint
+	if wait <= 0 {
+		wait = max(j.GreylistDelay, time.Millisecond) << min(jb.Retries, 16)
+	}
+	return min(wait, left), true
 }
 
 // verify runs the pipeline and turns a panic into an error, so one bad address fails its own

@@ -6,9 +6,19 @@ import (
 	"time"
 )
 
-// downFor is how long an MX address that could not be reached is skipped, so that a batch does
-// not wait for the same refused or silent server once per address.
-const downFor = 30 * time.Second
+// The circuit breaker of an MX address. One failed connection (refused, silent, closed before
+// the banner) is often transient: the address is skipped for retryAfter only, then half-open —
+// one session may try it while the addresses waiting for it queue behind that session. Every
+// further failure in a row doubles the pause, up to downFor, so that a server that keeps refusing
+// is skipped without a dial per address. A refusing 5xx banner is persistent at once.
+const (
+	retryAfter = 250 * time.Millisecond
+	downFor    = 30 * time.Second
+)
+
+// limitFor is how long a pool keeps to the number of sessions that worked when the server
+// refused one more (a per-client connection limit).
+const limitFor = 30 * time.Second
 
 // maxPipeline bounds the RCPTs of one write, well inside any server's input buffer.
 const maxPipeline = 50
@@ -28,30 +38,66 @@ type pool struct {
 	returning int // sessions that have their replies and are on their way back to take
 	downUntil time.Time
 	downErr   error
-	plainOK   bool // a MAIL FROM has been accepted here without TLS
-	needTLS   bool // MAIL FROM was answered 530: start TLS before it
+	failures  int       // failed connections in a row while no session was open (circuit breaker)
+	limit     int       // sessions the server tolerates, learnt from a refused extra one; 0 means MaxPerHost
+	limitTill time.Time // until when limit holds
+	txnMax    int       // recipients per transaction the server takes, learnt from 452 4.5.3; 0 means unknown
+	proven    bool      // a session has been opened here: until then one is tried at a time
+	plainOK   bool      // a MAIL FROM has been accepted here without TLS
+	needTLS   bool      // MAIL FROM was answered 530: start TLS before it
 }
 
 func (pl *pool) enqueue(js ...*job) {
 	pl.mu.Lock()
+	var moved []*job
 	if time.Now().Before(pl.downUntil) {
-		err := pl.downErr
-		pl.mu.Unlock()
+		// The breaker is open: addresses with another MX go there; the others wait for the
+		// half-open trial when the failure may be transient, and are answered now when not.
 		for _, j := range js {
-			pl.p.failover(j, err)
+			if pl.failures == 1 && j.next < len(j.targets)-1 || pl.failures > 1 {
+				moved = append(moved, j)
+			} else {
+				pl.queue = append(pl.queue, j)
+			}
 		}
-		return
+	} else {
+		pl.queue = append(pl.queue, js...)
 	}
-	pl.queue = append(pl.queue, js...)
 	pl.dispatchLocked()
+	err := pl.downErr
 	pl.mu.Unlock()
+	for _, j := range moved {
+		pl.p.failover(j, err)
+	}
+}
+
+// maxSessionsLocked is the number of sessions the pool may have: none while the breaker is
+// open, one while it is half-open or the address has never been reached, the learnt per-client limit, else MaxPerHost.
+func (pl *pool) maxSessionsLocked() int {
+	now := time.Now()
+	switch {
+	case now.Before(pl.downUntil):
+		return 0
+	case pl.failures > 0 || !pl.proven:
+		// Half-open, or never reached: one session finds out before others knock.
+		return 1
+	case pl.limit > 0 && now.Before(pl.limitTill):
+		return pl.limit
+	}
+	return pl.p.cfg.MaxPerHost
 }
 
 // requeue hands unanswered jobs back, ahead of the others, for another session.
-func (pl *pool) requeue(js []*job) {
+func (pl *pool) requeue(js []*job) { pl.requeueJobs(js, true) }
+
+// requeueJobs is requeue; a job sent back without penalty (the server's recipient limit, not a
+// failure) does not use up one of its attempts.
+func (pl *pool) requeueJobs(js []*job, penalty bool) {
 	var back []*job
 	for _, j := range js {
-		j.attempts++
+		if penalty {
+			j.attempts++
+		}
 		switch {
 		case j.expired(time.Now()):
 			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrTimeout})
@@ -88,7 +134,7 @@ func (pl *pool) dispatchLocked() {
 		}
 		pending -= maxErrors
 	}
-	for pl.sessions < pl.p.cfg.MaxPerHost && pending > pl.opening*maxErrors {
+	for pl.sessions < pl.maxSessionsLocked() && pending > pl.opening*maxErrors {
 		pl.sessions++
 		pl.opening++
 		go pl.run()
@@ -102,11 +148,35 @@ func (pl *pool) run() {
 	pl.opening--
 	if err != nil {
 		pl.sessions--
+		if pl.sessions > 0 && pl.failures == 0 {
+			// Other sessions work: the server takes no more from us (a per-client connection
+			// limit, 421 at the banner). Keep to those; the queue is theirs to serve.
+			pl.limit, pl.limitTill = max(pl.sessions, 1), time.Now().Add(limitFor)
+			pl.dispatchLocked() // wake idle sessions for the work this one was opened for
+			pl.mu.Unlock()
+			return
+		}
 		var moved []*job
 		if pl.sessions == 0 {
-			// Nobody can reach this address: send the waiting addresses to their next MX.
-			pl.downUntil, pl.downErr = time.Now().Add(downFor), err
-			moved, pl.queue = pl.queue, nil
+			// Nobody can reach this address: the breaker opens. The waiting addresses go to
+			// their next MX; those without one wait for the half-open trial after a first
+			// failure, which may be transient.
+			pl.failures++
+			pause := min(retryAfter<<min(pl.failures-1, 10), downFor)
+			if persistent(err) {
+				pl.failures, pause = max(pl.failures, 8), downFor
+			}
+			pl.downUntil, pl.downErr = time.Now().Add(pause), err
+			keep := pl.queue[:0:0]
+			for _, j := range pl.queue {
+				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
+					keep = append(keep, j)
+				} else {
+					moved = append(moved, j)
+				}
+			}
+			pl.queue = keep
+			time.AfterFunc(pause, pl.halfOpen)
 		}
 		pl.mu.Unlock()
 		for _, j := range moved {
@@ -114,6 +184,12 @@ func (pl *pool) run() {
 		}
 		return
 	}
+	pl.failures, pl.downUntil, pl.proven = 0, time.Time{}, true
+	// Now that the address answers, open the sessions the queue needs besides this one, which
+	// is on its way to take.
+	s.returning = true
+	pl.returning++
+	pl.dispatchLocked()
 	pl.mu.Unlock()
 	for s.usable() {
 		batch := pl.take(s)
@@ -126,6 +202,13 @@ func (pl *pool) run() {
 	pl.mu.Lock()
 	pl.arrivedLocked(s)
 	pl.sessions--
+	pl.dispatchLocked()
+	pl.mu.Unlock()
+}
+
+// halfOpen lets one session try the address again for the addresses waiting on it.
+func (pl *pool) halfOpen() {
+	pl.mu.Lock()
 	pl.dispatchLocked()
 	pl.mu.Unlock()
 }
@@ -201,6 +284,9 @@ func (pl *pool) arrivedLocked(s *session) {
 // were rejected, plus a random-local-part RCPT for each domain whose catch-all answer is
 // neither known nor already being asked.
 func (pl *pool) fillLocked(s *session) []rcpt {
+	if pl.txnMax > 0 {
+		s.rcptMax = min(s.rcptMax, pl.txnMax)
+	}
 	window := min(maxErrors-s.errors, maxPipeline, s.rcptMax)
 	if !s.pipelining {
 		window = min(window, 2)
@@ -255,5 +341,14 @@ func (pl *pool) tlsState() (plainOK, needTLS bool) {
 func (pl *pool) setNeedTLS() {
 	pl.mu.Lock()
 	pl.needTLS = true
+	pl.mu.Unlock()
+}
+
+// learnTxnMax records the number of recipients per transaction the server takes.
+func (pl *pool) learnTxnMax(n int) {
+	pl.mu.Lock()
+	if pl.txnMax == 0 || n < pl.txnMax {
+		pl.txnMax = n
+	}
 	pl.mu.Unlock()
 }

@@ -53,6 +53,7 @@ func (pl *pool) open() (*session, error) {
 	deadline := time.Now().Add(pl.p.cfg.Timeout / 2)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	pl.p.dials.Add(1)
 	conn, err := pl.p.dialer.DialContext(ctx, "tcp", pl.addr)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func (pl *pool) open() (*session, error) {
 		return fail(fmt.Errorf("banner: %w", err))
 	}
 	if banner.Code != 220 {
-		return fail(fmt.Errorf("banner: %s", banner))
+		return fail(&bannerError{banner})
 	}
 	if err := s.ehlo(); err != nil {
 		return fail(err)
@@ -259,9 +260,16 @@ func (s *session) settle(it rcpt, rep Reply) {
 	j := it.j
 	switch {
 	case rep.Code == 452 && (rep.Enhanced == "4.5.3" || strings.Contains(strings.ToLower(rep.Text), "recipients")):
-		// Too many recipients for this session: not an answer about the mailbox.
-		s.full = true
-		s.pl.requeue([]*job{j})
+		// Too many recipients: not an answer about the mailbox. When the transaction had taken
+		// some, that is the server's limit per transaction: the session goes on in a new one
+		// (RSET, MAIL FROM) no larger. When it had taken none, the session is spent.
+		if taken := s.txnRcpts - 1; taken > 0 {
+			s.rcptMax = min(s.rcptMax, taken)
+			s.pl.learnTxnMax(taken)
+		} else {
+			s.full = true
+		}
+		s.pl.requeueJobs([]*job{j}, false)
 		return
 	case rep.Code == 421:
 		s.broken = true
@@ -300,6 +308,18 @@ func (s *session) abandon(batch []rcpt, err error, final bool) {
 	if len(back) > 0 {
 		s.pl.requeue(back)
 	}
+}
+
+// bannerError is a greeting other than 220.
+type bannerError struct{ r Reply }
+
+func (e *bannerError) Error() string { return "banner: " + e.r.String() }
+
+// persistent reports whether a failure to open a session will not go away by itself: a 5xx
+// greeting (554 "no SMTP service here", a blocked client). Refusals, timeouts and 421 may.
+func persistent(err error) bool {
+	var be *bannerError
+	return errors.As(err, &be) && be.r.Code/100 == 5
 }
 
 func isTimeout(err error) bool {

@@ -130,6 +130,7 @@ type Stats struct {
 	Sessions   int64 // connections opened
 	RoundTrips int64 // times the prober waited for a reply (the banner included)
 	Commands   int64 // commands sent
+	Dials      int64 // connections attempted (refused and failed ones included)
 }
 
 // Prober probes mailboxes. It is safe for concurrent use; call Close to end idle sessions.
@@ -147,7 +148,7 @@ type Prober struct {
 	caMu sync.Mutex
 	ca   map[string]*caState
 
-	sessions, roundTrips, commands atomic.Int64
+	sessions, roundTrips, commands, dials atomic.Int64
 }
 
 // New returns a Prober.
@@ -207,7 +208,7 @@ func (p *Prober) Blocked(domain string) bool { return p.blocked.match(domain) }
 
 // Stats returns the prober's counters.
 func (p *Prober) Stats() Stats {
-	return Stats{Sessions: p.sessions.Load(), RoundTrips: p.roundTrips.Load(), Commands: p.commands.Load()}
+	return Stats{Sessions: p.sessions.Load(), RoundTrips: p.roundTrips.Load(), Commands: p.commands.Load(), Dials: p.dials.Load()}
 }
 
 // Close ends idle sessions and makes busy ones end after their current exchange.

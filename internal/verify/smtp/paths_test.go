@@ -1,0 +1,304 @@
+package smtp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/mailsim"
+)
+
+// The paths of "the prober on the real internet": each case scripts servers the way real ones
+// behave, probes a batch of addresses of one domain through them, and checks every verdict (no
+// answer lost) and how politely the servers were treated.
+func TestPaths(t *testing.T) {
+	t.Parallel()
+	senderAtRcpt := mailsim.Reply{Code: 550, Enhanced: "5.7.1", Text: "<verify@probe.mailvet.test>: Sender address rejected: Access denied"}
+	senderAtMail := mailsim.Reply{Code: 553, Enhanced: "5.7.1", Text: "Sender address rejected: not owned by you"}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		servers []mailsim.ServerOptions // MX hosts in preference order
+		n       int                     // addresses u0…u(n-1): even ones exist, odd ones do not
+		verdict func(i int) Verdict     // nil: even deliverable, odd undeliverable
+		check   func(t *testing.T, s []*mailsim.Server, p *Prober, res []Result)
+	}{
+		{
+			name:    "421 banner: falls back to the next MX",
+			servers: []mailsim.ServerOptions{{Banner: &mailsim.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"}}, {}},
+			n:       20,
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, res []Result) {
+				hostIs(t, res, s[1].Name())
+				if st := s[0].Stats(); st.Sessions > 2 {
+					t.Errorf("the 421 server saw %d connections for 20 addresses, want ≤ 2", st.Sessions)
+				}
+			},
+		},
+		{
+			name:    "554 banner: falls back to the next MX",
+			servers: []mailsim.ServerOptions{{Banner: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "No SMTP service here"}}, {}},
+			n:       20,
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, res []Result) {
+				hostIs(t, res, s[1].Name())
+				if st := s[0].Stats(); st.Sessions > 1 {
+					t.Errorf("the 554 server saw %d connections, want 1", st.Sessions)
+				}
+			},
+		},
+		{
+			name:    "refused: falls back to the next MX",
+			servers: []mailsim.ServerOptions{{Refuse: true}, {}},
+			n:       20,
+			check: func(t *testing.T, s []*mailsim.Server, p *Prober, res []Result) {
+				hostIs(t, res, s[1].Name())
+				if dials := p.Stats().Dials - s[1].Stats().Sessions; dials > 2 {
+					t.Errorf("%d dials to the refusing address for 20 addresses, want ≤ 2", dials)
+				}
+			},
+		},
+		{
+			name:    "STARTTLS required",
+			servers: []mailsim.ServerOptions{{RequireTLS: true}},
+			n:       20,
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, _ []Result) {
+				if st := s[0].Stats(); st.TLS == 0 || st.Errors > st.Sessions+st.Rejected {
+					t.Errorf("TLS sessions %d, errors %d (sessions %d, rejected %d)", st.TLS, st.Errors, st.Sessions, st.Rejected)
+				}
+			},
+		},
+		{
+			name:    "start-up cost before the banner",
+			cfg:     Config{Timeout: time.Second},
+			servers: []mailsim.ServerOptions{{BannerWait: 200 * time.Millisecond}},
+			n:       10,
+		},
+		{
+			name:    "452 4.5.3 per transaction: new transactions, no answer lost",
+			servers: []mailsim.ServerOptions{{MaxRecipientsPerTransaction: 3}},
+			n:       30,
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, _ []Result) {
+				st := s[0].Stats()
+				if st.MaxRejected >= 10 || st.Throttled != 0 || st.Disconnects != 0 {
+					t.Errorf("max rejected in a session %d, throttled %d, disconnects %d", st.MaxRejected, st.Throttled, st.Disconnects)
+				}
+			},
+		},
+		{
+			name:    "421 too many connections: keeps to the sessions that work",
+			cfg:     Config{MaxPerHost: 8},
+			servers: []mailsim.ServerOptions{{MaxConnsPerClient: 2, RTT: 5 * time.Millisecond}},
+			n:       120,
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, _ []Result) {
+				st := s[0].Stats()
+				if st.TooMany > 8 {
+					t.Errorf("%d connections turned away, want the prober to back off", st.TooMany)
+				}
+				if st.PeakConcurrent > 2+st.TooMany {
+					t.Errorf("peak %d", st.PeakConcurrent)
+				}
+			},
+		},
+		{
+			name:    "sender refused at RCPT (5.7.1): unknown, not undeliverable",
+			servers: []mailsim.ServerOptions{{RcptSenderReply: &senderAtRcpt}},
+			n:       12,
+			verdict: func(int) Verdict { return Unknown },
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, res []Result) {
+				for i, r := range res {
+					if r.Reply.Enhanced != "5.7.1" {
+						t.Errorf("u%d: reply %s, want the 5.7.1 policy reply", i, r.Reply)
+					}
+				}
+				if st := s[0].Stats(); st.Throttled != 0 {
+					t.Errorf("%d replies throttled", st.Throttled)
+				}
+			},
+		},
+		{
+			name:    "sender refused at MAIL FROM: unknown",
+			servers: []mailsim.ServerOptions{{MailReply: &senderAtMail}},
+			n:       12,
+			verdict: func(int) Verdict { return Unknown },
+			check: func(t *testing.T, _ []*mailsim.Server, _ *Prober, res []Result) {
+				for i, r := range res {
+					if r.Err == nil || !strings.Contains(r.Err.Error(), "5.7.1") {
+						t.Errorf("u%d: %v, want the MAIL FROM refusal", i, r.Err)
+					}
+				}
+			},
+		},
+		{
+			name:    "soft and hard error limits: no session reaches them",
+			servers: []mailsim.ServerOptions{{ThrottleAfter: 10, ThrottleDelay: 300 * time.Millisecond, HardErrorLimit: 20}},
+			n:       100,
+			verdict: func(i int) Verdict {
+				if i%10 == 0 {
+					return Deliverable
+				}
+				return Undeliverable
+			},
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, _ []Result) {
+				st := s[0].Stats()
+				if st.MaxRejected >= 10 || st.Throttled != 0 || st.Disconnects != 0 {
+					t.Errorf("max rejected %d, throttled %d, disconnects %d", st.MaxRejected, st.Throttled, st.Disconnects)
+				}
+				if st.Sessions > 25 {
+					t.Errorf("%d sessions for 90 rejected addresses", st.Sessions)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 0, tc.cfg)
+			var servers []*mailsim.Server
+			for i, o := range tc.servers {
+				o.Name = fmt.Sprintf("mx%d.paths.test", i)
+				servers = append(servers, b.server(t, o))
+			}
+			verdict := tc.verdict
+			users := []string{}
+			for i := range tc.n {
+				if verdict == nil && i%2 == 0 || verdict != nil && verdict(i) == Deliverable {
+					users = append(users, fmt.Sprintf("u%d", i))
+				}
+			}
+			if verdict == nil {
+				verdict = func(i int) Verdict { return [...]Verdict{Deliverable, Undeliverable}[i%2] }
+			}
+			b.w.AddDomain("paths.test", mailsim.Domain{Users: users})
+			var reqs []Request
+			for i := range tc.n {
+				reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@paths.test", i), Domain: "paths.test", Hosts: hosts(servers...)})
+			}
+			res := probeAll(t, b.p, reqs)
+			for i, r := range res {
+				if r.Verdict != verdict(i) {
+					t.Errorf("%s: %v on %q (%s, %v), want %v", reqs[i].Addr, r.Verdict, r.Host, r.Reply, r.Err, verdict(i))
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, servers, b.p, res)
+			}
+		})
+	}
+}
+
+// probeAll runs ProbeAll within 10 s and checks that every address got exactly one answer.
+func probeAll(t *testing.T, p *Prober, reqs []Request) []Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[int]int{}
+	res := p.ProbeAll(ctx, reqs, func(i int, _ Result) {
+		mu.Lock()
+		seen[i]++
+		mu.Unlock()
+	})
+	for i := range reqs {
+		if seen[i] != 1 {
+			t.Errorf("%s answered %d times", reqs[i].Addr, seen[i])
+		}
+	}
+	return res
+}
+
+func hostIs(t *testing.T, res []Result, host string) {
+	t.Helper()
+	for i, r := range res {
+		if r.Host != host {
+			t.Errorf("u%d answered by %q, want %q", i, r.Host, host)
+		}
+	}
+}
+
+// One failed connection does not condemn an address: it is tried again after a short pause,
+// by one session (half-open), and the address waiting for it is answered.
+func TestBreakerTransient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{Timeout: 1500 * time.Millisecond})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.flaky.test", DropFirst: 1})
+	b.w.AddDomain("flaky.test", mailsim.Domain{Users: []string{"ann"}})
+	start := time.Now()
+	r := b.p.Probe(context.Background(), Request{Addr: "ann@flaky.test", Domain: "flaky.test", Hosts: hosts(s)})
+	if took := time.Since(start); r.Verdict != Deliverable || took > time.Second {
+		t.Fatalf("%v (%s, %v) after %v, want deliverable within a second", r.Verdict, r.Reply, r.Err, took)
+	}
+	if st := s.Stats(); st.Sessions != 2 {
+		t.Errorf("%d connections, want 2 (the dropped one and the retry)", st.Sessions)
+	}
+}
+
+// With a second MX, the address fails over at once; the first MX is used again for the next
+// address within a second.
+func TestBreakerTransientFailover(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{})
+	flaky := b.server(t, mailsim.ServerOptions{Name: "mx1.flaky2.test", DropFirst: 1})
+	backup := b.server(t, mailsim.ServerOptions{Name: "mx2.flaky2.test"})
+	b.w.AddDomain("flaky2.test", mailsim.Domain{Users: []string{"ann", "bob"}})
+	r := b.p.Probe(context.Background(), Request{Addr: "ann@flaky2.test", Domain: "flaky2.test", Hosts: hosts(flaky, backup)})
+	if r.Verdict != Deliverable || r.Host != backup.Name() {
+		t.Fatalf("first: %v on %q (%v), want deliverable on the backup", r.Verdict, r.Host, r.Err)
+	}
+	time.Sleep(retryAfter + 50*time.Millisecond)
+	r = b.p.Probe(context.Background(), Request{Addr: "bob@flaky2.test", Domain: "flaky2.test", Hosts: hosts(flaky, backup)})
+	if r.Verdict != Deliverable || r.Host != flaky.Name() {
+		t.Fatalf("second: %v on %q (%v), want deliverable on the first MX again", r.Verdict, r.Host, r.Err)
+	}
+}
+
+// A server that keeps refusing is skipped without a dial per address, and its pause grows.
+func TestBreakerPersistent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{})
+	dead := b.server(t, mailsim.ServerOptions{Name: "mx.dead.test", Refuse: true})
+	b.w.AddDomain("dead.test", mailsim.Domain{Users: []string{"ann"}})
+	var reqs []Request
+	for i := range 50 {
+		reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@dead.test", i), Domain: "dead.test", Hosts: hosts(dead)})
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for _, r := range probeAll(t, b.p, reqs) {
+			if r.Verdict != Unknown {
+				t.Fatalf("%+v", r)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// About 1.5 s of batches: a dial at 0, then after 250 ms and 500 ms pauses; never one per
+	// address.
+	if d := b.p.Stats().Dials; d > 4 {
+		t.Errorf("%d dials to a refusing address, want ≤ 4", d)
+	}
+}
+
+// Once learnt, a server's recipient limit per transaction is kept to: no more 452s.
+func TestTxnLimitLearnt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.limit.test", MaxRecipientsPerTransaction: 3})
+	b.w.AddDomain("limit.test", mailsim.Domain{CatchAll: false, Users: []string{"u0"}})
+	batch := func(from int) []Request {
+		var reqs []Request
+		for i := from; i < from+30; i++ {
+			reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@limit.test", i), Domain: "limit.test", Hosts: hosts(s)})
+		}
+		return reqs
+	}
+	probeAll(t, b.p, batch(0))
+	s.ResetStats()
+	for i, r := range probeAll(t, b.p, batch(100)) {
+		if r.Verdict != Undeliverable {
+			t.Errorf("u%d: %v (%s, %v)", 100+i, r.Verdict, r.Reply, r.Err)
+		}
+	}
+	if st := s.Stats(); st.Rejected != 30 {
+		t.Errorf("%d rejected recipients for 30 unknown addresses, want 30 (no 452)", st.Rejected)
+	}
+}
