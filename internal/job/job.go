@@ -185,13 +185,37 @@ func Finish(ctx context.Context, db database.DB, id uuid.UUID, state State, body
 	return tag.RowsAffected() == 1, nil
 }
 
-// Stale lists up to limit jobs still Pending older than age: jobs whose queue message was lost
-// (an API that died between storing and queueing), for the sweep to queue again.
-func (s *Store) Stale(ctx context.Context, age time.Duration, limit int) ([]uuid.UUID, error) {
-	rows, err := s.db.Query(ctx, `SELECT id FROM jobs WHERE state = $1
-		AND created_at < now() - make_interval(secs => $2) ORDER BY created_at LIMIT $3`, Pending, age.Seconds(), limit)
+// StaleJob is a job the sweep takes as lost: nobody is working on it and no queue message is
+// known to be coming for it.
+type StaleJob struct {
+	ID    uuid.UUID
+	State State
+	// UpdatedAt is the job's last transition. A re-queue keyed by it is distinct from every
+	// earlier message of the job, yet the same for every sweep until the job moves again.
+	UpdatedAt time.Time
+}
+
+// Stale lists up to limit jobs whose queue message seems lost, for the sweep to queue again,
+// oldest first:
+//   - Pending jobs created more than age ago: an API that died between storing and queueing;
+//   - Retrying jobs whose re-probe was due more than age ago: the message that was to come back
+//     at NextAttemptAt is gone (a NATS store wiped, say);
+//   - Processing jobs not updated for more than processingAge: a runner died and its message,
+//     which would have been redelivered after AckWait and started the job again (updating it),
+//     was lost with the store. processingAge must be several AckWaits, so that a job still being
+//     worked on, or being redelivered, is never taken.
+func (s *Store) Stale(ctx context.Context, age, processingAge time.Duration, limit int) ([]StaleJob, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, state, updated_at FROM jobs
+		WHERE (state = $1 AND created_at < now() - make_interval(secs => $4))
+		   OR (state = $2 AND coalesce(next_attempt_at, updated_at) < now() - make_interval(secs => $4))
+		   OR (state = $3 AND updated_at < now() - make_interval(secs => $5))
+		ORDER BY updated_at LIMIT $6`, Pending, Retrying, Processing, age.Seconds(), processingAge.Seconds(), limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (StaleJob, error) {
+		var j StaleJob
+		err := row.Scan(&j.ID, &j.State, &j.UpdatedAt)
+		return j, err
+	})
 }

@@ -36,7 +36,7 @@ func TestJobLifecycle(t *testing.T) {
 	if _, err := jobs.Get(ctx, id, other.ID); !errors.Is(err, job.ErrNotFound) {
 		t.Errorf("another account read the job: %v", err)
 	}
-	if stale, err := jobs.Stale(ctx, -time.Minute, 10); err != nil || len(stale) != 1 || stale[0] != id {
+	if stale, err := jobs.Stale(ctx, -time.Minute, time.Hour, 10); err != nil || len(stale) != 1 || stale[0].ID != id || stale[0].State != job.Pending {
 		t.Errorf("stale pending jobs: %v %v, want [%s]", stale, err, id)
 	}
 
@@ -137,5 +137,60 @@ func TestJobRetrying(t *testing.T) {
 	}
 	if done, err := job.Finish(ctx, pool, id, job.Completed, []byte(`{}`), ""); err != nil || !done {
 		t.Errorf("finish after retries: %v %v", done, err)
+	}
+}
+
+// The sweep's list: pending jobs older than the age, retrying jobs whose re-probe is overdue by
+// more than the age, and processing jobs not updated for longer than the processing bound — and
+// no other job.
+func TestStaleJobs(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+	create := func(state job.State, created, updated, next string) uuid.UUID {
+		t.Helper()
+		id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
+		pgtest.Must(t, err, "create job")
+		pgtest.Exec(t, pool, `UPDATE jobs SET state = $2, created_at = now() - $3::interval, updated_at = now() - $4::interval,
+			next_attempt_at = CASE WHEN $5 = '' THEN NULL ELSE now() - $5::interval END WHERE id = $1`,
+			id, state, created, updated, next)
+		return id
+	}
+	const age, processingAge = time.Minute, 10 * time.Minute
+	want := map[uuid.UUID]job.State{
+		create(job.Pending, "2 minutes", "2 minutes", ""):         job.Pending,
+		create(job.Retrying, "1 hour", "30 minutes", "2 minutes"): job.Retrying, // re-probe overdue by 2 min
+		create(job.Retrying, "1 hour", "30 minutes", ""):          job.Retrying, // no attempt time: by its update
+		create(job.Processing, "1 hour", "11 minutes", ""):        job.Processing,
+	}
+	create(job.Pending, "10 seconds", "10 seconds", "")        // queued just now
+	create(job.Retrying, "1 hour", "30 minutes", "30 seconds") // re-probe just due: its message is coming
+	create(job.Retrying, "1 hour", "1 minute", "-10 minutes")  // re-probe in the future
+	create(job.Processing, "1 hour", "2 minutes", "")          // a runner is on it, or its redelivery is coming
+	create(job.Completed, "1 hour", "1 hour", "")
+	create(job.Failed, "1 hour", "1 hour", "")
+
+	stale, err := jobs.Stale(ctx, age, processingAge, 100)
+	pgtest.Must(t, err, "stale")
+	got := map[uuid.UUID]job.State{}
+	for _, s := range stale {
+		got[s.ID] = s.State
+		if s.UpdatedAt.IsZero() {
+			t.Errorf("%s: no updated_at", s.ID)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("stale = %v, want %v", got, want)
+	}
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("job %s: stale as %q, want %q", id, got[id], st)
+		}
+	}
+	if stale, err := jobs.Stale(ctx, age, processingAge, 2); err != nil || len(stale) != 2 {
+		t.Errorf("limit 2: %d jobs, %v", len(stale), err)
 	}
 }

@@ -121,6 +121,20 @@ func (d *dnsServer) answer(req *dns.Msg, q dns.Question, tcp bool) (m *dns.Msg, 
 	m.SetReply(req)
 	m.RecursionAvailable = true
 	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
+	// owner is the name the records below answer for: the question's, or the end of its CNAME
+	// chain, which a recursive resolver follows and answers with the whole chain in front.
+	owner := q.Name
+	for hops := 0; hops < maxCNAMEHops; hops++ {
+		target, ok := d.w.cname(name)
+		if !ok {
+			break
+		}
+		m.Answer = append(m.Answer, &dns.CNAME{Hdr: hdr(owner, dns.TypeCNAME), Target: dns.Fqdn(target)})
+		if q.Qtype == dns.TypeCNAME {
+			return m, 0, false
+		}
+		name, owner = target, dns.Fqdn(target)
+	}
 
 	if dom := d.w.domain(name); dom != nil {
 		if dom.Drop {
@@ -137,30 +151,33 @@ func (d *dnsServer) answer(req *dns.Msg, q dns.Question, tcp bool) (m *dns.Msg, 
 		switch q.Qtype {
 		case dns.TypeMX:
 			if dom.NullMX {
-				m.Answer = append(m.Answer, &dns.MX{Hdr: hdr(q.Name, dns.TypeMX), Preference: 0, Mx: "."})
+				m.Answer = append(m.Answer, &dns.MX{Hdr: hdr(owner, dns.TypeMX), Preference: 0, Mx: "."})
 			}
 			for _, mx := range dom.MX {
-				m.Answer = append(m.Answer, &dns.MX{Hdr: hdr(q.Name, dns.TypeMX), Preference: mx.Pref, Mx: dns.Fqdn(mx.Host)})
+				m.Answer = append(m.Answer, &dns.MX{Hdr: hdr(owner, dns.TypeMX), Preference: mx.Pref, Mx: dns.Fqdn(mx.Host)})
 				if ip, ok := d.w.hostAddr(mx.Host); ok && !dom.NoGlue {
 					m.Extra = append(m.Extra, &dns.A{Hdr: hdr(dns.Fqdn(mx.Host), dns.TypeA), A: ip.AsSlice()})
 				}
 			}
 		case dns.TypeA:
 			for _, a := range dom.A {
-				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: net.ParseIP(a).To4()})
+				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(owner, dns.TypeA), A: net.ParseIP(a).To4()})
 			}
 		}
 		return m, dom.Delay, false
 	}
 	if ip, ok := d.w.hostAddr(name); ok {
 		if q.Qtype == dns.TypeA {
-			m.Answer = append(m.Answer, &dns.A{Hdr: hdr(q.Name, dns.TypeA), A: ip.AsSlice()})
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr(owner, dns.TypeA), A: ip.AsSlice()})
 		}
 		return m, 0, false
 	}
 	m.Rcode = dns.RcodeNameError
 	return m, 0, false
 }
+
+// maxCNAMEHops bounds a CNAME chain, so that a loop of aliases still gets an answer.
+const maxCNAMEHops = 8
 
 func hdr(name string, t uint16) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: 3600}

@@ -40,6 +40,7 @@ type World struct {
 	mu      sync.Mutex
 	domains map[string]*Domain    // lower-case domain ⇒ script
 	hosts   map[string]netip.Addr // lower-case host name ⇒ address, for A answers
+	cnames  map[string]string     // lower-case alias ⇒ lower-case canonical name (AddCNAME)
 	servers []*Server
 	nextIP  int
 	holder  net.Listener // holds the common port on 127.0.0.2 for the World's lifetime
@@ -49,7 +50,7 @@ type World struct {
 
 // Start starts the DNS server and reserves the common SMTP port. Call Close when done.
 func Start(opts Options) (*World, error) {
-	w := &World{opts: opts, domains: map[string]*Domain{}, hosts: map[string]netip.Addr{}, nextIP: 3}
+	w := &World{opts: opts, domains: map[string]*Domain{}, hosts: map[string]netip.Addr{}, cnames: map[string]string{}, nextIP: 3}
 	cert, err := selfSigned()
 	if err != nil {
 		return nil, err
@@ -150,6 +151,24 @@ func (w *World) AddDomain(name string, d Domain) {
 	defer w.mu.Unlock()
 	dd := d
 	w.domains[strings.ToLower(strings.TrimSuffix(name, "."))] = &dd
+}
+
+// AddCNAME declares name an alias of target (a CNAME record), replacing an earlier alias of the
+// same name. A query of any type for name is answered as a recursive resolver would: the CNAME
+// record, followed by target's own answer (its A records, or NXDOMAIN when target does not exist).
+// A name that is an alias has no other records of its own, so it must not also be a domain or a
+// server name. An MX host that is an alias gets no glue: the client has to look up its address.
+func (w *World) AddCNAME(name, target string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cnames[strings.ToLower(strings.TrimSuffix(name, "."))] = strings.ToLower(strings.TrimSuffix(target, "."))
+}
+
+func (w *World) cname(name string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.cnames[strings.ToLower(strings.TrimSuffix(name, "."))]
+	return t, ok
 }
 
 func (w *World) domain(name string) *Domain {

@@ -380,8 +380,20 @@ func (d *Dispatcher) PublishJob(ctx context.Context, jobID uuid.UUID) error {
 
 // PublishJob publishes the job's message; the job id is its message id.
 func PublishJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID) error {
+	return RequeueJob(ctx, js, jobID, "")
+}
+
+// RequeueJob publishes the job's message again with message id "job.<id>.<round>" (round ""
+// gives PublishJob's "job.<id>"). The stream drops a message whose id it saw within its duplicate
+// window even when that message is gone since, so a re-queue of a job whose message was lost
+// needs a round of its own; the same round from several sweeps is still published once.
+func RequeueJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID, round string) error {
 	body, _ := json.Marshal(JobMessage{JobID: jobID})
-	_, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID("job."+jobID.String()))
+	id := "job." + jobID.String()
+	if round != "" {
+		id += "." + round
+	}
+	_, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID(id))
 	return err
 }
 

@@ -205,3 +205,68 @@ func TestVerifyBatch(t *testing.T) {
 		t.Errorf("a.test asked %d times, want 1", q)
 	}
 }
+
+// TestCNAMEdMXHost: a domain whose MX host is an alias (CNAME) of the mail server is verified
+// against that server, and mx_host stays the name the MX record gave.
+func TestCNAMEdMXHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	srv := b.server(t, mailsim.ServerOptions{Name: "mail.provider.test"})
+	b.w.AddCNAME("mx.alias.test", "mail.provider.test")
+	b.w.AddDomain("alias.test", mailsim.Domain{MX: mxOf("mx.alias.test"), Users: []string{"ann"}})
+
+	for _, tc := range []struct {
+		addr   string
+		status Status
+	}{
+		{"ann@alias.test", StatusDeliverable},
+		{"bob@alias.test", StatusUndeliverable},
+	} {
+		r := b.v.Verify(context.Background(), tc.addr)
+		if r.Status != tc.status || r.MXHost == nil || *r.MXHost != "mx.alias.test" {
+			t.Errorf("Verify(%q) = %+v, want %s via mx.alias.test", tc.addr, r, tc.status)
+		}
+	}
+	if s := srv.Stats().Sessions; s == 0 {
+		t.Error("the CNAME's target server saw no session")
+	}
+}
+
+// TestIDNDomain: an address at an internationalised domain is converted to A-labels (UTS-46) and
+// verified against the mail route of the xn-- name, in Verify and in VerifyBatch alike; the
+// result's email carries the ASCII domain.
+func TestIDNDomain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	srv := b.server(t, mailsim.ServerOptions{Name: "mx.xn--bcher-kva.example"})
+	b.w.AddDomain("xn--bcher-kva.example", mailsim.Domain{MX: mxOf("mx.xn--bcher-kva.example"), Users: []string{"anna"}})
+
+	raws := []string{"anna@bücher.example", "anna@BÜCHER.example", "anna@xn--bcher-kva.example", "otto@bücher.example"}
+	want := []struct {
+		email  string
+		status Status
+	}{
+		{"anna@xn--bcher-kva.example", StatusDeliverable},
+		{"anna@xn--bcher-kva.example", StatusDeliverable},
+		{"anna@xn--bcher-kva.example", StatusDeliverable},
+		{"otto@xn--bcher-kva.example", StatusUndeliverable},
+	}
+	check := func(how string, i int, r Result) {
+		t.Helper()
+		if r.Email != want[i].email || r.Status != want[i].status || r.MXHost == nil || *r.MXHost != "mx.xn--bcher-kva.example" {
+			t.Errorf("%s(%q) = %+v, want %s %s", how, raws[i], r, want[i].email, want[i].status)
+		}
+	}
+	for i, raw := range raws {
+		check("Verify", i, b.v.Verify(context.Background(), raw))
+	}
+	for i, r := range b.v.VerifyBatch(context.Background(), raws, nil) {
+		check("VerifyBatch", i, r)
+	}
+	if s := srv.Stats().Sessions; s == 0 {
+		t.Error("the xn-- domain's server saw no session")
+	}
+	if q := b.w.DNSQueries("xn--bcher-kva.example", dns.TypeMX); q != 1 {
+		t.Errorf("xn--bcher-kva.example asked %d times, want 1 (one cached look-up for every spelling)", q)
+	}
+}

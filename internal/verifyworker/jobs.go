@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,10 @@ type JobRunner struct {
 	Concurrency int
 	// AckWait bounds one job; a runner that dies mid-job has its job redelivered after it.
 	AckWait time.Duration
-	// SweepEvery and SweepAge: pending jobs older than SweepAge are queued again, covering an
-	// API that died between storing a job and publishing it.
+	// SweepEvery and SweepAge: jobs whose message seems lost are queued again (sweep) — pending
+	// jobs older than SweepAge (an API that died between storing a job and publishing it),
+	// retrying jobs whose re-probe is overdue by more than SweepAge, and processing jobs not
+	// updated for StuckAckWaits × AckWait (their message lost with a NATS store).
 	SweepEvery, SweepAge time.Duration
 	// StreamReplicas is the replication of a stream the runner has to re-create.
 	StreamReplicas int
@@ -247,20 +250,39 @@ func errorType(err error) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
 }
 
-// sweep re-queues jobs stuck in pending. Publishing is deduplicated by job id, and completing a
-// job is guarded by its state, so several replicas sweeping at once do no harm.
+// StuckAckWaits × AckWait is how long a processing job goes without an update before the sweep
+// takes its message as lost. A runner gives a job at most one AckWait, and a redelivered message
+// starts (and so updates) the job again, so a job still being worked on is never taken.
+const StuckAckWaits = 5
+
+// sweep re-queues jobs whose message seems lost (job.Store.Stale). Completing a job is guarded by
+// its state and its usage row is keyed by the job, so a needless re-queue costs at most a second
+// probe, and several replicas sweeping at once do no harm.
+//
+// A pending job keeps its creation's message id, so that the sweep adds nothing while the API's
+// message is still queued. A retrying or processing job had a message once, whose id the stream
+// may still hold within its duplicate window after the message itself was lost; its re-queue
+// gets an id of its own, keyed by the job's last update so that every sweep (and every replica)
+// until the job moves again publishes the same one.
 func (j *JobRunner) sweep(ctx context.Context) {
-	ids, err := j.jobs.Stale(ctx, j.SweepAge, 500)
+	stale, err := j.jobs.Stale(ctx, j.SweepAge, StuckAckWaits*j.AckWait, 500)
 	if err != nil {
 		if ctx.Err() == nil {
-			j.log.Warn("sweep: list pending jobs", "err", err)
+			j.log.Warn("sweep: list stale jobs", "err", err)
 		}
 		return
 	}
-	for _, id := range ids {
-		if err := queue.PublishJob(ctx, j.js, id); err != nil {
-			j.log.Warn("sweep: re-queue job", "job_id", id, "err", err)
+	for _, s := range stale {
+		round := ""
+		if s.State != job.Pending {
+			round = "sweep." + strconv.FormatInt(s.UpdatedAt.UnixMicro(), 10)
+		}
+		if err := queue.RequeueJob(ctx, j.js, s.ID, round); err != nil {
+			j.log.Warn("sweep: re-queue job", "job_id", s.ID, "state", s.State, "err", err)
 			return
+		}
+		if s.State != job.Pending {
+			j.log.Info("sweep: re-queued a job whose message was lost", "job_id", s.ID, "state", s.State)
 		}
 	}
 }

@@ -278,7 +278,10 @@ func (r *Resolver) addrs(ctx context.Context, host string) []netip.Addr {
 	return out
 }
 
-// resolve asks for host's A and AAAA records at once. err wraps ErrTemporary when no answer
+// resolve asks for host's A and AAAA records at once. A host that is an alias (a CNAME, which
+// MX targets should not be but often are) is followed by the recursive resolver, which answers
+// with the CNAME chain and then the canonical name's addresses: every address record of the
+// answer is taken, and the host keeps its MX name (mx_test.go, TestCNAMEdMXHost). err wraps ErrTemporary when no answer
 // came and neither query could be answered (both failed, or one failed and the other was empty).
 func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	var (

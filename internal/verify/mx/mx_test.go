@@ -105,6 +105,47 @@ func TestLookup(t *testing.T) {
 // TestFailureBudget shows that a look-up the resolver cannot answer — SERVFAIL, REFUSED, or no
 // answer at all — ends as ErrTemporary within the default budget (500ms, one retry after a
 // timed-out attempt), far inside the SMTP probe's 1,500ms, and that a SERVFAIL is not retried.
+// TestCNAMEdMXHost shows that an MX host which is an alias (a CNAME, not RFC 5321-conforming but
+// common) is looked up through its alias: the host keeps the MX record's name and gets the
+// canonical name's addresses, which the resolver sends after the CNAME record.
+func TestCNAMEdMXHost(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	mail := addServer(t, w, "mail.provider.test")
+	w.AddCNAME("mx.alias.test", "mail.provider.test")
+	w.AddCNAME("mx2.alias.test", "mx.alias.test") // a chain of two
+	w.AddCNAME("dangling.alias.test", "gone.provider.test")
+	w.AddDomain("alias.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.alias.test"}}})
+	w.AddDomain("chain.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx2.alias.test"}}})
+	w.AddDomain("dangling.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "dangling.alias.test"}, {Pref: 20, Host: "mx.alias.test"}}})
+
+	r := New(Config{Server: w.DNSAddr()})
+	addrs := []netip.Addr{mail.Addr()}
+	for _, tc := range []struct {
+		domain string
+		want   []Host
+	}{
+		{"alias.test", []Host{{Name: "mx.alias.test", Pref: 10, Addrs: addrs}}},
+		{"chain.test", []Host{{Name: "mx2.alias.test", Pref: 10, Addrs: addrs}}},
+		// An alias to a name that does not exist leaves its host without addresses; the next
+		// host still works.
+		{"dangling.test", []Host{{Name: "dangling.alias.test", Pref: 10}, {Name: "mx.alias.test", Pref: 20, Addrs: addrs}}},
+	} {
+		t.Run(tc.domain, func(t *testing.T) {
+			t.Parallel()
+			res, err := r.Lookup(context.Background(), tc.domain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(res.Hosts, tc.want, func(a, b Host) bool {
+				return a.Name == b.Name && a.Pref == b.Pref && slices.Equal(a.Addrs, b.Addrs)
+			}) {
+				t.Fatalf("hosts = %+v, want %+v", res.Hosts, tc.want)
+			}
+		})
+	}
+}
+
 func TestFailureBudget(t *testing.T) {
 	t.Parallel()
 	w := startWorld(t)

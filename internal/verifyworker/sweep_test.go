@@ -1,0 +1,112 @@
+package verifyworker
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+)
+
+// TestSweepRequeuesLostMessages: a retrying job whose re-probe message was lost, and a processing
+// job whose runner died and whose message was lost, are queued again by the sweep, although the
+// stream still remembers their first message's id within its duplicate window (which swallows a
+// plain PublishJob); a pending job whose message is still queued is not queued twice, and a
+// second sweep adds nothing.
+func TestSweepRequeuesLostMessages(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, queue.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+	create := func() uuid.UUID {
+		id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
+		pgtest.Must(t, err, "create job")
+		return id
+	}
+	// lose publishes the job's message as the API does, then deletes it: the message is gone,
+	// its id stays in the duplicate window.
+	lose := func(id uuid.UUID) {
+		body := []byte(`{"job_id":"` + id.String() + `"}`)
+		ack, err := js.Publish(ctx, queue.SubjectJob, body, jetstream.WithMsgID("job."+id.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.DeleteMsg(ctx, ack.Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	retrying, processing, pending := create(), create(), create()
+	for _, id := range []uuid.UUID{retrying, processing} {
+		_, err := jobs.Start(ctx, id)
+		pgtest.Must(t, err, "start job")
+		lose(id)
+	}
+	if done, err := job.Retry(ctx, pool, retrying, time.Now()); err != nil || !done {
+		t.Fatalf("retry: %v %v", done, err)
+	}
+	pgtest.Exec(t, pool, `UPDATE jobs SET next_attempt_at = now() - interval '10 minutes' WHERE id = $1`, retrying)
+	pgtest.Exec(t, pool, `UPDATE jobs SET updated_at = now() - interval '10 minutes' WHERE id = $1`, processing)
+	pgtest.Exec(t, pool, `UPDATE jobs SET created_at = now() - interval '10 minutes' WHERE id = $1`, pending)
+	if err := queue.PublishJob(ctx, js, pending); err != nil { // its message is still queued
+		t.Fatal(err)
+	}
+	// The window swallows a plain re-publish of a lost message: the reason for the sweep's own ids.
+	if err := queue.PublishJob(ctx, js, retrying); err != nil {
+		t.Fatal(err)
+	}
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d messages before the sweep, want 1 (the pending job's)", n)
+	}
+
+	r := NewJobRunner(pool, js, nil, app.NewLogger(io.Discard, "test"))
+	r.SweepAge, r.AckWait = time.Minute, time.Minute // processing jobs are stuck after 5 min
+	r.sweep(ctx)
+	if n := msgs(); n != 3 {
+		t.Fatalf("%d messages after the sweep, want 3 (pending, and the two re-queued)", n)
+	}
+	r.sweep(ctx)
+	if n := msgs(); n != 3 {
+		t.Fatalf("%d messages after a second sweep, want still 3", n)
+	}
+
+	// A processing job updated within the bound is left alone.
+	busy := create()
+	_, err = jobs.Start(ctx, busy)
+	pgtest.Must(t, err, "start job")
+	pgtest.Exec(t, pool, `UPDATE jobs SET updated_at = now() - interval '4 minutes' WHERE id = $1`, busy)
+	r.sweep(ctx)
+	if n := msgs(); n != 3 {
+		t.Fatalf("%d messages after a sweep with a busy job, want still 3", n)
+	}
+}
