@@ -10,6 +10,11 @@
 //     kept for a few seconds for the next address;
 //   - a session is retired before it collects 10 rejected recipients, because Postfix and others
 //     slow every reply down after that many errors;
+//   - a 452 "too many recipients" after some were taken continues in a new transaction (RSET,
+//     MAIL FROM) and the limit is remembered for that address; a 421 "too many connections"
+//     keeps the pool to the sessions that work instead of answering unknown;
+//   - a failed connection pauses the address briefly (250 ms, doubling up to 30 s), then lets one
+//     trial session through (a half-open breaker); a success resets it;
 //   - QUIT is sent without waiting for its reply;
 //   - providers that block probing are never dialled;
 //   - nor is any MX address that is not public unicast (loopback, RFC 1918, CGNAT, link-local,
