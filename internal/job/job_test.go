@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/job"
@@ -18,13 +19,10 @@ import (
 // it, another account's read and a discard of a started job all do nothing.
 func TestJobLifecycle(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
+	pool, acct, jobs := setup(t)
 	ctx := context.Background()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
 	other, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
 	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 
 	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x", WebhookSecret: "s3cret-s3cret"})
 	pgtest.Must(t, err, "create job")
@@ -89,11 +87,8 @@ func TestJobLifecycle(t *testing.T) {
 // kept across re-probes, and only a processing job can be finished.
 func TestJobRetrying(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
+	pool, acct, jobs := setup(t)
 	ctx := context.Background()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
 	pgtest.Must(t, err, "create job")
 	_, err = jobs.Start(ctx, id)
@@ -145,11 +140,8 @@ func TestJobRetrying(t *testing.T) {
 // no other job.
 func TestStaleJobs(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
+	pool, acct, jobs := setup(t)
 	ctx := context.Background()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 	create := func(state job.State, created, updated, next string) uuid.UUID {
 		t.Helper()
 		id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
@@ -193,4 +185,13 @@ func TestStaleJobs(t *testing.T) {
 	if stale, err := jobs.Stale(ctx, age, processingAge, 2); err != nil || len(stale) != 2 {
 		t.Errorf("limit 2: %d jobs, %v", len(stale), err)
 	}
+}
+
+// setup is a fresh database with one free account and a job store on it.
+func setup(t *testing.T) (*pgxpool.Pool, account.Account, *job.Store) {
+	t.Helper()
+	pool := pgtest.New(t)
+	acct, err := account.NewStore(pool).Create(context.Background(), account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	return pool, acct, job.NewStore(pool)
 }

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/acceptor"
 )
 
 func TestCheckAddr(t *testing.T) {
@@ -87,27 +88,12 @@ func TestGuardAllow(t *testing.T) {
 // forbidden address: the listener accepts nothing.
 func TestControlRefusesBeforeConnect(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
+	ln := acceptor.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 
 	d := &net.Dialer{Control: Guard{}.Control}
-	if c, err := d.DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
+	if c, err := d.DialContext(ctx, "tcp", ln.Addr()); err == nil {
 		c.Close()
 		t.Fatal("dialled loopback")
 	} else if !errors.Is(err, ErrForbiddenAddress) {
@@ -115,16 +101,16 @@ func TestControlRefusesBeforeConnect(t *testing.T) {
 	}
 
 	allowed := &net.Dialer{Control: Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}.Control}
-	c, err := allowed.DialContext(ctx, "tcp", ln.Addr().String())
+	c, err := allowed.DialContext(ctx, "tcp", ln.Addr())
 	if err != nil {
 		t.Fatalf("allowed dial: %v", err)
 	}
 	c.Close()
 	deadline := time.Now().Add(time.Second)
-	for accepted.Load() == 0 && time.Now().Before(deadline) {
+	for ln.Accepted() == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := accepted.Load(); n != 1 {
+	if n := ln.Accepted(); n != 1 {
 		t.Fatalf("listener accepted %d connections, want 1 (the allowed one)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/netguard"
+	"github.com/mailvet/mailvet/internal/testkit/acceptor"
 )
 
 // recorder is a dialer that records what it is asked to dial and connects nowhere, so that tests
@@ -117,31 +118,15 @@ func TestForbiddenHostIsSkipped(t *testing.T) {
 // nothing is handed to the network dialer.
 func TestDialTimeCheck(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	p := newProber(t, Config{Port: port, Timeout: time.Second})
+	ln := acceptor.Start(t)
+	p := newProber(t, Config{Port: ln.Port(), Timeout: time.Second})
 
 	// The real dialer: refused before connect, the listener sees nothing.
 	if _, err := p.pool(netip.MustParseAddr("127.0.0.1")).open(); !errors.Is(err, ErrForbiddenAddress) {
 		t.Fatalf("open 127.0.0.1: %v, want ErrForbiddenAddress", err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := accepted.Load(); n != 0 {
+	if n := ln.Accepted(); n != 0 {
 		t.Fatalf("listener accepted %d connections", n)
 	}
 
