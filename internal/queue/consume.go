@@ -12,6 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// drainWait bounds how long a stopping consumer waits for its iterator to drain.
+const drainWait = time.Second
+
 // ConsumerSpec is a durable pull consumer and the stream it reads.
 type ConsumerSpec struct {
 	Stream string
@@ -115,7 +118,19 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			changed := link.Changed()
 			select {
 			case <-ctx.Done():
-				it.Drain() // Next returns what is buffered, then ErrMsgIteratorClosed
+				// Drain: Next returns what is buffered, then ErrMsgIteratorClosed. Draining needs
+				// the server, so with the connection down (or a drain that does not finish) the
+				// iterator is stopped instead; a stop must never wait for NATS.
+				if !link.Up() {
+					it.Stop()
+					return
+				}
+				it.Drain()
+				select {
+				case <-stopped:
+				case <-time.After(drainWait):
+					it.Stop()
+				}
 				return
 			case <-stopped:
 				return

@@ -98,3 +98,37 @@ func TestKeeperRecreatesMissingStreams(t *testing.T) {
 	// The failed check kicked the keeper, which re-creates the stream.
 	eventually(t, "VERIFY re-created", 5*time.Second, func() bool { return k.Check(ctx) == nil })
 }
+
+// A consumer told to stop while NATS is down stops at once: draining would need the server.
+func TestConsumerStopsWhileNATSIsDown(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	nc, err := queue.Connect(s.ClientURL(), "consumer-under-test", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), 1, 4, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, func(m jetstream.Msg) { _ = m.Ack() }) }()
+	eventually(t, "consumer running", 5*time.Second, func() bool { return c.Check(context.Background()) == nil })
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	eventually(t, "the connection to drop", 5*time.Second, func() bool { return !nc.IsConnected() })
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("stopped after %v", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of its stop with NATS down")
+	}
+}
