@@ -41,11 +41,18 @@ type session struct {
 	broken   bool // the connection is in an unknown state
 	full     bool // the server will take no more recipients in this session
 	wrote    bool // something was written since the last reply was read
+	last     bool // the exchange under way is the session's last: QUIT travels with it
+	quitted  bool // QUIT has been sent
+
+	rcpts    int // RCPT replies read since the pool last counted them (arrivedLocked)
+	rejected int // of which failed
 
 	returning bool // see pool.replied; guarded by pl.mu
+	left      int  // error budget as of the last take (maxErrors − errors); guarded by pl.mu
+	inflight  int  // RCPTs of the exchange under way; guarded by pl.mu
 }
 
-func (s *session) usable() bool { return !s.broken && !s.full && s.errors < maxErrors }
+func (s *session) usable() bool { return !s.broken && !s.full && !s.quitted && s.errors < maxErrors }
 
 // open connects, reads the banner and says EHLO, within half the probe budget so that a silent
 // server (a tarpit) leaves time for the next MX host.
@@ -73,6 +80,7 @@ func (pl *pool) open() (*session, error) {
 	if banner.Code != 220 {
 		return fail(&bannerError{banner})
 	}
+	pl.greeted()
 	if err := s.ehlo(); err != nil {
 		return fail(err)
 	}
@@ -163,9 +171,12 @@ func (s *session) exchange(batch []rcpt) {
 	if !s.inTxn {
 		cmds = append(cmds, "MAIL FROM:<"+s.pl.p.cfg.MailFrom+">")
 		plainOK, _ := s.pl.tlsState()
-		// Until a MAIL FROM has been accepted here in plain text, the server may demand TLS
-		// first; RCPTs pipelined behind a refused MAIL would each count as an error against us.
-		if !s.pipelining || (!s.tls && !plainOK) {
+		// Until a MAIL FROM has been accepted here in plain text, a server that offers STARTTLS
+		// may demand it first: the MAIL goes alone, since RCPTs pipelined behind a refused MAIL
+		// would each count as an error against us. A server that does not offer it gets the MAIL
+		// with the RCPTs, in a window that fillLocked left one error short of the budget so that
+		// a refused MAIL and every RCPT behind it still stay under the limit.
+		if !s.pipelining || (!s.tls && !plainOK && (s.starttls || len(batch) > maxErrors-s.errors-1)) {
 			if !s.mail(cmds, batch) {
 				return
 			}
@@ -179,6 +190,12 @@ func (s *session) exchange(batch []rcpt) {
 		} else {
 			cmds = append(cmds, "RCPT TO:<"+it.j.addr+">")
 		}
+	}
+	if s.last {
+		// The session retires after this exchange (pool.fillLocked): its QUIT travels with the
+		// RCPTs, so that its connection slot is free one round trip sooner.
+		cmds = append(cmds, "QUIT")
+		s.quitted = true
 	}
 	replies, err := s.send(cmds)
 	s.pl.replied(s)
@@ -195,6 +212,9 @@ func (s *session) exchange(batch []rcpt) {
 			return
 		}
 		s.inTxn, s.txnRcpts = true, 0
+		if !s.tls {
+			s.pl.setPlainOK()
+		}
 		replies = replies[pre:]
 	}
 	for i, it := range batch {
@@ -243,8 +263,10 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 // settle acts on the reply to one RCPT.
 func (s *session) settle(it rcpt, rep Reply) {
 	s.txnRcpts++
+	s.rcpts++
 	if rep.Code/100 != 2 {
 		s.errors++
+		s.rejected++
 	}
 	if it.probe != nil {
 		o := caInconclusive
@@ -398,6 +420,10 @@ func (s *session) read() (Reply, error) {
 // freed once the server has answered or hung up (within a short bound), so that the server never
 // counts more than MaxPerHost connections from this worker.
 func (s *session) quit() {
+	if s.quitted {
+		s.conn.Close()
+		return
+	}
 	s.conn.SetDeadline(time.Now().Add(quitWait))
 	s.w.WriteString("QUIT\r\n")
 	s.pl.p.commands.Add(1)

@@ -9,7 +9,15 @@
 //     several RCPTs travel in one write when the server offers PIPELINING, and idle sessions are
 //     kept for a few seconds for the next address;
 //   - a session is retired before it collects 10 rejected recipients, because Postfix and others
-//     slow every reply down after that many errors;
+//     slow every reply down after that many errors: one write never carries more RCPTs than the
+//     errors it has left could absorb if every one were rejected;
+//   - a new session is opened only for the work that the open ones are not expected to take at
+//     the rejection rate seen at that MX address, so that a batch does not end with many
+//     half-used sessions; one down to its last error while every allowed session is open sends
+//     its last RCPT together with QUIT to make room for a fresh one;
+//   - to an address never reached yet, one session dials first and the others once its banner
+//     is in; the first MAIL FROM travels with the RCPTs unless the server offers STARTTLS (it
+//     may demand it);
 //   - a 452 "too many recipients" after some were taken continues in a new transaction (RSET,
 //     MAIL FROM) and the limit is remembered for that address; a 421 "too many connections"
 //     keeps the pool to the sessions that work instead of answering unknown;
