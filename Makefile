@@ -10,7 +10,7 @@ STRIPE_MOCK_VERSION := v0.203.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-short lint fmt bench migrate tools clean data
+.PHONY: all build run demo test test-short test-ts chromium lint fmt bench migrate tools clean data
 
 all: build
 
@@ -27,8 +27,21 @@ demo: build
 	./bin/api -dev -demo
 
 ## test: every test, against the real Postgres (DATABASE_URL) and embedded NATS servers
-test: tools
+test: tools chromium
 	PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) test-ts
+
+## test-ts: the TypeScript client (clients/typescript): npm ci when node_modules is missing or the
+## lockfile changed, build with tsc, then node's test runner (its integration test builds and
+## starts a real bin/api -dev -demo on a fresh database; about 40-90 s, most of it one rate-limit window)
+TS_CLIENT := clients/typescript
+test-ts: $(TS_CLIENT)/node_modules/.package-lock.json
+	cd $(TS_CLIENT) && node_modules/.bin/tsc -p tsconfig.json && node --test test/*.test.mjs
+
+# npm ci writes node_modules/.package-lock.json, so a newer lockfile or package.json reinstalls.
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json $(TS_CLIENT)/package.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
+	@touch $@
 
 lint: $(TOOLS)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
@@ -55,6 +68,13 @@ data:
 	node data/mailcheck-golden.js
 
 tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION)
+
+## chromium: Debian's Chromium for the dashboard's browser tests (cmd/api, docs/dashboard.md),
+## installed with apt-get when missing; without root it only says so, and the tests skip (fail under CI)
+chromium:
+	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else echo "chromium is missing: apt-get install chromium (as root) to run the dashboard's browser tests"; fi; }
 
 # The stamp names the version, so changing STRIPE_MOCK_VERSION reinstalls.
 $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION):

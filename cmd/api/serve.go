@@ -63,8 +63,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in.
-		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas,
-			GreylistWindow: cfg.GreylistWindow})...)
+		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log,
+			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
 		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err

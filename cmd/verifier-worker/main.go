@@ -42,8 +42,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer engine.Close()
 	log.Info("verifier worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log, Metrics: in.Metrics, Ready: in.Ready, StreamReplicas: cfg.StreamReplicas,
-		GreylistWindow: cfg.GreylistWindow})...)
+	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log,
+		Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
 	log.Info("verifier worker stopped")
 	return err
 }

@@ -146,9 +146,38 @@ func (s *Store) SetTier(ctx context.Context, id string, tier plan.Tier) error {
 	return s.update(ctx, id, `tier = $2`, tier)
 }
 
+// LinkCustomer records the Stripe customer of an account that has none yet (Stripe Checkout
+// from the dashboard creates it, docs/dashboard.md). Linking the customer already linked is a
+// no-op; an account linked to a different customer keeps it (ErrCustomerTaken), and so does a
+// customer already linked to another account.
+func (s *Store) LinkCustomer(ctx context.Context, id, customerID string) error {
+	if uuid.Validate(id) != nil {
+		return ErrNotFound
+	}
+	if customerID == "" {
+		return errors.New("empty Stripe customer id")
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE accounts SET stripe_customer_id = $2, updated_at = now()
+		WHERE id = $1 AND (stripe_customer_id IS NULL OR stripe_customer_id = $2)`, id, customerID)
+	if isUnique(err, stripeCustomerUniqueIndex) {
+		return ErrCustomerTaken
+	}
+	if err != nil {
+		return datastore("link customer", err)
+	}
+	if tag.RowsAffected() == 0 {
+		if _, err := s.Get(ctx, id); err != nil {
+			return err
+		}
+		return ErrCustomerTaken
+	}
+	return nil
+}
+
 // SetSpendCap sets the hard EUR spend cap per billing period; nil removes it.
 func (s *Store) SetSpendCap(ctx context.Context, id string, eur *float64) error {
-	if eur != nil && (*eur < 0 || *eur > 1e9) {
+	// Written as a negated range so that NaN, which every comparison fails, is refused too.
+	if eur != nil && !(*eur >= 0 && *eur <= 1e9) {
 		return fmt.Errorf("spend cap %v EUR is out of range (0 to 1e9)", *eur)
 	}
 	return s.update(ctx, id, `hard_cap_eur = $2`, eur)

@@ -207,3 +207,22 @@ func (s *Store) RevokeProvisioningKey(ctx context.Context, accountID string) (in
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// ProvisioningKey returns the account's active provisioning key, or nil when it has none.
+func (s *Store) ProvisioningKey(ctx context.Context, accountID string) (*Key, error) {
+	if uuid.Validate(accountID) != nil {
+		return nil, ErrNotFound
+	}
+	var k Key
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, kind, label, prefix, created_at FROM api_keys
+		WHERE account_id = $1 AND kind = 'provisioning' AND revoked_at IS NULL`, accountID).
+		Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, datastore("read provisioning key", err)
+	}
+	return &k, nil
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func setup(t testing.TB, env map[string]string, adjust ...func(*Deps)) *testBund
 	}
 	pool := pgtest.New(t)
 	store := account.NewStore(pool)
-	d := Deps{Config: cfg, Log: app.NewLogger(io.Discard, "test"), Pool: pool, Ready: health.NewChecker(0)}
+	d := Deps{Config: cfg, Log: app.NewLogger(testLogOut(t), "test"), Pool: pool, Ready: health.NewChecker(0)}
 	for _, f := range adjust {
 		f(&d)
 	}
@@ -143,4 +144,12 @@ func isoUTC(t testing.TB, v any) time.Time {
 		t.Fatalf("timestamp %q is not ISO 8601 UTC (2006-01-02T15:04:05Z): %v", s, err)
 	}
 	return ts
+}
+
+// testLogOut is where a test server logs: nowhere, unless MAILVET_TEST_LOG is set.
+func testLogOut(t testing.TB) io.Writer {
+	if os.Getenv("MAILVET_TEST_LOG") != "" {
+		return testWriter{t}
+	}
+	return io.Discard
 }

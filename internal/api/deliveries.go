@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -64,7 +63,7 @@ func (s *Server) listDeliveries(c echo.Context) error {
 // the replay already under way instead of sending twice.
 func (s *Server) retryDelivery(c echo.Context) error {
 	p := principalOf(c)
-	if p.Tier == plan.Free {
+	if webhook.ReplayAllowed(p.Tier) != nil {
 		return Errorf(http.StatusForbidden, CodePlanUpgradeRequired,
 			"Upgrade to the builder or scale plan to retry failed deliveries.",
 			"Retrying deliveries is available on paid plans.")

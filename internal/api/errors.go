@@ -15,6 +15,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -79,6 +80,10 @@ const (
 	CodePlanUpgradeRequired = "plan_upgrade_required"
 	CodeDeliveryNotFound    = "delivery_not_found"
 	CodeNotReplayable       = "delivery_not_replayable"
+
+	// The bulk-list routes.
+	CodeListNotFound = "list_not_found"
+	CodeListFinished = "list_finished"
 )
 
 // InvalidRequest is the 400 for bad input; the message must name the offending field.
@@ -137,6 +142,12 @@ var errorTable = []errorMapping{
 	{webhook.ErrNotReplayable, http.StatusConflict, CodeNotReplayable,
 		"Only failed deliveries can be retried; check its state with GET /v1/management/deliveries.",
 		"This delivery has not failed, so there is nothing to retry."},
+	{list.ErrNotFound, http.StatusNotFound, CodeListNotFound,
+		"List your lists with GET /v1/email/lists and use one of their ids; finished lists are deleted after their retention.",
+		"No list with this id for the account."},
+	{list.ErrFinished, http.StatusConflict, CodeListFinished,
+		"Nothing to cancel: download its results, or delete it with DELETE /v1/email/lists/{id}.",
+		"The list has already finished."},
 	{account.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
 		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
 		"The datastore request failed."},

@@ -18,6 +18,9 @@ func (s *Server) routes() {
 	e.GET("/openapi.json", s.openapi)
 	e.GET("/docs/errors", s.errorDocs)
 	e.POST("/v1/stripe/webhook", s.stripeWebhook)
+	// The customer dashboard's HTML pages (docs/dashboard.md): one wildcard handed to package
+	// dashboard, which routes its own pages; they are not JSON API routes, so not in /openapi.json.
+	e.Any("/dashboard*", echo.WrapHandler(s.dashboard))
 
 	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
@@ -26,6 +29,12 @@ func (s *Server) routes() {
 	s.email.POST("/verify/batch", s.verifyBatch)
 	s.email.POST("/verify/stream", s.verifyStream)
 	s.email.GET("/jobs/:job_id", s.getJob)
+	s.email.POST("/lists", s.uploadList)
+	s.email.GET("/lists", s.listLists)
+	s.email.GET("/lists/:id", s.getList)
+	s.email.GET("/lists/:id/results", s.listResults)
+	s.email.POST("/lists/:id/cancel", s.cancelList)
+	s.email.DELETE("/lists/:id", s.deleteList)
 	s.email.RouteNotFound("", s.notFoundInGroup)
 	s.email.RouteNotFound("/*", s.notFoundInGroup)
 

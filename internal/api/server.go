@@ -24,8 +24,10 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -41,6 +43,8 @@ type Deps struct {
 	Metrics *prometheus.Registry
 	// Portal opens billing portal sessions; nil means Stripe as configured (billing.NewStripe).
 	Portal BillingPortal
+	// Checkout opens Stripe Checkout for the dashboard's upgrades; nil means Stripe as configured.
+	Checkout dashboard.Checkout
 	// Now is the clock; nil means time.Now. Tests pin it to check month boundaries.
 	Now func() time.Time
 	// Local runs the local verification layers in-process (verify.Verifier).
@@ -90,10 +94,14 @@ type Server struct {
 	// response included); Close waits for it.
 	ledger   *usage.Ledger
 	jobs     *job.Store
+	lists    *list.Store
 	verdicts *usage.Verdicts
 	headroom *usage.Headroom
 	// rejections writes the usage-log rows of refused verify requests behind their responses.
 	rejections *usage.Rejections
+
+	// dashboard serves /dashboard (package dashboard).
+	dashboard http.Handler
 
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
@@ -106,7 +114,7 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewLedger(d.Pool, d.Log), jobs: job.NewStore(d.Pool), headroom: usage.NewHeadroom(),
+		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewLedger(d.Pool, d.Log), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: usage.NewHeadroom(),
 		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
@@ -116,9 +124,16 @@ func New(d Deps) *Server {
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
 	}
+	stripe := billing.NewStripe(d.Config)
 	if s.portal == nil {
-		s.portal = billing.NewStripe(d.Config)
+		s.portal = stripe
 	}
+	checkout := d.Checkout
+	if checkout == nil {
+		checkout = stripe
+	}
+	s.dashboard = dashboard.New(dashboard.Deps{Config: d.Config, Log: d.Log, Pool: d.Pool, JS: d.JS,
+		Portal: s.portal, Checkout: checkout, API: s, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -143,9 +158,10 @@ func New(d Deps) *Server {
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
 	e.Use(s.bodyDeadline)
-	// Spec §4.1 and §8: the 2 MB body guard. It refuses a too-large Content-Length before reading
-	// and stops a body without one at the limit.
-	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes) + "B"))
+	// The 2 MB body guard (docs/api.md, "Limits"). It refuses a too-large Content-Length before
+	// reading and stops a body without one at the limit. A bulk-list upload is a file with limits
+	// of its own (docs/lists.md).
+	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes) + "B", Skipper: isUpload}))
 	s.echo = e
 	s.routes()
 	return s
@@ -209,7 +225,9 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 // handler (a stream) is never cut by it.
 func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if c.Request().ContentLength != 0 { // -1 is a body of unknown length (chunked)
+		// -1 is a body of unknown length (chunked). An upload has an idle deadline instead
+		// (uploadList): a large file takes longer than any fixed one.
+		if c.Request().ContentLength != 0 && !isUpload(c) {
 			err := http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout))
 			if err != nil && !errors.Is(err, http.ErrNotSupported) {
 				s.log.Warn("set body read deadline", "err", err)

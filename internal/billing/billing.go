@@ -1,6 +1,6 @@
-// Package billing connects accounts to Stripe: it opens billing portal sessions and applies
-// Stripe's subscription webhook events to the accounts table, each event once and never an older
-// one over a newer one.
+// Package billing connects accounts to Stripe: it opens billing portal and Checkout sessions
+// (docs/dashboard.md) and applies Stripe's subscription and Checkout webhook events to the
+// accounts table, each event once and never an older one over a newer one.
 package billing
 
 import (
@@ -12,8 +12,11 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/billingportal/session"
+	checkoutsession "github.com/stripe/stripe-go/v76/checkout/session"
+	"github.com/stripe/stripe-go/v76/customer"
 
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Errors of the portal; internal/api maps them to the envelope.
@@ -28,9 +31,13 @@ var (
 	ErrProviderUnreachable = errors.New("the billing provider is unreachable")
 )
 
-// Stripe opens billing portal sessions through the Stripe API (or stripe-mock in tests).
+// Stripe opens billing portal and Checkout sessions through the Stripe API (or stripe-mock in
+// tests).
 type Stripe struct {
 	sessions   session.Client
+	customers  customer.Client
+	checkouts  checkoutsession.Client
+	prices     map[plan.Tier]string // tier ⇒ Stripe price id (the reverse of config.StripePrices)
 	configured bool
 }
 
@@ -46,8 +53,16 @@ func NewStripe(cfg config.Config) *Stripe {
 	if cfg.StripeAPIBase != "" {
 		bc.URL = stripe.String(cfg.StripeAPIBase)
 	}
+	b := stripe.GetBackendWithConfig(stripe.APIBackend, bc)
+	prices := make(map[plan.Tier]string, len(cfg.StripePrices))
+	for id, tier := range cfg.StripePrices {
+		prices[tier] = id
+	}
 	return &Stripe{
-		sessions:   session.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.StripeSecretKey},
+		sessions:   session.Client{B: b, Key: cfg.StripeSecretKey},
+		customers:  customer.Client{B: b, Key: cfg.StripeSecretKey},
+		checkouts:  checkoutsession.Client{B: b, Key: cfg.StripeSecretKey},
+		prices:     prices,
 		configured: cfg.StripeSecretKey != "",
 	}
 }
@@ -61,14 +76,20 @@ func (s *Stripe) PortalURL(ctx context.Context, customerID, returnURL string) (s
 	params.Context = ctx
 	ps, err := s.sessions.New(params)
 	if err != nil {
-		var se *stripe.Error
-		if errors.As(err, &se) {
-			return "", fmt.Errorf("%w: stripe %s (HTTP %d): %s", ErrPortalUnavailable, se.Type, se.HTTPStatusCode, se.Msg)
-		}
-		return "", fmt.Errorf("%w: %w", ErrProviderUnreachable, err)
+		return "", stripeError(err)
 	}
 	if ps == nil || ps.URL == "" {
 		return "", ErrPortalUnavailable
 	}
 	return ps.URL, nil
+}
+
+// stripeError sorts a failed Stripe call: an answer from Stripe is ErrPortalUnavailable with
+// Stripe's reason, no answer at all is ErrProviderUnreachable.
+func stripeError(err error) error {
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: stripe %s (HTTP %d): %s", ErrPortalUnavailable, se.Type, se.HTTPStatusCode, se.Msg)
+	}
+	return fmt.Errorf("%w: %w", ErrProviderUnreachable, err)
 }

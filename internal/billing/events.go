@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
@@ -64,6 +65,9 @@ func (ev *Events) Apply(ctx context.Context, e stripe.Event) (Outcome, error) {
 		switch e.Type {
 		case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted":
 			out, err = ev.applySubscription(ctx, tx, e, created)
+			return err
+		case "checkout.session.completed":
+			out, err = ev.applyCheckout(ctx, tx, e)
 			return err
 		default:
 			out = Ignored
@@ -160,4 +164,43 @@ func unix(s int64) *time.Time {
 	}
 	t := time.Unix(s, 0).UTC()
 	return &t
+}
+
+// applyCheckout links the customer of a completed Checkout session to the account it was opened
+// for (client_reference_id, set by the dashboard: docs/dashboard.md). The dashboard records the
+// customer before it sends anyone to Checkout, so this is the safety net for a crash in between;
+// the tier itself moves with the customer.subscription.* events Stripe sends for the new
+// subscription, which carry the price. An account that already has a different customer keeps it.
+func (ev *Events) applyCheckout(ctx context.Context, tx pgx.Tx, e stripe.Event) (Outcome, error) {
+	if e.Data == nil || len(e.Data.Raw) == 0 {
+		return "", fmt.Errorf("%w: no data.object", ErrBadEvent)
+	}
+	var cs stripe.CheckoutSession
+	if err := json.Unmarshal(e.Data.Raw, &cs); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadEvent, err)
+	}
+	if cs.ClientReferenceID == "" || cs.Customer == nil || cs.Customer.ID == "" {
+		return Ignored, nil // not opened by the dashboard
+	}
+	if uuid.Validate(cs.ClientReferenceID) != nil {
+		return UnknownCustomer, nil
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE accounts SET stripe_customer_id = $2, updated_at = now()
+		WHERE id = $1 AND stripe_customer_id IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM accounts WHERE stripe_customer_id = $2)`,
+		cs.ClientReferenceID, cs.Customer.ID)
+	if err != nil {
+		return "", err
+	}
+	if tag.RowsAffected() == 0 {
+		var known bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, cs.ClientReferenceID).Scan(&known); err != nil {
+			return "", err
+		}
+		if !known {
+			return UnknownCustomer, nil
+		}
+	}
+	return Applied, nil
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// (MAILVET_GREYLIST_WINDOW); 0 turns them off.
 	GreylistWindow time.Duration
 
+	// Lists bound bulk-list uploads and say how long their results are kept (MAILVET_LIST_*).
+	Lists ListLimits
+
 	// Plans are the tiers' limits and prices: plan.Defaults with MAILVET_PLAN_* and
 	// MAILVET_OVERAGE_EUR_* applied. They are the one source of truth for every limit.
 	Plans plan.Catalog
@@ -71,6 +74,19 @@ type Config struct {
 	StripeWebhookSecret string
 	StripeAPIBase       string
 	StripePrices        map[string]plan.Tier // Stripe price id ⇒ tier
+
+	// DashboardSessionTTL is how long a dashboard sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL,
+	// docs/dashboard.md).
+	DashboardSessionTTL time.Duration
+}
+
+// ListLimits are the bulk-list settings (docs/lists.md, "Limits").
+type ListLimits struct {
+	MaxRows  int   // data rows of one upload (MAILVET_LIST_MAX_ROWS)
+	MaxBytes int64 // bytes of one upload (MAILVET_LIST_MAX_BYTES)
+	// Retention is how long a finished list's rows and results are kept, by tier
+	// (MAILVET_LIST_RETENTION_FREE for the free tier, MAILVET_LIST_RETENTION_PAID for the others).
+	Retention map[plan.Tier]time.Duration
 }
 
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
@@ -140,6 +156,16 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	c.StreamReplicas = e.intIn("MAILVET_STREAM_REPLICAS", 1, 1, 5)
 	c.WebhookAllowPrivate = e.boolean("MAILVET_WEBHOOK_ALLOW_PRIVATE", false)
 
+	c.Lists.MaxRows = e.intIn("MAILVET_LIST_MAX_ROWS", 1_000_000, 1, 10_000_000)
+	c.Lists.MaxBytes = int64(e.intIn("MAILVET_LIST_MAX_BYTES", 100<<20, 1024, 1<<30))
+	free := e.retention("MAILVET_LIST_RETENTION_FREE", 7*24*time.Hour)
+	paid := e.retention("MAILVET_LIST_RETENTION_PAID", 30*24*time.Hour)
+	c.Lists.Retention = map[plan.Tier]time.Duration{}
+	for _, t := range plan.Tiers {
+		c.Lists.Retention[t] = paid
+	}
+	c.Lists.Retention[plan.Free] = free
+
 	c.Plans = plan.Defaults()
 	for _, v := range plan.Variables {
 		for _, t := range v.Tiers {
@@ -165,6 +191,15 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 	if id := e.str("MAILVET_STRIPE_PRICE_SCALE", ""); id != "" {
 		c.StripePrices[id] = plan.Scale
+	}
+	c.DashboardSessionTTL = 12 * time.Hour
+	if v, ok := e.lookup("MAILVET_DASHBOARD_SESSION_TTL"); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 5*time.Minute || d > 30*24*time.Hour {
+			e.fail("MAILVET_DASHBOARD_SESSION_TTL", fmt.Errorf("%q is not a duration from 5m to 720h, like 12h", v))
+		} else {
+			c.DashboardSessionTTL = d
+		}
 	}
 
 	return c, e.err()
@@ -271,6 +306,20 @@ func (e *env) window(name string, def time.Duration) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > 24*time.Hour {
 		e.fail(name, fmt.Errorf("%q is not a duration from 0 (off) to 24h, like 15m", v))
+		return def
+	}
+	return d
+}
+
+// retention is a keep-for duration of an hour up to a year, like 168h.
+func (e *env) retention(name string, def time.Duration) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Hour || d > 366*24*time.Hour {
+		e.fail(name, fmt.Errorf("%q is not a duration from 1h to 8784h (a year), like 168h", v))
 		return def
 	}
 	return d

@@ -11,6 +11,7 @@ const (
 	ConsumerVerifiers  = "verifiers"
 	ConsumerJobRunners = "job-runners"
 	ConsumerWebhooks   = "webhook-worker"
+	ConsumerListChunks = "list-runners"
 )
 
 // VerifyItemsConsumer is the VERIFY consumer of a verifier worker that verifies concurrency
@@ -44,6 +45,14 @@ const JobsWaiting = 10000
 func WebhooksConsumer(concurrency int, ackWait time.Duration) ConsumerSpec {
 	return workQueue(StreamWebhooks, ConsumerWebhooks, SubjectWebhookDeliver,
 		"webhook deliveries; attempts counted in Postgres, retries by NakWithDelay", concurrency, ackWait)
+}
+
+// ListChunksConsumer is the LISTS consumer of a list runner that verifies concurrency chunks at
+// a time. ackWait bounds a chunk without a sign of life: the runner reports progress
+// (InProgress) while it verifies, so only a runner that died lets its chunk go to another.
+func ListChunksConsumer(concurrency int, ackWait time.Duration) ConsumerSpec {
+	return workQueue(StreamLists, ConsumerListChunks, SubjectLists,
+		"bulk-list chunks; results written in Postgres, idempotently per address", concurrency, ackWait)
 }
 
 // workQueue is a durable pull consumer of a work-queue stream, as every Mailvet worker uses one:

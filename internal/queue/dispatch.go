@@ -412,3 +412,38 @@ func (d *Dispatcher) WorkersAlive(ctx context.Context) bool {
 	info, err := c.Info(cctx)
 	return err == nil && info.NumWaiting > 0
 }
+
+// PublishChunks queues bulk-list chunks whose addresses are already stored. Message ids are
+// "list.<id>.<chunk>" (plus ".<round>" for a re-queue by the sweep, for the reason RequeueJob
+// gives), so a chunk published twice is stored once. A missing LISTS stream is re-created. Each
+// publish is bounded by timeout; the first failure stops, and the sweep publishes the rest later.
+func PublishChunks(ctx context.Context, js jetstream.JetStream, replicas int, timeout time.Duration, chunks []ChunkMessage, round func(ChunkMessage) string) error {
+	for _, c := range chunks {
+		body, _ := json.Marshal(c)
+		id := "list." + c.ListID.String() + "." + strconv.Itoa(c.Chunk)
+		if round != nil {
+			if r := round(c); r != "" {
+				id += "." + r
+			}
+		}
+		publish := func() error {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			_, err := js.Publish(cctx, SubjectListChunk, body, jetstream.WithMsgID(id))
+			return err
+		}
+		err := publish()
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			_, cerr := ensureStream(cctx, js, StreamLists, replicas)
+			cancel()
+			if cerr == nil {
+				err = publish()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: queue list chunk: %v", ErrUnavailable, err)
+		}
+	}
+	return nil
+}

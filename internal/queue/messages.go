@@ -15,6 +15,8 @@ const (
 	SubjectJob = "jobs.verify"
 	// SubjectWebhookDeliver is where deliveries to attempt are published (one per delivery).
 	SubjectWebhookDeliver = "webhooks.deliver"
+	// SubjectListChunk is where bulk-list chunks are published (one message per chunk).
+	SubjectListChunk = "lists.chunk"
 )
 
 // Headers used on verification messages.
@@ -37,6 +39,13 @@ type VerifyRequest struct {
 // JobMessage is the body of a JOBS stream message; the job itself lives in Postgres.
 type JobMessage struct {
 	JobID uuid.UUID `json:"job_id"`
+}
+
+// ChunkMessage is the body of a LISTS stream message: one chunk of a bulk list, whose addresses
+// live in Postgres.
+type ChunkMessage struct {
+	ListID uuid.UUID `json:"list_id"`
+	Chunk  int       `json:"chunk"`
 }
 
 // DeliveryMessage is the body of a WEBHOOKS stream message; the delivery lives in Postgres.

@@ -30,6 +30,9 @@ const (
 
 	StreamWebhooks  = "WEBHOOKS"
 	SubjectWebhooks = "webhooks.>"
+
+	StreamLists  = "LISTS"
+	SubjectLists = "lists.>"
 )
 
 // StreamConfigs returns the JetStream streams with replicas copies each. Batch and stream items
@@ -69,6 +72,18 @@ func StreamConfigs(replicas int) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Discard:     jetstream.DiscardNew,
 			MaxMsgs:     10_000_000,
+			Replicas:    replicas,
+		},
+		{
+			// Bulk-list chunks: only a window of each list's chunks is here at a time (the rest
+			// wait in Postgres), so the stream stays small however large the lists.
+			Name:        StreamLists,
+			Description: "bulk-list chunks to verify (the addresses live in Postgres)",
+			Subjects:    []string{SubjectLists},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardNew,
+			MaxMsgs:     1_000_000,
 			Replicas:    replicas,
 		},
 	}

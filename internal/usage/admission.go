@@ -35,6 +35,10 @@ type Request struct {
 	MonthlyCalls int
 	OverageEUR   float64 // price of one billable call over MonthlyCalls
 	Now          time.Time
+	// NoRate leaves the per-minute rate limit out: a bulk list is paced by the fleet, not by the
+	// caller (docs/lists.md, "Metering"), and its units must not use up the rate window of the
+	// account's other requests. The quota and spend-cap steps are the same.
+	NoRate bool
 	// Rows are usage-log rows written, and their billable ones counted, by the admission statement
 	// itself, only when the request is admitted. The API uses this to make a single email's usage
 	// row durable without a second commit: a local result's row is complete; a row still waiting
@@ -136,8 +140,13 @@ func logCTE(gate string, first int) string {
 		)`, logColumnNames, unnestParams(first+2), gate, first, first+1)
 }
 
+// noRateCTE stands in for rateCTE when a request is not rate limited (Request.NoRate). It names
+// $2 and $4 so that the statement takes the same parameters as the rate-limited one.
+const noRateCTE = `r AS (SELECT 0 AS used WHERE $2::timestamptz IS NOT NULL AND $4::int IS NOT NULL)`
+
 // admitSQL is the admission statement of the free or the paid tiers, with or without rows to
-// write (a statement without them is the leaner for Postgres to plan and run).
+// write (a statement without them is the leaner for Postgres to plan and run), with or without
+// the rate step.
 //
 // Free: the rate window, then the monthly quota, then the rows.
 //
@@ -146,9 +155,13 @@ func logCTE(gate string, first int) string {
 // crossed by a fraction of a cent. The month's billable count is read, not locked: requests
 // admitted concurrently each see the count before the others, so together they can pass the cap
 // by at most their own emails.
-func admitSQL(free, rows bool) string {
+func admitSQL(free, rows, rate bool) string {
 	var b strings.Builder
-	b.WriteString("WITH " + rateCTE)
+	if rate {
+		b.WriteString("WITH " + rateCTE)
+	} else {
+		b.WriteString("WITH " + noRateCTE)
+	}
 	if free {
 		const first = 7
 		billCol, billVal, billSet := "", "", ""
@@ -191,11 +204,17 @@ func admitSQL(free, rows bool) string {
 	return b.String()
 }
 
-// admitStatements holds admitSQL's four statements, indexed [free][rows].
-var admitStatements = [2][2]string{
-	{admitSQL(false, false), admitSQL(false, true)},
-	{admitSQL(true, false), admitSQL(true, true)},
-}
+// admitStatements holds admitSQL's statements, indexed [free][rows][rate].
+var admitStatements = func() (st [2][2][2]string) {
+	for _, free := range []bool{false, true} {
+		for _, rows := range []bool{false, true} {
+			for _, rate := range []bool{false, true} {
+				st[b2i(free)][b2i(rows)][b2i(rate)] = admitSQL(free, rows, rate)
+			}
+		}
+	}
+	return st
+}()
 
 func b2i(b bool) int {
 	if b {
@@ -230,7 +249,7 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 		}
 		args = append(append(args, billable, day), logColumns(r.Rows)...)
 	}
-	sql := admitStatements[b2i(r.Free)][b2i(len(r.Rows) > 0)]
+	sql := admitStatements[b2i(r.Free)][b2i(len(r.Rows) > 0)][b2i(!r.NoRate)]
 
 	var (
 		used, quota *int

@@ -64,15 +64,39 @@ func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log
 // Run consumes jobs until ctx ends, then waits for the jobs in flight. The consumer heals by
 // itself after NATS restarts or loses its store (queue.Consumer).
 func (j *JobRunner) Run(ctx context.Context) error {
+	return consumeConcurrently(ctx, j.consumer(), j.Concurrency, j.SweepEvery, j.sweep, func(msg jetstream.Msg) {
+		later, err := j.handle(msg)
+		switch {
+		case err != nil:
+			j.log.Error("job", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+		case later > 0:
+			// A re-probe: the message comes back after the delay. Until then it counts
+			// against the consumer's MaxAckPending, which leaves room for such waits
+			// (queue.JobsConsumer), and the NAK resets its AckWait.
+			if err := msg.NakWithDelay(later); err != nil {
+				j.log.Warn("schedule job re-probe", "err", err) // redelivered after AckWait
+			}
+		default:
+			_ = msg.Ack()
+		}
+	})
+}
+
+// consumeConcurrently runs handle on the messages of cons, at most n at once, and sweep every
+// sweepEvery, until ctx ends; then it waits for the handlers in flight. A message that arrives
+// while the runner is stopping is handed back (Nak) for another runner to take at once.
+func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, sweepEvery time.Duration,
+	sweep func(context.Context), handle func(jetstream.Msg)) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = loop.Every(ctx, j.SweepEvery, j.sweep)
+		_ = loop.Every(ctx, sweepEvery, sweep)
 	}()
-	slots := make(chan struct{}, j.Concurrency)
-	return j.consumer().Run(ctx, func(msg jetstream.Msg) {
+	slots := make(chan struct{}, n)
+	return cons.Run(ctx, func(msg jetstream.Msg) {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -83,21 +107,7 @@ func (j *JobRunner) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			later, err := j.handle(msg)
-			switch {
-			case err != nil:
-				j.log.Error("job", "err", err)
-				_ = msg.NakWithDelay(time.Second)
-			case later > 0:
-				// A re-probe: the message comes back after the delay. Until then it counts
-				// against the consumer's MaxAckPending, which leaves room for such waits
-				// (queue.JobsConsumer), and the NAK resets its AckWait.
-				if err := msg.NakWithDelay(later); err != nil {
-					j.log.Warn("schedule job re-probe", "err", err) // redelivered after AckWait
-				}
-			default:
-				_ = msg.Ack()
-			}
+			handle(msg)
 		}()
 	})
 }

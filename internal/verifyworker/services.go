@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/list"
 )
 
 // Deps are what a verifier worker's parts need.
@@ -29,10 +31,24 @@ type Deps struct {
 	// (config.GreylistWindow; 0 turns them off). GreylistDelay, when set, replaces the runner's
 	// default wait before a re-probe (tests shorten it).
 	GreylistWindow, GreylistDelay time.Duration
+	// Lists configures the bulk-list runner (list.Defaults with the configured retention);
+	// PublicURL is the base of the results URL its completion callbacks carry.
+	Lists     list.Config
+	PublicURL string
+	// ListRunner, when set, adjusts the list runner (tests shorten its timings).
+	ListRunner func(*ListRunner)
 }
 
-// Services returns the long-running parts of a verifier worker — the sync/batch worker and the
-// async job runner — for app.Infra.Run, and registers their readiness checks: a worker whose
+// WithConfig fills in the parts of d that come from the configuration; the verifier binary and
+// `api -dev` build their workers the same way.
+func (d Deps) WithConfig(cfg config.Config) Deps {
+	d.StreamReplicas, d.GreylistWindow = cfg.StreamReplicas, cfg.GreylistWindow
+	d.Lists, d.PublicURL = list.Configured(cfg.Lists.Retention), cfg.PublicURL
+	return d
+}
+
+// Services returns the long-running parts of a verifier worker — the sync/batch worker, the
+// async job runner and the bulk-list runner — for app.Infra.Run, and registers their readiness checks: a worker whose
 // consumers are not running is not ready. The verifier binary and `api -dev` run the same parts.
 func Services(d Deps) []func(context.Context) error {
 	w := New(d.NATS, d.JS, d.Pipe, d.Log, d.Metrics, Options{StreamReplicas: d.StreamReplicas})
@@ -42,9 +58,15 @@ func Services(d Deps) []func(context.Context) error {
 	if d.GreylistDelay > 0 {
 		jobs.GreylistDelay = d.GreylistDelay
 	}
+	lists := NewListRunner(list.NewStore(d.Pool, d.Lists), d.JS, d.Pipe, d.Log)
+	lists.StreamReplicas, lists.PublicURL = d.StreamReplicas, d.PublicURL
+	if d.ListRunner != nil {
+		d.ListRunner(lists)
+	}
 	if d.Ready != nil {
 		d.Ready.Add("consumer verify items", w.Ready)
 		d.Ready.Add("consumer jobs", jobs.Ready)
+		d.Ready.Add("consumer list chunks", lists.Ready)
 	}
-	return []func(context.Context) error{w.Run, jobs.Run}
+	return []func(context.Context) error{w.Run, jobs.Run, lists.Run}
 }

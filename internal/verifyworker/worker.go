@@ -244,20 +244,9 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 }
 
 func (w *Worker) keepAlive(items []item) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(w.opts.ItemAckWait / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				for _, it := range items {
-					_ = it.msg.InProgress()
-				}
-			}
+	return every(w.opts.ItemAckWait/2, func() {
+		for _, it := range items {
+			_ = it.msg.InProgress()
 		}
-	}()
-	return func() { close(done) }
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // Errors for the API's error table.
@@ -23,7 +25,19 @@ var (
 	ErrNotReplayable = errors.New("only a failed delivery can be replayed")
 	// ErrInvalidFilter: a ListFilter with an unknown status or a cursor this package did not issue.
 	ErrInvalidFilter = errors.New("invalid delivery filter")
+	// ErrReplayNeedsPaidPlan: the free tier cannot replay deliveries (docs/api.md, "Delivery log
+	// and replays").
+	ErrReplayNeedsPaidPlan = errors.New("retrying deliveries is available on paid plans")
 )
+
+// ReplayAllowed says whether an account of tier may replay failed deliveries: paid tiers only.
+// The management API and the dashboard both ask it, so the rule lives in one place.
+func ReplayAllowed(tier plan.Tier) error {
+	if tier == plan.Free {
+		return ErrReplayNeedsPaidPlan
+	}
+	return nil
+}
 
 // Page sizes of ListDeliveries.
 const (
@@ -45,7 +59,8 @@ type Attempt struct {
 // the body is the job's result, served by the jobs route, and the signature is a secret's MAC.
 type Delivery struct {
 	ID         uuid.UUID  `json:"id"`
-	JobID      uuid.UUID  `json:"job_id"`
+	JobID      *uuid.UUID `json:"job_id"`  // the job whose result this delivers, or null
+	ListID     *uuid.UUID `json:"list_id"` // the bulk list whose completion this announces, or null
 	URL        string     `json:"url"`
 	State      string     `json:"state"`
 	Signed     bool       `json:"signed"`
@@ -137,7 +152,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
-		SELECT id, job_id, url, state, signature IS NOT NULL, attempts, last_status, last_error,
+		SELECT id, job_id, list_id, url, state, signature IS NOT NULL, attempts, last_status, last_error,
 		       replay_of, created_at, finished_at
 		FROM deliveries
 		WHERE account_id = $1
@@ -150,7 +165,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	}
 	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
-		err := r.Scan(&d.ID, &d.JobID, &d.URL, &d.State, &d.Signed, &d.Attempts, &d.LastStatus,
+		err := r.Scan(&d.ID, &d.JobID, &d.ListID, &d.URL, &d.State, &d.Signed, &d.Attempts, &d.LastStatus,
 			&d.LastError, &d.ReplayOf, &d.CreatedAt, &d.FinishedAt)
 		d.Log = []Attempt{}
 		return d, err
@@ -199,7 +214,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 // that is not failed (a unique index enforces it across API replicas): while one is pending,
 // retrying or delivered, Replay returns that one's id instead of creating another. Only after
 // every earlier replay failed does a new request create a new replay. Replaying a replay replays
-// its original. The paid-tier check (free ⇒ 403) is the API's.
+// its original. Callers check the tier first with ReplayAllowed.
 func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliveryID uuid.UUID) (uuid.UUID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -228,8 +243,8 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliv
 	// The copy is taken from the delivery asked for; its body and signature are the original's.
 	var id uuid.UUID
 	err = tx.QueryRow(ctx, `
-		INSERT INTO deliveries (id, job_id, account_id, url, body, signature, replay_of)
-		SELECT $1, job_id, account_id, url, body, signature, $3
+		INSERT INTO deliveries (id, job_id, list_id, account_id, url, body, signature, replay_of)
+		SELECT $1, job_id, list_id, account_id, url, body, signature, $3
 		FROM deliveries WHERE id = $2
 		ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL AND state <> 'failed' DO NOTHING
 		RETURNING id`, newID, deliveryID, root).Scan(&id)

@@ -19,6 +19,16 @@ import (
 // signature is computed once here, so replays carry the identical header. After the commit the
 // caller calls Publish; if it crashes first, the worker's outbox sweep publishes the delivery.
 func CreateDelivery(ctx context.Context, tx pgx.Tx, jobID, accountID uuid.UUID, url string, secret string, body []byte) (uuid.UUID, error) {
+	return createDelivery(ctx, tx, "job_id", jobID, accountID, url, secret, body)
+}
+
+// CreateListDelivery is CreateDelivery for a bulk list's completion callback (docs/lists.md).
+func CreateListDelivery(ctx context.Context, tx pgx.Tx, listID, accountID uuid.UUID, url string, secret string, body []byte) (uuid.UUID, error) {
+	return createDelivery(ctx, tx, "list_id", listID, accountID, url, secret, body)
+}
+
+// createDelivery stores a delivery for subject, whose id goes in column (job_id or list_id).
+func createDelivery(ctx context.Context, tx pgx.Tx, column string, subject, accountID uuid.UUID, url string, secret string, body []byte) (uuid.UUID, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return uuid.Nil, err
@@ -32,8 +42,8 @@ func CreateDelivery(ctx context.Context, tx pgx.Tx, jobID, accountID uuid.UUID, 
 		body = []byte{}
 	}
 	_, err = tx.Exec(ctx, `
-		INSERT INTO deliveries (id, job_id, account_id, url, body, signature)
-		VALUES ($1, $2, $3, $4, $5, $6)`, id, jobID, accountID, url, body, sig)
+		INSERT INTO deliveries (id, `+column+`, account_id, url, body, signature)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, subject, accountID, url, body, sig)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("create delivery: %w", err)
 	}

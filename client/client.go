@@ -1,0 +1,321 @@
+// Package client is the official Go client of the Mailvet API (docs/api.md): verification of
+// single addresses, batches of any length and NDJSON streams, asynchronous jobs, bulk lists
+// (docs/lists.md: upload a file, follow its progress, download its results), and the
+// management API (account, keys, usage, billing portal, webhook deliveries).
+//
+// Every method takes a context: cancelling it, or its deadline passing, abandons the request and
+// any wait between retries. Errors the API answers are *Error values carrying the error envelope
+// (docs/errors.md); use errors.As to read them:
+//
+//	c := client.New(os.Getenv("MAILVET_API_KEY"), client.WithRetryOnRateLimit(true))
+//	r, err := c.Verify(ctx, "ann@acme.example")
+//	var apiErr *client.Error
+//	if errors.As(err, &apiErr) && apiErr.Code == client.CodeRateLimitExceeded { … }
+//
+// The package is documented with examples in docs/clients.md.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Version is the client's version, sent in the User-Agent header.
+const Version = "0.1.0"
+
+// DefaultBaseURL is where `make run` and `make demo` serve the API (README, "Quick start").
+const DefaultBaseURL = "http://localhost:8080"
+
+// DefaultMaxRetries is how many times a request refused for the rate limit (or answered 503 with
+// Retry-After) is sent again when retrying is on.
+const DefaultMaxRetries = 3
+
+// Chunk sizes: VerifyBatch sends 50 addresses a request (the route takes up to 100, but smaller
+// requests fit the smaller plans' per-minute limits), VerifyStream up to the stream route's
+// maximum of 1,000 (docs/api.md, "Limits").
+const (
+	BatchChunkSize  = 50
+	StreamChunkSize = 1000
+)
+
+// retryMargin is added to reset_at before a rate-limited request is sent again, so that the
+// request lands in the next window even with a little clock skew or rounding of reset_at to
+// the second.
+const retryMargin = 50 * time.Millisecond
+
+// Client talks to one Mailvet deployment with one API key. It is safe for concurrent use.
+type Client struct {
+	baseURL          string
+	apiKey           string
+	http             *http.Client
+	timeout          time.Duration
+	retryOnRateLimit bool
+	maxRetries       int
+	userAgent        string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithBaseURL sets the API's base URL, e.g. "https://mailvet.example.com" (default
+// DefaultBaseURL). A trailing slash is ignored.
+func WithBaseURL(u string) Option {
+	return func(c *Client) { c.baseURL = strings.TrimRight(u, "/") }
+}
+
+// WithHTTPClient sets the *http.Client requests go through (default: a client of its own with
+// the standard transport). Its Timeout, if any, also bounds a whole stream, so prefer
+// WithTimeout.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) { c.http = h }
+}
+
+// DefaultTimeout bounds each HTTP exchange unless WithTimeout says otherwise.
+const DefaultTimeout = 60 * time.Second
+
+// WithTimeout bounds each HTTP exchange (each attempt, not the waits between retries; default
+// DefaultTimeout; 0 means no bound beyond the context's). For VerifyStream it bounds the time until each
+// request's response starts; reading the stream is bounded by the context only, because a
+// stream of 1,000 addresses may rightly take minutes.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) { c.timeout = d }
+}
+
+// WithRetryOnRateLimit turns retrying on or off (default off). When on, a 429
+// rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
+// Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
+// 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
+// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md).
+func WithRetryOnRateLimit(on bool) Option {
+	return func(c *Client) { c.retryOnRateLimit = on }
+}
+
+// WithMaxRetries sets how many retries a request may use (default DefaultMaxRetries; 0 retries
+// never). It matters only with WithRetryOnRateLimit(true).
+func WithMaxRetries(n int) Option {
+	return func(c *Client) { c.maxRetries = max(n, 0) }
+}
+
+// WithUserAgent replaces the User-Agent header ("mailvet-go/<Version>").
+func WithUserAgent(ua string) Option {
+	return func(c *Client) { c.userAgent = ua }
+}
+
+// New returns a client that authenticates with apiKey: a standard key (sk_live_…) for the verify
+// methods, a provisioning key (sk_mgmt_…) for the management methods (README, "Authentication").
+func New(apiKey string, opts ...Option) *Client {
+	c := &Client{
+		baseURL:    DefaultBaseURL,
+		apiKey:     apiKey,
+		http:       &http.Client{},
+		maxRetries: DefaultMaxRetries,
+		timeout:    DefaultTimeout,
+		userAgent:  "mailvet-go/" + Version,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// BaseURL is the API base URL the client sends to.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// request is one API call: method, path (with query), and the JSON body or nil.
+type request struct {
+	method, path string
+	body         any
+}
+
+// upload is a request body that is not JSON: a file, streamed as it is read (docs/lists.md,
+// "Uploading"). It can be sent once only, so a request carrying one is never retried.
+type upload struct {
+	body        io.Reader
+	contentType string
+	header      http.Header // extra request headers, e.g. Mailvet-Webhook-Secret
+}
+
+// attempt is a response whose status was the one expected; release closes its body and frees
+// its context once the caller has read it.
+type attempt struct {
+	resp    *http.Response
+	ctx     context.Context // the attempt's context: its cause tells a WithTimeout bound apart
+	release func()
+}
+
+// send performs r, retrying as configured, and returns the last attempt when its status is want
+// (the caller releases it); any other answer becomes an error. The body is encoded once, so every
+// attempt sends the same bytes.
+func (c *Client) send(ctx context.Context, r request, want int, stream bool) (*attempt, error) {
+	return c.sendUpload(ctx, r, nil, want, stream)
+}
+
+// sendUpload is send with an optional upload body instead of r's JSON body. An upload is sent
+// once: its reader cannot be rewound, so an answer that would be retried is returned instead.
+func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int, stream bool) (*attempt, error) {
+	var payload []byte
+	if r.body != nil {
+		var err error
+		if payload, err = json.Marshal(r.body); err != nil {
+			return nil, fmt.Errorf("mailvet: encode %s %s: %w", r.method, r.path, err)
+		}
+	}
+	retries := c.maxRetries
+	if up != nil {
+		retries = 0
+	}
+	for n := 0; ; n++ {
+		a, err := c.once(ctx, r, payload, up, stream)
+		if err != nil {
+			return nil, err
+		}
+		if a.resp.StatusCode == want {
+			return a, nil
+		}
+		apiErr := readError(a.resp)
+		a.release()
+		wait, retryable := c.retryWait(apiErr)
+		if !retryable || n >= retries {
+			return nil, apiErr
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(deadline) {
+			// The context would end before the retry could be sent: the API's answer says more
+			// than a deadline error would.
+			return nil, apiErr
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("mailvet: %s %s: waiting to retry after %s: %w", r.method, r.path, apiErr.Code, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// retryWait says whether e may be retried under the client's options and how long to wait first
+// (docs/errors.md: rate_limit_exceeded after reset_at, 503s after Retry-After).
+func (c *Client) retryWait(e *Error) (time.Duration, bool) {
+	if !c.retryOnRateLimit {
+		return 0, false
+	}
+	switch {
+	case e.Status == http.StatusTooManyRequests && e.Code == CodeRateLimitExceeded:
+		if !e.ResetAt.IsZero() {
+			return max(time.Until(e.ResetAt), 0) + retryMargin, true
+		}
+		if e.RetryAfter > 0 {
+			return e.RetryAfter + retryMargin, true
+		}
+		return 0, false
+	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0:
+		return e.RetryAfter + retryMargin, true
+	}
+	return 0, false
+}
+
+// ErrTimeout is wrapped by the error of a request that the WithTimeout bound ended.
+var ErrTimeout = errors.New("mailvet: request timed out")
+
+// once sends one attempt.
+func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload, stream bool) (*attempt, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var timer *time.Timer
+	// An upload's answer comes only once the whole file is read and stored, which may rightly
+	// take minutes, so only the context bounds it (see UploadList).
+	if c.timeout > 0 && up == nil {
+		// A timer rather than context.WithTimeout, so that a stream can stop it once its response
+		// has started (see WithTimeout).
+		timer = time.AfterFunc(c.timeout, func() { cancel(ErrTimeout) })
+	}
+	stop := func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		cancel(nil)
+	}
+	var body io.Reader
+	switch {
+	case up != nil:
+		body = up.body
+		if _, ok := body.(io.Closer); ok {
+			// net/http closes a body that is an io.Closer; the caller's file is the caller's
+			// to close.
+			body = struct{ io.Reader }{body}
+		}
+	case payload != nil:
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, c.baseURL+r.path, body)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if up != nil {
+		for k, vs := range up.header {
+			req.Header[k] = vs
+		}
+		req.Header.Set("Content-Type", up.contentType)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		err = timeoutCause(ctx, err)
+		stop()
+		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.path, err)
+	}
+	if stream && timer != nil {
+		timer.Stop()
+	}
+	return &attempt{resp: resp, ctx: ctx, release: func() {
+		resp.Body.Close()
+		stop()
+	}}, nil
+}
+
+// timeoutCause marks err as a timeout when the attempt's context was ended by WithTimeout's
+// bound rather than by the caller.
+func timeoutCause(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), ErrTimeout) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}
+
+// call performs r and decodes the JSON answer of status want into out (nil: discard it).
+func (c *Client) call(ctx context.Context, r request, want int, out any) error {
+	a, err := c.send(ctx, r, want, false)
+	if err != nil {
+		return err
+	}
+	defer a.release()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(a.resp.Body, 1<<20))
+		return nil
+	}
+	return decodeJSON(a, r, out)
+}
+
+// decodeJSON decodes the JSON answer of attempt a to r into out.
+func decodeJSON(a *attempt, r request, out any) error {
+	if err := json.NewDecoder(a.resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("mailvet: %s %s: decode the %d response: %w", r.method, r.path, a.resp.StatusCode, timeoutCause(a.ctx, err))
+	}
+	return nil
+}
+
+// pathEscape escapes one path segment (ids come from callers).
+func pathEscape(s string) string { return url.PathEscape(s) }

@@ -1,0 +1,284 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/client"
+	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/testkit/demoapi"
+)
+
+// End-to-end: the client against the real `api -dev -demo` binary (internal/testkit/demoapi),
+// in the demo world whose addresses show every outcome.
+
+func TestMain(m *testing.M) { demoapi.Main(m) }
+
+// roomy lifts the demo account's free-tier limits so that tests are not paced by them.
+var roomy = map[string]string{
+	"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "100000",
+	"MAILVET_PLAN_FREE_MONTHLY_CALLS":      "100000",
+	"MAILVET_PLAN_FREE_MAX_KEYS":           "5",
+}
+
+// demoWants is the status and reason each demo address shows (README, "The demo world").
+var demoWants = map[string][2]string{
+	"ann@acme.example":      {"deliverable", "accepted"},
+	"zoe@acme.example":      {"undeliverable", "mailbox_unknown"},
+	"anyone@globex.example": {"catch_all", "catch_all"},
+	"bob@initech.example":   {"unknown", "greylisted"},
+	"ann@mail.example":      {"unknown", "provider_blocks_probes"},
+	"temp@mailinator.com":   {"invalid", "disposable"},
+	"ann@mial.example":      {"invalid", "no_mx"},
+}
+
+func TestE2EVerifyShowsEveryOutcome(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithTimeout(30*time.Second))
+	ctx := context.Background()
+	if len(mailsim.DemoAddresses) != len(demoWants) {
+		t.Fatalf("the demo world has %d addresses, the test knows %d", len(mailsim.DemoAddresses), len(demoWants))
+	}
+	for _, a := range mailsim.DemoAddresses {
+		r, err := c.Verify(ctx, a.Email)
+		if err != nil {
+			t.Fatalf("%s: %v", a.Email, err)
+		}
+		if want := demoWants[a.Email]; r.Email != a.Email || r.Status != want[0] || r.Reason != want[1] {
+			t.Errorf("%s: %+v, want %v", a.Email, r, want)
+		}
+	}
+	if r, _ := c.Verify(ctx, "ann@mial.example"); r.Suggestion != "mail.example" || r.FailedCheck != "no_mx" || r.MXHost != "" {
+		t.Errorf("typo: %+v", r)
+	}
+
+	// Batches of any length come back in input order: 130 addresses are three requests.
+	emails := make([]string, 130)
+	for i := range emails {
+		switch i % 3 {
+		case 0:
+			emails[i] = fmt.Sprintf("user%03d@globex.example", i) // catch-all: an SMTP round trip
+		case 1:
+			emails[i] = fmt.Sprintf("user%03d@mailinator.com", i) // decided locally, fast
+		default:
+			emails[i] = mailsim.DemoAddresses[i%len(mailsim.DemoAddresses)].Email
+		}
+	}
+	results, err := c.VerifyBatch(ctx, emails)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(emails) {
+		t.Fatalf("%d results for %d addresses", len(results), len(emails))
+	}
+	for i, r := range results {
+		if r.Email != emails[i] {
+			t.Fatalf("result %d is for %s, want %s: not in input order", i, r.Email, emails[i])
+		}
+		if i%3 == 1 && r.Status != client.StatusInvalid {
+			t.Errorf("%s: %s", r.Email, r.Status)
+		}
+	}
+
+	// Streams of more than 1,000 addresses are two requests; every address has its line.
+	many := make([]string, 1050)
+	for i := range many {
+		many[i] = fmt.Sprintf("s%04d@mailinator.com", i)
+	}
+	many[1049] = "ann@acme.example"
+	seen := map[string]client.Result{}
+	for r, err := range c.VerifyStream(ctx, many) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[r.Email] = r
+	}
+	if len(seen) != len(many) || seen["ann@acme.example"].Status != client.StatusDeliverable || seen["s0000@mailinator.com"].FailedCheck != "disposable" {
+		t.Errorf("stream: %d distinct results for %d addresses", len(seen), len(many))
+	}
+	// Breaking out of the loop stops the iteration cleanly.
+	n := 0
+	for _, err := range c.VerifyStream(ctx, many[:20]) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 3 {
+			break
+		}
+	}
+
+	// Asynchronous: 202, then the job completes (its callback cannot be delivered offline,
+	// which does not concern the job).
+	acc, err := c.VerifyAsync(ctx, "ann@acme.example", client.AsyncOptions{WebhookURL: "https://hooks.example.com/mailvet", WebhookSecret: "at-least-8-chars"})
+	if err != nil || acc.Status != client.JobPending || acc.JobID == "" {
+		t.Fatalf("VerifyAsync = %+v, %v", acc, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var job client.Job
+	for {
+		if job, err = c.Job(ctx, acc.JobID); err != nil {
+			t.Fatal(err)
+		}
+		if job.Done() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if job.Status != client.JobCompleted || job.Result == nil || job.Result.JobID != acc.JobID || job.Result.Status != client.StatusDeliverable || job.CompletedAt == nil {
+		t.Errorf("job = %+v (result %+v)", job, job.Result)
+	}
+	_, err = c.Job(ctx, "6f1d2f0e-0000-4000-8000-000000000000")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 404 || e.Code != client.CodeJobNotFound {
+		t.Errorf("unknown job: %v", err)
+	}
+	// Bad input is the API's 400, named.
+	_, err = c.VerifyAsync(ctx, "ann@acme.example", client.AsyncOptions{WebhookURL: "http://127.0.0.1/hook"})
+	if !errors.As(err, &e) || e.Code != client.CodeInvalidRequest {
+		t.Errorf("bad webhook URL: %v", err)
+	}
+}
+
+func TestE2EManagement(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	ctx := context.Background()
+	m := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL))
+
+	acct, err := m.Account(ctx)
+	if err != nil || acct.Tier != "free" || acct.Limits.RateLimitPerMin != 100000 || acct.AccountID == "" {
+		t.Fatalf("Account = %+v, %v", acct, err)
+	}
+	keys, err := m.ListKeys(ctx)
+	if err != nil || keys.Count != 1 || keys.Max != 5 {
+		t.Fatalf("ListKeys = %+v, %v", keys, err)
+	}
+	created, err := m.CreateKey(ctx, "ci")
+	if err != nil || created.Label != "ci" || created.Key == "" || created.Warning == "" {
+		t.Fatalf("CreateKey = %+v, %v", created, err)
+	}
+	v := client.New(created.Key, client.WithBaseURL(s.URL))
+	if _, err := v.Verify(ctx, "ann@acme.example"); err != nil {
+		t.Fatalf("the new key: %v", err)
+	}
+	if err := m.RevokeKey(ctx, created.ID); err != nil {
+		t.Fatal(err)
+	}
+	var e *client.Error
+	if _, err := v.Verify(ctx, "ann@acme.example"); !errors.As(err, &e) || e.Status != 401 || e.Code != client.CodeInvalidAPIKey {
+		t.Errorf("revoked key: %v", err)
+	}
+	if err := m.RevokeKey(ctx, created.ID); !errors.As(err, &e) || e.Code != client.CodeKeyNotFound {
+		t.Errorf("revoking twice: %v", err)
+	}
+	// Each key family has its own API.
+	if _, err := m.Verify(ctx, "ann@acme.example"); !errors.As(err, &e) || e.Status != 403 || e.Code != client.CodeWrongKeyType {
+		t.Errorf("provisioning key on verify: %v", err)
+	}
+	if _, err := client.New(s.StandardKey, client.WithBaseURL(s.URL)).Account(ctx); !errors.As(err, &e) || e.Code != client.CodeWrongKeyType {
+		t.Errorf("standard key on management: %v", err)
+	}
+
+	days, err := m.Usage(ctx)
+	if err != nil || len(days.Days) != 30 || days.Days[29].Calls != 1 {
+		t.Errorf("Usage = %+v, %v", days, err)
+	}
+	sum, err := m.UsageSummary(ctx)
+	if err != nil || sum.Tier != "free" || sum.CallsUsed != 1 || sum.CallsIncluded != 100000 || !sum.Period.End.After(sum.Period.Start) {
+		t.Errorf("UsageSummary = %+v, %v", sum, err)
+	}
+	// The demo account has no Stripe customer, so there is no portal to open.
+	if _, err := m.BillingPortal(ctx, "https://app.example.com/billing"); !errors.As(err, &e) || e.Status != 402 || e.Code != "no_billing_customer" {
+		t.Errorf("BillingPortal: %v", err)
+	}
+	page, err := m.Deliveries(ctx, client.DeliveryQuery{Limit: 10})
+	if err != nil || len(page.Deliveries) != 0 || page.NextCursor != "" {
+		t.Errorf("Deliveries = %+v, %v", page, err)
+	}
+	if _, err := m.Deliveries(ctx, client.DeliveryQuery{Status: "lost"}); !errors.As(err, &e) || e.Code != client.CodeInvalidRequest {
+		t.Errorf("bad status filter: %v", err)
+	}
+	// Replays are for paid tiers.
+	if _, err := m.RetryDelivery(ctx, "6f1d2f0e-0000-4000-8000-000000000000"); !errors.As(err, &e) || e.Status != 403 || e.Code != "plan_upgrade_required" {
+		t.Errorf("RetryDelivery on free: %v", err)
+	}
+}
+
+// statusLog records the status of every response a client receives.
+type statusLog struct {
+	mu       sync.Mutex
+	statuses []int
+}
+
+func (l *statusLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		l.mu.Lock()
+		l.statuses = append(l.statuses, resp.StatusCode)
+		l.mu.Unlock()
+	}
+	return resp, err
+}
+
+// The issue's acceptance test: with RetryOnRateLimit, a 429 in the middle of a 500-address batch
+// is retried transparently. The account may verify 450 addresses a minute, so the tenth chunk of
+// 50 is refused until the next one-minute window.
+func TestE2ERateLimitMidBatchIsRetried(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, map[string]string{
+		"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "450",
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS":      "100000",
+	})
+	emails := make([]string, 500)
+	for i := range emails {
+		if i%5 == 0 {
+			emails[i] = fmt.Sprintf("user%03d@globex.example", i)
+		} else {
+			emails[i] = fmt.Sprintf("user%03d@mailinator.com", i)
+		}
+	}
+	// The windows are whole minutes of the server's clock (this machine's): start early enough
+	// in one that the first 450 addresses cannot straddle two.
+	if sec := time.Now().Second(); sec > 45 {
+		time.Sleep(time.Duration(61-sec) * time.Second)
+	}
+	log := &statusLog{}
+	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
+		client.WithHTTPClient(&http.Client{Transport: log}))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	results, err := c.VerifyBatch(ctx, emails)
+	if err != nil {
+		t.Fatalf("VerifyBatch: %v (statuses %v)", err, log.statuses)
+	}
+	if len(results) != 500 {
+		t.Fatalf("%d results", len(results))
+	}
+	for i, r := range results {
+		if r.Email != emails[i] {
+			t.Fatalf("result %d is for %s, want %s", i, r.Email, emails[i])
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	n429, n200 := 0, 0
+	for _, st := range log.statuses {
+		switch st {
+		case 429:
+			n429++
+		case 200:
+			n200++
+		}
+	}
+	if n429 == 0 || n200 != 10 {
+		t.Errorf("statuses %v: want ten 200s and at least one 429 in the middle", log.statuses)
+	}
+	t.Logf("500 addresses in %s, responses %v", time.Since(start).Round(time.Millisecond), log.statuses)
+}

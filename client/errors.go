@@ -1,0 +1,123 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Error codes clients commonly branch on; every code is in docs/errors.md.
+const (
+	CodeInvalidRequest       = "invalid_request"
+	CodeMissingAPIKey        = "missing_api_key"
+	CodeInvalidAPIKey        = "invalid_api_key"
+	CodeWrongKeyType         = "wrong_key_type"
+	CodeNotFound             = "not_found"
+	CodeJobNotFound          = "job_not_found"
+	CodeKeyNotFound          = "key_not_found"
+	CodeKeyLimitReached      = "key_limit_reached"
+	CodeRateLimitExceeded    = "rate_limit_exceeded"
+	CodeMonthlyQuotaExceeded = "monthly_quota_exceeded"
+	CodePaymentRequired      = "payment_required"
+	CodeServiceUnavailable   = "service_unavailable"
+	CodeQuotaCheckFailed     = "quota_check_failed"
+	CodePayloadTooLarge      = "payload_too_large"
+	CodeRequestTimeout       = "request_timeout"
+	CodeListNotFound         = "list_not_found"
+	CodeListFinished         = "list_finished"
+	// CodeUnexpectedResponse is not the API's: the client sets it when an answer is not the
+	// API's error envelope (a proxy's HTML page, a truncated body).
+	CodeUnexpectedResponse = "unexpected_response"
+)
+
+// Error is an error the API answered: the error envelope (docs/errors.md) with its HTTP status,
+// Retry-After, and the extra fields some codes carry, typed. Fields holds every field of the
+// envelope as decoded JSON, including any this version of the client does not know.
+type Error struct {
+	Status  int    // HTTP status; 503 for the error line that ends an incomplete stream
+	Code    string // the envelope's "error": a stable machine code
+	Message string
+	Action  string
+	Docs    string
+
+	// RetryAfter is the Retry-After header (429 and 503 answers); 0 when absent.
+	RetryAfter time.Duration
+
+	// Extras of rate_limit_exceeded (Limit, Window, ResetAt), monthly_quota_exceeded (Limit,
+	// Used, ResetAt) and payment_required (HardCapEUR, CurrentOverageEUR); zero when absent.
+	Limit             int
+	Used              int
+	Window            string
+	ResetAt           time.Time
+	HardCapEUR        *float64 // nil when absent or null
+	CurrentOverageEUR float64
+
+	// Line, on a list upload refused with invalid_request, is the file's line that could not be
+	// read (docs/lists.md, "Bad input"); 0 when the error is not about one line.
+	Line int
+
+	// Emails, on the error line that ends an incomplete stream (StreamError in
+	// /openapi.json), lists the addresses that were not verified and not charged, in input
+	// order: send them again.
+	Emails []string
+
+	Fields map[string]any
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("mailvet: %d %s: %s", e.Status, e.Code, e.Message)
+	if e.Action != "" {
+		s += " (" + e.Action + ")"
+	}
+	return s
+}
+
+// envelope is the wire form of the typed fields of Error.
+type envelope struct {
+	Code              string    `json:"error"`
+	Message           string    `json:"message"`
+	Action            string    `json:"action"`
+	Docs              string    `json:"docs"`
+	Limit             int       `json:"limit"`
+	Used              int       `json:"used"`
+	Window            string    `json:"window"`
+	ResetAt           time.Time `json:"reset_at"`
+	HardCapEUR        *float64  `json:"hard_cap_eur"`
+	CurrentOverageEUR float64   `json:"current_overage_eur"`
+	Emails            []string  `json:"emails"`
+	Line              int       `json:"line"`
+}
+
+// decodeEnvelope parses an error envelope; ok is false when raw is not one.
+func decodeEnvelope(raw []byte, status int) (*Error, bool) {
+	var env envelope
+	var fields map[string]any
+	if json.Unmarshal(raw, &env) != nil || json.Unmarshal(raw, &fields) != nil || env.Code == "" {
+		return nil, false
+	}
+	return &Error{Status: status, Code: env.Code, Message: env.Message, Action: env.Action, Docs: env.Docs,
+		Limit: env.Limit, Used: env.Used, Window: env.Window, ResetAt: env.ResetAt, HardCapEUR: env.HardCapEUR,
+		CurrentOverageEUR: env.CurrentOverageEUR, Emails: env.Emails, Line: env.Line, Fields: fields}, true
+}
+
+// readError turns a response with an unexpected status into an *Error.
+func readError(resp *http.Response) *Error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e, ok := decodeEnvelope(raw, resp.StatusCode)
+	if !ok {
+		text := strings.TrimSpace(string(raw))
+		if len(text) > 200 {
+			text = text[:200] + "…"
+		}
+		e = &Error{Status: resp.StatusCode, Code: CodeUnexpectedResponse,
+			Message: fmt.Sprintf("HTTP %d without an error envelope: %q", resp.StatusCode, text)}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}

@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// The management API takes a provisioning key (sk_mgmt_…; README, "Accounts and keys").
+
+// Account reads the caller's account: tier, billing state, limits, this month's usage.
+func (c *Client) Account(ctx context.Context) (Account, error) {
+	var a Account
+	err := c.call(ctx, request{http.MethodGet, "/v1/management/account", nil}, http.StatusOK, &a)
+	return a, err
+}
+
+// ListKeys lists the account's active standard keys.
+func (c *Client) ListKeys(ctx context.Context) (KeyList, error) {
+	var l KeyList
+	err := c.call(ctx, request{http.MethodGet, "/v1/management/keys", nil}, http.StatusOK, &l)
+	return l, err
+}
+
+// CreateKey creates a standard key labelled label (1 to 100 characters). The full key is in the
+// answer only: store it now. At the plan's maximum it fails with key_limit_reached.
+func (c *Client) CreateKey(ctx context.Context, label string) (CreatedKey, error) {
+	var k CreatedKey
+	err := c.call(ctx, request{http.MethodPost, "/v1/management/keys", map[string]string{"label": label}}, http.StatusCreated, &k)
+	return k, err
+}
+
+// RevokeKey revokes the standard key with this id; it stops working on the next request.
+func (c *Client) RevokeKey(ctx context.Context, id string) error {
+	return c.call(ctx, request{http.MethodDelete, "/v1/management/keys/" + pathEscape(id), nil}, http.StatusNoContent, nil)
+}
+
+// Usage is the account's billable verifications per UTC day for the last 30 days.
+func (c *Client) Usage(ctx context.Context) (DailyUsage, error) {
+	var u DailyUsage
+	err := c.call(ctx, request{http.MethodGet, "/v1/management/usage", nil}, http.StatusOK, &u)
+	return u, err
+}
+
+// UsageSummary is the current month's usage, included calls, overage and estimated cost.
+func (c *Client) UsageSummary(ctx context.Context) (UsageSummary, error) {
+	var s UsageSummary
+	err := c.call(ctx, request{http.MethodGet, "/v1/management/usage/summary", nil}, http.StatusOK, &s)
+	return s, err
+}
+
+// BillingPortal opens a Stripe billing portal session and returns its URL; returnURL (https, a
+// public host name) is where the portal sends the user back.
+func (c *Client) BillingPortal(ctx context.Context, returnURL string) (string, error) {
+	var p struct {
+		URL string `json:"url"`
+	}
+	err := c.call(ctx, request{http.MethodPost, "/v1/management/billing/portal", map[string]string{"return_url": returnURL}}, http.StatusOK, &p)
+	return p.URL, err
+}
+
+// Deliveries lists webhook deliveries, newest first, one page at a time.
+func (c *Client) Deliveries(ctx context.Context, q DeliveryQuery) (DeliveryPage, error) {
+	v := url.Values{}
+	if q.Status != "" {
+		v.Set("status", q.Status)
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	path := "/v1/management/deliveries"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var p DeliveryPage
+	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
+	return p, err
+}
+
+// RetryDelivery redelivers a failed delivery (paid tiers): the same body and signature. Asking
+// again while that replay is under way returns the same replay.
+func (c *Client) RetryDelivery(ctx context.Context, id string) (Replay, error) {
+	var r Replay
+	err := c.call(ctx, request{http.MethodPost, "/v1/management/deliveries/" + pathEscape(id) + "/retry", nil}, http.StatusAccepted, &r)
+	return r, err
+}

@@ -1,0 +1,373 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/client"
+)
+
+// These tests time the client's retries against a local fake of the API, which can place
+// reset_at and Retry-After exactly; the end-to-end tests (e2e_test.go) run against the real
+// server.
+
+const deliverable = `{"email":"ann@acme.example","valid":true,"status":"deliverable","confidence":0.95,"failed_check":null,"disposable":false,"role":false,"free_provider":false,"catch_all":false,"smtp_blocked":false,"mx_found":true,"mx_host":"mx.acme.example","suggestion":null,"latency_ms":3.5,"reason":"accepted"}`
+
+// fake answers the i-th request (from 0) with answer(i, r) and records when each arrived.
+type fake struct {
+	mu      sync.Mutex
+	arrived []time.Time
+	bodies  []string
+	answer  func(i int, w http.ResponseWriter, r *http.Request)
+}
+
+func newFake(t *testing.T, answer func(i int, w http.ResponseWriter, r *http.Request)) (*fake, *httptest.Server) {
+	f := &fake{answer: answer}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body strings.Builder
+		if r.Body != nil {
+			buf := make([]byte, 4096)
+			for {
+				n, err := r.Body.Read(buf)
+				body.Write(buf[:n])
+				if err != nil {
+					break
+				}
+			}
+		}
+		f.mu.Lock()
+		i := len(f.arrived)
+		f.arrived = append(f.arrived, time.Now())
+		f.bodies = append(f.bodies, body.String())
+		f.mu.Unlock()
+		answer(i, w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return f, srv
+}
+
+func (f *fake) requests() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.arrived...)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprint(w, body)
+}
+
+func rateLimited(w http.ResponseWriter, resetAt time.Time) {
+	w.Header().Set("Retry-After", fmt.Sprint(max(int(time.Until(resetAt).Seconds()+0.999), 1)))
+	writeJSON(w, http.StatusTooManyRequests, fmt.Sprintf(`{"error":"rate_limit_exceeded","message":"Rate limit of 10 emails per minute exceeded for this account.","action":"Wait until reset_at.","docs":"http://x/docs/errors#rate_limit_exceeded","limit":10,"window":"1m","reset_at":%q}`,
+		resetAt.UTC().Format(time.RFC3339)))
+}
+
+// A 429 rate_limit_exceeded is sent again once reset_at has passed, plus 50 ms, and the caller
+// sees only the result.
+func TestRetryWaitsUntilResetAt(t *testing.T) {
+	t.Parallel()
+	// reset_at has whole seconds on the wire, as the API sends it.
+	resetAt := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second)
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		if i == 0 {
+			rateLimited(w, resetAt)
+			return
+		}
+		writeJSON(w, http.StatusOK, deliverable)
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	r, err := c.Verify(context.Background(), "ann@acme.example")
+	if err != nil || r.Status != client.StatusDeliverable || r.MXHost != "mx.acme.example" || r.Reason != "accepted" {
+		t.Fatalf("Verify = %+v, %v", r, err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	if earliest := resetAt.Add(50 * time.Millisecond); reqs[1].Before(earliest) {
+		t.Errorf("retry sent at %s, before reset_at + 50 ms (%s)", reqs[1].Format(time.StampMilli), earliest.Format(time.StampMilli))
+	}
+	if late := resetAt.Add(time.Second); reqs[1].After(late) {
+		t.Errorf("retry sent at %s, long after reset_at %s", reqs[1].Format(time.StampMilli), resetAt.Format(time.StampMilli))
+	}
+}
+
+// Retrying is off by default: the 429 comes back as an *Error with every field typed.
+func TestRateLimitErrorIsTyped(t *testing.T) {
+	t.Parallel()
+	resetAt := time.Now().Add(30 * time.Second).Truncate(time.Second)
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) { rateLimited(w, resetAt) })
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL))
+	_, err := c.Verify(context.Background(), "ann@acme.example")
+	var e *client.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want *client.Error", err)
+	}
+	if e.Status != 429 || e.Code != client.CodeRateLimitExceeded || e.Limit != 10 || e.Window != "1m" || !e.ResetAt.Equal(resetAt) ||
+		e.RetryAfter < 29*time.Second || e.Action == "" || !strings.HasSuffix(e.Docs, "#rate_limit_exceeded") || e.Fields["limit"] != float64(10) {
+		t.Errorf("error = %+v", e)
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Errorf("%d requests without retrying, want 1", n)
+	}
+}
+
+// At most WithMaxRetries retries; then the last refusal is returned.
+func TestRetryStopsAfterMaxRetries(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		rateLimited(w, time.Now().Add(-time.Second)) // already passed: only the 50 ms margin
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true), client.WithMaxRetries(2))
+	_, err := c.VerifyBatch(context.Background(), []string{"a@acme.example", "b@acme.example"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeRateLimitExceeded {
+		t.Fatalf("err = %v", err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 1 + 2 retries", len(reqs))
+	}
+	for i := 1; i < len(reqs); i++ {
+		if gap := reqs[i].Sub(reqs[i-1]); gap < 50*time.Millisecond {
+			t.Errorf("retry %d after %s, want at least the 50 ms margin", i, gap)
+		}
+	}
+	// The default is 3 retries.
+	f2, srv2 := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) { rateLimited(w, time.Now().Add(-time.Second)) })
+	_, _ = client.New("k", client.WithBaseURL(srv2.URL), client.WithRetryOnRateLimit(true)).Verify(context.Background(), "a@b.example")
+	if n := len(f2.requests()); n != 1+client.DefaultMaxRetries {
+		t.Errorf("default: %d requests, want %d", n, 1+client.DefaultMaxRetries)
+	}
+}
+
+// A 503 with Retry-After is retried after that many seconds; monthly_quota_exceeded, whose
+// reset_at is next month, is not retried at all.
+func TestRetry503AndNotMonthlyQuota(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/email/verify" && i == 0:
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 503, `{"error":"service_unavailable","message":"No verifier answered.","action":"Retry after Retry-After seconds.","docs":"d"}`)
+		case r.URL.Path == "/v1/email/verify":
+			writeJSON(w, 200, deliverable)
+		default:
+			w.Header().Set("Retry-After", "86400")
+			writeJSON(w, 429, `{"error":"monthly_quota_exceeded","message":"m","action":"a","docs":"d","limit":500,"used":500,"reset_at":"2026-12-01T00:00:00Z"}`)
+		}
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	if _, err := c.Verify(context.Background(), "ann@acme.example"); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 || reqs[1].Sub(reqs[0]) < time.Second {
+		t.Fatalf("requests at %v, want a retry 1 s after the 503", reqs)
+	}
+	start := time.Now()
+	_, err := c.VerifyBatch(context.Background(), []string{"a@acme.example"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeMonthlyQuotaExceeded || e.Used != 500 || e.Limit != 500 || e.RetryAfter != 24*time.Hour {
+		t.Fatalf("err = %#v", err)
+	}
+	if len(f.requests()) != 3 || time.Since(start) > time.Second {
+		t.Errorf("monthly_quota_exceeded was retried")
+	}
+}
+
+// Cancelling the context ends a wait for the next window at once; a deadline that would pass
+// before the retry returns the API's refusal rather than sleeping into it.
+func TestRetryWaitHonoursContext(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) { rateLimited(w, time.Now().Add(20*time.Second)) })
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := c.Verify(ctx, "ann@acme.example")
+	if !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
+		t.Errorf("cancelled wait: %v after %s", err, time.Since(start))
+	}
+
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	start = time.Now()
+	_, err = c.Verify(ctx, "ann@acme.example")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeRateLimitExceeded || time.Since(start) > 2*time.Second {
+		t.Errorf("deadline before reset_at: %v after %s", err, time.Since(start))
+	}
+}
+
+// WithTimeout bounds an exchange and says so; the caller's cancellation is reported as such.
+func TestTimeoutAndCancellation(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	c := client.New("k", client.WithBaseURL(srv.URL), client.WithTimeout(150*time.Millisecond))
+	start := time.Now()
+	_, err := c.Account(context.Background())
+	if !errors.Is(err, client.ErrTimeout) || time.Since(start) > 3*time.Second {
+		t.Errorf("timeout: %v after %s", err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err = client.New("k", client.WithBaseURL(srv.URL)).UsageSummary(ctx)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, client.ErrTimeout) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// Answers that are not the API's envelope (a proxy's page) are still *Error, with the status.
+func TestErrorWithoutEnvelope(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, "<html>bad gateway</html>")
+	})
+	_, err := client.New("k", client.WithBaseURL(srv.URL)).ListKeys(context.Background())
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 502 || e.Code != client.CodeUnexpectedResponse || !strings.Contains(e.Message, "bad gateway") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// payment_required carries the spend cap, null or a number.
+func TestPaymentRequiredExtras(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 402, `{"error":"payment_required","message":"m","action":"a","docs":"d","hard_cap_eur":250,"current_overage_eur":249.5,"future_field":"x"}`)
+	})
+	_, err := client.New("k", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true)).Verify(context.Background(), "a@b.example")
+	var e *client.Error
+	if !errors.As(err, &e) || e.HardCapEUR == nil || *e.HardCapEUR != 250 || e.CurrentOverageEUR != 249.5 || e.Fields["future_field"] != "x" {
+		t.Fatalf("err = %#v", err)
+	}
+}
+
+// A request larger than the account's whole per-minute limit can never pass: the client goes on
+// in chunks of the limit the refusal names.
+func TestChunksShrinkToTheRateLimit(t *testing.T) {
+	t.Parallel()
+	var sizes []int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Emails []string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		sizes = append(sizes, len(req.Emails))
+		mu.Unlock()
+		if len(req.Emails) > 10 {
+			rateLimited(w, time.Now().Add(time.Minute))
+			return
+		}
+		var out []string
+		for _, e := range req.Emails {
+			out = append(out, strings.Replace(deliverable, "ann@acme.example", e, 1))
+		}
+		writeJSON(w, 200, `{"results":[`+strings.Join(out, ",")+`],"count":`+fmt.Sprint(len(out))+`}`)
+	}))
+	t.Cleanup(srv.Close)
+	emails := make([]string, 25)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%02d@acme.example", i)
+	}
+	results, err := client.New("k", client.WithBaseURL(srv.URL)).VerifyBatch(context.Background(), emails)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.Email != emails[i] {
+			t.Fatalf("result %d is %s, want %s", i, r.Email, emails[i])
+		}
+	}
+	if fmt.Sprint(sizes) != "[25 10 10 5]" {
+		t.Errorf("request sizes %v, want [25 10 10 5]", sizes)
+	}
+}
+
+// A stream's final error line ends the iteration with an *Error that lists what was not
+// verified; a stream cut short without one is an error too.
+func TestStreamErrorLine(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, deliverable)
+		if i == 0 {
+			fmt.Fprintln(w, `{"error":"service_unavailable","message":"1 of 2 addresses were not verified: the fleet did not answer.","action":"Send the addresses listed in emails again; nothing was charged for them.","docs":"d","emails":["bob@initech.example"]}`)
+		}
+	})
+	c := client.New("k", client.WithBaseURL(srv.URL))
+	var got []string
+	var streamErr error
+	for r, err := range c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}) {
+		if err != nil {
+			streamErr = err
+			continue
+		}
+		got = append(got, r.Email)
+	}
+	var e *client.Error
+	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" {
+		t.Fatalf("stream error = %v", streamErr)
+	}
+	if fmt.Sprint(got) != "[ann@acme.example]" {
+		t.Errorf("results %v", got)
+	}
+	// Second request: one line for two addresses and no error line.
+	streamErr = nil
+	for _, err := range c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}) {
+		if err != nil {
+			streamErr = err
+		}
+	}
+	if streamErr == nil || !strings.Contains(streamErr.Error(), "ended after 1 of 2") {
+		t.Errorf("truncated stream: %v", streamErr)
+	}
+}
+
+// An error line in the first of two requests owes the second request's addresses too.
+func TestStreamErrorOwesLaterChunks(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, deliverable)
+		fmt.Fprintln(w, `{"error":"service_unavailable","message":"m","action":"a","docs":"d","emails":["x"]}`)
+	})
+	emails := make([]string, 1002)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%04d@acme.example", i)
+	}
+	var last error
+	for _, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), emails) {
+		last = err
+	}
+	var e *client.Error
+	if !errors.As(last, &e) || len(e.Emails) != 3 || e.Emails[0] != "x" || e.Emails[1] != "u1000@acme.example" || e.Emails[2] != "u1001@acme.example" {
+		t.Fatalf("err = %v (emails %v)", last, e)
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Errorf("%d requests: the chunk after an incomplete stream was sent", n)
+	}
+	var req struct{ Emails []string }
+	if err := json.Unmarshal([]byte(f.bodies[0]), &req); err != nil || len(req.Emails) != client.StreamChunkSize {
+		t.Errorf("first request had %d addresses, want %d", len(req.Emails), client.StreamChunkSize)
+	}
+}

@@ -1,0 +1,165 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+)
+
+// Verify verifies one address synchronously (POST /v1/email/verify).
+func (c *Client) Verify(ctx context.Context, email string) (Result, error) {
+	var r Result
+	err := c.call(ctx, request{http.MethodPost, "/v1/email/verify", map[string]string{"email": email}}, http.StatusOK, &r)
+	return r, err
+}
+
+// VerifyAsync queues the verification of one address; when it is done the service POSTs the
+// signed result (a JobResult) to opts.WebhookURL. Poll it with Job.
+func (c *Client) VerifyAsync(ctx context.Context, email string, opts AsyncOptions) (Accepted, error) {
+	body := map[string]string{"email": email, "webhook_url": opts.WebhookURL}
+	if opts.WebhookSecret != "" {
+		body["webhook_secret"] = opts.WebhookSecret
+	}
+	var a Accepted
+	err := c.call(ctx, request{http.MethodPost, "/v1/email/verify", body}, http.StatusAccepted, &a)
+	return a, err
+}
+
+// Job reads an asynchronous job (GET /v1/email/jobs/{job_id}).
+func (c *Client) Job(ctx context.Context, id string) (Job, error) {
+	var j Job
+	err := c.call(ctx, request{http.MethodGet, "/v1/email/jobs/" + pathEscape(id), nil}, http.StatusOK, &j)
+	return j, err
+}
+
+// VerifyBatch verifies any number of addresses and returns one result per address, in input
+// order. It sends BatchChunkSize addresses a request, one request after the other, so a long
+// list never holds more than one request's worth of the account's per-minute limit; with
+// WithRetryOnRateLimit(true) a chunk refused for the rate limit waits for the next window and a
+// long list goes through at the plan's pace. On an error the results of the chunks already
+// verified are returned with it.
+func (c *Client) VerifyBatch(ctx context.Context, emails []string) ([]Result, error) {
+	results := make([]Result, 0, len(emails))
+	err := c.chunked(emails, BatchChunkSize, func(chunk []string) error {
+		var br struct {
+			Results []Result `json:"results"`
+		}
+		if err := c.call(ctx, request{http.MethodPost, "/v1/email/verify/batch", map[string][]string{"emails": chunk}}, http.StatusOK, &br); err != nil {
+			return err
+		}
+		if len(br.Results) != len(chunk) {
+			return fmt.Errorf("mailvet: batch of %d answered %d results", len(chunk), len(br.Results))
+		}
+		results = append(results, br.Results...)
+		return nil
+	})
+	return results, err
+}
+
+// chunked calls send with consecutive chunks of emails of at most size. A request larger than
+// the account's whole per-minute limit can never pass (docs/errors.md, "rate_limit_exceeded"),
+// so when the API answers rate_limit_exceeded with a limit smaller than the chunk, the rest of
+// the list goes in chunks of that limit instead, and the chunk is sent again at once.
+func (c *Client) chunked(emails []string, size int, send func([]string) error) error {
+	for i := 0; i < len(emails); {
+		chunk := emails[i:min(i+size, len(emails))]
+		err := send(chunk)
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Code == CodeRateLimitExceeded && apiErr.Limit > 0 && apiErr.Limit < len(chunk) {
+			size = apiErr.Limit
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		i += len(chunk)
+	}
+	return nil
+}
+
+// maxStreamLine bounds one NDJSON line: a result is well under 1 KiB, an error line lists at most
+// 1,000 addresses of at most 1,024 bytes.
+const maxStreamLine = 2 << 20
+
+// VerifyStream verifies any number of addresses through the NDJSON stream route
+// (POST /v1/email/verify/stream) and yields each result as its line arrives: in completion order
+// within a request, requests one after the other in chunks of StreamChunkSize. Match results to
+// inputs by Result.Email (the address as sent).
+//
+// The iteration ends after the first error, which is yielded with a zero Result. A stream the
+// service could not complete ends with an error line (docs/reliability.md): it is yielded as an
+// *Error with Code "service_unavailable" whose Emails lists every address without a result, in
+// input order: those of that request (not charged) and those of the chunks not sent. Rate
+// limiting before a request's answer starts is retried as for every method
+// (WithRetryOnRateLimit).
+func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Result, error] {
+	return func(yield func(Result, error) bool) {
+		stopped := false // the consumer broke out of the loop
+		sent := 0        // addresses of the requests completed so far
+		err := c.chunked(emails, StreamChunkSize, func(chunk []string) error {
+			ok, err := c.streamChunk(ctx, chunk, yield)
+			if stopped = !ok; stopped {
+				return errStopped
+			}
+			var apiErr *Error
+			if errors.As(err, &apiErr) && len(apiErr.Emails) > 0 {
+				// The later chunks are not sent: they are owed too.
+				apiErr.Emails = append(apiErr.Emails, emails[sent+len(chunk):]...)
+			}
+			if err == nil {
+				sent += len(chunk)
+			}
+			return err
+		})
+		if err != nil && !stopped {
+			yield(Result{}, err)
+		}
+	}
+}
+
+// errStopped ends chunked when the consumer stopped the iteration.
+var errStopped = errors.New("stopped")
+
+// streamChunk streams one request's results into yield; ok is false when yield asked to stop.
+func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Result, error) bool) (ok bool, err error) {
+	const path = "/v1/email/verify/stream"
+	a, err := c.send(ctx, request{http.MethodPost, path, map[string][]string{"emails": chunk}}, http.StatusOK, true)
+	if err != nil {
+		return true, err
+	}
+	defer a.release()
+	sc := bufio.NewScanner(a.resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
+	n := 0
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if e, isErr := decodeEnvelope(line, http.StatusServiceUnavailable); isErr {
+			return true, e
+		}
+		var r Result
+		if err := json.Unmarshal(line, &r); err != nil {
+			return true, fmt.Errorf("mailvet: POST %s: line %d: %w", path, n+1, err)
+		}
+		n++
+		if !yield(r, nil) {
+			return false, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return true, fmt.Errorf("mailvet: POST %s: after %d of %d results: %w", path, n, len(chunk), timeoutCause(a.ctx, err))
+	}
+	if n != len(chunk) {
+		// A complete stream has one line per address (docs/api.md); fewer without an error line
+		// means the connection ended early.
+		return true, fmt.Errorf("mailvet: POST %s: the stream ended after %d of %d results", path, n, len(chunk))
+	}
+	return true, nil
+}

@@ -1,0 +1,665 @@
+// The Mailvet API client: every route of docs/api.md over fetch, with the retry rules of its
+// client checklist (wait until reset_at + 50 ms after a 429, Retry-After after a 503).
+import { clientError, MailvetError } from "./errors.js";
+import type {
+  Account,
+  AsyncAccepted,
+  BatchResult,
+  BillingPortalResponse,
+  CreatedKey,
+  DailyUsage,
+  Delivery,
+  DeliveryPage,
+  Job,
+  KeyList,
+  List,
+  ListPage,
+  RetryDeliveryResponse,
+  UsageSummary,
+  VerifyResult,
+} from "./openapi.js";
+
+/** Addresses per batch request; the API takes up to 100 (docs/api.md, "Limits"). */
+export const batchChunkSize = 50;
+/** Addresses per stream request: the API's maximum. */
+export const streamChunkSize = 1000;
+/** The cushion added to `reset_at` before a retry, as docs/api.md's client checklist advises. */
+export const retryCushionMs = 50;
+
+/** The options of {@link Mailvet}. */
+export interface MailvetOptions {
+  /** The API's base URL, e.g. `https://api.example.com` or `http://localhost:8080`. */
+  baseUrl: string;
+  /** A standard key (`sk_live_…`), for the verify routes. */
+  apiKey?: string;
+  /** A provisioning key (`sk_mgmt_…`), for the management routes. */
+  provisioningKey?: string;
+  /**
+   * Retry a request refused with 429 `rate_limit_exceeded` after waiting until its `reset_at`
+   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). Also
+   * splits a batch or stream chunk larger than the account's per-minute limit. Default false.
+   */
+  retryOnRateLimit?: boolean;
+  /** Retries of one request when `retryOnRateLimit` is on. Default 3. */
+  maxRetries?: number;
+  /** Time allowed for each HTTP request, body included, in ms (0: none). Default 60,000. */
+  timeoutMs?: number;
+  /** Time allowed for each stream request, until its last line, in ms (0: none). Default 130,000 (the API gives a stream 120 s). */
+  streamTimeoutMs?: number;
+  /** The fetch to use; default `globalThis.fetch`. */
+  fetch?: typeof globalThis.fetch;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Aborts the call, including a wait before a retry; the call then rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Overrides the client's `timeoutMs` (or `streamTimeoutMs`) for this call. */
+  timeoutMs?: number;
+}
+
+/** The options of {@link Mailvet.verifyAsync}. */
+export interface VerifyAsyncOptions extends CallOptions {
+  /** The https URL the result is POSTed to (docs/api.md, "URL rules"). */
+  webhookUrl: string;
+  /** Key of the callback's X-Service-Signature; 8 characters or more. */
+  webhookSecret?: string;
+}
+
+/** The filters of {@link Mailvet.deliveries}. */
+export interface DeliveryFilter {
+  status?: Delivery["state"];
+  /** Page size, 1–100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** A file to upload as a list: text, bytes, or a stream of bytes (read once, never buffered whole). */
+export type ListBody = string | Blob | Uint8Array | ArrayBuffer | ReadableStream<Uint8Array>;
+
+/** The options of {@link Mailvet.lists}`.upload` (docs/lists.md, "Uploading"). */
+export interface ListUploadOptions extends CallOptions {
+  /** How the API reads the file: `csv` (the default; a header row), `ndjson` (an object with a string `email` a line) or `text` (an address a line). */
+  format?: "csv" | "ndjson" | "text";
+  /** CSV: the email column's name (case-insensitive); by default the API picks it. */
+  column?: string;
+  /** Your name for the list, up to 200 characters. */
+  name?: string;
+  /** The https URL called when the list completes or fails (docs/lists.md, "The completion callback"). */
+  webhookUrl?: string;
+  /** Signs the callback; sent as the `Mailvet-Webhook-Secret` header, never in the URL. */
+  webhookSecret?: string;
+}
+
+/** The options of {@link Mailvet.lists}`.list`. */
+export interface ListsFilter {
+  /** Page size, 1–100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** The options of {@link Mailvet.lists}`.results`. */
+export interface ListResultsOptions extends CallOptions {
+  /** `csv` (the default): the input's columns, then the result's; `ndjson`: the input's fields and `result`. */
+  format?: "csv" | "ndjson";
+  /** Only the rows verified with one of these statuses. */
+  status?: VerifyResult["status"] | readonly VerifyResult["status"][];
+}
+
+/** The options of {@link Mailvet.lists}`.wait`. */
+export interface ListWaitOptions extends CallOptions {
+  /** Time between two readings of the list, in ms. Default 1,000. */
+  pollMs?: number;
+  /** Called with every reading, the last one included. */
+  onProgress?: (list: List) => void;
+}
+
+/** The list states after which nothing changes: completed, canceled, failed. */
+export const finalListStates: readonly List["state"][] = ["completed", "canceled", "failed"];
+
+const listContentTypes = { csv: "text/csv", ndjson: "application/x-ndjson", text: "text/plain" } as const;
+
+type KeyKind = "standard" | "provisioning";
+
+interface Call extends CallOptions {
+  method: "GET" | "POST" | "DELETE";
+  path: string;
+  key: KeyKind;
+  body?: unknown;
+  /** Rate-limit units the request needs: a 429 whose limit is smaller can never pass, so it is not retried. */
+  units?: number;
+  stream?: boolean;
+  /** A file body sent as it is, instead of JSON; a request carrying one is never retried. */
+  upload?: { body: ListBody; contentType: string; headers: Record<string, string> };
+}
+
+interface Deadline {
+  signal: AbortSignal;
+  timedOut(): boolean;
+  /** Stops the timeout but keeps the caller's signal connected (a download being read). */
+  stopTimer(): void;
+  done(): void;
+}
+
+/**
+ * Mailvet is a client of the Mailvet API. Keep keys on servers: never ship them to a browser or
+ * app (docs/api.md, "Authentication").
+ *
+ * ```ts
+ * const mv = new Mailvet({ baseUrl: "http://localhost:8080", apiKey: process.env.MAILVET_KEY, retryOnRateLimit: true });
+ * const r = await mv.verify("ann@acme.example");
+ * ```
+ */
+export class Mailvet {
+  readonly #base: string;
+  readonly #apiKey: string | undefined;
+  readonly #provisioningKey: string | undefined;
+  readonly #retry: boolean;
+  readonly #maxRetries: number;
+  readonly #timeoutMs: number;
+  readonly #streamTimeoutMs: number;
+  readonly #fetch: typeof globalThis.fetch;
+
+  constructor(options: MailvetOptions) {
+    if (!options || typeof options.baseUrl !== "string" || !/^https?:\/\//.test(options.baseUrl)) {
+      throw new TypeError("Mailvet: baseUrl must be an http(s) URL, e.g. http://localhost:8080");
+    }
+    this.#base = options.baseUrl.replace(/\/+$/, "");
+    this.#apiKey = options.apiKey;
+    this.#provisioningKey = options.provisioningKey;
+    this.#retry = options.retryOnRateLimit ?? false;
+    this.#maxRetries = Math.max(0, options.maxRetries ?? 3);
+    this.#timeoutMs = options.timeoutMs ?? 60_000;
+    this.#streamTimeoutMs = options.streamTimeoutMs ?? 130_000;
+    const f = options.fetch ?? globalThis.fetch;
+    if (typeof f !== "function") throw new TypeError("Mailvet: no fetch in this runtime; pass options.fetch");
+    // Browsers refuse a fetch called as a method of another object, so it is bound here.
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** Verifies one address and waits for the result (POST /v1/email/verify). */
+  verify(email: string, options: CallOptions = {}): Promise<VerifyResult> {
+    return this.#json<VerifyResult>({ ...options, method: "POST", path: "/v1/email/verify", key: "standard", body: { email }, units: 1 });
+  }
+
+  /**
+   * Verifies one address asynchronously: the API answers at once with a job id and POSTs the
+   * result, signed when `webhookSecret` is set, to `webhookUrl` (docs/api.md, "Asynchronous
+   * verification"). {@link job} reads the job's state.
+   */
+  verifyAsync(email: string, options: VerifyAsyncOptions): Promise<AsyncAccepted> {
+    const { webhookUrl, webhookSecret, ...call } = options ?? ({} as VerifyAsyncOptions);
+    if (typeof webhookUrl !== "string" || webhookUrl === "") {
+      return Promise.reject(new TypeError("Mailvet.verifyAsync: options.webhookUrl is required"));
+    }
+    const body: Record<string, string> = { email, webhook_url: webhookUrl };
+    if (webhookSecret !== undefined) body.webhook_secret = webhookSecret;
+    return this.#json<AsyncAccepted>({ ...call, method: "POST", path: "/v1/email/verify", key: "standard", body, units: 1 });
+  }
+
+  /** An asynchronous job's state and, once finished, its result (GET /v1/email/jobs/{job_id}). */
+  job(id: string, options: CallOptions = {}): Promise<Job> {
+    return this.#json<Job>({ ...options, method: "GET", path: `/v1/email/jobs/${encodeURIComponent(id)}`, key: "standard" });
+  }
+
+  /**
+   * Verifies any number of addresses with POST /v1/email/verify/batch, 50 per request, one
+   * request after the other, and returns one result per address in input order. An error stops
+   * the batch and is thrown; with `retryOnRateLimit`, a 429 in the middle is waited out and the
+   * batch goes on.
+   */
+  async verifyBatch(emails: readonly string[], options: CallOptions = {}): Promise<VerifyResult[]> {
+    const results: VerifyResult[] = [];
+    let size = batchChunkSize;
+    for (let i = 0; i < emails.length; ) {
+      const chunk = emails.slice(i, i + size);
+      let answer: BatchResult;
+      try {
+        answer = await this.#json<BatchResult>({ ...options, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length });
+      } catch (err) {
+        const smaller = this.#splitSize(err, chunk.length);
+        if (smaller === undefined) throw err;
+        size = smaller;
+        continue;
+      }
+      if (!Array.isArray(answer?.results) || answer.results.length !== chunk.length) {
+        throw clientError("invalid_response", `a batch of ${chunk.length} addresses was answered with ${answer?.results?.length ?? "no"} results`, 200);
+      }
+      results.push(...answer.results);
+      i += chunk.length;
+    }
+    return results;
+  }
+
+  /**
+   * Verifies any number of addresses with POST /v1/email/verify/stream, 1,000 per request, one
+   * request after the other, and yields each result as its NDJSON line arrives — in completion
+   * order, not input order (match on `email`). A stream that ends with an error line throws a
+   * MailvetError whose `emails` are every address without a result, including those of requests
+   * not sent yet: send them again. Breaking out of the loop cancels the request.
+   */
+  async *verifyStream(emails: readonly string[], options: CallOptions = {}): AsyncGenerator<VerifyResult, void, undefined> {
+    let size = streamChunkSize;
+    for (let i = 0; i < emails.length; ) {
+      const chunk = emails.slice(i, i + size);
+      let opened: { res: Response; deadline: Deadline };
+      try {
+        opened = await this.#send({ ...options, method: "POST", path: "/v1/email/verify/stream", key: "standard", body: { emails: chunk }, units: chunk.length, stream: true });
+      } catch (err) {
+        const smaller = this.#splitSize(err, chunk.length);
+        if (smaller === undefined) throw err;
+        size = smaller;
+        continue;
+      }
+      yield* this.#lines(opened.res, opened.deadline, options.signal, chunk.length, emails.slice(i + chunk.length));
+      i += chunk.length;
+    }
+  }
+
+  /** The account's tier, billing state, limits and usage (GET /v1/management/account). */
+  account(options: CallOptions = {}): Promise<Account> {
+    return this.#json<Account>({ ...options, method: "GET", path: "/v1/management/account", key: "provisioning" });
+  }
+
+  /** The account's standard keys (GET, POST /v1/management/keys, DELETE /v1/management/keys/{id}). */
+  readonly keys = {
+    /** The active standard keys, oldest first, masked. */
+    list: (options: CallOptions = {}): Promise<KeyList> =>
+      this.#json<KeyList>({ ...options, method: "GET", path: "/v1/management/keys", key: "provisioning" }),
+    /** Creates a standard key; its `key` is shown only in this answer. */
+    create: (label: string, options: CallOptions = {}): Promise<CreatedKey> =>
+      this.#json<CreatedKey>({ ...options, method: "POST", path: "/v1/management/keys", key: "provisioning", body: { label } }),
+    /** Revokes a standard key, effective at once. */
+    revoke: async (id: string, options: CallOptions = {}): Promise<void> => {
+      await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/management/keys/${encodeURIComponent(id)}`, key: "provisioning" });
+    },
+  };
+
+  /** Billable verifications per UTC day for the last 30 days (GET /v1/management/usage). */
+  usage(options: CallOptions = {}): Promise<DailyUsage> {
+    return this.#json<DailyUsage>({ ...options, method: "GET", path: "/v1/management/usage", key: "provisioning" });
+  }
+
+  /** Usage of the current UTC month against the plan (GET /v1/management/usage/summary). */
+  usageSummary(options: CallOptions = {}): Promise<UsageSummary> {
+    return this.#json<UsageSummary>({ ...options, method: "GET", path: "/v1/management/usage/summary", key: "provisioning" });
+  }
+
+  /** Opens a Stripe billing portal session that sends the customer back to returnUrl (POST /v1/management/billing/portal). */
+  billingPortal(returnUrl: string, options: CallOptions = {}): Promise<BillingPortalResponse> {
+    return this.#json<BillingPortalResponse>({ ...options, method: "POST", path: "/v1/management/billing/portal", key: "provisioning", body: { return_url: returnUrl } });
+  }
+
+  /** Webhook deliveries and their attempts (GET /v1/management/deliveries, POST …/{id}/retry). */
+  readonly deliveries = {
+    /** One page of deliveries, newest first; pass its `next_cursor` as `cursor` for the next. */
+    list: (filter: DeliveryFilter = {}, options: CallOptions = {}): Promise<DeliveryPage> => {
+      const q = new URLSearchParams();
+      if (filter.status !== undefined) q.set("status", filter.status);
+      if (filter.limit !== undefined) q.set("limit", String(filter.limit));
+      if (filter.cursor !== undefined) q.set("cursor", filter.cursor);
+      const qs = q.toString();
+      return this.#json<DeliveryPage>({ ...options, method: "GET", path: "/v1/management/deliveries" + (qs ? "?" + qs : ""), key: "provisioning" });
+    },
+    /** Every delivery matching filter, newest first, fetching pages as the loop needs them. */
+    all: (filter: Omit<DeliveryFilter, "cursor"> = {}, options: CallOptions = {}): AsyncGenerator<Delivery, void, undefined> =>
+      this.#allDeliveries(filter, options),
+    /** Builder and scale: sends a failed delivery again, with the same bytes and signature. */
+    retry: (id: string, options: CallOptions = {}): Promise<RetryDeliveryResponse> =>
+      this.#json<RetryDeliveryResponse>({ ...options, method: "POST", path: `/v1/management/deliveries/${encodeURIComponent(id)}/retry`, key: "provisioning" }),
+  };
+
+  /**
+   * Bulk lists (docs/lists.md): upload a file, follow its progress, download its rows with their
+   * results. The list routes take the standard key.
+   */
+  readonly lists = {
+    /**
+     * Uploads a file as a list (POST /v1/email/lists) and resolves to the list, queued or
+     * running. The body is sent as it is; a ReadableStream is streamed, never held whole. An
+     * upload is never retried, because a stream cannot be sent twice (the per-minute rate limit
+     * does not apply to lists anyway), and no timeout applies unless `timeoutMs` is given: the
+     * API answers once it has read the whole file. A file the API cannot read is a MailvetError
+     * `invalid_request` whose `line` is the line at fault.
+     */
+    upload: (body: ListBody, options: ListUploadOptions = {}): Promise<List> => {
+      const { format = "csv", column, name, webhookUrl, webhookSecret, ...call } = options;
+      const contentType = listContentTypes[format];
+      if (contentType === undefined) return Promise.reject(new TypeError(`Mailvet.lists.upload: format must be csv, ndjson or text, not ${String(format)}`));
+      const q = new URLSearchParams();
+      if (column !== undefined) q.set("column", column);
+      if (name !== undefined) q.set("name", name);
+      if (webhookUrl !== undefined) q.set("webhook_url", webhookUrl);
+      const headers: Record<string, string> = {};
+      // A header rather than the query string, which ends up in proxy logs (docs/lists.md).
+      if (webhookSecret !== undefined) headers["Mailvet-Webhook-Secret"] = webhookSecret;
+      const qs = q.toString();
+      return this.#json<List>({ timeoutMs: 0, ...call, method: "POST", path: "/v1/email/lists" + (qs ? "?" + qs : ""), key: "standard", upload: { body, contentType, headers } });
+    },
+    /** A list's state, counts, progress, rate and ETA (GET /v1/email/lists/{id}). */
+    get: (id: string, options: CallOptions = {}): Promise<List> =>
+      this.#json<List>({ ...options, method: "GET", path: `/v1/email/lists/${encodeURIComponent(id)}`, key: "standard" }),
+    /** One page of the account's lists, newest first (GET /v1/email/lists). */
+    list: (filter: ListsFilter = {}, options: CallOptions = {}): Promise<ListPage> => {
+      const q = new URLSearchParams();
+      if (filter.limit !== undefined) q.set("limit", String(filter.limit));
+      if (filter.cursor !== undefined) q.set("cursor", filter.cursor);
+      const qs = q.toString();
+      return this.#json<ListPage>({ ...options, method: "GET", path: "/v1/email/lists" + (qs ? "?" + qs : ""), key: "standard" });
+    },
+    /**
+     * The list's rows with their results, in input order (GET /v1/email/lists/{id}/results), as
+     * the response's byte stream: read it, or cancel it. `timeoutMs` (default the client's
+     * `timeoutMs`) bounds the time until the download starts; the signal bounds the reading. A
+     * download the server could not finish errors the stream instead of ending it.
+     */
+    results: (id: string, options: ListResultsOptions = {}): Promise<ReadableStream<Uint8Array>> => this.#results(id, options),
+    /** The same as `results`, read whole into a string: for lists small enough to hold in memory. */
+    resultsText: async (id: string, options: ListResultsOptions = {}): Promise<string> =>
+      new Response(await this.#results(id, options)).text(),
+    /** Stops a queued or running list; resolves to it, canceled. A finished list is `list_finished` (409). */
+    cancel: (id: string, options: CallOptions = {}): Promise<List> =>
+      this.#json<List>({ ...options, method: "POST", path: `/v1/email/lists/${encodeURIComponent(id)}/cancel`, key: "standard" }),
+    /** Deletes a list's rows, results and counts for good; a running list is canceled first. */
+    delete: async (id: string, options: CallOptions = {}): Promise<void> => {
+      await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/email/lists/${encodeURIComponent(id)}`, key: "standard" });
+    },
+    /**
+     * Reads the list every `pollMs` until it is completed, canceled or failed, and resolves to
+     * that reading: check its `state`. The signal aborts the wait.
+     */
+    wait: async (id: string, options: ListWaitOptions = {}): Promise<List> => {
+      const { pollMs = 1000, onProgress, ...call } = options;
+      for (;;) {
+        const l = await this.lists.get(id, call);
+        onProgress?.(l);
+        if (finalListStates.includes(l.state)) return l;
+        await sleep(pollMs, call.signal);
+      }
+    },
+  };
+
+  async #results(id: string, options: ListResultsOptions): Promise<ReadableStream<Uint8Array>> {
+    const { format = "csv", status, ...call } = options;
+    const q = new URLSearchParams({ format });
+    if (status !== undefined) q.set("status", typeof status === "string" ? status : status.join(","));
+    const { res, deadline } = await this.#send({ ...call, method: "GET", path: `/v1/email/lists/${encodeURIComponent(id)}/results?${q}`, key: "standard" });
+    deadline.stopTimer();
+    if (!res.body) {
+      deadline.done();
+      throw clientError("invalid_response", "the results response has no body", res.status, requestIdOf(res));
+    }
+    const reader = res.body.getReader();
+    const fail = (err: unknown) => this.#transportError(err, call.signal, deadline);
+    return new ReadableStream<Uint8Array>({
+      async pull(ctl) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (err) {
+          deadline.done();
+          ctl.error(fail(err));
+          return;
+        }
+        if (chunk.done) {
+          deadline.done();
+          ctl.close();
+        } else {
+          ctl.enqueue(chunk.value);
+        }
+      },
+      async cancel(reason) {
+        deadline.done();
+        await reader.cancel(reason).catch(() => undefined);
+      },
+    });
+  }
+
+  async *#allDeliveries(filter: Omit<DeliveryFilter, "cursor">, options: CallOptions): AsyncGenerator<Delivery, void, undefined> {
+    let cursor: string | undefined;
+    do {
+      const page: DeliveryPage = await this.deliveries.list(cursor === undefined ? filter : { ...filter, cursor }, options);
+      yield* page.deliveries;
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+
+  // #splitSize says how small a refused chunk must be split when a 429 names a per-minute limit
+  // below its size: such a request can never pass (docs/api.md, "Metering"), however long one waits.
+  #splitSize(err: unknown, size: number): number | undefined {
+    if (!this.#retry || !(err instanceof MailvetError) || err.error !== "rate_limit_exceeded") return undefined;
+    return err.limit !== undefined && err.limit >= 1 && err.limit < size ? err.limit : undefined;
+  }
+
+  async #json<T>(call: Call): Promise<T> {
+    const { res, deadline } = await this.#send(call);
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (err) {
+      throw this.#transportError(err, call.signal, deadline);
+    } finally {
+      deadline.done();
+    }
+    if (text === "") return undefined as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch (err) {
+      throw clientError("invalid_response", `HTTP ${res.status} with a body that is not JSON`, res.status, { cause: err, ...requestIdOf(res) });
+    }
+  }
+
+  // #send makes the request, retrying as the options say, and returns the first 2xx response with
+  // its deadline still running (the caller reads the body, then calls deadline.done()).
+  async #send(call: Call): Promise<{ res: Response; deadline: Deadline }> {
+    const key = call.key === "standard" ? this.#apiKey : this.#provisioningKey;
+    if (!key) {
+      throw new TypeError(call.key === "standard"
+        ? "Mailvet: this call needs a standard key (sk_live_…): pass options.apiKey"
+        : "Mailvet: this call needs a provisioning key (sk_mgmt_…): pass options.provisioningKey");
+    }
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${key}`,
+      Accept: call.stream ? "application/x-ndjson" : "application/json",
+    };
+    let body: ListBody | undefined;
+    if (call.upload !== undefined) {
+      Object.assign(headers, call.upload.headers);
+      headers["Content-Type"] = call.upload.contentType;
+      body = call.upload.body;
+    } else if (call.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(call.body);
+    }
+    const timeout = call.timeoutMs ?? (call.stream ? this.#streamTimeoutMs : this.#timeoutMs);
+    for (let attempt = 0; ; attempt++) {
+      const deadline = startDeadline(call.signal, timeout);
+      let res: Response;
+      try {
+        const init: RequestInit & { duplex?: "half" } = { method: call.method, headers, signal: deadline.signal };
+        if (body !== undefined) init.body = body as BodyInit;
+        // Node's fetch sends a stream only half-duplex, and says so only when asked to.
+        if (body instanceof ReadableStream) init.duplex = "half";
+        res = await this.#fetch(this.#base + call.path, init);
+      } catch (err) {
+        deadline.done();
+        throw this.#transportError(err, call.signal, deadline);
+      }
+      if (res.ok) return { res, deadline };
+      let err: MailvetError;
+      try {
+        err = await errorFrom(res);
+      } catch (readErr) {
+        throw this.#transportError(readErr, call.signal, deadline);
+      } finally {
+        deadline.done();
+      }
+      // An upload's body may be a stream, read once: it cannot be sent again.
+      const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call.units) : undefined;
+      if (wait === undefined) throw err;
+      await sleep(wait, call.signal);
+    }
+  }
+
+  // #retryDelay is how long to wait before retrying after err, or undefined when err is final:
+  // retries are off or used up, the error is not one a wait can cure, or the request needs more
+  // rate-limit units than the account's whole per-minute limit.
+  #retryDelay(err: MailvetError, attempt: number, units: number | undefined): number | undefined {
+    if (!this.#retry || attempt >= this.#maxRetries) return undefined;
+    if (err.status === 429 && err.error === "rate_limit_exceeded") {
+      if (units !== undefined && err.limit !== undefined && units > err.limit) return undefined;
+      const reset = err.reset_at === undefined ? NaN : Date.parse(err.reset_at);
+      if (!Number.isNaN(reset)) return Math.max(0, reset - Date.now()) + retryCushionMs;
+      if (err.retryAfter !== undefined) return err.retryAfter * 1000 + retryCushionMs;
+      return undefined;
+    }
+    if (err.status === 503 && err.retryAfter !== undefined) return err.retryAfter * 1000 + retryCushionMs;
+    return undefined;
+  }
+
+  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline): unknown {
+    if (signal?.aborted) return signal.reason;
+    if (deadline.timedOut()) return clientError("timeout", "The request timed out.", 0, { cause: err });
+    if (err instanceof MailvetError) return err;
+    return clientError("network_error", `The request failed: ${err instanceof Error ? err.message : String(err)}`, 0, { cause: err });
+  }
+
+  // #lines yields the results of one stream response as their lines arrive. rest are the
+  // addresses of requests not sent yet, added to the emails of a final error line.
+  async *#lines(res: Response, deadline: Deadline, signal: AbortSignal | undefined, want: number, rest: readonly string[]): AsyncGenerator<VerifyResult, void, undefined> {
+    if (!res.body) {
+      deadline.done();
+      throw clientError("invalid_response", "the stream response has no body", res.status);
+    }
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    const ids = requestIdOf(res);
+    let buffered = "";
+    let got = 0;
+    let finished = false;
+    const parse = (line: string): VerifyResult => {
+      let v: unknown;
+      try {
+        v = JSON.parse(line);
+      } catch (err) {
+        throw clientError("invalid_response", `a stream line is not JSON: ${line.slice(0, 200)}`, res.status, { cause: err, ...ids });
+      }
+      if (v && typeof v === "object" && typeof (v as { error?: unknown }).error === "string") {
+        // The error line of an incomplete stream (StreamError in openapi.json): the addresses
+        // without a result, plus those of later requests, which were never sent.
+        const line = v as Record<string, unknown>;
+        const emails = [...(Array.isArray(line.emails) ? (line.emails as string[]) : []), ...rest];
+        throw new MailvetError(res.status, { ...line, emails }, ids);
+      }
+      return v as VerifyResult;
+    };
+    try {
+      for (;;) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (err) {
+          throw this.#transportError(err, signal, deadline);
+        }
+        if (chunk.done) break;
+        buffered += decoder.decode(chunk.value, { stream: true });
+        let nl: number;
+        while ((nl = buffered.indexOf("\n")) >= 0) {
+          const line = buffered.slice(0, nl).trim();
+          buffered = buffered.slice(nl + 1);
+          if (line === "") continue;
+          const r = parse(line);
+          got++;
+          yield r;
+        }
+      }
+      buffered += decoder.decode();
+      if (buffered.trim() !== "") {
+        yield parse(buffered.trim());
+        got++;
+      }
+      finished = true;
+      if (got !== want) {
+        throw clientError("stream_incomplete", `the stream ended after ${got} of ${want} results without an error line`, res.status, ids);
+      }
+    } finally {
+      deadline.done();
+      if (!finished) await reader.cancel().catch(() => undefined);
+    }
+  }
+}
+
+function requestIdOf(res: Response): { requestId?: string } {
+  const id = res.headers.get("X-Request-Id");
+  return id ? { requestId: id } : {};
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+function parseRetryAfter(v: string | null): number | undefined {
+  if (v === null) return undefined;
+  const s = v.trim();
+  if (/^\d+$/.test(s)) return Number(s);
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? undefined : Math.max(0, (t - Date.now()) / 1000);
+}
+
+// errorFrom turns a non-2xx response into a MailvetError: the API's error envelope with its extra
+// fields, or, for a body that is not one (a proxy's error page), an http_error.
+async function errorFrom(res: Response): Promise<MailvetError> {
+  const text = await res.text();
+  const extra = { ...requestIdOf(res) } as { retryAfter?: number; requestId?: string };
+  const retryAfter = parseRetryAfter(res.headers.get("Retry-After"));
+  if (retryAfter !== undefined) extra.retryAfter = retryAfter;
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  if (body && typeof body === "object" && !Array.isArray(body) && typeof (body as { error?: unknown }).error === "string") {
+    return new MailvetError(res.status, body as Record<string, unknown>, extra);
+  }
+  const snippet = text.trim().slice(0, 200);
+  return clientError("http_error", `HTTP ${res.status}${snippet ? ": " + snippet : ""}`, res.status, extra);
+}
+
+// startDeadline combines the caller's signal with a timeout into one signal for fetch. It is
+// written out rather than AbortSignal.any/timeout, which Node 18 lacks.
+function startDeadline(signal: AbortSignal | undefined, ms: number): Deadline {
+  const ctl = new AbortController();
+  let timedOut = false;
+  let timer = ms > 0 ? setTimeout(() => { timedOut = true; ctl.abort(); }, ms) : undefined;
+  const onAbort = () => ctl.abort(signal?.reason);
+  if (signal?.aborted) ctl.abort(signal.reason);
+  else signal?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: ctl.signal,
+    timedOut: () => timedOut,
+    stopTimer: () => {
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
+    },
+    done: () => {
+      if (timer !== undefined) clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+// sleep waits ms milliseconds, or rejects with the signal's reason as soon as it aborts.
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

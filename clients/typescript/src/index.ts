@@ -1,0 +1,19 @@
+// @mailvet/client: the official TypeScript client of the Mailvet API (docs/api.md, docs/clients.md).
+export { Mailvet, batchChunkSize, streamChunkSize, retryCushionMs, finalListStates } from "./client.js";
+export type {
+  CallOptions,
+  DeliveryFilter,
+  ListBody,
+  ListResultsOptions,
+  ListsFilter,
+  ListUploadOptions,
+  ListWaitOptions,
+  MailvetOptions,
+  VerifyAsyncOptions,
+} from "./client.js";
+export { MailvetError } from "./errors.js";
+export type { ClientErrorCode } from "./errors.js";
+export { verifyWebhookSignature, constantTimeEqual, signatureHeader } from "./webhook.js";
+export type { BytesLike } from "./webhook.js";
+export type * from "./openapi.js";
+export { apiVersion } from "./openapi.js";

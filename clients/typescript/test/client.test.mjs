@@ -1,0 +1,405 @@
+// Unit tests of the client against the scripted fake API of fake.mjs: request shapes, errors,
+// retry timing after 429 and 503, batch and stream chunking, timeouts and aborts.
+import assert from "node:assert/strict";
+import { after, describe, test } from "node:test";
+import { Mailvet, MailvetError } from "../dist/index.js";
+import { envelope, rateLimited, result, send, sleep, startFake } from "./fake.mjs";
+
+const fakes = [];
+async function fake(handler) {
+  const f = await startFake(handler);
+  fakes.push(f);
+  return f;
+}
+after(() => Promise.all(fakes.map((f) => f.close())));
+
+const keys = { apiKey: "sk_live_test", provisioningKey: "sk_mgmt_test" };
+const emailsOf = (n, prefix = "u") => Array.from({ length: n }, (_, i) => `${prefix}${i}@acme.example`);
+
+describe("requests", () => {
+  test("verify sends the standard key and the address, and returns the result", async () => {
+    const f = await fake((req, res) => send(res, 200, result(req.body.email)));
+    const mv = new Mailvet({ baseUrl: f.url + "/", ...keys });
+    const r = await mv.verify("ann@acme.example");
+    assert.equal(r.email, "ann@acme.example");
+    assert.equal(r.status, "deliverable");
+    const [req] = f.requests;
+    assert.equal(req.method, "POST");
+    assert.equal(req.path, "/v1/email/verify");
+    assert.equal(req.headers.authorization, "Bearer sk_live_test");
+    assert.equal(req.headers["content-type"], "application/json");
+    assert.deepEqual(req.body, { email: "ann@acme.example" });
+  });
+
+  test("verifyAsync sends webhook_url and webhook_secret; job reads the job", async () => {
+    const f = await fake((req, res) => {
+      if (req.method === "POST") return send(res, 202, { job_id: "0b6f3c1e-8a2d-4f5e-9c41-2d7a9e0b5f13", status: "pending" });
+      send(res, 200, { job_id: "0b6f3c1e-8a2d-4f5e-9c41-2d7a9e0b5f13", status: "pending", email: "ann@acme.example", result: null, created_at: "2026-11-22T03:04:05Z", completed_at: null, next_attempt_at: null });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    const acc = await mv.verifyAsync("ann@acme.example", { webhookUrl: "https://hooks.example.com/mv", webhookSecret: "at-least-8-chars" });
+    assert.deepEqual(acc, { job_id: "0b6f3c1e-8a2d-4f5e-9c41-2d7a9e0b5f13", status: "pending" });
+    assert.deepEqual(f.requests[0].body, { email: "ann@acme.example", webhook_url: "https://hooks.example.com/mv", webhook_secret: "at-least-8-chars" });
+    const job = await mv.job(acc.job_id);
+    assert.equal(job.status, "pending");
+    assert.equal(f.requests[1].method, "GET");
+    assert.equal(f.requests[1].path, "/v1/email/jobs/0b6f3c1e-8a2d-4f5e-9c41-2d7a9e0b5f13");
+    await assert.rejects(mv.verifyAsync("ann@acme.example", {}), TypeError);
+  });
+
+  test("the management calls use the provisioning key, their method and path", async () => {
+    const f = await fake((req, res) => {
+      if (req.method === "DELETE") return send(res, 204);
+      if (req.path.startsWith("/v1/management/deliveries?")) {
+        const cursor = new URL(req.path, "http://x").searchParams.get("cursor");
+        return send(res, 200, cursor ? { deliveries: [{ id: "d2" }] } : { deliveries: [{ id: "d1" }], next_cursor: "c1" });
+      }
+      send(res, 200, { path: req.path, body: req.body ?? null });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    assert.deepEqual(await mv.account(), { path: "/v1/management/account", body: null });
+    assert.deepEqual(await mv.keys.list(), { path: "/v1/management/keys", body: null });
+    assert.deepEqual(await mv.keys.create("prod"), { path: "/v1/management/keys", body: { label: "prod" } });
+    assert.equal(await mv.keys.revoke("9a7e/x"), undefined);
+    assert.deepEqual(await mv.usage(), { path: "/v1/management/usage", body: null });
+    assert.deepEqual(await mv.usageSummary(), { path: "/v1/management/usage/summary", body: null });
+    assert.deepEqual(await mv.billingPortal("https://app.example.com/billing"), { path: "/v1/management/billing/portal", body: { return_url: "https://app.example.com/billing" } });
+    assert.deepEqual(await mv.deliveries.retry("d1"), { path: "/v1/management/deliveries/d1/retry", body: null });
+    const page = await mv.deliveries.list({ status: "failed", limit: 10 });
+    assert.equal(page.next_cursor, "c1");
+    const all = [];
+    for await (const d of mv.deliveries.all({ status: "failed" })) all.push(d.id);
+    assert.deepEqual(all, ["d1", "d2"]);
+    const seen = f.requests.map((r) => `${r.method} ${r.path}`);
+    assert.deepEqual(seen, [
+      "GET /v1/management/account", "GET /v1/management/keys", "POST /v1/management/keys",
+      "DELETE /v1/management/keys/9a7e%2Fx", "GET /v1/management/usage", "GET /v1/management/usage/summary",
+      "POST /v1/management/billing/portal", "POST /v1/management/deliveries/d1/retry",
+      "GET /v1/management/deliveries?status=failed&limit=10",
+      "GET /v1/management/deliveries?status=failed", "GET /v1/management/deliveries?status=failed&cursor=c1",
+    ]);
+    for (const r of f.requests) assert.equal(r.headers.authorization, "Bearer sk_mgmt_test");
+  });
+
+  test("a call without the key it needs fails before any request", async () => {
+    const f = await fake((req, res) => send(res, 200, {}));
+    await assert.rejects(new Mailvet({ baseUrl: f.url, apiKey: "sk_live_x" }).account(), /provisioning key/);
+    await assert.rejects(new Mailvet({ baseUrl: f.url, provisioningKey: "sk_mgmt_x" }).verify("a@b.example"), /standard key/);
+    assert.equal(f.requests.length, 0);
+    assert.throws(() => new Mailvet({ baseUrl: "localhost:8080" }), TypeError);
+  });
+});
+
+describe("errors", () => {
+  test("an error envelope becomes a MailvetError with every field", async () => {
+    const f = await fake((req, res) => send(res, 402, envelope("payment_required", { hard_cap_eur: 25, current_overage_eur: 24.99 }), { "X-Request-Id": "req-1" }));
+    const mv = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    const err = await mv.verify("ann@acme.example").catch((e) => e);
+    assert.ok(err instanceof MailvetError);
+    assert.ok(err instanceof Error);
+    assert.equal(err.name, "MailvetError");
+    assert.equal(err.status, 402);
+    assert.equal(err.error, "payment_required");
+    assert.equal(err.message, "message of payment_required");
+    assert.equal(err.action, "action of payment_required");
+    assert.equal(err.docs, "http://localhost/docs/errors#payment_required");
+    assert.equal(err.hard_cap_eur, 25);
+    assert.equal(err.current_overage_eur, 24.99);
+    assert.equal(err.requestId, "req-1");
+    assert.equal(err.body.error, "payment_required");
+    assert.equal(f.requests.length, 1, "a 402 is never retried");
+  });
+
+  test("a 429 is thrown at once with its fields when retryOnRateLimit is off (the default)", async () => {
+    const f = await fake((req, res) => rateLimited(res, 100, 10));
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.status, 429);
+    assert.equal(err.error, "rate_limit_exceeded");
+    assert.equal(err.limit, 10);
+    assert.equal(err.window, "1m");
+    assert.match(err.reset_at, /^\d{4}-\d\d-\d\dT/);
+    assert.equal(err.retryAfter, 1);
+    assert.equal(f.requests.length, 1);
+  });
+
+  test("monthly_quota_exceeded is never retried: its reset_at is next month", async () => {
+    const f = await fake((req, res) => send(res, 429, envelope("monthly_quota_exceeded", { limit: 500, used: 500, reset_at: "2026-12-01T00:00:00Z" }), { "Retry-After": "1" }));
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.error, "monthly_quota_exceeded");
+    assert.equal(err.used, 500);
+    assert.equal(f.requests.length, 1);
+  });
+
+  test("an error without the API's envelope is an http_error carrying the status", async () => {
+    const f = await fake((req, res) => { res.writeHead(502, { "Content-Type": "text/html" }); res.end("<h1>Bad gateway</h1>"); });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).usage().catch((e) => e);
+    assert.ok(err instanceof MailvetError);
+    assert.equal(err.status, 502);
+    assert.equal(err.error, "http_error");
+    assert.match(err.message, /502.*Bad gateway/);
+  });
+
+  test("a success that is not JSON is an invalid_response", async () => {
+    const f = await fake((req, res) => { res.writeHead(200); res.end("not json"); });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.error, "invalid_response");
+    assert.equal(err.status, 200);
+  });
+});
+
+describe("retries", () => {
+  test("after a 429 the retry waits until reset_at + 50 ms, not longer", async () => {
+    let reset = 0;
+    const f = await fake((req, res) => {
+      if (req.index === 0) reset = rateLimited(res, 300);
+      else send(res, 200, result(req.body.email));
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    const r = await mv.verify("ann@acme.example");
+    assert.equal(r.email, "ann@acme.example");
+    assert.equal(f.requests.length, 2);
+    const retriedAt = f.requests[1].at;
+    assert.ok(retriedAt >= reset + 50, `retried ${reset + 50 - retriedAt} ms before reset_at + 50 ms`);
+    // Well under the 1 s of the Retry-After header: reset_at, not the rounded header, is waited for
+    // (the margin leaves room for a loaded machine).
+    assert.ok(retriedAt < reset + 50 + 600, `retried ${retriedAt - reset - 50} ms after reset_at + 50 ms`);
+  });
+
+  test("reset_at to the second, as the API sends it, is waited out the same way", async () => {
+    let reset = 0;
+    const f = await fake((req, res) => {
+      if (req.index > 0) return send(res, 200, result(req.body.email));
+      reset = Math.ceil((Date.now() + 1) / 1000) * 1000; // the next whole second
+      send(res, 429, envelope("rate_limit_exceeded", { limit: 10, window: "1m", reset_at: new Date(reset).toISOString().replace(/\.\d+Z$/, "Z") }), { "Retry-After": "1" });
+    });
+    await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verify("ann@acme.example");
+    assert.ok(f.requests[1].at >= reset + 50);
+    assert.ok(f.requests[1].at < reset + 50 + 600);
+  });
+
+  test("at most maxRetries retries, then the 429 is thrown", async () => {
+    const f = await fake((req, res) => rateLimited(res, 20));
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true, maxRetries: 2 }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.error, "rate_limit_exceeded");
+    assert.equal(f.requests.length, 3);
+    const f2 = await fake((req, res) => rateLimited(res, 20));
+    await assert.rejects(new Mailvet({ baseUrl: f2.url, ...keys, retryOnRateLimit: true }).verify("a@acme.example"), MailvetError);
+    assert.equal(f2.requests.length, 4, "the default maxRetries is 3");
+  });
+
+  test("a 503 with Retry-After is retried after that many seconds; without it, it is thrown", async () => {
+    const f = await fake((req, res) => {
+      if (req.index === 0) return send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" });
+      send(res, 200, result(req.body.email));
+    });
+    await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verify("a@acme.example");
+    assert.equal(f.requests.length, 2);
+    const waited = f.requests[1].at - f.requests[0].at;
+    assert.ok(waited >= 1050 && waited < 2000, `waited ${waited} ms`);
+
+    const g = await fake((req, res) => send(res, 503, envelope("service_unavailable")));
+    const err = await new Mailvet({ baseUrl: g.url, ...keys, retryOnRateLimit: true }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.status, 503);
+    assert.equal(g.requests.length, 1);
+    const h = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" }));
+    await assert.rejects(new Mailvet({ baseUrl: h.url, ...keys }).verify("a@acme.example"), MailvetError);
+    assert.equal(h.requests.length, 1, "retries are off by default");
+  });
+
+  test("an abort during the wait before a retry rejects at once with the signal's reason", async () => {
+    const f = await fake((req, res) => rateLimited(res, 5000));
+    const ctl = new AbortController();
+    const started = Date.now();
+    setTimeout(() => ctl.abort(new Error("stop")), 100);
+    await assert.rejects(new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verify("a@acme.example", { signal: ctl.signal }), /stop/);
+    assert.ok(Date.now() - started < 1000);
+    assert.equal(f.requests.length, 1);
+  });
+});
+
+describe("timeouts and aborts", () => {
+  test("a request that gets no answer within timeoutMs fails with a timeout MailvetError", async () => {
+    const f = await fake(() => {}); // never answers
+    const started = Date.now();
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, timeoutMs: 150 }).verify("a@acme.example").catch((e) => e);
+    assert.ok(err instanceof MailvetError);
+    assert.equal(err.error, "timeout");
+    assert.equal(err.status, 0);
+    assert.ok(Date.now() - started < 1000);
+    const err2 = await new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example", { timeoutMs: 100 }).catch((e) => e);
+    assert.equal(err2.error, "timeout", "a per-call timeoutMs applies too");
+  });
+
+  test("an AbortSignal aborts a request in flight with its reason", async () => {
+    const f = await fake(() => {});
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(new Error("user left")), 50);
+    await assert.rejects(new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example", { signal: ctl.signal }), /user left/);
+  });
+
+  test("a refused connection is a network_error", async () => {
+    const f = await fake(() => {});
+    const url = f.url;
+    await f.close();
+    const err = await new Mailvet({ baseUrl: url, ...keys }).verify("a@acme.example").catch((e) => e);
+    assert.equal(err.error, "network_error");
+  });
+});
+
+describe("verifyBatch", () => {
+  test("sends 50 addresses per request, one request at a time, and returns the results in input order", async () => {
+    const f = await fake(async (req, res) => {
+      await sleep(20 - req.index * 5); // later chunks answer faster: order must still hold
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const emails = emailsOf(120);
+    const out = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emails);
+    assert.deepEqual(out.map((r) => r.email), emails);
+    assert.deepEqual(f.requests.map((r) => r.body.emails.length), [50, 50, 20]);
+    assert.deepEqual(f.requests.flatMap((r) => r.body.emails), emails);
+    assert.equal(f.maxInFlight, 1);
+    assert.deepEqual(await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch([]), []);
+    assert.equal(f.requests.length, 3, "an empty batch sends nothing");
+  });
+
+  test("a 429 in the middle of a 500-address batch is retried transparently with retryOnRateLimit", async () => {
+    let reset = 0;
+    const f = await fake((req, res) => {
+      if (req.index === 4) reset = rateLimited(res, 200, 200); // the fifth request, after 200 addresses
+      else send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const emails = emailsOf(500);
+    const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emails);
+    assert.deepEqual(out.map((r) => r.email), emails);
+    assert.equal(f.requests.length, 11);
+    assert.deepEqual(f.requests[5].body.emails, f.requests[4].body.emails, "the refused chunk is sent again");
+    assert.ok(f.requests[5].at >= reset + 50);
+    assert.equal(f.maxInFlight, 1);
+  });
+
+  test("without retryOnRateLimit the 429 stops the batch and is thrown", async () => {
+    const f = await fake((req, res) => {
+      if (req.index === 1) rateLimited(res, 200, 60);
+      else send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emailsOf(200)).catch((e) => e);
+    assert.equal(err.error, "rate_limit_exceeded");
+    assert.equal(err.limit, 60);
+    assert.equal(f.requests.length, 2);
+  });
+
+  test("a chunk larger than the per-minute limit is split to the limit instead of waited on", async () => {
+    const f = await fake((req, res) => {
+      if (req.body.emails.length > 10) return rateLimited(res, 60_000, 10); // could never pass
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const emails = emailsOf(25);
+    const started = Date.now();
+    const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emails);
+    assert.deepEqual(out.map((r) => r.email), emails);
+    assert.deepEqual(f.requests.map((r) => r.body.emails.length), [25, 10, 10, 5]);
+    assert.ok(Date.now() - started < 2000, "no wait for a window that could never be enough");
+  });
+
+  test("an answer with the wrong number of results is an invalid_response", async () => {
+    const f = await fake((req, res) => send(res, 200, { results: [result("x@acme.example")], count: 1 }));
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emailsOf(2)).catch((e) => e);
+    assert.equal(err.error, "invalid_response");
+  });
+});
+
+// streamOf answers a stream request with one line per address, flushing each line.
+function streamLines(res, lines) {
+  res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+  for (const l of lines) res.write(JSON.stringify(l) + "\n");
+  res.end();
+}
+
+describe("verifyStream", () => {
+  test("yields each line as it arrives, before the stream has ended", async () => {
+    let release;
+    const released = new Promise((r) => { release = r; });
+    const f = await fake(async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      res.write(JSON.stringify(result(req.body.emails[1])) + "\n");
+      await released; // the second line waits until the client has the first
+      res.end(JSON.stringify(result(req.body.emails[0])) + "\n");
+    });
+    const it = new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(["a@acme.example", "b@acme.example"]);
+    const first = await it.next();
+    assert.equal(first.value.email, "b@acme.example");
+    release();
+    const second = await it.next();
+    assert.equal(second.value.email, "a@acme.example");
+    assert.equal((await it.next()).done, true);
+    assert.equal(f.requests[0].headers.accept, "application/x-ndjson");
+  });
+
+  test("sends 1,000 addresses per request, one after the other", async () => {
+    const f = await fake((req, res) => streamLines(res, req.body.emails.map(result)));
+    const emails = emailsOf(2500);
+    const got = [];
+    for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) got.push(r.email);
+    assert.deepEqual(got, emails);
+    assert.deepEqual(f.requests.map((r) => r.body.emails.length), [1000, 1000, 500]);
+    assert.equal(f.maxInFlight, 1);
+  });
+
+  test("a final error line is thrown as a MailvetError naming every address without a result", async () => {
+    const f = await fake((req, res) => {
+      const [done, ...missing] = req.body.emails;
+      streamLines(res, [result(done), envelope("service_unavailable", { message: `${missing.length} of ${req.body.emails.length} addresses were not verified: the server is shutting down.`, emails: missing })]);
+    });
+    const emails = emailsOf(1200);
+    const got = [];
+    const err = await (async () => {
+      for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) got.push(r.email);
+    })().catch((e) => e);
+    assert.deepEqual(got, [emails[0]]);
+    assert.ok(err instanceof MailvetError);
+    assert.equal(err.error, "service_unavailable");
+    assert.equal(err.status, 200);
+    assert.match(err.message, /999 of 1000 addresses/);
+    assert.deepEqual(err.emails, emails.slice(1), "the line's addresses, then the 200 never sent");
+    assert.equal(f.requests.length, 1);
+  });
+
+  test("a stream that ends early without an error line is a stream_incomplete", async () => {
+    const f = await fake((req, res) => streamLines(res, [result(req.body.emails[0])]));
+    const err = await (async () => {
+      for await (const _ of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) { /* drain */ }
+    })().catch((e) => e);
+    assert.equal(err.error, "stream_incomplete");
+  });
+
+  test("breaking out of the loop closes the request", async () => {
+    let closed;
+    const wasClosed = new Promise((r) => { closed = r; });
+    const f = await fake(async (req, res) => {
+      res.on("close", closed);
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      for (const e of req.body.emails) {
+        if (res.destroyed) return;
+        res.write(JSON.stringify(result(e)) + "\n");
+        await sleep(20);
+      }
+      res.end();
+    });
+    for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(100))) {
+      assert.equal(r.email, "u0@acme.example");
+      break;
+    }
+    await Promise.race([wasClosed, sleep(2000).then(() => assert.fail("the server never saw the request end"))]);
+  });
+
+  test("a 429 before the stream starts is retried like any request", async () => {
+    const f = await fake((req, res) => {
+      if (req.index === 0) return rateLimited(res, 100, 1000);
+      streamLines(res, req.body.emails.map(result));
+    });
+    const got = [];
+    for await (const r of new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyStream(emailsOf(3))) got.push(r.email);
+    assert.equal(got.length, 3);
+    assert.equal(f.requests.length, 2);
+  });
+});

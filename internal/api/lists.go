@@ -1,0 +1,340 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// Bounds of the list routes besides the configured size limits (docs/lists.md, "Limits").
+const (
+	maxListLineBytes = 100 << 10 // one line of an uploaded file
+	maxListName      = 200
+	maxColumnName    = 200
+	// listIdle is how long an upload may go without a byte arriving; each read extends the
+	// deadline, so a large file on a slow link is fine and a stalled one is not held forever.
+	listIdle = 30 * time.Second
+	// listImportBudget and listExportBudget bound the database work of one upload or download of
+	// the largest list.
+	listImportBudget = 10 * time.Minute
+	listExportBudget = 30 * time.Minute
+)
+
+// uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline
+// do not apply to it (docs/lists.md, "Uploading").
+const uploadPath = "/v1/email/lists"
+
+func isUpload(c echo.Context) bool {
+	return c.Request().Method == http.MethodPost && c.Request().URL.Path == uploadPath
+}
+
+// uploadList stores an uploaded file as a list, admits its unique addresses, starts it, and
+// answers 202 with the list (docs/lists.md).
+func (s *Server) uploadList(c echo.Context) error {
+	req := c.Request()
+	mt, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	format, ok := list.FormatOf(mt)
+	if !ok {
+		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", mt)
+	}
+	q := c.QueryParams()
+	for k := range q {
+		switch k {
+		case "column", "name", "webhook_url", "callback_url", "webhook_secret":
+		default:
+			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", k)
+		}
+	}
+	column, name := q.Get("column"), q.Get("name")
+	if err := boundedText("column", column, maxColumnName); err != nil {
+		return err
+	}
+	if err := boundedText("name", name, maxListName); err != nil {
+		return err
+	}
+	hook := q.Get("webhook_url")
+	if hook == "" {
+		hook = q.Get("callback_url")
+	}
+	secret := req.Header.Get("Mailvet-Webhook-Secret")
+	if secret == "" {
+		secret = q.Get("webhook_secret")
+	}
+	if hook != "" {
+		if err := webhook.CheckURL(hook); err != nil {
+			return InvalidRequest("%v.", err)
+		}
+	}
+	if secret != "" {
+		if hook == "" {
+			return InvalidRequest("webhook_secret needs a webhook_url to sign for.")
+		}
+		if n := utf8.RuneCountInString(secret); n < minSecretLen || len(secret) > maxSecretLen {
+			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
+		}
+	}
+	if !s.dispatch.Up() {
+		return unavailable(queue.ErrUnavailable) // before reading the file: it could not run
+	}
+	limit := s.cfg.Lists.MaxBytes
+	if req.ContentLength > limit {
+		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
+	}
+	body := &idleDeadline{r: http.MaxBytesReader(c.Response(), req.Body, limit), rc: http.NewResponseController(c.Response())}
+	rd, err := list.NewReader(body, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
+	if err != nil {
+		return s.uploadError(err)
+	}
+	who := s.callerOf(c)
+	ctx, cancel := context.WithTimeout(req.Context(), listImportBudget)
+	defer cancel()
+	l, err := s.lists.Import(ctx, list.Upload{AccountID: who.account, KeyID: who.key, Tier: who.tier, Plan: who.plan,
+		Name: name, WebhookURL: hook, WebhookSecret: secret, Now: s.now()}, rd)
+	if err != nil {
+		return s.uploadError(err)
+	}
+	// The list is stored and admitted; starting it is best effort here, as the sweep of the
+	// verifier workers starts (and publishes the chunks of) any list this does not.
+	s.publishChunks(ctx, l.AccountID)
+	if l, err = s.lists.Get(ctx, who.account, l.ID); err != nil {
+		return storeError(err)
+	}
+	c.Response().Header().Set(echo.HeaderLocation, uploadPath+"/"+l.ID.String())
+	return c.JSON(http.StatusAccepted, l.View(s.cfg.PublicURL, s.now()))
+}
+
+// publishChunks starts the account's queued lists and publishes the chunks they hand out.
+func (s *Server) publishChunks(ctx context.Context, account uuid.UUID, chunks ...list.Chunk) {
+	started, err := s.lists.Start(ctx, account)
+	if err != nil {
+		s.log.Warn("start lists", "account", account, "err", err)
+	}
+	if err := queue.PublishChunks(ctx, s.js, s.cfg.StreamReplicas, time.Second, append(chunks, started...), nil); err != nil {
+		s.log.Warn("publish list chunks", "account", account, "err", err)
+	}
+}
+
+// uploadError maps what can go wrong while reading and storing an upload. The connection is
+// closed after a refusal: the rest of the file may still be on its way.
+func (s *Server) uploadError(err error) error {
+	var (
+		in   *list.InputError
+		many *list.TooManyRowsError
+		big  *http.MaxBytesError
+	)
+	var e *Error
+	switch {
+	case errors.As(err, &in):
+		e = InvalidRequest("The file cannot be read: %s. Nothing was stored or charged.", in.Error())
+		if in.Line > 0 {
+			e.Extra = map[string]any{"line": in.Line}
+		}
+	case errors.As(err, &many):
+		e = listTooLarge("The file has more than %d rows; split it into several lists.", many.Limit)
+	case errors.As(err, &big):
+		e = listTooLarge("The file is larger than %d bytes; split it into several lists.", big.Limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		e = requestTimeout()
+	default:
+		if admissionEnvelope(err) != nil {
+			return err // quota, spend cap, quota check: the one error mapping
+		}
+		return storeError(err)
+	}
+	if e.Header == nil {
+		e.Header = http.Header{}
+	}
+	e.Header.Set("Connection", "close")
+	return e
+}
+
+// listTooLarge is the 413 of an upload over the limits. It closes the connection, as the rest of
+// the file may still be on its way.
+func listTooLarge(format string, args ...any) *Error {
+	e := Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		"Split the file into several lists within the limits; nothing was stored or charged.", format, args...)
+	e.Header = http.Header{"Connection": {"close"}}
+	return e
+}
+
+func boundedText(field, v string, max int) error {
+	switch {
+	case len(v) > max:
+		return InvalidRequest("Field %s is longer than %d characters.", field, max)
+	case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+		return InvalidRequest("Field %s is not valid UTF-8 text.", field)
+	}
+	return nil
+}
+
+// idleDeadline extends the connection's read deadline before each read of the body.
+type idleDeadline struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (d *idleDeadline) Read(p []byte) (int, error) {
+	_ = d.rc.SetReadDeadline(time.Now().Add(listIdle))
+	return d.r.Read(p)
+}
+
+// listLists pages through the account's lists, newest first.
+func (s *Server) listLists(c echo.Context) error {
+	limit := list.DefaultPageSize
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > list.MaxPageSize {
+			return InvalidRequest("Query parameter limit must be a whole number from 1 to %d.", list.MaxPageSize)
+		}
+		limit = n
+	}
+	var after *uuid.UUID
+	if v := c.QueryParam("cursor"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil {
+			return InvalidRequest("Query parameter cursor must be the next_cursor of the previous page.")
+		}
+		after = &id
+	}
+	ls, more, err := s.lists.Page(c.Request().Context(), s.callerOf(c).account, after, limit)
+	if err != nil {
+		return storeError(err)
+	}
+	views := make([]list.View, len(ls))
+	for i, l := range ls {
+		views[i] = l.View(s.cfg.PublicURL, s.now())
+	}
+	var next *string
+	if more {
+		id := ls[len(ls)-1].ID.String()
+		next = &id
+	}
+	return c.JSON(http.StatusOK, map[string]any{"lists": views, "next_cursor": next})
+}
+
+// getList answers a list's state, counts and progress.
+func (s *Server) getList(c echo.Context) error {
+	l, err := s.ownList(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, l.View(s.cfg.PublicURL, s.now()))
+}
+
+// ownList reads the list of the path's id, of the caller's account only.
+func (s *Server) ownList(c echo.Context) (list.List, error) {
+	id, err := list.ListID(c.Param("id"))
+	if err != nil {
+		return list.List{}, err
+	}
+	l, err := s.lists.Get(c.Request().Context(), s.callerOf(c).account, id)
+	return l, storeError(err)
+}
+
+// storeError is a list store's error for the one error mapping: a Postgres that did not answer
+// is the 503 the client retries, not a 500.
+func storeError(err error) error {
+	if err != nil && !errors.Is(err, list.ErrNotFound) && !errors.Is(err, list.ErrFinished) && database.Unreachable(err) {
+		return datastoreUnavailable()
+	}
+	return err
+}
+
+// cancelList stops a queued or running list; its unverified addresses are not billed.
+func (s *Server) cancelList(c echo.Context) error {
+	id, err := list.ListID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	l, started, err := s.lists.Cancel(ctx, s.callerOf(c).account, id)
+	if err != nil {
+		return storeError(err)
+	}
+	if len(started) > 0 {
+		s.publishChunks(ctx, l.AccountID, started...)
+	}
+	return c.JSON(http.StatusOK, l.View(s.cfg.PublicURL, s.now()))
+}
+
+// deleteList removes a list's rows and results for good.
+func (s *Server) deleteList(c echo.Context) error {
+	id, err := list.ListID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	who := s.callerOf(c)
+	started, err := s.lists.Delete(ctx, who.account, id)
+	if err != nil {
+		return storeError(err)
+	}
+	if len(started) > 0 {
+		account, _ := uuid.Parse(who.account)
+		s.publishChunks(ctx, account, started...)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// listResults streams a list's rows with their results in input order, as CSV or NDJSON.
+func (s *Server) listResults(c echo.Context) error {
+	format := list.CSV
+	switch f := c.QueryParam("format"); f {
+	case "", "csv":
+	case "ndjson":
+		format = list.NDJSON
+	default:
+		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", f)
+	}
+	var statuses []string
+	if v := c.QueryParam("status"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			switch verify.Status(st) {
+			case verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusUnknown, verify.StatusCatchAll, verify.StatusInvalid:
+			default:
+				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", st)
+			}
+			statuses = append(statuses, st)
+		}
+	}
+	l, err := s.ownList(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), listExportBudget)
+	defer cancel()
+	res := c.Response()
+	name := "mailvet-list-" + l.ID.String()
+	if format == list.CSV {
+		res.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+		res.Header().Set(echo.HeaderContentDisposition, `attachment; filename="`+name+`.csv"`)
+	} else {
+		res.Header().Set(echo.HeaderContentType, "application/x-ndjson")
+		res.Header().Set(echo.HeaderContentDisposition, `attachment; filename="`+name+`.ndjson"`)
+	}
+	res.Header().Set("Mailvet-List-State", string(l.State))
+	res.WriteHeader(http.StatusOK)
+	if err := s.lists.Export(ctx, l, format, statuses, res, res.Flush); err != nil {
+		// The status line is gone: end the response without its terminating chunk, so that the
+		// client sees an incomplete download instead of a file that looks whole.
+		s.log.Error("list results", "list_id", l.ID, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}

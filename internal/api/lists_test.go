@@ -1,0 +1,351 @@
+package api
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// upload posts a file to the upload route with its content type and query.
+func (b *verifyBundle) upload(key, contentType, query, file string) reply {
+	b.t.Helper()
+	return b.call(http.MethodPost, "/v1/email/lists"+query, key, file, "Content-Type", contentType)
+}
+
+// waitList polls a list until it is in state (or fails the test after 30 s) and returns it.
+func (b *verifyBundle) waitList(key, id, state string) map[string]any {
+	b.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(b.t, http.StatusOK, "").body
+		if l["state"] == state {
+			return l
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("list %s did not reach %s: %v", id, state, l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// download fetches a list's results, checks the response against /openapi.json, and returns the
+// body.
+func (b *verifyBundle) download(key, id, query string) (*http.Response, string) {
+	b.t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/v1/email/lists/"+id+"/results"+query, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, raw := serve(b.srv.Handler(), req)
+	if resp.StatusCode == http.StatusOK {
+		assertMatchesSpec(b.t, req, resp.StatusCode, resp.Header, nil)
+	} else {
+		assertMatchesSpec(b.t, req, resp.StatusCode, resp.Header, raw)
+	}
+	return resp, string(raw)
+}
+
+func TestListUploadVerifyDownloadDelete(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	secret := "list-secret-123"
+	// Two rows of one address (case and blanks differ), a syntax failure, an unknown mailbox, a
+	// domain without mail, and a row whose other columns must come back as they were.
+	file := "first,Email Address,city\r\n" +
+		"Ann,ann@acme.test,\"Paris, FR\"\r\n" +
+		"Bob,bob@acme.test,Berlin\r\n" +
+		"Ann again, ANN@acme.test ,Rome\r\n" +
+		"Nobody,nobody@acme.test,\r\n" +
+		"Broken,not-an-address,Oslo\r\n" +
+		"Null,x@nomx.test,Lima\r\n"
+	r := b.call(http.MethodPost, "/v1/email/lists?name=june&webhook_url=https://hooks.example.com/lists", key, file,
+		"Content-Type", "text/csv", "Mailvet-Webhook-Secret", secret).want(t, http.StatusAccepted, "")
+	id, _ := r.body["id"].(string)
+	if r.body["rows"] != 6.0 || r.body["unique"] != 5.0 || r.body["email_column"] != "Email Address" || r.body["name"] != "june" {
+		t.Fatalf("upload answer %v", r.body)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/email/lists/"+id {
+		t.Errorf("Location %q", loc)
+	}
+
+	l := b.waitList(key, id, "completed")
+	if l["verified"] != 5.0 || l["progress"] != 1.0 || l["finished_at"] == nil || l["expires_at"] == nil {
+		t.Fatalf("completed list %v", l)
+	}
+	byStatus, _ := l["counts"].(map[string]any)["by_status"].(map[string]any)
+	want := map[string]any{"deliverable": 2.0, "undeliverable": 1.0, "invalid": 2.0}
+	if fmt.Sprint(byStatus) != fmt.Sprint(want) {
+		t.Errorf("counts by status %v, want %v", byStatus, want)
+	}
+
+	// CSV: every row in input order, its own columns, then the result's.
+	resp, body := b.download(key, id, "")
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") || resp.Header.Get("Mailvet-List-State") != "completed" {
+		t.Errorf("headers %v", resp.Header)
+	}
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil {
+		t.Fatalf("results are not CSV: %v\n%s", err, body)
+	}
+	if got := strings.Join(recs[0][:5], ","); got != "first,Email Address,city,status,reason" || len(recs) != 7 {
+		t.Fatalf("results header %v, %d records", recs[0], len(recs))
+	}
+	wantRows := [][]string{
+		{"Ann", "ann@acme.test", "Paris, FR", "deliverable"},
+		{"Bob", "bob@acme.test", "Berlin", "deliverable"},
+		{"Ann again", " ANN@acme.test ", "Rome", "deliverable"},
+		{"Nobody", "nobody@acme.test", "", "undeliverable"},
+		{"Broken", "not-an-address", "Oslo", "invalid"},
+		{"Null", "x@nomx.test", "Lima", "invalid"},
+	}
+	for i, w := range wantRows {
+		if got := recs[i+1][:4]; fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("row %d: %v, want %v", i+1, got, w)
+		}
+	}
+	// NDJSON, filtered by status: the input's fields by name, then the result.
+	_, body = b.download(key, id, "?format=ndjson&status=undeliverable,invalid")
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("filtered NDJSON: %q", body)
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := first["result"].(map[string]any)
+	if first["first"] != "Nobody" || res["status"] != "undeliverable" || res["reason"] != "mailbox_unknown" {
+		t.Errorf("first NDJSON line %v", first)
+	}
+
+	// Billed once per unique address that passed the syntax check; nothing for the duplicate.
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list'`, acct); n != 5 {
+		t.Errorf("usage rows %d, want 5", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list' AND billable`, acct); n != 4 {
+		t.Errorf("billable rows %d, want 4", n)
+	}
+	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 4 {
+		t.Errorf("monthly billable %d, want 4", n)
+	}
+
+	// The completion callback: a delivery of the list, signed with the caller's secret.
+	var cb []byte
+	var sig string
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, signature FROM deliveries WHERE list_id = $1`, id).Scan(&cb, &sig), "list delivery")
+	if err := webhook.Verify([]byte(secret), cb, sig); err != nil {
+		t.Errorf("callback signature: %v", err)
+	}
+	var callback map[string]any
+	_ = json.Unmarshal(cb, &callback)
+	if callback["event"] != "list.completed" || callback["list"].(map[string]any)["id"] != id {
+		t.Errorf("callback %s", cb)
+	}
+	deliveries := b.call(http.MethodGet, "/v1/management/deliveries", b.provisioningKey(acct), nil).want(t, http.StatusOK, "").body
+	if ds, _ := deliveries["deliveries"].([]any); len(ds) != 1 || ds[0].(map[string]any)["list_id"] != id {
+		t.Errorf("delivery log %v", deliveries)
+	}
+
+	// The account's lists, and nobody else's.
+	page := b.call(http.MethodGet, "/v1/email/lists?limit=1", key, nil).want(t, http.StatusOK, "").body
+	if ls, _ := page["lists"].([]any); len(ls) != 1 || page["next_cursor"] != nil {
+		t.Errorf("page %v", page)
+	}
+	_, other := b.customer(plan.Builder)
+	b.call(http.MethodGet, "/v1/email/lists/"+id, other, nil).want(t, http.StatusNotFound, "list_not_found")
+	if resp, _ := b.download(other, id, ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another account's download: %d", resp.StatusCode)
+	}
+	b.call(http.MethodDelete, "/v1/email/lists/"+id, other, nil).want(t, http.StatusNotFound, "list_not_found")
+	b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", key, nil).want(t, http.StatusConflict, "list_finished")
+
+	// Delete: the rows and results are gone; the bill stays, without addresses.
+	b.call(http.MethodDelete, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNoContent, "")
+	b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNotFound, "list_not_found")
+	for _, table := range []string{"list_rows", "list_addresses", "list_counts"} {
+		if n := b.count(`SELECT count(*) FROM `+table+` WHERE list_id = $1`, id); n != 0 {
+			t.Errorf("%s keeps %d rows of a deleted list", table, n)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list' AND snapshot IS NULL`, acct); n != 5 {
+		t.Errorf("usage rows after delete %d, want 5 without snapshots", n)
+	}
+}
+
+func TestListFormats(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	_, key := b.customer(plan.Builder)
+	for _, c := range []struct{ ct, file, line0 string }{
+		{"application/x-ndjson", "{\"email\":\"ann@acme.test\",\"crm_id\":7}\n\n{\"email\":\"bob@acme.test\"}\n",
+			`{"email":"ann@acme.test","crm_id":7,"result":`},
+		{"text/plain; charset=utf-8", "\ufeffann@acme.test\r\n\r\nbob@acme.test", `{"email":"ann@acme.test","result":`},
+	} {
+		r := b.upload(key, c.ct, "", c.file).want(t, http.StatusAccepted, "")
+		id := r.body["id"].(string)
+		if r.body["rows"] != 2.0 {
+			t.Errorf("%s: rows %v", c.ct, r.body["rows"])
+		}
+		b.waitList(key, id, "completed")
+		_, body := b.download(key, id, "?format=ndjson")
+		if !strings.HasPrefix(body, c.line0) || strings.Count(body, "\n") != 2 {
+			t.Errorf("%s: results %q", c.ct, body)
+		}
+		_, body = b.download(key, id, "?format=csv")
+		if !strings.HasPrefix(body, "email,status,reason") || !strings.Contains(body, "\nann@acme.test,deliverable,accepted") {
+			t.Errorf("%s: CSV results %q", c.ct, body)
+		}
+	}
+}
+
+// Bad files are refused with the line, and leave nothing stored or charged.
+func TestListBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_LIST_MAX_ROWS": "5", "MAILVET_LIST_MAX_BYTES": "4096"}})
+	acct, key := b.customer(plan.Free)
+	long := "email\n" + strings.Repeat("a", 101<<10) + "@acme.test\n"
+	for _, c := range []struct {
+		name, ct, query, file string
+		status                int
+		code                  string
+		line                  float64
+		says                  string
+	}{
+		{"ragged row", "text/csv", "", "email,name\nann@acme.test,Ann\nbob@acme.test\n", 400, "invalid_request", 3, "header's 2 columns"},
+		{"no such column", "text/csv", "?column=mail", "email\nann@acme.test\n", 400, "invalid_request", 1, `no column "mail"`},
+		{"no email column", "text/csv", "", "name,city\nAnn,Paris\n", 400, "invalid_request", 0, "holds no email addresses"},
+		{"no header", "text/csv", "", "ann@acme.test\nbob@acme.test\n", 400, "invalid_request", 1, "add a header row"},
+		{"bad encoding", "text/csv", "", "email\nann@acme.test\n\xff\xfe@acme.test\n", 400, "invalid_request", 3, "UTF-8"},
+		{"NUL", "text/plain", "", "ann@acme.test\nb\x00b@acme.test\n", 400, "invalid_request", 2, "NUL"},
+		{"UTF-16", "text/plain", "", "\xff\xfea\x00", 400, "invalid_request", 1, "UTF-16"},
+		{"not JSON", "application/x-ndjson", "", "{\"email\":\"ann@acme.test\"}\nann@acme.test\n", 400, "invalid_request", 2, "JSON object"},
+		{"no email field", "application/x-ndjson", "", "{\"mail\":\"ann@acme.test\"}\n", 400, "invalid_request", 1, `"email"`},
+		{"empty", "text/csv", "", "", 400, "invalid_request", 0, "empty"},
+		{"header only", "text/csv", "", "email\n", 400, "invalid_request", 0, "no rows"},
+		{"too many rows", "text/plain", "", strings.Repeat("ann@acme.test\n", 6), 413, "payload_too_large", 0, "more than 5 rows"},
+		{"too many bytes", "text/plain", "", strings.Repeat("ann@acme.test\n", 400), 413, "payload_too_large", 0, "4096 bytes"},
+		{"long line", "text/csv", "", long, 413, "payload_too_large", 0, "4096 bytes"},
+		{"content type", "application/json", "", `{"emails":["ann@acme.test"]}`, 400, "invalid_request", 0, "Content-Type"},
+		{"query", "text/csv", "?colum=email", "email\nann@acme.test\n", 400, "invalid_request", 0, `"colum"`},
+		{"secret without hook", "text/csv", "?webhook_secret=12345678", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
+		{"private hook", "text/csv", "?webhook_url=http://127.0.0.1/x", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
+	} {
+		r := b.upload(key, c.ct, c.query, c.file).want(t, c.status, c.code)
+		msg, _ := r.body["message"].(string)
+		if !strings.Contains(msg, c.says) {
+			t.Errorf("%s: message %q does not say %q", c.name, msg, c.says)
+		}
+		if line, _ := r.body["line"].(float64); line != c.line {
+			t.Errorf("%s: line %v, want %v (%s)", c.name, r.body["line"], c.line, msg)
+		}
+		if c.status == 413 || c.line > 0 {
+			if r.header.Get("Connection") != "close" {
+				t.Errorf("%s: a refused upload keeps the connection open", c.name)
+			}
+		}
+	}
+	// A line over 100 KB within the byte limit is named too.
+	b2 := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key2 := b2.customer(plan.Builder)
+	r := b2.upload(key2, "text/csv", "", long).want(t, http.StatusBadRequest, "invalid_request")
+	if r.body["line"] != 2.0 || !strings.Contains(r.body["message"].(string), "longer than 102400 bytes") {
+		t.Errorf("long line: %v", r.body)
+	}
+	// Invalid addresses inside a good file are results, not errors.
+	b.upload(key, "text/plain", "", "not-an-address\nann@acme.test\n").want(t, http.StatusAccepted, "")
+
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 1 {
+		t.Errorf("%d lists stored, want only the good one", n)
+	}
+	if n := b.count(`SELECT count(*) FROM list_rows r WHERE NOT EXISTS (SELECT 1 FROM lists l WHERE l.id = r.list_id)`); n != 0 {
+		t.Errorf("%d rows of refused uploads stored", n)
+	}
+	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 2 {
+		t.Errorf("quota units %d, want the good list's 2", n)
+	}
+}
+
+// Admission at upload: the unique count against the free quota and the paid spend cap, before
+// anything is stored; the per-minute rate limit does not apply to lists.
+func TestListAdmission(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true, env: map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "10", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "2",
+		"MAILVET_PLAN_BUILDER_MONTHLY_CALLS": "5", "MAILVET_OVERAGE_EUR_BUILDER": "1"}})
+	free, key := b.customer(plan.Free)
+	addrs := func(n int) string {
+		var s strings.Builder
+		for i := range n {
+			fmt.Fprintf(&s, "user%d@acme.test\nUSER%d@acme.test\n", i, i) // each twice: unique is n
+		}
+		return s.String()
+	}
+	// 8 unique of 10: admitted although the rate limit is 2 a minute, and the rate window is untouched.
+	b.upload(key, "text/plain", "", addrs(8)).want(t, http.StatusAccepted, "")
+	b.verify(key, map[string]string{"email": "not-an-address"}).want(t, http.StatusOK, "") // decided locally
+	// 3 more unique would pass the quota (8 + 1 + 3 > 10): refused whole.
+	r := b.upload(key, "text/plain", "", addrs(3)).want(t, http.StatusTooManyRequests, "monthly_quota_exceeded")
+	if r.body["limit"] != 10.0 || r.body["used"] != 9.0 || r.header.Get("Retry-After") == "" {
+		t.Errorf("quota refusal %v %v", r.body, r.header)
+	}
+	b.upload(key, "text/plain", "", addrs(1)).want(t, http.StatusAccepted, "")
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, free); n != 2 {
+		t.Errorf("lists %d", n)
+	}
+
+	// Paid: 5 included, 1 EUR each beyond; a cap of 2 EUR allows 7 unique at most.
+	paid, pkey := b.customer(plan.Builder)
+	_, err := b.pool.Exec(context.Background(), `UPDATE accounts SET hard_cap_eur = 2 WHERE id = $1`, paid)
+	pgtest.Must(t, err, "cap")
+	r = b.upload(pkey, "text/plain", "", addrs(8)).want(t, http.StatusPaymentRequired, "payment_required")
+	if r.body["hard_cap_eur"] != 2.0 {
+		t.Errorf("cap refusal %v", r.body)
+	}
+	b.upload(pkey, "text/plain", "", addrs(7)).want(t, http.StatusAccepted, "")
+}
+
+// Cancel stops a list and gives back the quota units of what it did not verify; chunks still
+// queued are dropped by the workers, unbilled. Delete of a running list does the same.
+func TestListCancelRefunds(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(plan.Free)
+	id := b.upload(key, "text/plain", "", "ann@acme.test\nbob@acme.test\nzed@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	quota := func() int {
+		return b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct)
+	}
+	if q := quota(); q != 3 {
+		t.Fatalf("quota units after upload %d, want 3", q)
+	}
+	l := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusOK, "").body
+	if l["state"] != "running" {
+		t.Fatalf("list %v", l)
+	}
+	l = b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", key, nil).want(t, http.StatusOK, "").body
+	if l["state"] != "canceled" || l["finished_at"] == nil {
+		t.Fatalf("canceled list %v", l)
+	}
+	if q := quota(); q != 0 {
+		t.Errorf("quota units after cancel %d, want 0", q)
+	}
+	b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", key, nil).want(t, http.StatusConflict, "list_finished")
+
+	// A worker now takes the queued chunk and drops it: nothing is verified or billed.
+	b.startWorker(t)
+	time.Sleep(500 * time.Millisecond)
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list'`, acct); n != 0 {
+		t.Errorf("a canceled list billed %d rows", n)
+	}
+	if n := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1 AND result IS NOT NULL`, id); n != 0 {
+		t.Errorf("a canceled list got %d results", n)
+	}
+}

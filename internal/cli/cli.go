@@ -1,0 +1,183 @@
+// Package cli is the `mailvet` command (cmd/mailvet): verification of addresses and of files as
+// bulk lists, the lists themselves, keys and usage, all through the public Go client
+// (github.com/mailvet/mailvet/client), so the CLI can do nothing a client program could not.
+// docs/clients.md, "CLI", is its manual.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/mailvet/mailvet/client"
+)
+
+// Exit codes (docs/clients.md, "Exit codes"). The status says whether the command worked, never
+// what the addresses turned out to be: an undeliverable address verified is a success.
+const (
+	ExitOK    = 0 // the command did what was asked
+	ExitError = 1 // the API refused or failed, the network failed, or a file could not be read or written
+	ExitUsage = 2 // a mistake on the command line or in the environment (no MAILVET_API_KEY)
+)
+
+const helpText = `mailvet — verify email addresses with the Mailvet API
+
+Usage:
+  mailvet verify [--json] ADDRESS...
+        verify addresses; a table on a terminal, one JSON result a line (NDJSON) otherwise
+  mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv]
+        verify a file as a bulk list (--file - reads standard input): it is uploaded as it is,
+        streamed, and the results CSV (standard output unless --out) has the input's columns
+        followed by the result's
+  mailvet lists [list] [--limit N] [--cursor C] [--json]
+                                          the account's bulk lists, newest first
+  mailvet lists show ID [--json]          a list's state, counts and progress
+  mailvet lists results ID [--format csv|ndjson] [--status S,...] [--out FILE]
+                                          download a list's rows with their results
+  mailvet lists cancel ID                 stop a running list (what is not verified is not billed)
+  mailvet lists delete ID                 delete a list's rows and results for good
+  mailvet keys list [--json]              the account's standard keys
+  mailvet keys create [--label LABEL]     a new standard key, shown once (label mailvet-cli unless given)
+  mailvet keys revoke ID                  revoke a standard key
+  mailvet usage [--json]                  this month's usage and the last 30 days
+  mailvet version                         the version
+  mailvet help                            this text
+
+Environment:
+  MAILVET_API_KEY   the API key: a standard key (sk_live_…) for verify, a provisioning key
+                    (sk_mgmt_…) for keys and usage
+  MAILVET_URL       the API's base URL (default http://localhost:8080)
+
+A file is read as CSV with a header row; the API picks the address column (--column, else the
+first header that looks like an email column, else the first column). A .ndjson or .jsonl file
+is NDJSON. A file or standard input whose first line is a lone address (an @, no comma) is a
+plain list, one address a line, and its output has the header "email". Progress (with rate and
+ETA) is shown on standard error when it is a terminal; nothing is, when it is not. Interrupting
+verify --file cancels its list.
+
+Requests refused for the per-minute rate limit wait for the next window and are sent again.
+
+Exit codes:
+  0  success (whatever the verdicts: an undeliverable address is a result, not a failure)
+  1  the API answered an error, the network failed, a file could not be read or written, or a
+     list ended failed or canceled
+  2  usage error: unknown command or flag, missing argument, MAILVET_API_KEY not set
+`
+
+// errUsage marks mistakes on the command line; Run exits ExitUsage for them.
+var errUsage = errors.New("usage")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// env is what a command runs with.
+type env struct {
+	getenv         func(string) string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// Run runs one mailvet command line and returns its exit code.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	err := e.dispatch(ctx, args)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "mailvet: %s\nRun 'mailvet help' for usage.\n", strings.TrimPrefix(err.Error(), "usage: "))
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "mailvet: %s\n", describe(err))
+		return ExitError
+	}
+}
+
+func (e env) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, helpText)
+		return usagef("no command")
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(e.stdout, helpText)
+		return nil
+	case "version", "--version":
+		fmt.Fprintf(e.stdout, "mailvet %s\n", client.Version)
+		return nil
+	case "verify":
+		return e.verify(ctx, rest)
+	case "keys":
+		return e.keys(ctx, rest)
+	case "usage":
+		return e.usage(ctx, rest)
+	case "lists":
+		return e.lists(ctx, rest)
+	default:
+		return usagef("unknown command %q", cmd)
+	}
+}
+
+// client builds the API client from the environment.
+func (e env) client() (*client.Client, error) {
+	key := strings.TrimSpace(e.getenv("MAILVET_API_KEY"))
+	if key == "" {
+		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… to verify, sk_mgmt_… for keys and usage)")
+	}
+	base := strings.TrimSpace(e.getenv("MAILVET_URL"))
+	if base == "" {
+		base = client.DefaultBaseURL
+	}
+	return client.New(key, client.WithBaseURL(base), client.WithRetryOnRateLimit(true),
+		client.WithUserAgent("mailvet-cli/"+client.Version)), nil
+}
+
+// parse parses flags that may come before, between or after the positional arguments, and
+// returns the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		if args[0] == "--" {
+			return append(positional, args[1:]...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+// describe is an error for a person: the API's message and what to do about it.
+func describe(err error) string {
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		s := fmt.Sprintf("%s (HTTP %d): %s", apiErr.Code, apiErr.Status, apiErr.Message)
+		if apiErr.Action != "" {
+			s += "\n  " + apiErr.Action
+		}
+		return s
+	}
+	return err.Error()
+}
+
+// isTerminal reports whether w is a terminal (a character device), where tables and progress
+// are for a person; anything else gets machine-readable output and no progress.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,359 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/client"
+	"github.com/mailvet/mailvet/internal/testkit/demoapi"
+)
+
+func TestMain(m *testing.M) { demoapi.Main(m) }
+
+// run runs one command line in-process, as the binary would.
+func run(t *testing.T, env map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// Mistakes on the command line exit 2 before any request; help and version need nothing.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	key := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": "http://127.0.0.1:1"}
+	for _, args := range [][]string{
+		{}, {"frobnicate"}, {"verify"}, {"verify", "--bogus", "a@b.example"}, {"verify", "--file", "x.csv", "a@b.example"},
+		{"verify", "--out", "o.csv", "a@b.example"}, {"keys"}, {"keys", "rotate"}, {"keys", "revoke"}, {"usage", "extra"},
+		{"lists", "show"}, {"lists", "frob", "x"}, {"lists", "list", "extra"}, {"lists", "results", "a", "b"},
+		{"lists", "results", "x", "--format", "xml"}, {"lists", "show", "x", "--status", "deliverable"}, {"lists", "cancel", "x", "--limit", "3"},
+	} {
+		if code, _, stderr := run(t, key, "", args...); code != ExitUsage || !strings.Contains(stderr, "mailvet help") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	if code, _, stderr := run(t, nil, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
+		t.Errorf("no key: exit %d, %q", code, stderr)
+	}
+	if code, stdout, _ := run(t, nil, "", "help"); code != ExitOK || !strings.Contains(stdout, "Exit codes:") {
+		t.Errorf("help: exit %d, %q", code, stdout)
+	}
+	if code, stdout, _ := run(t, nil, "", "version"); code != ExitOK || stdout != "mailvet "+client.Version+"\n" {
+		t.Errorf("version: exit %d, %q", code, stdout)
+	}
+	// Nothing listens on port 1: a network error is exit 1.
+	if code, _, stderr := run(t, key, "", "verify", "a@b.example"); code != ExitError || !strings.Contains(stderr, "127.0.0.1:1") {
+		t.Errorf("unreachable: exit %d, %q", code, stderr)
+	}
+}
+
+func TestFileFormat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		path, first, column, want string
+	}{
+		{"in.csv", "name,Email,company\nAnn,ann@acme.example,Acme\n", "", "csv"},
+		{"in.csv", "\ufeffann@acme.example\nzoe@acme.example\n", "", "text"},
+		{"-", "zoe@acme.example", "", "text"},
+		{"-", "email\nzoe@acme.example\n", "", "csv"},
+		{"in.csv", "Ann,ann@acme.example\n", "", "csv"}, // a headerless CSV: the API names line 1
+		{"-", "ann@acme.example\n", "email", "csv"},
+		{"people.ndjson", `{"email":"ann@acme.example"}`, "", "ndjson"},
+		{"people.JSONL", `{"email":"ann@acme.example"}`, "", "ndjson"},
+		{"-", "", "", "csv"},
+	}
+	for _, tt := range tests {
+		br := bufio.NewReader(strings.NewReader(tt.first))
+		got, err := fileFormat(tt.path, br, tt.column)
+		if err != nil || got != tt.want {
+			t.Errorf("fileFormat(%q, %q, %q) = %q, %v; want %q", tt.path, tt.first, tt.column, got, err, tt.want)
+		}
+		// Peeking consumed nothing: the upload gets the file whole.
+		if rest, _ := io.ReadAll(br); string(rest) != tt.first {
+			t.Errorf("fileFormat consumed %q", tt.first[:len(tt.first)-len(rest)])
+		}
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := newProgress(&out, true)
+	rate, eta := 100.0, 6
+	p.update(client.List{Verified: 400, Unique: 1000, RatePerSecond: &rate, ETASeconds: &eta})
+	if got, want := p.line(), "[============>                 ]  400/1000  40%  100.0/s  ETA 6s "; got != want {
+		t.Errorf("line = %q\nwant   %q", got, want)
+	}
+	p.update(client.List{Verified: 1000, Unique: 1000, RatePerSecond: &rate})
+	if got, want := p.line(), "[==============================] 1000/1000 100%  100.0/s  ETA 0s "; got != want {
+		t.Errorf("line = %q\nwant   %q", got, want)
+	}
+	p.finish()
+	if !strings.HasPrefix(out.String(), "\r[") || !strings.HasSuffix(out.String(), "\n") || strings.Count(out.String(), "\r") != 3 {
+		t.Errorf("drawn %q", out.String())
+	}
+	// Before the list starts, the API has no rate and no ETA yet.
+	if got, want := newProgress(io.Discard, false).line(), "[>                             ] 0/0   0%  0.0/s  ETA ? "; got != want {
+		t.Errorf("line = %q\nwant   %q", got, want)
+	}
+	var quiet bytes.Buffer
+	q := newProgress(&quiet, false)
+	q.update(client.List{Verified: 10, Unique: 10})
+	q.finish()
+	if quiet.Len() != 0 {
+		t.Errorf("a disabled bar drew %q", quiet.String())
+	}
+}
+
+// End-to-end against the real `api -dev -demo`: addresses, files as bulk lists, lists, keys and
+// usage.
+func TestAgainstServer(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, map[string]string{
+		"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "100000",
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS":      "100000",
+	})
+	std := map[string]string{"MAILVET_API_KEY": s.StandardKey, "MAILVET_URL": s.URL}
+	mgmt := map[string]string{"MAILVET_API_KEY": s.ProvisioningKey, "MAILVET_URL": s.URL}
+
+	t.Run("addresses", func(t *testing.T) {
+		code, stdout, stderr := run(t, std, "", "verify", "ann@acme.example", "zoe@acme.example", "--json", "ann@mial.example")
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		want := [][2]string{{"ann@acme.example", "deliverable"}, {"zoe@acme.example", "undeliverable"}, {"ann@mial.example", "invalid"}}
+		if len(lines) != len(want) {
+			t.Fatalf("output %q", stdout)
+		}
+		for i, line := range lines {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			// Exit 0 whatever the verdict; the JSON is the API's, nulls included.
+			if r["email"] != want[i][0] || r["status"] != want[i][1] {
+				t.Errorf("line %d: %s", i, line)
+			}
+			if _, ok := r["suggestion"]; !ok {
+				t.Errorf("line %d lacks suggestion: %s", i, line)
+			}
+		}
+		if !strings.Contains(lines[2], `"suggestion":"mail.example"`) || !strings.Contains(lines[0], `"suggestion":null`) {
+			t.Errorf("lines %q", lines)
+		}
+	})
+
+	t.Run("csv", func(t *testing.T) {
+		dir := t.TempDir()
+		var in strings.Builder
+		in.WriteString("\ufeffname,Email,status\n") // a spreadsheet's BOM, and a column named like a result's
+		var emails []string
+		for i := range 1203 {
+			var e string
+			switch {
+			case i%100 == 7:
+				e = "ann@acme.example" // repeated: verified once, written on every row
+			case i%100 == 8:
+				e = " " // blank: an invalid address, not an error
+			case i%10 == 0:
+				e = fmt.Sprintf("user%04d@globex.example", i)
+			default:
+				e = fmt.Sprintf("user%04d@mailinator.com", i)
+			}
+			emails = append(emails, e)
+			fmt.Fprintf(&in, "Person %d,%s,lead\n", i, e)
+		}
+		src, out := filepath.Join(dir, "list.csv"), filepath.Join(dir, "results.csv")
+		if err := os.WriteFile(src, []byte(in.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := run(t, std, "", "verify", "--file", src, "--out", out)
+		if code != ExitOK || stdout != "" || stderr != "" { // quiet when not on a terminal
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		records, err := csv.NewReader(f).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The server's columns: the input's (its own "status" included), then the result's.
+		wantHeader := "name,Email,status,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion"
+		if got := strings.Join(records[0], ","); got != wantHeader {
+			t.Fatalf("header %s\nwant   %s", got, wantHeader)
+		}
+		if len(records) != 1+len(emails) {
+			t.Fatalf("%d rows, want %d", len(records)-1, len(emails))
+		}
+		for i, row := range records[1:] {
+			if row[0] != fmt.Sprintf("Person %d", i) || row[1] != emails[i] || row[2] != "lead" {
+				t.Fatalf("row %d: %q: input columns not kept in order", i, row)
+			}
+			var want string
+			switch {
+			case i%100 == 7:
+				want = "deliverable"
+			case i%10 == 0:
+				want = "catch_all"
+			default:
+				want = "invalid" // disposable, or the blank cell
+			}
+			if row[3] != want {
+				t.Errorf("row %d (%q): status %q, want %q", i, emails[i], row[3], want)
+			}
+		}
+
+		// The list stays on the account: lists list and show find it.
+		code, stdout, stderr = run(t, std, "", "lists")
+		var page client.ListPage
+		if err := json.Unmarshal([]byte(stdout), &page); code != ExitOK || err != nil || len(page.Lists) != 1 {
+			t.Fatalf("lists: exit %d, %s %s", code, stdout, stderr)
+		}
+		l := page.Lists[0]
+		if l.Name != "list.csv" || l.State != client.ListCompleted || l.Rows != 1203 || l.EmailColumn != "Email" {
+			t.Errorf("lists: %+v", l)
+		}
+		code, stdout, _ = run(t, std, "", "lists", "show", l.ID)
+		var shown client.List
+		if err := json.Unmarshal([]byte(stdout), &shown); code != ExitOK || err != nil || shown.ID != l.ID || shown.Counts.ByStatus["deliverable"] != 1 {
+			t.Errorf("lists show: exit %d, %s", code, stdout)
+		}
+		// Results again, as NDJSON, deliverable only: the 12 rows of ann@acme.example in order.
+		code, stdout, stderr = run(t, std, "", "lists", "results", l.ID, "--format", "ndjson", "--status", "deliverable")
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		if code != ExitOK || len(lines) != 12 || !strings.Contains(lines[0], `"name":"Person 7"`) || !strings.Contains(lines[11], `"name":"Person 1107"`) {
+			t.Errorf("lists results: exit %d, %d lines, %s", code, len(lines), stderr)
+		}
+		if code, _, stderr := run(t, std, "", "lists", "cancel", l.ID); code != ExitError || !strings.Contains(stderr, "list_finished (HTTP 409)") {
+			t.Errorf("cancel a finished list: exit %d, %s", code, stderr)
+		}
+		if code, stdout, _ := run(t, std, "", "lists", "delete", l.ID); code != ExitOK || !strings.Contains(stdout, `"deleted":true`) {
+			t.Errorf("delete: exit %d, %s", code, stdout)
+		}
+		if code, _, stderr := run(t, std, "", "lists", "show", l.ID); code != ExitError || !strings.Contains(stderr, "list_not_found") {
+			t.Errorf("show a deleted list: exit %d, %s", code, stderr)
+		}
+
+		// Standard input, a plain list of addresses, to standard output.
+		code, stdout, stderr = run(t, std, "zoe@acme.example\nanyone@globex.example\n", "verify", "--file", "-")
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if want := "email,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion\n" +
+			"zoe@acme.example,undeliverable,mailbox_unknown,false,0.02,smtp,false,false,false,false,false,true,mx.acme.example,\n" +
+			"anyone@globex.example,catch_all,catch_all,false,0.6,,false,false,false,true,false,true,mx.globex.example,\n"; stdout != want {
+			t.Errorf("plain list output:\n%s\nwant\n%s", stdout, want)
+		}
+		// The API's refusals of a file are exit 1 with the line at fault.
+		if code, _, stderr := run(t, std, "a,b\n1,2\n", "verify", "--file", "-", "--column", "email"); code != ExitError || !strings.Contains(stderr, "invalid_request (HTTP 400)") {
+			t.Errorf("unknown column: exit %d, %s", code, stderr)
+		}
+		if code, _, stderr := run(t, std, "name,email\nAnn,ann@acme.example\nZoe\n", "verify", "--file", "-"); code != ExitError || !strings.Contains(stderr, "line 3") {
+			t.Errorf("ragged CSV: exit %d, %s", code, stderr)
+		}
+		if code, _, stderr := run(t, std, "", "verify", "--file", filepath.Join(dir, "missing.csv")); code != ExitError || !strings.Contains(stderr, "missing.csv") {
+			t.Errorf("missing file: exit %d, %s", code, stderr)
+		}
+	})
+
+	t.Run("canceled", func(t *testing.T) {
+		// A list canceled while verify --file waits for it is exit 1, with nothing written.
+		var in strings.Builder
+		for i := range 20000 {
+			fmt.Fprintf(&in, "user%05d@globex.example\n", i) // catch-all: an SMTP round trip each
+		}
+		dir := t.TempDir()
+		src, out := filepath.Join(dir, "big.txt"), filepath.Join(dir, "out.csv")
+		if err := os.WriteFile(src, []byte(in.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			code   int
+			stderr string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", out)
+			done <- result{code, stderr}
+		}()
+		var id string
+		for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			_, stdout, _ := run(t, std, "", "lists", "--limit", "100")
+			var page client.ListPage
+			_ = json.Unmarshal([]byte(stdout), &page)
+			for _, l := range page.Lists {
+				if l.Name == "big.txt" {
+					id = l.ID
+				}
+			}
+		}
+		if id == "" {
+			t.Fatal("the upload did not appear in lists")
+		}
+		code, stdout, stderr := run(t, std, "", "lists", "cancel", id)
+		if code != ExitOK {
+			t.Skipf("the list finished before it could be canceled: %s", stderr)
+		}
+		var l client.List
+		if err := json.Unmarshal([]byte(stdout), &l); err != nil || l.State != client.ListCanceled {
+			t.Fatalf("lists cancel: %s %v", stdout, err)
+		}
+		r := <-done
+		if r.code != ExitError || !strings.Contains(r.stderr, "list "+id+" was canceled") {
+			t.Errorf("verify of a canceled list: exit %d, %s", r.code, r.stderr)
+		}
+		if b, _ := os.ReadFile(out); len(b) != 0 {
+			t.Errorf("a canceled list wrote %d bytes of results", len(b))
+		}
+	})
+
+	t.Run("keys and usage", func(t *testing.T) {
+		code, stdout, stderr := run(t, mgmt, "", "keys", "create", "--label", "from-cli")
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var k client.CreatedKey
+		if err := json.Unmarshal([]byte(stdout), &k); err != nil || k.Label != "from-cli" || !strings.HasPrefix(k.Key, "sk_live_") {
+			t.Fatalf("create: %s %v", stdout, err)
+		}
+		code, stdout, _ = run(t, mgmt, "", "keys", "list")
+		var l client.KeyList
+		if err := json.Unmarshal([]byte(stdout), &l); code != ExitOK || err != nil || l.Count != 2 {
+			t.Fatalf("list: exit %d, %s", code, stdout)
+		}
+		if code, _, stderr := run(t, mgmt, "", "keys", "revoke", k.ID); code != ExitOK {
+			t.Fatalf("revoke: exit %d, %s", code, stderr)
+		}
+		// The API's refusal is exit 1 with its message and action.
+		code, _, stderr = run(t, mgmt, "", "keys", "revoke", k.ID)
+		if code != ExitError || !strings.Contains(stderr, "key_not_found (HTTP 404)") || !strings.Contains(stderr, "GET /v1/management/keys") {
+			t.Errorf("revoke twice: exit %d, %s", code, stderr)
+		}
+		code, stdout, _ = run(t, mgmt, "", "usage")
+		var u struct {
+			Summary client.UsageSummary `json:"summary"`
+			Days    []client.DayUsage   `json:"days"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &u); code != ExitOK || err != nil || u.Summary.Tier != "free" || len(u.Days) != 30 {
+			t.Errorf("usage: exit %d, %s", code, stdout)
+		}
+		// A standard key cannot manage keys.
+		if code, _, stderr := run(t, std, "", "keys", "list"); code != ExitError || !strings.Contains(stderr, "wrong_key_type") {
+			t.Errorf("keys with a standard key: exit %d, %s", code, stderr)
+		}
+	})
+}

@@ -1,0 +1,269 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mailvet/mailvet/client"
+)
+
+// listPoll is how often `verify --file` reads its list's progress.
+const listPoll = 500 * time.Millisecond
+
+// verifyFile verifies a file through a bulk list (docs/lists.md): it uploads the file as it is,
+// streamed, follows the list's progress, then downloads the results CSV (the input's columns,
+// then the result's) to outPath, or standard output.
+func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, outPath string) error {
+	var in io.Reader = e.stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	br := bufio.NewReaderSize(in, 64<<10)
+	format, err := fileFormat(path, br, column)
+	if err != nil {
+		return err
+	}
+	// Create the output before uploading, so that an unwritable --out costs nothing.
+	var out io.Writer = e.stdout
+	if outPath != "" {
+		f, err := os.Create(outPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	name := "mailvet-cli"
+	if path != "-" {
+		name = filepath.Base(path)
+	}
+	l, err := c.UploadList(ctx, br, client.ListUpload{Format: format, Column: column, Name: name})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	prog := newProgress(e.stderr, isTerminal(e.stderr))
+	l, err = c.WaitList(ctx, l.ID, listPoll, prog.update)
+	prog.finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			// Interrupted: stop the list, so that what was not verified is not billed.
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, cerr := c.CancelList(stop, l.ID); cerr == nil {
+				return fmt.Errorf("interrupted: list %s canceled: %w", l.ID, err)
+			}
+		}
+		return fmt.Errorf("list %s: %w", l.ID, err)
+	}
+	if err := finalState(l); err != nil {
+		return err
+	}
+	if err := e.download(ctx, c, l.ID, client.ResultsOptions{}, out); err != nil {
+		return err
+	}
+	if isTerminal(e.stderr) {
+		fmt.Fprintf(e.stderr, "%d rows (%d unique addresses) verified in %s; list %s\n", l.Rows, l.Unique,
+			prog.elapsed().Round(time.Second), l.ID)
+	}
+	return nil
+}
+
+// finalState is the error of a list that ended without completing (docs/clients.md, "Exit
+// codes": exit 1).
+func finalState(l client.List) error {
+	switch l.State {
+	case client.ListFailed:
+		return fmt.Errorf("list %s failed: %s", l.ID, l.Error)
+	case client.ListCanceled:
+		return fmt.Errorf("list %s was canceled after %d of %d addresses; `mailvet lists results %s` has what was verified", l.ID, l.Verified, l.Unique, l.ID)
+	}
+	return nil
+}
+
+// fileFormat says how the API should read the file (docs/clients.md, "Files"): NDJSON for
+// .ndjson and .jsonl files, else CSV, unless the first line is a lone address and no --column is
+// given: then the file is a plain list, one address a line. It peeks at the first line without
+// consuming it.
+func fileFormat(path string, br *bufio.Reader, column string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".ndjson", ".jsonl":
+		return client.ListNDJSON, nil
+	}
+	if column != "" {
+		return client.ListCSV, nil
+	}
+	first, err := br.Peek(br.Size())
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if i := bytes.IndexByte(first, '\n'); i >= 0 {
+		first = first[:i]
+	}
+	line := strings.TrimSpace(strings.TrimPrefix(string(first), "\ufeff"))
+	if strings.Contains(line, "@") && !strings.ContainsAny(line, ",;\t\"") {
+		return client.ListText, nil
+	}
+	return client.ListCSV, nil
+}
+
+// download copies a list's results to w.
+func (e env) download(ctx context.Context, c *client.Client, id string, opts client.ResultsOptions, w io.Writer) error {
+	rc, err := c.ListResults(ctx, id, opts)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if _, err := io.Copy(w, rc); err != nil {
+		return fmt.Errorf("list %s: downloading the results: %w", id, err)
+	}
+	return nil
+}
+
+// lists is `mailvet lists [list|show ID|results ID|cancel ID|delete ID]`.
+func (e env) lists(ctx context.Context, args []string) error {
+	sub := "list"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("lists "+sub, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "JSON output even on a terminal")
+	limit := fs.Int("limit", 0, "lists per page, 1 to 100 (lists list)")
+	cursor := fs.String("cursor", "", "next_cursor of the previous page (lists list)")
+	format := fs.String("format", "csv", "csv or ndjson (lists results)")
+	status := fs.String("status", "", "comma-separated statuses to keep (lists results)")
+	out := fs.String("out", "", "where to write the results (lists results; default standard output)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		if len(rest) != 0 {
+			return usagef("lists list: unexpected argument %q", rest[0])
+		}
+	case "show", "results", "cancel", "delete":
+		if len(rest) != 1 {
+			return usagef("lists %s: give one list ID", sub)
+		}
+	default:
+		return usagef("lists: unknown subcommand %q (list, show, results, cancel, delete)", sub)
+	}
+	if sub != "results" && (*status != "" || *out != "" || *format != "csv") {
+		return usagef("lists %s: --format, --status and --out go with lists results", sub)
+	}
+	if sub != "list" && (*limit != 0 || *cursor != "") {
+		return usagef("lists %s: --limit and --cursor go with lists list", sub)
+	}
+	if *format != "csv" && *format != "ndjson" {
+		return usagef("lists results: --format is csv or ndjson, not %q", *format)
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	human := !*asJSON && isTerminal(e.stdout)
+	switch sub {
+	case "list":
+		p, err := c.Lists(ctx, client.ListsPage{Limit: *limit, Cursor: *cursor})
+		if err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(p)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tROWS\tUNIQUE\tPROGRESS\tCREATED\tNAME")
+		for _, l := range p.Lists {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f%%\t%s\t%s\n", l.ID, l.State, l.Rows, l.Unique, 100*l.Progress, l.CreatedAt.Format(time.RFC3339), l.Name)
+		}
+		tw.Flush()
+		if p.NextCursor != "" {
+			fmt.Fprintf(e.stdout, "more: mailvet lists list --cursor %s\n", p.NextCursor)
+		}
+	case "show":
+		l, err := c.List(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(l)
+		}
+		writeList(e.stdout, l)
+	case "results":
+		w := e.stdout
+		if *out != "" {
+			f, err := os.Create(*out)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			w = f
+		}
+		var statuses []string
+		if *status != "" {
+			statuses = strings.Split(*status, ",")
+		}
+		return e.download(ctx, c, rest[0], client.ResultsOptions{Format: *format, Statuses: statuses}, w)
+	case "cancel":
+		l, err := c.CancelList(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(l)
+		}
+		fmt.Fprintf(e.stdout, "canceled %s after %d of %d addresses\n", l.ID, l.Verified, l.Unique)
+	case "delete":
+		if err := c.DeleteList(ctx, rest[0]); err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(map[string]any{"id": rest[0], "deleted": true})
+		}
+		fmt.Fprintf(e.stdout, "deleted %s\n", rest[0])
+	}
+	return nil
+}
+
+// writeList shows one list for a person.
+func writeList(w io.Writer, l client.List) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\n", l.ID, l.Name, l.State)
+	fmt.Fprintf(tw, "file\t%s, %d rows, %d unique addresses in column %q\n", l.Format, l.Rows, l.Unique, l.EmailColumn)
+	fmt.Fprintf(tw, "progress\t%d of %d (%.0f%%)", l.Verified, l.Unique, 100*l.Progress)
+	if l.RatePerSecond != nil {
+		fmt.Fprintf(tw, ", %.1f/s", *l.RatePerSecond)
+	}
+	if l.ETASeconds != nil {
+		fmt.Fprintf(tw, ", ETA %s", time.Duration(*l.ETASeconds)*time.Second)
+	}
+	fmt.Fprintln(tw)
+	for _, st := range []string{client.StatusDeliverable, client.StatusUndeliverable, client.StatusCatchAll, client.StatusUnknown, client.StatusInvalid} {
+		fmt.Fprintf(tw, "%s\t%d\n", st, l.Counts.ByStatus[st])
+	}
+	if l.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", l.Error)
+	}
+	fmt.Fprintf(tw, "created\t%s\n", l.CreatedAt.Format(time.RFC3339))
+	if l.ExpiresAt != nil {
+		fmt.Fprintf(tw, "expires\t%s\n", l.ExpiresAt.Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "results\tmailvet lists results %s\n", l.ID)
+	tw.Flush()
+}

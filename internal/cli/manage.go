@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+)
+
+func (e env) keys(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usagef("keys: give list, create or revoke")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "JSON output even on a terminal")
+	label := fs.String("label", "mailvet-cli", "the new key's label (keys create)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub == "revoke" && len(rest) != 1:
+		return usagef("keys revoke: give one key ID")
+	case sub != "revoke" && len(rest) != 0:
+		return usagef("keys %s: unexpected argument %q", sub, rest[0])
+	case sub != "list" && sub != "create" && sub != "revoke":
+		return usagef("keys: unknown subcommand %q (list, create, revoke)", sub)
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	human := !*asJSON && isTerminal(e.stdout)
+	switch sub {
+	case "list":
+		l, err := c.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(l)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tLABEL\tKEY\tCREATED")
+		for _, k := range l.Keys {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Label, k.Prefix, k.CreatedAt.Format(time.RFC3339))
+		}
+		tw.Flush()
+		fmt.Fprintf(e.stdout, "%d of %d keys\n", l.Count, l.Max)
+	case "create":
+		k, err := c.CreateKey(ctx, *label)
+		if err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(k)
+		}
+		fmt.Fprintf(e.stdout, "%s\nid %s, label %q\n%s\n", k.Key, k.ID, k.Label, k.Warning)
+	case "revoke":
+		if err := c.RevokeKey(ctx, rest[0]); err != nil {
+			return err
+		}
+		if !human {
+			return json.NewEncoder(e.stdout).Encode(map[string]any{"id": rest[0], "revoked": true})
+		}
+		fmt.Fprintf(e.stdout, "revoked %s\n", rest[0])
+	}
+	return nil
+}
+
+func (e env) usage(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "JSON output even on a terminal")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("usage: unexpected argument %q", rest[0])
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	sum, err := c.UsageSummary(ctx)
+	if err != nil {
+		return err
+	}
+	days, err := c.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON || !isTerminal(e.stdout) {
+		return json.NewEncoder(e.stdout).Encode(map[string]any{"summary": sum, "days": days.Days})
+	}
+	fmt.Fprintf(e.stdout, "%s tier, %s to %s: %d calls used of %d included (%d left), %d overage, estimated cost €%.2f\n\n",
+		sum.Tier, sum.Period.Start.Format(time.DateOnly), sum.Period.End.Format(time.DateOnly), sum.CallsUsed,
+		sum.CallsIncluded, sum.CallsRemaining, sum.OverageCalls, sum.EstimatedCostEUR)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DAY\tCALLS\t")
+	for _, d := range days.Days {
+		fmt.Fprintf(tw, "%s\t%d\t\n", d.Date, d.Calls)
+	}
+	return tw.Flush()
+}

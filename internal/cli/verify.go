@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/mailvet/mailvet/client"
+)
+
+func (e env) verify(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	file := fs.String("file", "", "list to verify as a bulk list (- for standard input)")
+	column := fs.String("column", "", "the CSV column with the addresses")
+	out := fs.String("out", "", "where to write the CSV results (default standard output)")
+	asJSON := fs.Bool("json", false, "NDJSON output even on a terminal")
+	addresses, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *file == "" && len(addresses) == 0:
+		return usagef("verify: give addresses or --file LIST.csv")
+	case *file != "" && len(addresses) > 0:
+		return usagef("verify: give addresses or --file, not both")
+	case *file == "" && (*column != "" || *out != ""):
+		return usagef("verify: --column and --out go with --file")
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	if *file != "" {
+		return e.verifyFile(ctx, c, *file, *column, *out)
+	}
+	results, err := c.VerifyBatch(ctx, addresses)
+	if !*asJSON && isTerminal(e.stdout) {
+		writeResultTable(e.stdout, results)
+	} else {
+		enc := json.NewEncoder(e.stdout)
+		for _, r := range results {
+			if werr := enc.Encode(r); werr != nil {
+				return werr
+			}
+		}
+	}
+	return err
+}
+
+func writeResultTable(w io.Writer, results []client.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EMAIL\tSTATUS\tREASON\tCONFIDENCE\tSUGGESTION")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\n", r.Email, r.Status, r.Reason, r.Confidence, r.Suggestion)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,66 @@
+package dashboard
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/usage"
+)
+
+// chart is the 30-day bar chart of daily calls, laid out on the server so that it is plain SVG
+// with no script (docs/dashboard.md, "Overview").
+type chart struct {
+	Width, Height int
+	Bars          []bar
+	Max           int
+	Total         int
+	First, Last   string // the dates under the first and last bars
+	Label         string // the chart's text alternative
+}
+
+type bar struct {
+	X, Y, W, H float64
+	Title      string
+}
+
+const (
+	chartWidth  = 600
+	chartHeight = 160
+	chartBottom = 140 // the baseline; the dates go below it
+)
+
+func newChart(days []usage.Day) chart {
+	c := chart{Width: chartWidth, Height: chartHeight}
+	for _, d := range days {
+		c.Max = max(c.Max, d.Calls)
+		c.Total += d.Calls
+	}
+	if len(days) == 0 {
+		c.Label = "No usage data."
+		return c
+	}
+	slot := float64(chartWidth) / float64(len(days))
+	for i, d := range days {
+		h := 0.0
+		if c.Max > 0 {
+			h = float64(d.Calls) / float64(c.Max) * (chartBottom - 10)
+		}
+		if d.Calls > 0 && h < 2 {
+			h = 2 // a day with calls stays visible next to a busy one
+		}
+		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 1, Y: chartBottom - h, W: slot - 2, H: h,
+			Title: fmt.Sprintf("%s: %d calls", d.Date, d.Calls)})
+	}
+	c.First, c.Last = shortDate(days[0].Date), shortDate(days[len(days)-1].Date)
+	c.Label = fmt.Sprintf("Daily billable calls from %s to %s: %d in total, at most %d on one day.",
+		c.First, c.Last, c.Total, c.Max)
+	return c
+}
+
+func shortDate(iso string) string {
+	t, err := time.Parse(time.DateOnly, iso)
+	if err != nil {
+		return iso
+	}
+	return t.Format("2 Jan")
+}

@@ -1,0 +1,176 @@
+// Package dashboard is the customer dashboard served by the API binary under /dashboard/
+// (docs/dashboard.md): sign-up and sign-in, the overview with usage, keys, the delivery log,
+// billing and the verify playground. Pages are server-rendered html/template with embedded
+// assets; every flow works with plain forms. Rules are never implemented twice: keys, usage,
+// deliveries and billing go through the same packages as the management API.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Prefix is where the dashboard is mounted.
+const Prefix = "/dashboard"
+
+// Portal opens Stripe billing portal sessions (billing.Stripe).
+type Portal interface {
+	PortalURL(ctx context.Context, customerID, returnURL string) (string, error)
+}
+
+// Checkout opens Stripe Checkout for an upgrade (billing.Stripe).
+type Checkout interface {
+	PrepareCustomer(ctx context.Context, r billing.CheckoutRequest) (string, error)
+	CheckoutURL(ctx context.Context, r billing.CheckoutRequest) (string, error)
+	Sells(tier plan.Tier) bool
+}
+
+// API answers a request for a /v1/email/ route as if it came with principal p's key
+// (api.Server.ServeAs): the playground and the list pages go through the verify API itself.
+type API interface {
+	ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal)
+}
+
+// Deps are what the dashboard needs; the API server provides them.
+type Deps struct {
+	Config   config.Config
+	Log      *slog.Logger
+	Pool     *pgxpool.Pool
+	JS       jetstream.JetStream // replays of failed deliveries are published here
+	Portal   Portal
+	Checkout Checkout
+	API      API
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the dashboard.
+type Handler struct {
+	cfg      config.Config
+	log      *slog.Logger
+	pool     *pgxpool.Pool
+	js       jetstream.JetStream
+	portal   Portal
+	checkout Checkout
+	api      API
+	now      func() time.Time
+	accounts *account.Store
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	// secureCookies: the public URL is https, so cookies are Secure even when TLS ends at a proxy.
+	secureCookies bool
+	hasher        hasher
+}
+
+// New builds the dashboard handler.
+func New(d Deps) *Handler {
+	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, portal: d.Portal, checkout: d.Checkout,
+		api: d.API, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
+		secureCookies: strings.HasPrefix(d.Config.PublicURL, "https://")}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.pages = parsePages()
+	h.routes()
+	return h
+}
+
+func (h *Handler) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	m.Handle("GET "+Prefix+"/static/", http.StripPrefix(Prefix+"/static/", staticFiles(http.FileServerFS(static))))
+	m.HandleFunc("GET "+Prefix, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/", http.StatusMovedPermanently)
+	})
+	m.HandleFunc("GET "+Prefix+"/signup", h.anonymous(h.signupPage))
+	m.HandleFunc("POST "+Prefix+"/signup", h.anonymous(h.signup))
+	m.HandleFunc("GET "+Prefix+"/signin", h.anonymous(h.signinPage))
+	m.HandleFunc("POST "+Prefix+"/signin", h.anonymous(h.signin))
+
+	m.HandleFunc("POST "+Prefix+"/signout", h.signedIn(h.signout))
+	m.HandleFunc("GET "+Prefix+"/{$}", h.signedIn(h.overview))
+	m.HandleFunc("GET "+Prefix+"/keys", h.signedIn(h.keysPage))
+	m.HandleFunc("POST "+Prefix+"/keys", h.signedIn(h.createKey))
+	m.HandleFunc("POST "+Prefix+"/keys/{id}/revoke", h.signedIn(h.revokeKey))
+	m.HandleFunc("POST "+Prefix+"/keys/provisioning", h.signedIn(h.createProvisioningKey))
+	m.HandleFunc("POST "+Prefix+"/keys/provisioning/revoke", h.signedIn(h.revokeProvisioningKey))
+	m.HandleFunc("GET "+Prefix+"/deliveries", h.signedIn(h.deliveriesPage))
+	m.HandleFunc("POST "+Prefix+"/deliveries/{id}/retry", h.signedIn(h.retryDelivery))
+	m.HandleFunc("GET "+Prefix+"/billing", h.signedIn(h.billingPage))
+	m.HandleFunc("POST "+Prefix+"/billing/portal", h.signedIn(h.openPortal))
+	m.HandleFunc("POST "+Prefix+"/billing/checkout", h.signedIn(h.startCheckout))
+	m.HandleFunc("POST "+Prefix+"/billing/spend-cap", h.signedIn(h.setSpendCap))
+	m.HandleFunc("GET "+Prefix+"/playground", h.signedIn(h.playgroundPage))
+	m.HandleFunc("POST "+Prefix+"/playground", h.signedIn(h.playground))
+	m.HandleFunc("GET "+Prefix+"/lists", h.signedIn(h.listsPage))
+	m.HandleFunc("POST "+Prefix+"/lists", h.signedIn(h.uploadList))
+	m.HandleFunc("GET "+Prefix+"/lists/{id}", h.signedIn(h.listPage))
+	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", h.signedIn(h.downloadList))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", h.signedIn(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", h.signedIn(h.listAction(http.MethodDelete, "", "list-deleted")))
+	m.HandleFunc("GET "+Prefix+"/settings", h.signedIn(h.settingsPage))
+	m.HandleFunc("POST "+Prefix+"/settings/password", h.signedIn(h.changePassword))
+	m.HandleFunc(Prefix+"/", h.notFound)
+	h.mux = m
+}
+
+// ServeHTTP sets the headers every dashboard response carries and dispatches the request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	// Pages show account data and one-time keys: never cache them, never frame them, and run
+	// only the dashboard's own scripts and styles.
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "same-origin")
+	// Every input is bounded: forms are small, so anything larger is refused unread; a list
+	// upload may be as large as the API's body guard lets through.
+	limit := int64(maxFormBytes)
+	if r.Method == http.MethodPost && r.URL.Path == Prefix+"/lists" {
+		limit = maxUploadBytes
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	h.mux.ServeHTTP(w, r)
+}
+
+// maxFormBytes bounds a form body; the largest form (a password change) needs well under 4 KB.
+const maxFormBytes = 16 << 10
+
+// staticFiles lets browsers cache the embedded assets for an hour; they change only with a
+// release, and the pages that name them are never cached.
+func staticFiles(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusNotFound, "message", &view{Title: "Not found",
+		Error: "There is no such page in the dashboard."})
+}

@@ -1,0 +1,488 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+)
+
+// fakeAPI stands in for the verify API (api.Server.ServeAs, tested in internal/api); it records
+// the account each request acts as, and answers the playground's verify and the lists page.
+type fakeAPI struct {
+	calls    atomic.Int32
+	uploads  atomic.Int32
+	accounts chan string
+}
+
+func (f *fakeAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	f.calls.Add(1)
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists" {
+		f.uploads.Add(1)
+	}
+	select {
+	case f.accounts <- p.AccountID:
+	default:
+	}
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/verify":
+		_, _ = io.WriteString(w, `{"email":"a@b.example","status":"deliverable","valid":true}`)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists":
+		_, _ = io.WriteString(w, `{"lists":[],"next_cursor":null}`)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"error":"list_not_found","message":"No such list.","action":"Check the id.","docs":"x"}`)
+	}
+}
+
+type fixture struct {
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	h    *Handler
+	api  *fakeAPI
+}
+
+func newFixture(t *testing.T, env map[string]string) *fixture {
+	t.Helper()
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.New(t)
+	f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
+	f.h = New(Deps{Config: cfg, Pool: pool, API: f.api})
+	f.h.hasher = hasher{time: 1, memoryKiB: 64, threads: 1} // the format is the same; tests need not pay 19 MiB a hash
+	f.srv = httptest.NewServer(f.h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// browser is a client with its own cookie jar that does not follow redirects.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (f *fixture) browser(t *testing.T) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: f.srv.URL, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (b *browser) get(path string) (*http.Response, string) {
+	b.t.Helper()
+	resp, err := b.c.Get(b.base + path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// csrf reads the CSRF token from the form on path.
+func (b *browser) csrf(path string) string {
+	b.t.Helper()
+	_, body := b.get(path)
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		b.t.Fatalf("no CSRF token on %s", path)
+	}
+	return m[1]
+}
+
+func (b *browser) post(path string, form url.Values) (*http.Response, string) {
+	b.t.Helper()
+	resp, err := b.c.PostForm(b.base+path, form)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+const testPassword = "a long enough password"
+
+func (b *browser) signup(email string) {
+	b.t.Helper()
+	resp, body := b.post("/dashboard/signup", url.Values{"csrf": {b.csrf("/dashboard/signup")}, "email": {email},
+		"password": {testPassword}, "password_confirm": {testPassword}})
+	if resp.StatusCode != http.StatusSeeOther {
+		b.t.Fatalf("sign-up of %s: %d\n%s", email, resp.StatusCode, body)
+	}
+}
+
+func (f *fixture) accountOf(t *testing.T, email string) string {
+	t.Helper()
+	var id string
+	if err := f.pool.QueryRow(context.Background(), `SELECT account_id FROM dashboard_users WHERE email = $1`, email).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func sessionCookie(resp *http.Response) *http.Cookie {
+	for _, c := range resp.Cookies() {
+		if c.Name == SessionCookie {
+			return c
+		}
+	}
+	return nil
+}
+
+// The session cookie is HttpOnly and SameSite=Lax, scoped to /dashboard, and Secure when the
+// public URL is https; the table holds the token's hash, never the token.
+func TestSessionCookieFlags(t *testing.T) {
+	for _, public := range []string{"http://localhost:8080", "https://mailvet.example"} {
+		f := newFixture(t, map[string]string{"MAILVET_PUBLIC_URL": public})
+		b := f.browser(t)
+		resp, _ := b.post("/dashboard/signup", url.Values{"csrf": {b.csrf("/dashboard/signup")}, "email": {"ann@example.com"},
+			"password": {testPassword}, "password_confirm": {testPassword}})
+		c := sessionCookie(resp)
+		if c == nil {
+			t.Fatalf("%s: no session cookie", public)
+		}
+		if !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/dashboard" || c.Secure != strings.HasPrefix(public, "https") {
+			t.Errorf("%s: cookie %+v", public, c)
+		}
+		var stored int
+		if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions WHERE token_hash = $1`,
+			tokenHash(c.Value)).Scan(&stored); err != nil || stored != 1 {
+			t.Errorf("%s: session stored by hash: %d %v", public, stored, err)
+		}
+		if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions WHERE token_hash = $1`,
+			[]byte(c.Value)).Scan(&stored); err != nil || stored != 0 {
+			t.Errorf("%s: raw token stored", public)
+		}
+	}
+	// A request over TLS gets Secure cookies even with an http public URL.
+	f := newFixture(t, nil)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "https://mailvet.example/dashboard/signin", nil)
+	f.h.ServeHTTP(rec, req)
+	if cs := rec.Result().Cookies(); len(cs) != 1 || !cs[0].Secure || !cs[0].HttpOnly {
+		t.Errorf("CSRF cookie over TLS: %+v", cs)
+	}
+}
+
+// Every POST without the right CSRF token is refused before it does anything.
+func TestCSRFRejection(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	// Sign-up without the token of the csrf cookie.
+	if resp, _ := b.post("/dashboard/signup", url.Values{"email": {"ann@example.com"}, "password": {testPassword},
+		"password_confirm": {testPassword}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-up without CSRF: %d", resp.StatusCode)
+	}
+	b.signup("ann@example.com")
+	acct := f.accountOf(t, "ann@example.com")
+	for _, form := range []url.Values{{"label": {"x"}}, {"label": {"x"}, "csrf": {"forged"}},
+		{"label": {"x"}, "csrf": {strings.Repeat("A", 43)}}} {
+		if resp, _ := b.post("/dashboard/keys", form); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("create key with csrf %q: %d", form.Get("csrf"), resp.StatusCode)
+		}
+	}
+	for _, path := range []string{"/dashboard/keys/provisioning", "/dashboard/billing/spend-cap", "/dashboard/signout",
+		"/dashboard/settings/password", "/dashboard/playground"} {
+		if resp, _ := b.post(path, url.Values{"cap_eur": {"5"}}); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s without CSRF: %d", path, resp.StatusCode)
+		}
+	}
+	var keys int
+	_ = f.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE account_id = $1`, acct).Scan(&keys)
+	if keys != 0 {
+		t.Fatalf("%d keys created by forged requests", keys)
+	}
+	// Another session's token is no good either.
+	other := f.browser(t)
+	other.signup("bob@example.com")
+	if resp, _ := b.post("/dashboard/keys", url.Values{"label": {"x"}, "csrf": {other.csrf("/dashboard/keys")}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("another session's CSRF token: %d", resp.StatusCode)
+	}
+	if resp, _ := b.post("/dashboard/keys", url.Values{"label": {"ok"}, "csrf": {b.csrf("/dashboard/keys")}}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("with the right token: %d", resp.StatusCode)
+	}
+}
+
+// An expired session sends the browser to sign-in, and its row goes.
+func TestSessionExpiry(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	if resp, _ := b.get("/dashboard/"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("fresh session: %d", resp.StatusCode)
+	}
+	pgtest.Exec(t, f.pool, `UPDATE dashboard_sessions SET expires_at = now() - interval '1 second'`)
+	resp, _ := b.get("/dashboard/")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/signin" {
+		t.Fatalf("expired session: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	var n int
+	_ = f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d sessions left after expiry", n)
+	}
+	// Signing out ends the session on the server, not only in the browser.
+	b.post("/dashboard/signin", url.Values{"csrf": {b.csrf("/dashboard/signin")}, "email": {"ann@example.com"}, "password": {testPassword}})
+	b.post("/dashboard/signout", url.Values{"csrf": {b.csrf("/dashboard/")}})
+	_ = f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d sessions left after sign-out", n)
+	}
+}
+
+// Five failures lock an account for the window, even with the right password afterwards; an
+// unknown email gets exactly the same answers as a known one.
+func TestSigninThrottlingWithoutEnumeration(t *testing.T) {
+	f := newFixture(t, nil)
+	f.browser(t).signup("ann@example.com")
+	try := func(email, password string) (int, string) {
+		b := f.browser(t)
+		resp, body := b.post("/dashboard/signin", url.Values{"csrf": {b.csrf("/dashboard/signin")}, "email": {email}, "password": {password}})
+		msg := regexp.MustCompile(`id="error">([^<]*)<`).FindStringSubmatch(body)
+		if msg == nil {
+			return resp.StatusCode, ""
+		}
+		return resp.StatusCode, msg[1]
+	}
+	for i := range maxAccountFailures {
+		known, knownMsg := try("ann@example.com", "wrong password "+string(rune('a'+i)))
+		unknown, unknownMsg := try("nobody@example.com", "wrong password "+string(rune('a'+i)))
+		if known != http.StatusUnauthorized || known != unknown || knownMsg != unknownMsg || knownMsg != msgWrongCredentials {
+			t.Fatalf("attempt %d: known %d %q, unknown %d %q", i+1, known, knownMsg, unknown, unknownMsg)
+		}
+	}
+	code, msg := try("ANN@example.com", testPassword) // the same account, whatever the case
+	if code != http.StatusTooManyRequests || msg != msgThrottled {
+		t.Fatalf("sixth attempt with the right password: %d %q", code, msg)
+	}
+	if code2, msg2 := try("nobody@example.com", testPassword); code2 != code || msg2 != msg {
+		t.Fatalf("unknown email when throttled: %d %q", code2, msg2)
+	}
+	// After the window the right password works again.
+	pgtest.Exec(t, f.pool, `UPDATE dashboard_signin_failures SET window_start = now() - interval '16 minutes'`)
+	if code, msg := try("ann@example.com", testPassword); code != http.StatusSeeOther {
+		t.Fatalf("after the window: %d %q", code, msg)
+	}
+	// The address limit holds across emails.
+	pgtest.Exec(t, f.pool, `UPDATE dashboard_signin_failures SET failures = $1, window_start = now() WHERE subject LIKE 'ip:%'`, maxAddressFailures)
+	if code, _ := try("someone@example.com", "whatever password"); code != http.StatusTooManyRequests {
+		t.Fatalf("address over its limit: %d", code)
+	}
+}
+
+// Signing up with a taken email signs in with the right password and reveals nothing more than
+// a failed sign-in with a wrong one.
+func TestSignupOfTakenEmail(t *testing.T) {
+	f := newFixture(t, nil)
+	f.browser(t).signup("ann@example.com")
+	b := f.browser(t)
+	b.signup("Ann@Example.com") // the right password: signed in
+	if resp, body := b.get("/dashboard/"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ann@example.com") {
+		t.Fatalf("sign-up with the right password did not sign in: %d", resp.StatusCode)
+	}
+	var users int
+	_ = f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_users`).Scan(&users)
+	if users != 1 {
+		t.Fatalf("%d users", users)
+	}
+	c := f.browser(t)
+	resp, body := c.post("/dashboard/signup", url.Values{"csrf": {c.csrf("/dashboard/signup")}, "email": {"ann@example.com"},
+		"password": {"another password!"}, "password_confirm": {"another password!"}})
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "No account could be created") || sessionCookie(resp) != nil {
+		t.Fatalf("sign-up of a taken email with another password: %d", resp.StatusCode)
+	}
+}
+
+// A customer can never see or touch another account's keys, deliveries or usage: every route
+// that takes an id is tried with the other account's ids.
+func TestAccountIsolation(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	ann, bob := f.browser(t), f.browser(t)
+	ann.signup("ann@example.com")
+	bob.signup("bob@example.com")
+	annAcct, bobAcct := f.accountOf(t, "ann@example.com"), f.accountOf(t, "bob@example.com")
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET tier = 'builder'`) // so that retries are allowed to both
+
+	// Ann's key, delivery and usage.
+	ann.post("/dashboard/keys", url.Values{"label": {"ann-prod"}, "csrf": {ann.csrf("/dashboard/keys")}})
+	var annKey, annPrefix string
+	if err := f.pool.QueryRow(ctx, `SELECT id, prefix FROM api_keys WHERE account_id = $1`, annAcct).Scan(&annKey, &annPrefix); err != nil {
+		t.Fatal(err)
+	}
+	const job, delivery = "0b6f7d8e-1111-4c3e-9a55-000000000001", "0b6f7d8e-2222-4c3e-9a55-000000000001"
+	pgtest.Exec(t, f.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'x@acme.example', 'https://ann-hooks.example/x', 'completed')`, job, annAcct)
+	pgtest.Exec(t, f.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts, finished_at) VALUES ($1, $2, $3, 'https://ann-hooks.example/x', '{}', 'failed', 3, now())`, delivery, job, annAcct)
+	pgtest.Exec(t, f.pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC')::date, 42, 42)`, annAcct)
+	pgtest.Exec(t, f.pool, `INSERT INTO usage_daily (account_id, day, billable) VALUES ($1, (now() AT TIME ZONE 'UTC')::date, 42)`, annAcct)
+
+	csrf := bob.csrf("/dashboard/keys")
+	if resp, _ := bob.post("/dashboard/keys/"+annKey+"/revoke", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("Bob revoking Ann's key: %d", resp.StatusCode)
+	}
+	if resp, _ := bob.post("/dashboard/deliveries/"+delivery+"/retry", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("Bob retrying Ann's delivery: %d", resp.StatusCode)
+	}
+	if resp, _ := bob.post("/dashboard/keys/provisioning/revoke", url.Values{"csrf": {csrf}, "account_id": {annAcct}}); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("Bob revoking his provisioning key: %d", resp.StatusCode)
+	}
+	if resp, body := bob.post("/dashboard/playground", url.Values{"csrf": {csrf}, "key_id": {annKey}, "email": {"a@b.example"}}); resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("Bob verifying with Ann's key: %d %s", resp.StatusCode, body)
+	}
+	if n := f.api.calls.Load(); n != 0 {
+		t.Errorf("the API was called %d times for another account's key", n)
+	}
+	for _, path := range []string{"/dashboard/", "/dashboard/keys", "/dashboard/deliveries", "/dashboard/deliveries?state=failed",
+		"/dashboard/billing", "/dashboard/playground"} {
+		resp, body := bob.get(path)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("Bob GET %s: %d", path, resp.StatusCode)
+		}
+		for _, secret := range []string{annKey, annPrefix, "ann-prod", delivery, "ann-hooks.example", annAcct, ">42<"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("Bob's %s shows Ann's %q", path, secret)
+			}
+		}
+	}
+	// Lists: an upload with Ann's key never reaches the API, and whatever list id Bob asks for,
+	// the API is asked as Bob's account (which answers 404 for Ann's lists: internal/api tests).
+	drain(f.api.accounts)
+	if resp, body := bob.upload(csrf, annKey, "list.csv", "email\na@b.example\n"); resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("Bob uploading with Ann's key: %d %s", resp.StatusCode, body)
+	}
+	if f.api.uploads.Load() != 0 {
+		t.Error("an upload with another account's key reached the API")
+	}
+	for _, path := range []string{"/dashboard/lists/" + delivery, "/dashboard/lists/" + delivery + "/download?format=csv"} {
+		if resp, _ := bob.get(path); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("Bob GET %s: %d", path, resp.StatusCode)
+		}
+	}
+	for _, path := range []string{"/dashboard/lists/" + delivery + "/cancel", "/dashboard/lists/" + delivery + "/delete"} {
+		if resp, _ := bob.post(path, url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("Bob POST %s: %d", path, resp.StatusCode)
+		}
+	}
+	for acct := range drain(f.api.accounts) {
+		if acct != bobAcct {
+			t.Errorf("a request of Bob's went to the API as account %s", acct)
+		}
+	}
+
+	// Ann's things are untouched and hers to see.
+	var revoked bool
+	_ = f.pool.QueryRow(ctx, `SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = $1`, annKey).Scan(&revoked)
+	var replays int
+	_ = f.pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE replay_of IS NOT NULL`).Scan(&replays)
+	if revoked || replays != 0 {
+		t.Fatalf("Ann's key revoked %v, %d replays", revoked, replays)
+	}
+	if _, body := ann.get("/dashboard/deliveries"); !strings.Contains(body, delivery) {
+		t.Fatal("Ann does not see her own delivery")
+	}
+	if _, body := ann.get("/dashboard/"); !strings.Contains(body, `id="calls-used">42<`) {
+		t.Fatal("Ann does not see her own usage")
+	}
+	// Ann's playground runs as Ann's account and key.
+	ann.post("/dashboard/playground", url.Values{"csrf": {ann.csrf("/dashboard/playground")}, "key_id": {annKey}, "email": {"a@b.example"}})
+	if got := <-f.api.accounts; got != annAcct || got == bobAcct {
+		t.Fatalf("playground verified as %s, want %s", got, annAcct)
+	}
+}
+
+// A free account sees why it cannot retry, and a retry request is refused by the shared rule.
+func TestFreeTierCannotRetry(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	if _, body := b.get("/dashboard/deliveries"); !strings.Contains(body, `id="retry-why"`) {
+		t.Fatal("free tier is not told why it cannot retry")
+	}
+	if resp, _ := b.post("/dashboard/deliveries/0b6f7d8e-2222-4c3e-9a55-000000000001/retry", url.Values{"csrf": {b.csrf("/dashboard/deliveries")}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("free retry: %d", resp.StatusCode)
+	}
+}
+
+func TestPasswordHashing(t *testing.T) {
+	enc := defaultHasher.hash("correct horse battery")
+	if !strings.HasPrefix(enc, "$argon2id$v=19$m=19456,t=2,p=1$") {
+		t.Fatalf("hash %q", enc)
+	}
+	if !verifyPassword("correct horse battery", enc) || verifyPassword("correct horse batterY", enc) ||
+		verifyPassword("correct horse battery", "$argon2id$v=19$m=0,t=0,p=0$x$y") {
+		t.Fatal("verifyPassword disagrees")
+	}
+	if checkPassword("short") == nil || checkPassword(strings.Repeat("x", 257)) == nil || checkPassword("ten chars!") != nil {
+		t.Fatal("checkPassword bounds")
+	}
+}
+
+// drain empties ch and returns what it held, as a set.
+func drain(ch chan string) map[string]bool {
+	got := map[string]bool{}
+	for {
+		select {
+		case v := <-ch:
+			got[v] = true
+		default:
+			return got
+		}
+	}
+}
+
+// upload posts a list file as the upload form does.
+func (b *browser) upload(csrf, keyID, name, content string) (*http.Response, string) {
+	b.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("csrf", csrf)
+	_ = mw.WriteField("key_id", keyID)
+	fw, _ := mw.CreateFormFile("file", name)
+	_, _ = io.WriteString(fw, content)
+	_ = mw.Close()
+	resp, err := b.c.Post(b.base+"/dashboard/lists", mw.FormDataContentType(), &buf)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// An upload without the CSRF token is refused, multipart or not, and an oversized one is
+// refused unread.
+func TestListUploadBounds(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	if resp, _ := b.upload("", "", "list.csv", "email\na@b.example\n"); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("upload without CSRF: %d", resp.StatusCode)
+	}
+	big := strings.Repeat("a@b.example\n", (maxUploadBytes/12)+10)
+	if resp, _ := b.upload(b.csrf("/dashboard/lists"), "", "big.txt", big); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("upload over %d bytes: %d", maxUploadBytes, resp.StatusCode)
+	}
+	if n := f.api.uploads.Load(); n != 0 {
+		t.Fatalf("%d uploads reached the API", n)
+	}
+}

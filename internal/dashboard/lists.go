@@ -1,0 +1,295 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
+)
+
+// The list pages (docs/dashboard.md, "Lists") are the bulk-list API (docs/lists.md) behind forms:
+// every call goes through the API's own routes with api.Server.ServeAs.
+
+// maxUploadBytes bounds an upload through the dashboard: the API's 2 MB body guard applies to
+// /dashboard like every route but the API's own upload, so bigger files go to the API directly.
+const maxUploadBytes = 2 << 20
+
+// listView is the part of a list (docs/lists.md, "Progress") the pages show.
+type listView struct {
+	ID          string  `json:"id"`
+	Name        string  `json:"name"`
+	State       string  `json:"state"`
+	Format      string  `json:"format"`
+	EmailColumn string  `json:"email_column"`
+	Rows        int     `json:"rows"`
+	Unique      int     `json:"unique"`
+	Verified    int     `json:"verified"`
+	Progress    float64 `json:"progress"`
+	ETASeconds  *int    `json:"eta_seconds"`
+	Error       *string `json:"error"`
+	CreatedAt   string  `json:"created_at"`
+	FinishedAt  *string `json:"finished_at"`
+	ExpiresAt   *string `json:"expires_at"`
+	Counts      struct {
+		ByStatus map[string]int `json:"by_status"`
+	} `json:"counts"`
+}
+
+// Percent is the progress for the progress bar, 0 to 100.
+func (l listView) Percent() float64 { return l.Progress * 100 }
+
+// Running says whether the list is still moving, so the page refreshes itself.
+func (l listView) Running() bool { return l.State == "queued" || l.State == "running" }
+
+// Statuses are the counts by status, in a stable order.
+func (l listView) Statuses() []statusCount {
+	var out []statusCount
+	for s, n := range l.Counts.ByStatus {
+		out = append(out, statusCount{s, n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Status < out[j].Status })
+	return out
+}
+
+type statusCount struct {
+	Status string
+	N      int
+}
+
+type listsData struct {
+	Keys  []account.Key
+	Lists []listView
+	Next  string
+	KeyID string
+	Name  string
+}
+
+func (h *Handler) listsPage(w http.ResponseWriter, r *http.Request, s *session) {
+	h.listsAnswer(w, r, s, http.StatusOK, "", listsData{})
+}
+
+func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session, status int, msg string, d listsData) {
+	ctx := r.Context()
+	p, keys, _, err := h.principal(ctx, s, "")
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	d.Keys = keys
+	target := "/v1/email/lists?limit=20"
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		if _, err := uuid.Parse(c); err == nil {
+			target += "&cursor=" + url.QueryEscape(c)
+		}
+	}
+	ans := h.call(ctx, p, http.MethodGet, target, "", nil)
+	var page struct {
+		Lists      []listView `json:"lists"`
+		NextCursor *string    `json:"next_cursor"`
+	}
+	if ans.status != http.StatusOK || json.Unmarshal(ans.body, &page) != nil {
+		h.failure(w, r, s, errors.New("list lists: "+ans.problemText()))
+		return
+	}
+	d.Lists = page.Lists
+	if page.NextCursor != nil {
+		d.Next = "?cursor=" + url.QueryEscape(*page.NextCursor)
+	}
+	h.render(w, r, status, "lists", &view{Title: "Lists", Nav: "lists", Session: s, Data: d, Error: msg, Notice: notice(r)})
+}
+
+// uploadFormats maps the form's format choice to the API's Content-Type (docs/lists.md).
+var uploadFormats = map[string]string{"csv": "text/csv", "ndjson": "application/x-ndjson", "text": "text/plain"}
+
+// formatOf picks the format: the form's choice, else the file name's extension.
+func formatOf(choice string, fh *multipart.FileHeader) (string, bool) {
+	if ct, ok := uploadFormats[choice]; ok {
+		return ct, true
+	}
+	switch strings.ToLower(path.Ext(fh.Filename)) {
+	case ".csv":
+		return uploadFormats["csv"], true
+	case ".ndjson", ".jsonl":
+		return uploadFormats["ndjson"], true
+	case ".txt", "":
+		return uploadFormats["text"], true
+	}
+	return "", false
+}
+
+// uploadList sends the chosen file to POST /v1/email/lists with the chosen key.
+func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	d := listsData{KeyID: r.PostForm.Get("key_id"), Name: r.PostForm.Get("name")}
+	p, _, ok, err := h.principal(ctx, s, d.KeyID)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	if !ok || d.KeyID == "" {
+		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose one of your active standard keys (create one on the Keys page).", d)
+		return
+	}
+	var fh *multipart.FileHeader
+	if r.MultipartForm != nil && len(r.MultipartForm.File["file"]) == 1 {
+		fh = r.MultipartForm.File["file"][0]
+	}
+	if fh == nil {
+		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file to upload.", d)
+		return
+	}
+	ct, ok := formatOf(r.PostForm.Get("format"), fh)
+	if !ok {
+		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file's format: CSV, NDJSON or one address a line.", d)
+		return
+	}
+	f, err := fh.Open()
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	defer f.Close()
+	q := url.Values{}
+	if d.Name != "" {
+		q.Set("name", d.Name)
+	}
+	if c := r.PostForm.Get("column"); c != "" {
+		q.Set("column", c)
+	}
+	target := "/v1/email/lists"
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	ans := h.call(ctx, p, http.MethodPost, target, ct, f)
+	if ans.status != http.StatusAccepted {
+		status := ans.status
+		if status < 400 {
+			status = http.StatusBadGateway
+		}
+		h.listsAnswer(w, r, s, status, ans.problemText(), d)
+		return
+	}
+	var l listView
+	if err := json.Unmarshal(ans.body, &l); err != nil || uuid.Validate(l.ID) != nil {
+		h.failure(w, r, s, errors.New("upload answer without a list id"))
+		return
+	}
+	http.Redirect(w, r, Prefix+"/lists/"+l.ID+"?done=uploaded", http.StatusSeeOther)
+}
+
+// getList fetches the list id as the account sees it through the API: another account's list,
+// like a missing one, is the API's 404.
+func (h *Handler) getList(ctx context.Context, p auth.Principal, id uuid.UUID) (listView, answer) {
+	ans := h.call(ctx, p, http.MethodGet, "/v1/email/lists/"+id.String(), "", nil)
+	var l listView
+	if ans.status == http.StatusOK && json.Unmarshal(ans.body, &l) != nil {
+		ans.status = http.StatusBadGateway
+	}
+	return l, ans
+}
+
+func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.listNotFound(w, r, s)
+		return
+	}
+	p, _, _, err := h.principal(ctx, s, "")
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	l, ans := h.getList(ctx, p, id)
+	if ans.status == http.StatusNotFound {
+		h.listNotFound(w, r, s)
+		return
+	}
+	if ans.status != http.StatusOK {
+		h.failure(w, r, s, errors.New("get list: "+ans.problemText()))
+		return
+	}
+	title := l.Name
+	if title == "" {
+		title = "List " + l.ID[:8]
+	}
+	n := notice(r)
+	if r.URL.Query().Get("done") == "uploaded" && !l.Running() {
+		n = "The list was uploaded, and its verification is over."
+	}
+	h.render(w, r, http.StatusOK, "list", &view{Title: title, Nav: "lists", Session: s, Data: l, Notice: n})
+}
+
+func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *session) {
+	h.render(w, r, http.StatusNotFound, "message", &view{Title: "List not found", Nav: "lists", Session: s,
+		Error: "There is no such list in your account. Finished lists are deleted when their results expire."})
+}
+
+// downloadList streams the results from GET /v1/email/lists/{id}/results straight to the
+// browser, which saves them under the file name the API gives (Content-Disposition). The list is
+// looked up first, so a missing one gets a page instead of a JSON error file.
+func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.listNotFound(w, r, s)
+		return
+	}
+	format := r.URL.Query().Get("format")
+	if format != "ndjson" {
+		format = "csv"
+	}
+	p, _, _, err := h.principal(ctx, s, "")
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	if _, ans := h.getList(ctx, p, id); ans.status != http.StatusOK {
+		h.listNotFound(w, r, s)
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format, nil)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	h.api.ServeAs(w, req, p)
+}
+
+// listAction cancels or deletes a list through the API.
+func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, s *session) {
+		ctx := r.Context()
+		id, err := uuid.Parse(r.PathValue("id"))
+		if err != nil {
+			h.listNotFound(w, r, s)
+			return
+		}
+		p, _, _, err := h.principal(ctx, s, "")
+		if err != nil {
+			h.failure(w, r, s, err)
+			return
+		}
+		ans := h.call(ctx, p, method, "/v1/email/lists/"+id.String()+suffix, "", nil)
+		switch {
+		case ans.status == http.StatusNotFound:
+			h.listNotFound(w, r, s)
+		case ans.status >= 400:
+			h.render(w, r, ans.status, "message", &view{Title: "Lists", Nav: "lists", Session: s, Error: ans.problemText()})
+		case suffix == "":
+			http.Redirect(w, r, Prefix+"/lists?done="+done, http.StatusSeeOther)
+		default:
+			http.Redirect(w, r, Prefix+"/lists/"+id.String()+"?done="+done, http.StatusSeeOther)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package dashboard
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/argon2"
+)
+
+// Password bounds (docs/dashboard.md): at least 10 characters, at most 256 bytes, so that the
+// hash's input is bounded too.
+const (
+	minPasswordChars = 10
+	maxPasswordBytes = 256
+)
+
+// problem is an error whose text is a sentence for the page, shown to the user as it is.
+type problem string
+
+func (p problem) Error() string { return string(p) }
+
+func checkPassword(p string) error {
+	switch {
+	case !utf8.ValidString(p):
+		return problem("The password must be valid text.")
+	case utf8.RuneCountInString(p) < minPasswordChars:
+		return problem(fmt.Sprintf("The password must have at least %d characters.", minPasswordChars))
+	case len(p) > maxPasswordBytes:
+		return problem(fmt.Sprintf("The password must be at most %d bytes long.", maxPasswordBytes))
+	}
+	return nil
+}
+
+// hasher holds the argon2id parameters. Hashes are PHC strings that carry their parameters, so
+// changing them later still verifies the old hashes.
+type hasher struct {
+	time, memoryKiB uint32
+	threads         uint8
+}
+
+// defaultHasher follows OWASP's argon2id minimum: 19 MiB, 2 passes, 1 lane.
+var defaultHasher = hasher{time: 2, memoryKiB: 19 * 1024, threads: 1}
+
+func (h hasher) hash(password string) string {
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	key := argon2.IDKey([]byte(password), salt, h.time, h.memoryKiB, h.threads, 32)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, h.memoryKiB, h.time, h.threads,
+		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+}
+
+// verify checks password against a PHC argon2id hash in constant time. A malformed hash never
+// matches.
+func verifyPassword(password, encoded string) bool {
+	parts := strings.Split(encoded, "$")
+	if len(parts) != 6 || parts[1] != "argon2id" {
+		return false
+	}
+	var version int
+	var m, t uint32
+	var p uint8
+	if _, err := fmt.Sscanf(parts[2], "v=%d", &version); err != nil || version != argon2.Version {
+		return false
+	}
+	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &m, &t, &p); err != nil || m == 0 || m > 1<<20 || t == 0 || t > 10 || p == 0 {
+		return false
+	}
+	salt, err := base64.RawStdEncoding.DecodeString(parts[4])
+	if err != nil {
+		return false
+	}
+	want, err := base64.RawStdEncoding.DecodeString(parts[5])
+	if err != nil || len(want) == 0 || len(want) > 64 {
+		return false
+	}
+	got := argon2.IDKey([]byte(password), salt, t, m, p, uint32(len(want)))
+	return subtle.ConstantTimeCompare(got, want) == 1
+}

@@ -1,0 +1,210 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cookie names (docs/dashboard.md, "Security model").
+const (
+	// SessionCookie holds the raw session token; the database keeps only its SHA-256.
+	SessionCookie = "mailvet_session"
+	// csrfCookie holds the CSRF token of the sign-in and sign-up forms, before there is a
+	// session to keep it in (double-submit: the form must echo the cookie).
+	csrfCookie = "mailvet_csrf"
+	csrfField  = "csrf"
+)
+
+// session is a signed-in dashboard user.
+type session struct {
+	tokenHash []byte
+	UserID    string
+	AccountID string
+	Email     string
+	CSRF      string // the session's CSRF token, put in every form
+	ExpiresAt time.Time
+}
+
+func randomToken() (raw string, sum []byte) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it panics if the system source does)
+	raw = base64.RawURLEncoding.EncodeToString(b)
+	s := sha256.Sum256([]byte(raw))
+	return raw, s[:]
+}
+
+func tokenHash(raw string) []byte {
+	s := sha256.Sum256([]byte(raw))
+	return s[:]
+}
+
+// secure says whether cookies for r must be Secure: the request came over TLS or the public URL
+// is https (TLS ending at a proxy in front).
+func (h *Handler) secure(r *http.Request) bool { return r.TLS != nil || h.secureCookies }
+
+func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteLaxMode})
+}
+
+// startSession signs userID in: a new random token in the cookie, its hash and a fresh CSRF
+// secret in the table. Expired sessions are cleared a batch at a time on the way, so the table
+// stays bounded without a separate job.
+func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, userID string) error {
+	raw, sum := randomToken()
+	csrf := make([]byte, 32)
+	_, _ = rand.Read(csrf)
+	ttl := h.cfg.DashboardSessionTTL
+	if ttl <= 0 {
+		ttl = 12 * time.Hour
+	}
+	if _, err := h.pool.Exec(ctx, `
+		DELETE FROM dashboard_sessions WHERE token_hash IN (
+			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)`); err != nil {
+		h.log.Warn("dashboard: clear expired sessions", "err", err)
+	}
+	_, err := h.pool.Exec(ctx, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
+		VALUES ($1, $2, $3, $4)`, sum, userID, csrf, h.now().Add(ttl))
+	if err != nil {
+		return err
+	}
+	h.setCookie(w, r, SessionCookie, raw, int(ttl/time.Second))
+	return nil
+}
+
+// errNoSession: no cookie, an unknown token, or an expired session.
+var errNoSession = errors.New("no valid session")
+
+// loadSession returns the session of r's cookie.
+func (h *Handler) loadSession(ctx context.Context, r *http.Request) (*session, error) {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || c.Value == "" || len(c.Value) > 100 {
+		return nil, errNoSession
+	}
+	s := &session{tokenHash: tokenHash(c.Value)}
+	var csrf []byte
+	err = h.pool.QueryRow(ctx, `
+		SELECT s.user_id, u.account_id, u.email, s.csrf_secret, s.expires_at
+		FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id
+		WHERE s.token_hash = $1`, s.tokenHash).Scan(&s.UserID, &s.AccountID, &s.Email, &csrf, &s.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !h.now().Before(s.ExpiresAt) {
+		if _, err := h.pool.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, s.tokenHash); err != nil {
+			h.log.Warn("dashboard: delete expired session", "err", err)
+		}
+		return nil, errNoSession
+	}
+	s.CSRF = base64.RawURLEncoding.EncodeToString(csrf)
+	return s, nil
+}
+
+func (h *Handler) endSession(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session) error {
+	h.setCookie(w, r, SessionCookie, "", -1)
+	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, s.tokenHash)
+	return err
+}
+
+// sameToken compares CSRF tokens in constant time.
+func sameToken(a, b string) bool {
+	return a != "" && b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// signedIn wraps a handler that needs a session. Without one, the browser goes to the sign-in
+// page. A POST must carry the session's CSRF token, whatever the route.
+func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := h.loadSession(r.Context(), r)
+		if errors.Is(err, errNoSession) {
+			h.setCookie(w, r, SessionCookie, "", -1)
+			http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+			return
+		}
+		if err != nil {
+			h.failure(w, r, nil, err)
+			return
+		}
+		if r.Method == http.MethodPost {
+			if err := parseForm(r); err != nil {
+				h.badForm(w, r, s)
+				return
+			}
+			if !sameToken(r.PostForm.Get(csrfField), s.CSRF) {
+				h.csrfFailure(w, r, s)
+				return
+			}
+		}
+		next(w, r, s)
+	}
+}
+
+// anonymous wraps the sign-in and sign-up pages. A signed-in browser goes to the overview; forms
+// carry the double-submit CSRF token of the csrf cookie, set here when missing.
+func (h *Handler) anonymous(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			if _, err := h.loadSession(r.Context(), r); err == nil {
+				http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+				return
+			}
+		}
+		token := ""
+		if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) == 43 {
+			token = c.Value
+		}
+		if r.Method == http.MethodPost {
+			if err := r.ParseForm(); err != nil {
+				h.badForm(w, r, nil)
+				return
+			}
+			if !sameToken(r.PostForm.Get(csrfField), token) {
+				h.csrfFailure(w, r, nil)
+				return
+			}
+		}
+		if token == "" {
+			token, _ = randomToken()
+			h.setCookie(w, r, csrfCookie, token, 0)
+		}
+		next(w, r, token)
+	}
+}
+
+func (h *Handler) csrfFailure(w http.ResponseWriter, r *http.Request, s *session) {
+	h.render(w, r, http.StatusForbidden, "message", &view{Title: "Form expired", Session: s,
+		Error: "This form has expired or did not come from the dashboard. Go back, reload the page and try again."})
+}
+
+func (h *Handler) badForm(w http.ResponseWriter, r *http.Request, s *session) {
+	h.render(w, r, http.StatusBadRequest, "message", &view{Title: "Bad request", Session: s,
+		Error: "The form could not be read; it may be too large."})
+}
+
+// failure answers an unexpected error: the log keeps the cause, the page says only that it failed.
+func (h *Handler) failure(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	h.log.Error("dashboard request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	h.render(w, r, http.StatusInternalServerError, "message", &view{Title: "Something went wrong", Session: s,
+		Error: "Something went wrong on our side. Try again in a moment."})
+}
+
+// parseForm reads a POST form: URL-encoded, or multipart for a list upload, held in memory (the
+// body is already bounded by ServeHTTP, so nothing spills to disk).
+func parseForm(r *http.Request) error {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		return r.ParseMultipartForm(maxUploadBytes + 1<<20)
+	}
+	return r.ParseForm()
+}

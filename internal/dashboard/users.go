@@ -1,0 +1,269 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/mail"
+	"strings"
+	"unicode"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/plan"
+)
+
+// The messages of sign-in and sign-up never say whether an email has an account
+// (docs/dashboard.md, "No account enumeration").
+const (
+	msgWrongCredentials = "The email or password is wrong."
+	msgThrottled        = "Too many failed sign-in attempts. Wait 15 minutes, then try again."
+	msgSignupRefused    = "No account could be created with this email and password. If you already have an account, sign in instead."
+)
+
+// maxEmailLen is RFC 5321's limit on a forward path, which an account email never needs to pass.
+const maxEmailLen = 254
+
+// checkEmail accepts a plain address (no display name, no comments) of bounded length.
+func checkEmail(e string) (string, error) {
+	e = strings.TrimSpace(e)
+	if e == "" || len(e) > maxEmailLen || strings.IndexFunc(e, unicode.IsControl) >= 0 {
+		return "", problem("Enter an email address of at most 254 characters.")
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil || a.Address != e || a.Name != "" || !strings.Contains(e[strings.LastIndex(e, "@")+1:], ".") {
+		return "", problem("Enter an email address like ann@example.com.")
+	}
+	return e, nil
+}
+
+type credentialsForm struct {
+	Email string
+}
+
+func (h *Handler) signupPage(w http.ResponseWriter, r *http.Request, csrf string) {
+	h.render(w, r, http.StatusOK, "signup", &view{Title: "Create your account", CSRF: csrf, Data: credentialsForm{}})
+}
+
+func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request, csrf string) {
+	h.render(w, r, http.StatusOK, "signin", &view{Title: "Sign in", CSRF: csrf, Data: credentialsForm{}})
+}
+
+// signup creates a free account and its dashboard user, and signs the user in. An email that is
+// already taken is handled as a sign-in with the password given (docs/dashboard.md): the right
+// password signs in, a wrong one counts as a failed sign-in and gets a message that does not say
+// which of the two was the problem.
+func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
+	ctx := r.Context()
+	form := credentialsForm{Email: r.PostForm.Get("email")}
+	fail := func(status int, msg string) {
+		h.render(w, r, status, "signup", &view{Title: "Create your account", CSRF: csrf, Error: msg, Data: form})
+	}
+	email, err := checkEmail(form.Email)
+	if err != nil {
+		fail(http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	password := r.PostForm.Get("password")
+	if err := checkPassword(password); err != nil {
+		fail(http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	if password != r.PostForm.Get("password_confirm") {
+		fail(http.StatusUnprocessableEntity, "The two passwords differ.")
+		return
+	}
+	acctSubject, addrSubject := accountSubject(email), addressSubject(r)
+	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+		h.failure(w, r, nil, err)
+		return
+	} else if blocked {
+		fail(http.StatusTooManyRequests, msgThrottled)
+		return
+	}
+	hash := h.hasher.hash(password)
+	userID, err := h.createUser(ctx, email, hash)
+	if errors.Is(err, errEmailTaken) {
+		userID, ok, err := h.checkCredentials(ctx, email, password)
+		if err != nil {
+			h.failure(w, r, nil, err)
+			return
+		}
+		if !ok {
+			if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
+				h.failure(w, r, nil, err)
+				return
+			}
+			fail(http.StatusUnprocessableEntity, msgSignupRefused)
+			return
+		}
+		h.finishSignin(w, r, userID, acctSubject)
+		return
+	}
+	if err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
+	h.finishSignin(w, r, userID, acctSubject)
+}
+
+var errEmailTaken = errors.New("email taken")
+
+// createUser creates the free account and its user in one transaction, through account.Store so
+// that accounts are made the one way the rest of Mailvet makes them.
+func (h *Handler) createUser(ctx context.Context, email, hash string) (string, error) {
+	userID := uuid.NewString()
+	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		a, err := account.NewStore(tx).Create(ctx, account.NewAccount{Tier: plan.Free, Email: email})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
+			userID, a.ID, email, hash)
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "dashboard_users_email" {
+		return "", errEmailTaken
+	}
+	return userID, err
+}
+
+// dummyHash is verified against when an email has no user, so that an unknown email takes as
+// long to refuse as a wrong password (no enumeration through timing).
+var dummyHash = defaultHasher.hash("mailvet-dashboard-no-such-user")
+
+// checkCredentials returns the user of email if password is theirs.
+func (h *Handler) checkCredentials(ctx context.Context, email, password string) (string, bool, error) {
+	var id, hash string
+	err := h.pool.QueryRow(ctx, `SELECT id, password_hash FROM dashboard_users WHERE lower(email) = lower($1)`, email).Scan(&id, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		verifyPassword(password, dummyHash)
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return id, verifyPassword(password, hash), nil
+}
+
+func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
+	ctx := r.Context()
+	form := credentialsForm{Email: r.PostForm.Get("email")}
+	fail := func(status int, msg string) {
+		h.render(w, r, status, "signin", &view{Title: "Sign in", CSRF: csrf, Error: msg, Data: form})
+	}
+	email := strings.TrimSpace(form.Email)
+	password := r.PostForm.Get("password")
+	if email == "" || len(email) > maxEmailLen || password == "" || len(password) > maxPasswordBytes {
+		fail(http.StatusUnprocessableEntity, msgWrongCredentials)
+		return
+	}
+	acctSubject, addrSubject := accountSubject(email), addressSubject(r)
+	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+		h.failure(w, r, nil, err)
+		return
+	} else if blocked {
+		fail(http.StatusTooManyRequests, msgThrottled)
+		return
+	}
+	userID, ok, err := h.checkCredentials(ctx, email, password)
+	if err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
+	if !ok {
+		if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
+			h.failure(w, r, nil, err)
+			return
+		}
+		fail(http.StatusUnauthorized, msgWrongCredentials)
+		return
+	}
+	h.finishSignin(w, r, userID, acctSubject)
+}
+
+func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID, acctSubject string) {
+	ctx := r.Context()
+	if err := h.clearFailures(ctx, acctSubject); err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
+	if err := h.startSession(ctx, w, r, userID); err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+}
+
+func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *session) {
+	if err := h.endSession(r.Context(), w, r, s); err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+}
+
+func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s *session) {
+	h.render(w, r, http.StatusOK, "settings", &view{Title: "Settings", Nav: "settings", Session: s,
+		Notice: notice(r)})
+}
+
+// changePassword needs the current password (a session left open on a shared machine must not
+// be enough to take the account over). Every other session of the user ends.
+func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	fail := func(status int, msg string) {
+		h.render(w, r, status, "settings", &view{Title: "Settings", Nav: "settings", Session: s, Error: msg})
+	}
+	current, next := r.PostForm.Get("current_password"), r.PostForm.Get("new_password")
+	if len(current) > maxPasswordBytes {
+		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
+		return
+	}
+	if err := checkPassword(next); err != nil {
+		fail(http.StatusUnprocessableEntity, err.Error())
+		return
+	}
+	if next != r.PostForm.Get("new_password_confirm") {
+		fail(http.StatusUnprocessableEntity, "The two new passwords differ.")
+		return
+	}
+	acctSubject, addrSubject := accountSubject(s.Email), addressSubject(r)
+	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+		h.failure(w, r, s, err)
+		return
+	} else if blocked {
+		fail(http.StatusTooManyRequests, msgThrottled)
+		return
+	}
+	_, ok, err := h.checkCredentials(ctx, s.Email, current)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	if !ok {
+		if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
+			h.failure(w, r, s, err)
+			return
+		}
+		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
+		return
+	}
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE dashboard_users SET password_hash = $2, updated_at = now() WHERE id = $1`,
+			s.UserID, h.hasher.hash(next)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1 AND token_hash <> $2`, s.UserID, s.tokenHash)
+		return err
+	})
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/settings?done=password", http.StatusSeeOther)
+}

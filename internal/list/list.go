@@ -1,0 +1,312 @@
+// Package list is bulk list verification (docs/lists.md): an uploaded file's rows, stored with
+// their original columns; its unique addresses, verified in chunks by any verifier worker;
+// progress, counts and results; cancellation, deletion and retention.
+//
+// A list moves queued → running → completed, or to canceled or failed. Each state change, each
+// chunk's results, their usage rows and the list's counters are written in one transaction, so
+// a chunk redelivered after its worker died is verified again but never written, counted or
+// billed twice.
+package list
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/usage"
+)
+
+// State is where a list is in its life (docs/lists.md, "States").
+type State string
+
+// The states of a list.
+const (
+	Queued    State = "queued"    // stored; waits for one of its account's running slots
+	Running   State = "running"   // chunks are with the verifier workers
+	Completed State = "completed" // every unique address is verified
+	Canceled  State = "canceled"  // stopped by its owner; what was verified stays
+	Failed    State = "failed"    // could not be finished; unverified addresses are not billed
+)
+
+// Finished reports whether s is a final state.
+func (s State) Finished() bool { return s == Completed || s == Canceled || s == Failed }
+
+// ErrNotFound is a list that does not exist for the account (or was deleted, or purged).
+var ErrNotFound = errors.New("list not found")
+
+// ErrFinished is a cancel of a list that has already finished.
+var ErrFinished = errors.New("list already finished")
+
+// List is a list as the API shows it.
+type List struct {
+	ID               uuid.UUID
+	AccountID        uuid.UUID
+	Name             string
+	Format           Format
+	Columns          []string
+	EmailColumn      int
+	State            State
+	Rows             int
+	Unique           int
+	Verified         int
+	Chunks           int
+	WebhookURL       *string
+	Error            *string
+	CreatedAt        time.Time
+	StartedAt        *time.Time
+	FinishedAt       *time.Time
+	UpdatedAt        time.Time
+	ExpiresAt        *time.Time
+	Counts           []Count // by status and reason; filled by Get
+	HasWebhookSecret bool
+}
+
+// Count is how many unique addresses of a list got one status and reason.
+type Count struct {
+	Status string
+	Reason string
+	N      int
+}
+
+// Config tunes how lists run. The zero value is not usable; see Defaults.
+type Config struct {
+	// ChunkSize is how many unique addresses (sorted by domain, so a chunk's addresses share
+	// MX look-ups, catch-all probes and SMTP sessions) one work message carries.
+	ChunkSize int
+	// Window is how many chunks of one list are with the workers at once. Each list gets its
+	// own window, so lists share the fleet chunk by chunk instead of first come, first served.
+	Window int
+	// MaxRunning is how many lists of one account run at once; the others wait, queued.
+	MaxRunning int
+	// Retention is how long a finished list's rows and results are kept, by tier.
+	Retention map[plan.Tier]time.Duration
+}
+
+// Configured is Defaults with the retention of the configuration (config.ListLimits.Retention).
+func Configured(retention map[plan.Tier]time.Duration) Config {
+	c := Defaults()
+	for t, d := range retention {
+		c.Retention[t] = d
+	}
+	return c
+}
+
+// Defaults are the production settings (docs/lists.md).
+func Defaults() Config {
+	return Config{ChunkSize: 250, Window: 8, MaxRunning: 2, Retention: map[plan.Tier]time.Duration{
+		plan.Free: 7 * 24 * time.Hour, plan.Builder: 30 * 24 * time.Hour, plan.Scale: 30 * 24 * time.Hour,
+	}}
+}
+
+// Store reads and writes lists.
+type Store struct {
+	db  database.DB
+	cfg Config
+}
+
+// NewStore returns a store on db.
+func NewStore(db database.DB, cfg Config) *Store { return &Store{db: db, cfg: cfg} }
+
+// Config is the store's configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+const listColumns = `id, account_id, name, format, columns, email_column, state, rows, unique_addresses, verified,
+	chunks, webhook_url, webhook_secret IS NOT NULL, error, created_at, started_at, finished_at, updated_at, expires_at`
+
+func scanList(row pgx.Row) (List, error) {
+	var l List
+	err := row.Scan(&l.ID, &l.AccountID, &l.Name, &l.Format, &l.Columns, &l.EmailColumn, &l.State, &l.Rows, &l.Unique,
+		&l.Verified, &l.Chunks, &l.WebhookURL, &l.HasWebhookSecret, &l.Error, &l.CreatedAt, &l.StartedAt, &l.FinishedAt,
+		&l.UpdatedAt, &l.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return List{}, ErrNotFound
+	}
+	return l, err
+}
+
+// Get returns the list id of account with its counts, or ErrNotFound. Two small reads whatever
+// the list's size: the counts are kept up to date as chunks complete.
+func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (List, error) {
+	l, err := scanList(s.db.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2`, id, account))
+	if err != nil {
+		return List{}, err
+	}
+	l.Counts, err = counts(ctx, s.db, id)
+	return l, err
+}
+
+// Page sizes of Page.
+const (
+	DefaultPageSize = 20
+	MaxPageSize     = 100
+)
+
+// Page returns up to limit lists of account, newest first, older than the list after (ids are
+// UUIDv7, so their order is their creation order); more is true when another page follows.
+// Counts are not filled in: a page is a summary.
+func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
+	rows, err := s.db.Query(ctx, `SELECT `+listColumns+` FROM lists
+		WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, account, after, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	ls, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (List, error) { return scanList(r) })
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ls) > limit {
+		return ls[:limit], true, nil
+	}
+	return ls, false, nil
+}
+
+// Cancel stops a queued or running list: chunks still queued are dropped by the workers, a chunk
+// being verified is not written, and the free-tier quota units of the addresses not verified are
+// given back. It returns the list as canceled, ErrFinished if it had already finished, and the
+// chunks of another list of the account that it let start, for the caller to publish.
+func (s *Store) Cancel(ctx context.Context, account string, id uuid.UUID) (List, []Chunk, error) {
+	var started []Chunk
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		st, err := lockList(ctx, tx, id, account)
+		if err != nil {
+			return err
+		}
+		if st.state.Finished() {
+			return ErrFinished
+		}
+		if err := finish(ctx, tx, st, Canceled, "", s.cfg); err != nil {
+			return err
+		}
+		started, err = s.startNext(ctx, tx, st.account)
+		return err
+	})
+	if err != nil {
+		return List{}, nil, err
+	}
+	l, err := s.Get(ctx, account, id)
+	return l, started, err
+}
+
+// Delete removes a list with its rows, results and counts — personal data, gone for good. A list
+// still running is canceled first, with its refund. The usage rows of what was verified stay
+// (they are the bill) but hold no address. It returns the chunks of another list of the account
+// that it let start.
+func (s *Store) Delete(ctx context.Context, account string, id uuid.UUID) ([]Chunk, error) {
+	ctx, cancel := bulk(ctx)
+	defer cancel()
+	var started []Chunk
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		st, err := lockList(ctx, tx, id, account)
+		if err != nil {
+			return err
+		}
+		if !st.state.Finished() {
+			if err := finish(ctx, tx, st, Canceled, "", s.cfg); err != nil {
+				return err
+			}
+			if started, err = s.startNext(ctx, tx, st.account); err != nil {
+				return err
+			}
+		}
+		return deleteData(ctx, tx, id)
+	})
+	return started, err
+}
+
+// deleteData removes a list and everything stored for it.
+func deleteData(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	for _, q := range []string{
+		`DELETE FROM list_rows WHERE list_id = $1`,
+		`DELETE FROM list_addresses WHERE list_id = $1`,
+		`DELETE FROM list_counts WHERE list_id = $1`,
+		`DELETE FROM lists WHERE id = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, id); err != nil {
+			return fmt.Errorf("delete list %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Purge deletes up to limit finished lists whose retention has passed, and returns how many.
+func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	ctx, cancel := bulk(ctx)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT id FROM lists WHERE expires_at < $1 ORDER BY expires_at LIMIT $2`, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if err := s.tx(ctx, func(tx pgx.Tx) error { return deleteData(ctx, tx, id) }); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+// lockedList is what the state changes of a locked list need.
+type lockedList struct {
+	id         uuid.UUID
+	account    uuid.UUID
+	tier       plan.Tier
+	state      State
+	unique     int
+	verified   int
+	quotaUnits int
+	quotaMonth time.Time
+}
+
+// lockList locks list id (of account, unless account is empty) for the rest of tx.
+func lockList(ctx context.Context, tx pgx.Tx, id uuid.UUID, account string) (lockedList, error) {
+	st := lockedList{id: id}
+	err := tx.QueryRow(ctx, `SELECT l.account_id, a.tier, l.state, l.unique_addresses, l.verified, l.quota_units, l.quota_month
+		FROM lists l JOIN accounts a ON a.id = l.account_id
+		WHERE l.id = $1 AND ($2 = '' OR l.account_id::text = $2) FOR UPDATE OF l`, id, account).
+		Scan(&st.account, &st.tier, &st.state, &st.unique, &st.verified, &st.quotaUnits, &st.quotaMonth)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, ErrNotFound
+	}
+	return st, err
+}
+
+// finish moves a locked, unfinished list to a final state. A list that stops before every address
+// is verified gives back the free-tier quota units of the addresses it did not verify: a result
+// the customer did not get is never billed.
+func finish(ctx context.Context, tx pgx.Tx, st lockedList, to State, reason string, cfg Config) error {
+	_, err := tx.Exec(ctx, `UPDATE lists SET state = $2, error = nullif($3, ''), finished_at = now(), updated_at = now(),
+		expires_at = now() + $4::interval WHERE id = $1`, st.id, to, reason, cfg.Retention[st.tier])
+	if err != nil {
+		return err
+	}
+	if back := min(st.quotaUnits, st.unique-st.verified); back > 0 {
+		return usage.Refund(ctx, tx, usage.Decision{AccountID: st.account.String(), Month: st.quotaMonth, QuotaCharged: back})
+	}
+	return nil
+}
+
+func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.db, fn)
+}
+
+// bulkBudget bounds the statements whose work grows with a list's size (its COPY, its deletion,
+// its download) when the caller set no deadline: the database's default per-statement deadline
+// (database.QueryTimeout) is sized for request-path statements, not for a million rows.
+const bulkBudget = 15 * time.Minute
+
+// bulk gives ctx the bulk budget unless it has a deadline already.
+func bulk(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, bulkBudget)
+}

@@ -1,0 +1,340 @@
+package list
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// Format is the encoding of an uploaded list (docs/lists.md, "Uploading").
+type Format string
+
+// The formats a list can be uploaded in.
+const (
+	CSV    Format = "csv"    // text/csv: a header row, then one row per address
+	NDJSON Format = "ndjson" // application/x-ndjson: {"email": …} per line
+	Text   Format = "text"   // text/plain: one address per line
+)
+
+// FormatOf maps a request's media type (without parameters) to a Format.
+func FormatOf(mediaType string) (Format, bool) {
+	switch strings.ToLower(mediaType) {
+	case "text/csv", "application/csv":
+		return CSV, true
+	case "application/x-ndjson", "application/ndjson":
+		return NDJSON, true
+	case "text/plain":
+		return Text, true
+	}
+	return "", false
+}
+
+// InputError is a problem with the uploaded file itself; Line is the 1-based line of the file
+// where it was found, 0 when it is about the file as a whole. Nothing of such an upload is kept.
+type InputError struct {
+	Line int
+	Msg  string
+}
+
+func (e *InputError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+	}
+	return e.Msg
+}
+
+// TooManyRowsError is an upload with more rows than the limit allows (413).
+type TooManyRowsError struct{ Limit int }
+
+func (e *TooManyRowsError) Error() string {
+	return fmt.Sprintf("the list has more than %d rows", e.Limit)
+}
+
+// Row is one data row of an upload: its 1-based number among the data rows, the address it
+// holds (normalised) and its original columns, which the results repeat.
+type Row struct {
+	No    int
+	Email string
+	Cols  []string
+}
+
+// Normalize is the form in which addresses are compared: duplicates after it are verified and
+// billed once. Case is folded in the local part as well: mailbox providers that matter treat
+// it case-insensitively, and a list with both cases of one address is one customer, twice.
+func Normalize(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// Reader reads the rows of an upload one at a time, never holding the file whole. It refuses
+// what cannot be read unambiguously — a bad encoding, a ragged CSV row, an over-long line, a
+// line that is not a JSON object — with an *InputError naming the line.
+type Reader struct {
+	format  Format
+	lines   *lineReader
+	csv     *csv.Reader
+	columns []string
+	emailAt int
+	maxRows int
+	rows    int
+	sawAt   bool
+}
+
+// Limits bound an upload.
+type Limits struct {
+	MaxRows      int // data rows
+	MaxLineBytes int // one physical line of the file
+}
+
+// NewReader starts reading an upload of format f. For CSV it reads the header row and picks
+// the email column: the one named column (case-insensitive), else the first whose name looks
+// like an email column, else the first.
+func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error) {
+	lr := newLineReader(r, lim.MaxLineBytes)
+	rd := &Reader{format: f, lines: lr, maxRows: lim.MaxRows}
+	if err := lr.skipBOM(); err != nil {
+		return nil, err
+	}
+	switch f {
+	case NDJSON, Text:
+		if column != "" && !strings.EqualFold(column, "email") {
+			return nil, &InputError{Msg: fmt.Sprintf("column %q: only CSV uploads have named columns; leave column out", column)}
+		}
+		rd.columns = []string{"email"}
+		return rd, nil
+	case CSV:
+	default:
+		return nil, fmt.Errorf("unknown list format %q", f)
+	}
+	rd.csv = csv.NewReader(lr)
+	rd.csv.FieldsPerRecord = 0 // every row must have as many fields as the header
+	header, err := rd.csv.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, &InputError{Msg: "the file is empty; send a header row and at least one row"}
+	}
+	if err != nil {
+		return nil, rd.csvError(err)
+	}
+	for i, h := range header {
+		if err := checkText(h); err != nil {
+			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("header column %d %s", i+1, err)}
+		}
+	}
+	rd.columns = header
+	rd.emailAt = -1
+	if column != "" {
+		for i, h := range header {
+			if strings.EqualFold(strings.TrimSpace(h), strings.TrimSpace(column)) {
+				rd.emailAt = i
+				break
+			}
+		}
+		if rd.emailAt < 0 {
+			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
+		}
+	} else {
+		rd.emailAt = emailColumn(header)
+	}
+	if strings.Contains(header[rd.emailAt], "@") {
+		return nil, &InputError{Line: 1, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
+	}
+	return rd, nil
+}
+
+// emailColumn is the first header that names an email column, else 0.
+func emailColumn(header []string) int {
+	for i, h := range header {
+		n := strings.ToLower(strings.TrimSpace(h))
+		n = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
+		if strings.Contains(n, "email") || n == "mail" || n == "address" || n == "emailaddress" {
+			return i
+		}
+	}
+	return 0
+}
+
+// Columns are the upload's column names; EmailColumn is the index of the one verified.
+func (r *Reader) Columns() []string { return r.columns }
+
+// EmailColumn is the index in Columns of the address column.
+func (r *Reader) EmailColumn() int { return r.emailAt }
+
+// Rows is how many data rows Next has returned so far.
+func (r *Reader) Rows() int { return r.rows }
+
+// Next returns the next data row, or io.EOF after the last. At the end it refuses a file with no
+// rows, or whose address column holds no address at all (the wrong column, or no email column).
+func (r *Reader) Next() (Row, error) {
+	row, err := r.next()
+	if errors.Is(err, io.EOF) {
+		switch {
+		case r.rows == 0:
+			return Row{}, &InputError{Msg: "the file has no rows to verify"}
+		case !r.sawAt:
+			return Row{}, &InputError{Msg: fmt.Sprintf("column %q holds no email addresses; name the email column with ?column=", r.columns[r.emailAt])}
+		}
+		return Row{}, io.EOF
+	}
+	if err != nil {
+		return Row{}, err
+	}
+	if r.rows >= r.maxRows {
+		return Row{}, &TooManyRowsError{Limit: r.maxRows}
+	}
+	r.rows++
+	row.No = r.rows
+	if strings.Contains(row.Email, "@") {
+		r.sawAt = true
+	}
+	return row, nil
+}
+
+func (r *Reader) next() (Row, error) {
+	if r.format == CSV {
+		rec, err := r.csv.Read()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return Row{}, io.EOF
+			}
+			return Row{}, r.csvError(err)
+		}
+		line, _ := r.csv.FieldPos(0)
+		for i, f := range rec {
+			if err := checkText(f); err != nil {
+				return Row{}, &InputError{Line: line, Msg: fmt.Sprintf("column %q %s", r.columns[i], err)}
+			}
+		}
+		return Row{Email: Normalize(rec[r.emailAt]), Cols: rec}, nil
+	}
+	for {
+		line, no, err := r.lines.line()
+		if err != nil {
+			return Row{}, err
+		}
+		text := strings.TrimSpace(string(line))
+		if text == "" {
+			continue // blank lines are not rows
+		}
+		if err := checkText(text); err != nil {
+			return Row{}, &InputError{Line: no, Msg: "the line " + err.Error()}
+		}
+		if r.format == Text {
+			return Row{Email: Normalize(text), Cols: []string{text}}, nil
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(text), &obj); err != nil {
+			return Row{}, &InputError{Line: no, Msg: `the line is not a JSON object like {"email": "ann@example.com"}`}
+		}
+		var email string
+		if raw, ok := obj["email"]; !ok || json.Unmarshal(raw, &email) != nil {
+			return Row{}, &InputError{Line: no, Msg: `the object has no string field "email"`}
+		}
+		return Row{Email: Normalize(email), Cols: []string{text}}, nil
+	}
+}
+
+// csvError turns encoding/csv's errors into InputErrors naming the line.
+func (r *Reader) csvError(err error) error {
+	var pe *csv.ParseError
+	var ie *InputError
+	switch {
+	case errors.As(err, &ie):
+		return ie
+	case errors.As(err, &pe):
+		msg := pe.Err.Error()
+		if errors.Is(pe.Err, csv.ErrFieldCount) {
+			msg = fmt.Sprintf("the row does not have the header's %d columns", len(r.columns))
+		}
+		return &InputError{Line: pe.StartLine, Msg: msg}
+	}
+	return err
+}
+
+// checkText refuses what a verifier can never mean: invalid UTF-8 and NUL bytes.
+func checkText(s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return errors.New("is not valid UTF-8; save the file as UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// lineReader passes a file through while counting its lines and refusing any line longer than
+// max bytes, so that no row, however it is encoded, can make the API hold more than a line.
+type lineReader struct {
+	r       *bufio.Reader
+	max     int
+	lineNo  int // lines started so far
+	lineLen int // bytes of the current line so far
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max, lineNo: 1}
+}
+
+// skipBOM drops a UTF-8 byte-order mark (spreadsheets write one) and refuses UTF-16 files.
+func (l *lineReader) skipBOM() error {
+	head, _ := l.r.Peek(3)
+	switch {
+	case bytes.HasPrefix(head, []byte{0xEF, 0xBB, 0xBF}):
+		_, _ = l.r.Discard(3)
+	case bytes.HasPrefix(head, []byte{0xFF, 0xFE}), bytes.HasPrefix(head, []byte{0xFE, 0xFF}):
+		return &InputError{Line: 1, Msg: "the file is UTF-16; save it as UTF-8"}
+	}
+	return nil
+}
+
+// Read implements io.Reader for encoding/csv, one buffered slice at a time.
+func (l *lineReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	for _, b := range p[:n] {
+		if b == '\n' {
+			l.lineNo++
+			l.lineLen = 0
+			continue
+		}
+		l.lineLen++
+		if l.lineLen > l.max {
+			return 0, &InputError{Line: l.lineNo, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
+		}
+	}
+	return n, err
+}
+
+// line returns the next line without its end-of-line bytes, and its number.
+func (l *lineReader) line() ([]byte, int, error) {
+	var buf []byte
+	no := l.lineNo
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if len(buf) > l.max+2 {
+			return nil, no, &InputError{Line: no, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
+		}
+		switch {
+		case err == nil:
+			l.lineNo++
+			return bytes.TrimRight(buf, "\r\n"), no, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			l.lineNo++
+			return bytes.TrimRight(buf, "\r\n"), no, nil
+		default:
+			return nil, no, err
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package list
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/verify"
+)
+
+// ResultColumns are the result fields a CSV download appends to the input's columns, named as
+// in the API's result object (docs/lists.md, "Results"). The address itself is the input's.
+var ResultColumns = []string{"status", "reason", "valid", "confidence", "failed_check", "disposable", "role",
+	"free_provider", "catch_all", "smtp_blocked", "mx_found", "mx_host", "suggestion"}
+
+// Export writes a list's rows in input order, each with its result, as CSV or NDJSON (out is
+// CSV or NDJSON). Rows not verified yet (the list is still running) have empty result columns,
+// or "result": null; statuses, when not empty, keeps only rows verified with one of them. flush
+// is called every few hundred rows so that a large download streams.
+func (s *Store) Export(ctx context.Context, l List, out Format, statuses []string, w io.Writer, flush func()) error {
+	ctx, cancel := bulk(ctx)
+	defer cancel()
+	var filter []string
+	if len(statuses) > 0 {
+		filter = statuses
+	}
+	rows, err := s.db.Query(ctx, `SELECT r.cols, a.result FROM list_rows r
+		JOIN list_addresses a ON a.list_id = r.list_id AND a.email = r.email
+		WHERE r.list_id = $1 AND ($2::text[] IS NULL OR a.status = ANY($2))
+		ORDER BY r.row_no`, l.ID, filter)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := exporter{list: l, w: bw}
+	if out == CSV {
+		enc.csv = csv.NewWriter(bw)
+		header := append(append([]string{}, enc.inputColumns()...), ResultColumns...)
+		if err := enc.csv.Write(header); err != nil {
+			return err
+		}
+	}
+	var (
+		cols []string
+		doc  []byte
+		n    int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&cols, &doc}, func() error {
+		if err := enc.row(cols, doc); err != nil {
+			return err
+		}
+		if n++; n%500 == 0 {
+			if err := enc.flush(); err != nil {
+				return err
+			}
+			flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return enc.flush()
+}
+
+// exporter writes the rows of one download.
+type exporter struct {
+	list List
+	w    *bufio.Writer
+	csv  *csv.Writer
+}
+
+// inputColumns are the CSV columns of the input: a CSV's own header; "email" for the others.
+func (e exporter) inputColumns() []string {
+	if e.list.Format == CSV {
+		return e.list.Columns
+	}
+	return []string{"email"}
+}
+
+func (e exporter) flush() error {
+	if e.csv != nil {
+		e.csv.Flush()
+		if err := e.csv.Error(); err != nil {
+			return err
+		}
+	}
+	return e.w.Flush()
+}
+
+func (e exporter) row(cols []string, doc []byte) error {
+	var r *verify.Result
+	if doc != nil {
+		r = new(verify.Result)
+		if err := json.Unmarshal(doc, r); err != nil {
+			return fmt.Errorf("stored result: %w", err)
+		}
+	}
+	if e.csv != nil {
+		rec := append(e.inputValues(cols), resultValues(r)...)
+		return e.csv.Write(rec)
+	}
+	return e.jsonRow(cols, doc)
+}
+
+// inputValues are a row's values for inputColumns.
+func (e exporter) inputValues(cols []string) []string {
+	switch e.list.Format {
+	case CSV:
+		return cols
+	case NDJSON:
+		var obj struct {
+			Email string `json:"email"`
+		}
+		_ = json.Unmarshal([]byte(cols[0]), &obj) // validated at upload
+		return []string{obj.Email}
+	}
+	return cols
+}
+
+// jsonRow writes one NDJSON line: the input's fields (a CSV row's columns by name, an NDJSON
+// line's own object, a text line as email), then "result".
+func (e exporter) jsonRow(cols []string, doc []byte) error {
+	if doc == nil {
+		doc = []byte("null")
+	}
+	var b strings.Builder
+	switch e.list.Format {
+	case NDJSON:
+		obj := strings.TrimSpace(cols[0])
+		obj = strings.TrimSpace(strings.TrimSuffix(obj, "}"))
+		b.WriteString(obj)
+		if obj != "{" {
+			b.WriteByte(',')
+		}
+	default:
+		names := e.inputColumns()
+		b.WriteByte('{')
+		for i, v := range cols {
+			k, _ := json.Marshal(names[i])
+			val, _ := json.Marshal(v)
+			b.Write(k)
+			b.WriteByte(':')
+			b.Write(val)
+			b.WriteByte(',')
+		}
+	}
+	b.WriteString(`"result":`)
+	b.Write(doc)
+	b.WriteString("}\n")
+	_, err := e.w.WriteString(b.String())
+	return err
+}
+
+// resultValues are a result's values for ResultColumns; empty for a row not verified yet.
+func resultValues(r *verify.Result) []string {
+	if r == nil {
+		return make([]string, len(ResultColumns))
+	}
+	opt := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	fc := ""
+	if r.FailedCheck != nil {
+		fc = string(*r.FailedCheck)
+	}
+	b := strconv.FormatBool
+	return []string{string(r.Status), string(r.Reason), b(r.Valid), strconv.FormatFloat(r.Confidence, 'f', -1, 64), fc,
+		b(r.Disposable), b(r.Role), b(r.FreeProvider), b(r.CatchAll), b(r.SMTPBlocked), b(r.MXFound), opt(r.MXHost), opt(r.Suggestion)}
+}
+
+// ListID parses a list id from a path; anything but a UUID is not found.
+func ListID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, ErrNotFound
+	}
+	return id, nil
+}

@@ -1,0 +1,122 @@
+package list
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/usage"
+)
+
+// Upload is what Import needs besides the file.
+type Upload struct {
+	AccountID     string
+	KeyID         string // "" when not known
+	Tier          plan.Tier
+	Plan          plan.Limits
+	Name          string
+	WebhookURL    string // "" for no completion callback
+	WebhookSecret string
+	Now           time.Time
+}
+
+// Import stores an upload in one transaction — its rows by COPY as they are read, its unique
+// addresses, and the admission of those addresses against the free tier's monthly quota or a
+// paid tier's spend cap — and returns the list, queued. Any error leaves nothing stored and
+// nothing charged: an *InputError or *TooManyRowsError from the file, a usage refusal
+// (*usage.QuotaExceeded, *usage.SpendCapExceeded) or a datastore error. The caller starts the
+// list with Start.
+func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) {
+	ctx, cancel := bulk(ctx)
+	defer cancel()
+	id, err := uuid.NewV7()
+	if err != nil {
+		return List{}, err
+	}
+	var unique int64
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		var key *string
+		if u.KeyID != "" {
+			key = &u.KeyID
+		}
+		var hook, secret *string
+		if u.WebhookURL != "" {
+			hook = &u.WebhookURL
+			if u.WebhookSecret != "" {
+				secret = &u.WebhookSecret
+			}
+		}
+		// The list row comes first so that nothing references a list that is not there; its
+		// counts are filled in once the file has been read.
+		_, err := tx.Exec(ctx, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column,
+			quota_month, webhook_url, webhook_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), usage.MonthStart(u.Now), hook, secret)
+		if err != nil {
+			return fmt.Errorf("store list: %w", err)
+		}
+		src := &rowSource{rd: rd, id: id}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"list_rows"}, []string{"list_id", "row_no", "email", "cols"}, src); err != nil {
+			if src.Err() != nil {
+				return src.Err() // the file's problem, which COPY reports as its own failure
+			}
+			return err
+		}
+		// The unique addresses, numbered and cut into chunks in domain order.
+		tag, err := tx.Exec(ctx, `INSERT INTO list_addresses (list_id, email, idx, chunk)
+			SELECT $1, email, (n - 1)::int, ((n - 1) / $2)::int
+			FROM (SELECT email, row_number() OVER (ORDER BY split_part(email, '@', -1), email) AS n
+			      FROM (SELECT DISTINCT email FROM list_rows WHERE list_id = $1) d) numbered`, id, s.cfg.ChunkSize)
+		if err != nil {
+			return fmt.Errorf("store list addresses: %w", err)
+		}
+		unique = tag.RowsAffected()
+		// Admission of the whole list, worst case: every unique address verified and billable.
+		d, err := usage.Admit(ctx, tx, usage.Request{
+			AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
+			RatePerMin: u.Plan.RateLimitPerMin, MonthlyCalls: u.Plan.MonthlyCalls, OverageEUR: u.Plan.OverageEUR, Now: u.Now,
+		})
+		if err != nil {
+			return err
+		}
+		chunks := (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
+		_, err = tx.Exec(ctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4, quota_units = $5 WHERE id = $1`,
+			id, rd.Rows(), unique, chunks, d.QuotaCharged)
+		return err
+	})
+	if err != nil {
+		return List{}, err
+	}
+	return s.Get(ctx, u.AccountID, id)
+}
+
+// rowSource feeds the upload's rows to COPY as the Reader parses them.
+type rowSource struct {
+	rd  *Reader
+	id  uuid.UUID
+	row Row
+	err error
+}
+
+func (r *rowSource) Next() bool {
+	r.row, r.err = r.rd.Next()
+	return r.err == nil
+}
+
+func (r *rowSource) Values() ([]any, error) {
+	return []any{r.id, r.row.No, r.row.Email, r.row.Cols}, nil
+}
+
+func (r *rowSource) Err() error {
+	if r.err != nil && !isEOF(r.err) {
+		return r.err
+	}
+	return nil
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
