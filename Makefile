@@ -7,10 +7,12 @@ TOOLS := $(CURDIR)/.tools/bin
 STATICCHECK_VERSION := v0.8.2
 # Stripe's API mock, for the billing tests (internal/testkit/stripetest starts it).
 STRIPE_MOCK_VERSION := v0.203.0
+# The NATS server the cluster fault test (test/cluster) runs three of: the version go.mod embeds.
+NATS_SERVER_VERSION := v2.15.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-short test-ts chromium lint fmt bench migrate tools clean data
+.PHONY: all build run demo test test-short test-ts cluster-test chromium lint fmt bench load migrate tools clean data
 
 all: build
 
@@ -30,6 +32,12 @@ demo: build
 test: tools chromium
 	PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) test-ts
+
+## cluster-test: the long form of the cluster fault test (docs/reliability.md, "Cluster fault test"):
+## the real binaries and a 3-node NATS cluster on loopback, processes killed with SIGKILL and
+## restarted one at a time under load; `make test` runs its short form. Several minutes.
+cluster-test: tools
+	PATH="$(TOOLS):$$PATH" MAILVET_CLUSTER_TEST=long go test -race -count=1 -timeout 15m -run '^TestCluster$$' -v ./test/cluster
 
 ## test-ts: the TypeScript client (clients/typescript): npm ci when node_modules is missing or the
 ## lockfile changed, build with tsc, then node's test runner (its integration test builds and
@@ -55,6 +63,12 @@ fmt:
 bench:
 	go test -run='^$$' -bench=. -benchmem ./...
 
+## load: the load script (cmd/loadtest, not part of `make test`): one API replica in-process on a
+## fresh database, 50 clients on loopback against locally decided and fleet-probed addresses and a
+## bare Echo handler, admission window 0 vs grouped; checks the metering. LOAD_FLAGS=-h lists options
+load:
+	go run ./cmd/loadtest $(LOAD_FLAGS)
+
 migrate:
 	go run ./cmd/api migrate
 
@@ -67,7 +81,7 @@ data:
 	go run ./internal/verify/signals/gen
 	node data/mailcheck-golden.js
 
-tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION)
+tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION) $(TOOLS)/.nats-server-$(NATS_SERVER_VERSION)
 
 ## chromium: Debian's Chromium for the dashboard's browser tests (cmd/api, docs/dashboard.md),
 ## installed with apt-get when missing; without root it only says so, and the tests skip (fail under CI)
@@ -80,6 +94,11 @@ chromium:
 $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION):
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+	@touch $@
+
+$(TOOLS)/.nats-server-$(NATS_SERVER_VERSION):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) go install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 	@touch $@
 
 $(TOOLS)/staticcheck:

@@ -13,8 +13,10 @@ import (
 	"github.com/mailvet/mailvet/internal/api"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/opsmetrics"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
@@ -34,13 +36,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	store := account.NewStore(in.Pool)
 	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
 	// layers stay idle here unless dev mode runs the verifier in-process.
-	engine, err := verify.New(engineConfig(cfg, demo))
+	// Its observer counts the results the API decides itself and times their layers
+	// (docs/operations.md, "Metrics").
+	engine, err := verify.NewObserved(engineConfig(cfg, demo), opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err
 	}
 	defer engine.Close()
-	srv := api.New(api.Deps{Config: cfg, Log: log, Pool: in.Pool, NATS: in.NATS, JS: in.JS, Ready: in.Ready,
-		Metrics: in.Metrics, Local: engine})
+	srv := api.New(api.Deps{Config: cfg, Log: log, Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout,
+		Ready: in.Ready, Metrics: in.Metrics, Local: engine})
 	httpSrv, err := app.Listen(cfg.HTTPAddr, srv.Handler())
 	if err != nil {
 		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
@@ -62,10 +66,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 	}
 	if cfg.Dev {
-		// The whole system in one process: the verifier and webhook workers join in.
-		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log,
+		// The whole system in one process: the verifier and webhook workers join in. The
+		// in-process verifier is one of the fleet like any other (docs/fleet.md).
+		fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
+		if err != nil {
+			return err
+		}
+		defer fl.Close()
+		engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
+		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
-		hooks, err := webhook.Services(in.Pool, in.JS, cfg, 64, log, in.Metrics, in.Ready)
+		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, cfg, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err
 		}

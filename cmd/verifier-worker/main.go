@@ -11,6 +11,8 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/fleet"
+	"github.com/mailvet/mailvet/internal/opsmetrics"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
@@ -36,13 +38,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer in.Close()
-	engine, err := verify.New(cfg)
+	engine, err := verify.NewObserved(cfg, opsmetrics.NewVerify(in.Metrics)) // docs/operations.md, "Metrics"
 	if err != nil {
 		return err
 	}
 	defer engine.Close()
+	// The fleet's session cap and MX and catch-all caches (docs/fleet.md).
+	fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	defer fl.Close()
+	engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
 	log.Info("verifier worker started", "ops", in.OpsAddr())
-	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Pipe: engine, Log: log,
+	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 		Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
 	log.Info("verifier worker stopped")
 	return err

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
@@ -94,7 +95,7 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := webhook.Publish(ctx, js, id); err != nil {
+	if err := webhook.Publish(ctx, js, queue.Layout{}, id); err != nil {
 		t.Fatal(err)
 	}
 

@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer in.Close()
-	parts, err := webhook.Services(in.Pool, in.JS, cfg, *concurrency, log, in.Metrics, in.Ready)
+	parts, err := webhook.Services(in.Pool, in.JS, in.Layout, cfg, *concurrency, log, in.Metrics, in.Ready)
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		tb.Fatal(err)
 	}
 	engine, err := verify.New(cfg)

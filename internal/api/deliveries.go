@@ -76,7 +76,7 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	if err != nil {
 		return webhook.ErrDeliveryNotFound
 	}
-	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, acct, id)
+	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, s.layout, acct, id)
 	if err != nil {
 		return domainOrDatastore(err, webhook.ErrDeliveryNotFound, webhook.ErrNotReplayable)
 	}

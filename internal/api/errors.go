@@ -351,6 +351,9 @@ func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		class, logged := loggedRejections[env.Code]
 		p, authenticated := c.Get(principalKey).(auth.Principal)
+		if authenticated && admissionRefusal[env.Code] {
+			s.refusals.WithLabelValues(env.Code).Inc()
+		}
 		if logged && authenticated && strings.HasPrefix(c.Path(), "/v1/email/") {
 			s.rejections.Add(usage.Row{
 				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),

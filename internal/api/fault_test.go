@@ -280,7 +280,7 @@ func TestRecoversAfterNATSRestartsWithEmptyStore(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true, env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
 	restartable := startRestartableNATS(t)
-	nc, err := queue.Connect(restartable.url, "api-restart", b.srv.log)
+	nc, err := queue.Connect(restartable.url, "api-restart", queue.Auth{}, b.srv.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func startRestartableNATS(t *testing.T) *restartableNATS {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -395,7 +395,7 @@ func newServerOn(t *testing.T, b *verifyBundle, nc *nats.Conn) *Server {
 // returns its readiness checks, once they pass.
 func startVerifierOn(t *testing.T, b *verifyBundle, url string) *health.Checker {
 	t.Helper()
-	nc, err := queue.Connect(url, "worker-under-test", app.NewLogger(io.Discard, "worker"))
+	nc, err := queue.Connect(url, "worker-under-test", queue.Auth{}, app.NewLogger(io.Discard, "worker"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func startVerifierOn(t *testing.T, b *verifyBundle, url string) *health.Checker 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, run := range verifyworker.Services(verifyworker.Deps{Pool: b.pool, NATS: nc, JS: js, Pipe: b.engine,
-		Log: app.NewLogger(io.Discard, "worker"), Ready: ready, StreamReplicas: 1}) {
+		Log: app.NewLogger(io.Discard, "worker"), Ready: ready}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}

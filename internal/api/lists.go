@@ -125,7 +125,7 @@ func (s *Server) publishChunks(ctx context.Context, account uuid.UUID, chunks ..
 	if err != nil {
 		s.log.Warn("start lists", "account", account, "err", err)
 	}
-	if err := queue.PublishChunks(ctx, s.js, s.cfg.StreamReplicas, time.Second, append(chunks, started...), nil); err != nil {
+	if err := queue.PublishChunks(ctx, s.js, s.layout, time.Second, append(chunks, started...), nil); err != nil {
 		s.log.Warn("publish list chunks", "account", account, "err", err)
 	}
 }

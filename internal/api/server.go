@@ -34,11 +34,13 @@ import (
 
 // Deps are the dependencies of the API server.
 type Deps struct {
-	Config  config.Config
-	Log     *slog.Logger
-	Pool    *pgxpool.Pool
-	NATS    *nats.Conn
-	JS      jetstream.JetStream
+	Config config.Config
+	Log    *slog.Logger
+	Pool   *pgxpool.Pool
+	NATS   *nats.Conn
+	JS     jetstream.JetStream
+	// Layout is the deployment's NATS layout (app.Infra.Layout); the zero Layout is unprefixed.
+	Layout  queue.Layout
 	Ready   *health.Checker
 	Metrics *prometheus.Registry
 	// Portal opens billing portal sessions; nil means Stripe as configured (billing.NewStripe).
@@ -69,14 +71,15 @@ const DefaultBodyReadTimeout = 10 * time.Second
 
 // Server is the API server.
 type Server struct {
-	cfg   config.Config
-	log   *slog.Logger
-	pool  *pgxpool.Pool
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	ready *health.Checker
-	echo  *echo.Echo
-	now   func() time.Time
+	cfg    config.Config
+	log    *slog.Logger
+	pool   *pgxpool.Pool
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	layout queue.Layout
+	ready  *health.Checker
+	echo   *echo.Echo
+	now    func() time.Time
 
 	bodyTimeout time.Duration
 
@@ -91,7 +94,8 @@ type Server struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	// ledger admits verify requests and settles their charges (refunds retried behind the
-	// response included); Close waits for it.
+	// response included); Close waits for it. Its rows stay held by this replica until delivered
+	// (usage.Holds), so a replica killed mid-request leaves nothing undelivered billed.
 	ledger   *usage.Ledger
 	jobs     *job.Store
 	lists    *list.Store
@@ -99,6 +103,8 @@ type Server struct {
 	headroom *usage.Headroom
 	// rejections writes the usage-log rows of refused verify requests behind their responses.
 	rejections *usage.Rejections
+	// refusals counts the verify routes' admission refusals (admission_metrics.go).
+	refusals *prometheus.CounterVec
 
 	// dashboard serves /dashboard (package dashboard).
 	dashboard http.Handler
@@ -113,8 +119,8 @@ type Server struct {
 
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Config.StreamReplicas), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewLedger(d.Pool, d.Log), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: usage.NewHeadroom(),
+	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, layout: d.Layout, ready: d.Ready, now: d.Now, portal: d.Portal,
+		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Layout), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewGroupedLedger(d.Pool, d.Log, d.Config.AdmissionWindow).HoldRows(usage.NewHolds(d.Pool, d.Log, usage.HoldOptions{})), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: usage.NewHeadroom(),
 		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
@@ -132,7 +138,7 @@ func New(d Deps) *Server {
 	if checkout == nil {
 		checkout = stripe
 	}
-	s.dashboard = dashboard.New(dashboard.Deps{Config: d.Config, Log: d.Log, Pool: d.Pool, JS: d.JS,
+	s.dashboard = dashboard.New(dashboard.Deps{Config: d.Config, Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
 		Portal: s.portal, Checkout: checkout, API: s, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
@@ -144,8 +150,9 @@ func New(d Deps) *Server {
 		Help:    "HTTP request latency by route.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"route"})
+	s.refusals = newAdmissionRefusals()
 	if d.Metrics != nil {
-		d.Metrics.MustRegister(s.requests, s.latency, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		d.Metrics.MustRegister(s.requests, s.latency, s.refusals, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mailvet_usage_rejection_rows_dropped_total",
 			Help: "Usage-log rows of rejected verify requests dropped because the datastore could not take them.",
 		}, func() float64 { return float64(s.rejections.Dropped()) }))

@@ -52,19 +52,28 @@ func (s *Server) verifyOne(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		charge.Settle()
 		r.LatencyMS = elapsedMS(start) // end to end; the row's snapshot has the time before admission
-		return c.JSON(http.StatusOK, r)
+		return s.answerOne(c, charge, r)
 	}
 	r, charge, err := s.askFleet(c, who, *req.Email, usage.PendingRow(it, *req.Email))
 	if err != nil {
 		return err
 	}
-	defer charge.Close()
 	r.LatencyMS = elapsedMS(start)
 	s.verdicts.Add(usage.VerdictOf(it.Key, r, nil))
+	return s.answerOne(c, charge, r)
+}
+
+// answerOne writes a single result and only then settles its charge: a result that did not reach
+// the client is given back (Close), and a replica killed before the write leaves its row held, for
+// the other replicas' sweep to withdraw (docs/reliability.md, "Usage of a replica that died").
+func (s *Server) answerOne(c echo.Context, charge *usage.Charge, r verify.Result) error {
+	defer charge.Close()
+	if err := c.JSON(http.StatusOK, r); err != nil {
+		return nil // the client went away before it had the result: it is not owed
+	}
 	charge.Settle()
-	return c.JSON(http.StatusOK, r)
+	return nil
 }
 
 type fleetAnswer struct {

@@ -91,7 +91,7 @@ func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 		t.Cleanup(func() { b.natsProxy.Close() })
 		apiURL = "nats://" + b.natsProxy.Addr()
 	}
-	nc, err := queue.Connect(apiURL, "api-under-test", app.NewLogger(io.Discard, "api-nats"))
+	nc, err := queue.Connect(apiURL, "api-under-test", queue.Auth{}, app.NewLogger(io.Discard, "api-nats"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !o.noWorkers {

@@ -39,11 +39,14 @@ func NewLogger(w io.Writer, name string) *slog.Logger {
 
 // Infra holds a process's shared dependencies.
 type Infra struct {
-	Config   config.Config
-	Log      *slog.Logger
-	Pool     *pgxpool.Pool
-	NATS     *nats.Conn
-	JS       jetstream.JetStream
+	Config config.Config
+	Log    *slog.Logger
+	Pool   *pgxpool.Pool
+	NATS   *nats.Conn
+	JS     jetstream.JetStream
+	// Layout is this deployment's names on NATS and its streams' replication; every stream,
+	// consumer, subject and bucket the process uses goes through it.
+	Layout   queue.Layout
 	Ready    *health.Checker
 	Metrics  *prometheus.Registry
 	Embedded *server.Server // non-nil in dev mode without NATS_URL
@@ -64,7 +67,7 @@ const DevDataDir = ".data"
 // dependencies. Mistakes that waiting cannot fix (bad credentials, a database that does not exist)
 // fail at once and say what to do.
 func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger) (_ *Infra, err error) {
-	in := &Infra{Config: cfg, Log: log, Ready: health.NewChecker(2 * time.Second), Metrics: health.NewRegistry()}
+	in := &Infra{Config: cfg, Log: log, Layout: Layout(cfg), Ready: health.NewChecker(2 * time.Second), Metrics: health.NewRegistry()}
 	defer func() {
 		if err != nil {
 			in.Close()
@@ -95,16 +98,16 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 		natsURL = in.Embedded.ClientURL()
 		log.Info("embedded NATS JetStream started", "url", natsURL, "store", dir)
 	}
-	if in.NATS, err = queue.ConnectWait(ctx, natsURL, "mailvet-"+name, log); err != nil {
+	if in.NATS, err = queue.ConnectWait(ctx, natsURL, "mailvet-"+name, NATSAuth(cfg), log); err != nil {
 		return nil, err
 	}
 	if in.JS, err = jetstream.New(in.NATS); err != nil {
 		return nil, err
 	}
-	if err := queue.EnsureStreams(ctx, in.JS, cfg.StreamReplicas, log); err != nil {
+	if err := queue.EnsureStreams(ctx, in.JS, in.Layout, log); err != nil {
 		return nil, err
 	}
-	in.Streams = queue.NewKeeper(in.JS, queue.Watch(in.NATS), cfg.StreamReplicas, log)
+	in.Streams = queue.NewKeeper(in.JS, queue.Watch(in.NATS), in.Layout, log)
 
 	pool, nc, js := in.Pool, in.NATS, in.JS
 	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
@@ -115,6 +118,16 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 		return nil, fmt.Errorf("MAILVET_METRICS_ADDR: %w", err)
 	}
 	return in, nil
+}
+
+// Layout is the NATS layout cfg describes (MAILVET_NATS_PREFIX, MAILVET_STREAM_REPLICAS).
+func Layout(cfg config.Config) queue.Layout {
+	return queue.Layout{Prefix: cfg.NATS.Prefix, Replicas: cfg.StreamReplicas}
+}
+
+// NATSAuth is the NATS credentials and TLS settings of cfg (MAILVET_NATS_CREDS, MAILVET_NATS_TLS_*).
+func NATSAuth(cfg config.Config) queue.Auth {
+	return queue.Auth{CredsFile: cfg.NATS.CredsFile, TLSCAFile: cfg.NATS.TLSCAFile, TLSCertFile: cfg.NATS.TLSCertFile, TLSKeyFile: cfg.NATS.TLSKeyFile}
 }
 
 // OpsAddr is the address the ops listener is bound to.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +38,9 @@ type Config struct {
 	Dev bool // -dev: embedded NATS when NatsURL is empty, in-process workers, auto-migrate, loopback listeners
 
 	DatabaseURL string
-	NatsURL     string // empty means "start an embedded server" (dev mode only)
+	NatsURL     string // one URL or several, comma-separated; empty means "start an embedded server" (dev mode only)
+	// NATS is how to reach the cluster besides its URLs, and this deployment's names on it.
+	NATS        NATSOptions
 	HTTPAddr    string
 	MetricsAddr string
 	PublicURL   string
@@ -62,6 +65,11 @@ type Config struct {
 	// GreylistWindow bounds the re-probes of an async job whose probe was greylisted
 	// (MAILVET_GREYLIST_WINDOW); 0 turns them off.
 	GreylistWindow time.Duration
+
+	// AdmissionWindow is how long a verify request may wait to be admitted together with others
+	// while a group is in flight (MAILVET_ADMISSION_WINDOW, docs/api.md "Metering"); 0 admits
+	// each request with its own statement and commit.
+	AdmissionWindow time.Duration
 
 	// Lists bound bulk-list uploads and say how long their results are kept (MAILVET_LIST_*).
 	Lists ListLimits
@@ -89,6 +97,10 @@ type ListLimits struct {
 	Retention map[plan.Tier]time.Duration
 }
 
+// maxAdmissionWindow bounds MAILVET_ADMISSION_WINDOW: every waiting request's latency grows by
+// up to the window, and a few milliseconds already fill a group.
+const maxAdmissionWindow = 100 * time.Millisecond
+
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mailvet?sslmode=disable"
 
@@ -108,6 +120,23 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	c.NatsURL = e.str("NATS_URL", natsDefault)
 	if c.NatsURL == "" && !dev {
 		e.fail("NATS_URL", errors.New("must be set (an embedded server is only started with -dev)"))
+	}
+
+	if c.NatsURL != "" {
+		for _, u := range strings.Split(c.NatsURL, ",") {
+			e.check("NATS_URL", validNATSURL(strings.TrimSpace(u)))
+		}
+	}
+	c.NATS.Prefix = e.str("MAILVET_NATS_PREFIX", "")
+	if c.NATS.Prefix != "" && !natsPrefix.MatchString(c.NATS.Prefix) {
+		e.fail("MAILVET_NATS_PREFIX", fmt.Errorf("%q: use up to 32 letters, digits, '_' or '-', starting with a letter or digit", c.NATS.Prefix))
+	}
+	c.NATS.CredsFile = e.file("MAILVET_NATS_CREDS")
+	c.NATS.TLSCAFile = e.file("MAILVET_NATS_TLS_CA")
+	c.NATS.TLSCertFile = e.file("MAILVET_NATS_TLS_CERT")
+	c.NATS.TLSKeyFile = e.file("MAILVET_NATS_TLS_KEY")
+	if (c.NATS.TLSCertFile == "") != (c.NATS.TLSKeyFile == "") {
+		e.fail("MAILVET_NATS_TLS_CERT", errors.New("a client certificate needs MAILVET_NATS_TLS_CERT and MAILVET_NATS_TLS_KEY together"))
 	}
 
 	c.HTTPAddr = e.str("MAILVET_HTTP_ADDR", listenDefault(":8080", dev))
@@ -135,6 +164,10 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 	c.SMTPTimeout = e.duration("MAILVET_SMTP_TIMEOUT", 1500*time.Millisecond)
 	c.GreylistWindow = e.window("MAILVET_GREYLIST_WINDOW", 15*time.Minute)
+	c.AdmissionWindow = e.window("MAILVET_ADMISSION_WINDOW", time.Millisecond)
+	if c.AdmissionWindow > maxAdmissionWindow {
+		e.fail("MAILVET_ADMISSION_WINDOW", fmt.Errorf("%s is longer than %s", c.AdmissionWindow, maxAdmissionWindow))
+	}
 	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
 	if c.SMTPProxy != "" {
 		u, err := url.Parse(c.SMTPProxy)
@@ -375,6 +408,46 @@ func (e *env) file(name string) string {
 	}
 	f.Close()
 	return v
+}
+
+// NATSOptions are the NATS settings besides NATS_URL (docs/operations.md, "NATS").
+type NATSOptions struct {
+	// Prefix namespaces every stream, consumer, subject and bucket (MAILVET_NATS_PREFIX), so that
+	// deployments can share a cluster.
+	Prefix string
+	// CredsFile is a NATS credentials file (a user JWT and its NKey seed), MAILVET_NATS_CREDS.
+	CredsFile string
+	// TLSCAFile verifies the servers' certificates; TLSCertFile and TLSKeyFile are a client
+	// certificate for clusters that require one (MAILVET_NATS_TLS_*).
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+}
+
+// natsPrefix is one subject token that is also valid in stream, consumer and bucket names: no
+// dots, wildcards or spaces.
+var natsPrefix = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$`)
+
+// validNATSURL checks one entry of NATS_URL.
+func validNATSURL(s string) error {
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s // the client reads host:port as nats://host:port
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%q is not a URL like nats://host:4222 (several are separated by commas)", redactedURL(s))
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+		return nil
+	}
+	return fmt.Errorf("%q: the scheme must be nats, tls, ws or wss", redactedURL(s))
+}
+
+// redactedURL is s without its password, for error messages.
+func redactedURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
 }
 
 func validPostgresURL(s string) error {

@@ -32,6 +32,9 @@ func TestLoadDefaults(t *testing.T) {
 	if c.GreylistWindow != 15*time.Minute {
 		t.Errorf("greylist window %v", c.GreylistWindow)
 	}
+	if c.AdmissionWindow != time.Millisecond {
+		t.Errorf("admission window %v", c.AdmissionWindow)
+	}
 	if c.SMTPMailFrom != "verify@"+c.SMTPHelo {
 		t.Errorf("mail from %q, helo %q", c.SMTPMailFrom, c.SMTPHelo)
 	}
@@ -105,6 +108,7 @@ func TestLoadOverrides(t *testing.T) {
 		"MAILVET_PUBLIC_URL":                    "https://api.example.com/",
 		"MAILVET_SMTP_PROXY":                    "socks5://127.0.0.1:1080",
 		"MAILVET_GREYLIST_WINDOW":               "1h30m",
+		"MAILVET_ADMISSION_WINDOW":              "0",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +127,9 @@ func TestLoadOverrides(t *testing.T) {
 	}
 	if c.GreylistWindow != 90*time.Minute {
 		t.Errorf("greylist window %v", c.GreylistWindow)
+	}
+	if c.AdmissionWindow != 0 {
+		t.Errorf("admission window %v, want 0 (each request alone)", c.AdmissionWindow)
 	}
 	if c.PublicURL != "https://api.example.com" {
 		t.Errorf("public url %q", c.PublicURL)
@@ -156,6 +163,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_SMTP_PORT":             "70000",
 		"MAILVET_SMTP_TIMEOUT":          "soon",
 		"MAILVET_GREYLIST_WINDOW":       "25h",
+		"MAILVET_ADMISSION_WINDOW":      "1s",
 		"MAILVET_SMTP_PROXY":            "http://proxy:3128",
 		"MAILVET_SMTP_MAIL_FROM":        "nobody",
 		"MAILVET_SMTP_ALLOW_CIDRS":      "127.0.0.0/8,10.0.0.0/33",

@@ -23,6 +23,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
 )
 
 //go:embed templates/*.html
@@ -58,6 +59,7 @@ type Deps struct {
 	Log      *slog.Logger
 	Pool     *pgxpool.Pool
 	JS       jetstream.JetStream // replays of failed deliveries are published here
+	Layout   queue.Layout        // the deployment's NATS names
 	Portal   Portal
 	Checkout Checkout
 	API      API
@@ -71,6 +73,7 @@ type Handler struct {
 	log      *slog.Logger
 	pool     *pgxpool.Pool
 	js       jetstream.JetStream
+	layout   queue.Layout
 	portal   Portal
 	checkout Checkout
 	api      API
@@ -85,7 +88,7 @@ type Handler struct {
 
 // New builds the dashboard handler.
 func New(d Deps) *Handler {
-	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, portal: d.Portal, checkout: d.Checkout,
+	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, layout: d.Layout, portal: d.Portal, checkout: d.Checkout,
 		api: d.API, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
 		secureCookies: strings.HasPrefix(d.Config.PublicURL, "https://")}
 	if h.now == nil {

@@ -252,7 +252,7 @@ func (h *Handler) retryDelivery(w http.ResponseWriter, r *http.Request, s *sessi
 		err = webhook.ErrDeliveryNotFound
 	} else {
 		var replay uuid.UUID
-		replay, err = webhook.Replay(ctx, h.pool, h.js, acct, id)
+		replay, err = webhook.Replay(ctx, h.pool, h.js, h.layout, acct, id)
 		if err != nil && replay != uuid.Nil {
 			// Committed but not published: the outbox sweep sends it (webhook.Replay).
 			h.log.Warn("dashboard: publish replay", "delivery", replay, "err", err)

@@ -32,10 +32,11 @@ type ConsumerSpec struct {
 // iterator away and starts over with backoff. Every worker loop of every tier runs on it, so they
 // all start, heal and stop the same way. See docs/reliability.md.
 type Consumer struct {
-	js       jetstream.JetStream
-	spec     ConsumerSpec
-	replicas int
-	log      *slog.Logger
+	js     jetstream.JetStream
+	spec   ConsumerSpec // with the layout's names
+	layout Layout
+	base   string // the stream's base name, to re-create it
+	log    *slog.Logger
 
 	// Pull is how many messages the iterator keeps buffered ahead of the handler.
 	Pull int
@@ -46,9 +47,14 @@ type Consumer struct {
 	running atomic.Bool
 }
 
-// NewConsumer returns a consumer of spec on js; streams it creates have replicas copies.
-func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, replicas int, pull int, log *slog.Logger) *Consumer {
-	return &Consumer{js: js, spec: spec, replicas: replicas, log: log, Pull: max(1, pull), Heartbeat: 2 * time.Second}
+// NewConsumer returns a consumer of spec (base names, as consumers.go builds it) in layout l on
+// js; a stream it has to create is made as l says.
+func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, l Layout, pull int, log *slog.Logger) *Consumer {
+	base := spec.Stream
+	spec.Stream = l.Name(spec.Stream)
+	spec.Config.Durable = l.Name(spec.Config.Durable)
+	spec.Config.FilterSubject = l.Subject(spec.Config.FilterSubject)
+	return &Consumer{js: js, spec: spec, layout: l, base: base, log: log, Pull: max(1, pull), Heartbeat: 2 * time.Second}
 }
 
 // Name is the durable consumer's name.
@@ -96,7 +102,7 @@ func (c *Consumer) start(ctx context.Context) (jetstream.MessagesContext, error)
 func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if created, err := ensureStream(ctx, c.js, c.spec.Stream, c.replicas); err != nil {
+	if created, err := ensureStream(ctx, c.js, c.layout, c.base); err != nil {
 		return nil, err
 	} else if created {
 		c.log.Info("stream re-created", "stream", c.spec.Stream)
@@ -173,10 +179,12 @@ func (c *Consumer) Check(ctx context.Context) error {
 	return nil
 }
 
-// ensureStream creates the stream name with the configuration of StreamConfigs when it does not
-// exist, and leaves an existing one as it is; created reports whether this call created it.
-func ensureStream(ctx context.Context, js jetstream.JetStream, name string, replicas int) (created bool, err error) {
-	for _, cfg := range StreamConfigs(replicas) {
+// ensureStream creates the stream base of layout l with the configuration of StreamConfigs when
+// it does not exist, and leaves an existing one as it is; created reports whether this call
+// created it.
+func ensureStream(ctx context.Context, js jetstream.JetStream, l Layout, base string) (created bool, err error) {
+	name := l.Name(base)
+	for _, cfg := range StreamConfigs(l) {
 		if cfg.Name != name {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,10 +41,10 @@ var (
 // and work in flight gives up after a grace period; nothing waits behind a reconnect. See
 // docs/reliability.md.
 type Dispatcher struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	link     *Link
-	replicas int
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	link   *Link
+	layout Layout
 
 	// SyncGrace is how long a single verification in flight waits for a dropped connection to
 	// come back before it answers ErrUnavailable.
@@ -55,13 +56,18 @@ type Dispatcher struct {
 	StallAfter time.Duration
 	// PublishTimeout bounds the wait for JetStream to store an item or a job.
 	PublishTimeout time.Duration
+	// WorkersGone is how long workers last seen pulling are still taken to be there although
+	// none pulls now (WorkersAlive).
+	WorkersGone time.Duration
+
+	lastAlive atomic.Int64 // Unix nanoseconds when WorkersAlive last saw a worker
 }
 
-// NewDispatcher returns a dispatcher over nc; streams it has to re-create get replicas copies.
-// Close releases it.
-func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, replicas int) *Dispatcher {
-	return &Dispatcher{nc: nc, js: js, link: Watch(nc), replicas: replicas,
-		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second}
+// NewDispatcher returns a dispatcher over nc in layout l. Close releases it.
+func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, l Layout) *Dispatcher {
+	return &Dispatcher{nc: nc, js: js, link: Watch(nc), layout: l,
+		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second,
+		WorkersGone: 10 * time.Second}
 }
 
 // Close stops watching the connection.
@@ -81,7 +87,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 	body, _ := json.Marshal(VerifyRequest{Email: email})
 	var giveUp time.Time // set when the connection is first seen lost
 	for {
-		msg := nats.NewMsg(SubjectVerifySync)
+		msg := nats.NewMsg(d.layout.Subject(SubjectVerifySync))
 		msg.Data = body
 		if dl, ok := ctx.Deadline(); ok {
 			msg.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
@@ -225,8 +231,8 @@ func (l *list) lost(ctx context.Context, missing []int) []int {
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.d.PublishTimeout)
 	defer cancel()
-	prefix := SubjectVerifyItemPrefix + l.batch + "."
-	stream, err := l.d.js.Stream(cctx, StreamVerify)
+	prefix := l.d.layout.Subject(SubjectVerifyItemPrefix) + l.batch + "."
+	stream, err := l.d.js.Stream(cctx, l.d.layout.Name(StreamVerify))
 	if err != nil {
 		return missing // no stream: everything it held is gone
 	}
@@ -276,7 +282,7 @@ func (l *list) publish(ctx context.Context, indexes []int) error {
 	err := l.publishRound(ctx, indexes)
 	if errors.Is(err, errNoStream) {
 		cctx, cancel := context.WithTimeout(ctx, l.d.PublishTimeout)
-		_, cerr := ensureStream(cctx, l.d.js, StreamVerify, l.d.replicas)
+		_, cerr := ensureStream(cctx, l.d.js, l.d.layout, StreamVerify)
 		cancel()
 		if cerr != nil {
 			return fmt.Errorf("%w: %v", ErrUnavailable, cerr)
@@ -299,7 +305,7 @@ func (l *list) publishRound(ctx context.Context, indexes []int) error {
 	for _, i := range indexes {
 		body, _ := json.Marshal(VerifyRequest{Email: l.emails[i], Index: i})
 		id := l.batch + "." + strconv.Itoa(i)
-		msg := nats.NewMsg(SubjectVerifyItemPrefix + id)
+		msg := nats.NewMsg(l.d.layout.Subject(SubjectVerifyItemPrefix) + id)
 		msg.Data = body
 		msg.Header.Set(HeaderReply, l.inbox)
 		if l.deadline != "" {
@@ -366,10 +372,10 @@ func (d *Dispatcher) PublishJob(ctx context.Context, jobID uuid.UUID) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
 	defer cancel()
-	err := PublishJob(ctx, d.js, jobID)
+	err := PublishJob(ctx, d.js, d.layout, jobID)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		if _, cerr := ensureStream(ctx, d.js, StreamJobs, d.replicas); cerr == nil {
-			err = PublishJob(ctx, d.js, jobID)
+		if _, cerr := ensureStream(ctx, d.js, d.layout, StreamJobs); cerr == nil {
+			err = PublishJob(ctx, d.js, d.layout, jobID)
 		}
 	}
 	if err != nil {
@@ -379,45 +385,69 @@ func (d *Dispatcher) PublishJob(ctx context.Context, jobID uuid.UUID) error {
 }
 
 // PublishJob publishes the job's message; the job id is its message id.
-func PublishJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID) error {
-	return RequeueJob(ctx, js, jobID, "")
+func PublishJob(ctx context.Context, js jetstream.JetStream, l Layout, jobID uuid.UUID) error {
+	return RequeueJob(ctx, js, l, jobID, "")
 }
 
 // RequeueJob publishes the job's message again with message id "job.<id>.<round>" (round ""
 // gives PublishJob's "job.<id>"). The stream drops a message whose id it saw within its duplicate
 // window even when that message is gone since, so a re-queue of a job whose message was lost
 // needs a round of its own; the same round from several sweeps is still published once.
-func RequeueJob(ctx context.Context, js jetstream.JetStream, jobID uuid.UUID, round string) error {
+func RequeueJob(ctx context.Context, js jetstream.JetStream, l Layout, jobID uuid.UUID, round string) error {
 	body, _ := json.Marshal(JobMessage{JobID: jobID})
 	id := "job." + jobID.String()
 	if round != "" {
 		id += "." + round
 	}
-	_, err := js.Publish(ctx, SubjectJob, body, jetstream.WithMsgID(id))
+	_, err := js.Publish(ctx, l.Subject(SubjectJob), body, jetstream.WithMsgID(id))
 	return err
 }
 
-// WorkersAlive reports whether any verifier worker is pulling batch items right now: a live
-// worker always keeps a pull request open, so none waiting means nobody would answer.
+// WorkersAlive reports whether a verifier worker may be there to take batch items. It is false
+// only when JetStream says positively that nobody is, and has said so since WorkersGone: the
+// consumer does not exist, or it has neither a pull request waiting (an idle worker always keeps
+// one open) nor a message being worked on (busy workers may have no pull open while their buffers
+// are full). When JetStream cannot tell (a cluster electing a leader) it answers true.
+//
+// Why the memory: a worker whose NATS node died re-issues its pull requests on the new consumer
+// leader only after its heartbeats lapse, so for a few seconds a live fleet shows no pull at all;
+// a batch sent then is stored and taken as soon as the pulls return. Saying "no verifier worker
+// is running" only when it has been true for a while keeps that 503 meaningful; a batch sent in
+// the first seconds after the last worker really died ends at its deadline instead.
 func (d *Dispatcher) WorkersAlive(ctx context.Context) bool {
 	if !d.link.Up() {
 		return false
 	}
+	if d.workersSeen(ctx) {
+		d.lastAlive.Store(time.Now().UnixNano())
+		return true
+	}
+	last := d.lastAlive.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < d.WorkersGone
+}
+
+func (d *Dispatcher) workersSeen(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, d.PublishTimeout)
 	defer cancel()
-	c, err := d.js.Consumer(cctx, StreamVerify, ConsumerVerifiers)
-	if err != nil {
+	c, err := d.js.Consumer(cctx, d.layout.Name(StreamVerify), d.layout.Name(ConsumerVerifiers))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return false
 	}
+	if err != nil {
+		return true
+	}
 	info, err := c.Info(cctx)
-	return err == nil && info.NumWaiting > 0
+	if err != nil {
+		return !errors.Is(err, jetstream.ErrConsumerNotFound)
+	}
+	return info.NumWaiting > 0 || info.NumAckPending > 0
 }
 
 // PublishChunks queues bulk-list chunks whose addresses are already stored. Message ids are
 // "list.<id>.<chunk>" (plus ".<round>" for a re-queue by the sweep, for the reason RequeueJob
 // gives), so a chunk published twice is stored once. A missing LISTS stream is re-created. Each
 // publish is bounded by timeout; the first failure stops, and the sweep publishes the rest later.
-func PublishChunks(ctx context.Context, js jetstream.JetStream, replicas int, timeout time.Duration, chunks []ChunkMessage, round func(ChunkMessage) string) error {
+func PublishChunks(ctx context.Context, js jetstream.JetStream, l Layout, timeout time.Duration, chunks []ChunkMessage, round func(ChunkMessage) string) error {
 	for _, c := range chunks {
 		body, _ := json.Marshal(c)
 		id := "list." + c.ListID.String() + "." + strconv.Itoa(c.Chunk)
@@ -429,13 +459,13 @@ func PublishChunks(ctx context.Context, js jetstream.JetStream, replicas int, ti
 		publish := func() error {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			_, err := js.Publish(cctx, SubjectListChunk, body, jetstream.WithMsgID(id))
+			_, err := js.Publish(cctx, l.Subject(SubjectListChunk), body, jetstream.WithMsgID(id))
 			return err
 		}
 		err := publish()
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			_, cerr := ensureStream(cctx, js, StreamLists, replicas)
+			_, cerr := ensureStream(cctx, js, l, StreamLists)
 			cancel()
 			if cerr == nil {
 				err = publish()

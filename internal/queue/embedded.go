@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -49,9 +50,13 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 }
 
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err != nil {
+			parts[i] = "(unparsable URL)"
+		} else {
+			parts[i] = u.Redacted()
+		}
 	}
-	return u.Redacted()
+	return strings.Join(parts, ",")
 }

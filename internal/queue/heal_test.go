@@ -32,7 +32,7 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() boo
 func TestConsumerHealsAfterItsStreamIsLost(t *testing.T) {
 	t.Parallel()
 	nc, js := natstest.Connect(t)
-	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), 1, 4, quiet)
+	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), queue.Layout{}, 4, quiet)
 	c.Heartbeat = 500 * time.Millisecond
 	var handled atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,7 +79,7 @@ func TestKeeperRecreatesMissingStreams(t *testing.T) {
 	nc, js := natstest.Connect(t)
 	link := queue.Watch(nc)
 	t.Cleanup(link.Close)
-	k := queue.NewKeeper(js, link, 1, quiet)
+	k := queue.NewKeeper(js, link, queue.Layout{}, quiet)
 	k.Interval = time.Hour // only kicks and reconnects trigger a check here
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -103,13 +103,13 @@ func TestKeeperRecreatesMissingStreams(t *testing.T) {
 func TestConsumerStopsWhileNATSIsDown(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	nc, err := queue.Connect(s.ClientURL(), "consumer-under-test", quiet)
+	nc, err := queue.Connect(s.ClientURL(), "consumer-under-test", queue.Auth{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), 1, 4, quiet)
+	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), queue.Layout{}, 4, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, func(m jetstream.Msg) { _ = m.Ack() }) }()

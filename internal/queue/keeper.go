@@ -19,10 +19,10 @@ import (
 // each stream is there, and creates the missing ones with the configuration of StreamConfigs.
 // Creating is idempotent, so every replica of every tier may do it. See docs/reliability.md.
 type Keeper struct {
-	js       jetstream.JetStream
-	link     *Link
-	replicas int
-	log      *slog.Logger
+	js     jetstream.JetStream
+	link   *Link
+	layout Layout
+	log    *slog.Logger
 	// Interval between checks while nothing happens.
 	Interval time.Duration
 
@@ -30,9 +30,9 @@ type Keeper struct {
 	kick chan struct{}
 }
 
-// NewKeeper returns a keeper of StreamConfigs(replicas) on js, watching link for reconnects.
-func NewKeeper(js jetstream.JetStream, link *Link, replicas int, log *slog.Logger) *Keeper {
-	return &Keeper{js: js, link: link, replicas: replicas, log: log, Interval: 5 * time.Second, kick: make(chan struct{}, 1)}
+// NewKeeper returns a keeper of StreamConfigs(l) on js, watching link for reconnects.
+func NewKeeper(js jetstream.JetStream, link *Link, l Layout, log *slog.Logger) *Keeper {
+	return &Keeper{js: js, link: link, layout: l, log: log, Interval: 5 * time.Second, kick: make(chan struct{}, 1)}
 }
 
 // Run checks the streams after every reconnect, when kicked, and every Interval, until ctx ends.
@@ -76,12 +76,12 @@ func (k *Keeper) Ensure(ctx context.Context) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var errs []error
-	for _, cfg := range StreamConfigs(k.replicas) {
-		created, err := ensureStream(ctx, k.js, cfg.Name, k.replicas)
+	for _, cfg := range baseStreams(1) {
+		created, err := ensureStream(ctx, k.js, k.layout, cfg.Name)
 		if err != nil {
 			errs = append(errs, err)
 		} else if created {
-			k.log.Info("stream re-created", "stream", cfg.Name)
+			k.log.Info("stream re-created", "stream", k.layout.Name(cfg.Name))
 		}
 	}
 	return errors.Join(errs...)
@@ -92,7 +92,7 @@ func (k *Keeper) Check(ctx context.Context) error {
 	if !k.link.Up() {
 		return errors.New("not connected to NATS")
 	}
-	for _, cfg := range StreamConfigs(k.replicas) {
+	for _, cfg := range StreamConfigs(k.layout) {
 		if _, err := k.js.Stream(ctx, cfg.Name); err != nil {
 			k.Kick()
 			return fmt.Errorf("stream %s: %w", cfg.Name, err)

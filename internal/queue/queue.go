@@ -35,13 +35,22 @@ const (
 	SubjectLists = "lists.>"
 )
 
-// StreamConfigs returns the JetStream streams with replicas copies each. Batch and stream items
-// live in memory with a short MaxAge: their caller is waiting and gives up after its deadline, so
-// keeping them longer only delays failure. Jobs and webhooks are durable on disk.
-func StreamConfigs(replicas int) []jetstream.StreamConfig {
-	if replicas < 1 {
-		replicas = 1
+// StreamConfigs returns the JetStream streams of layout l, with l's replicas copies each. Batch
+// and stream items live in memory with a short MaxAge: their caller is waiting and gives up after
+// its deadline, so keeping them longer only delays failure. Jobs and webhooks are durable on disk.
+func StreamConfigs(l Layout) []jetstream.StreamConfig {
+	cfgs := baseStreams(l.replicas())
+	for i := range cfgs {
+		cfgs[i].Name = l.Name(cfgs[i].Name)
+		for j, s := range cfgs[i].Subjects {
+			cfgs[i].Subjects[j] = l.Subject(s)
+		}
 	}
+	return cfgs
+}
+
+// baseStreams are the streams with their base names and subjects.
+func baseStreams(replicas int) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		{
 			Name:        StreamVerify,
@@ -94,8 +103,8 @@ func StreamConfigs(replicas int) []jetstream.StreamConfig {
 // (or not at all) until it has elected its JetStream leader, so every error is retried with
 // exponential backoff, and logged, until ctx ends: a process started before its cluster is ready
 // waits for it instead of exiting.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger) error {
-	for _, cfg := range StreamConfigs(replicas) {
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, l Layout, log *slog.Logger) error {
+	for _, cfg := range StreamConfigs(l) {
 		policy := backoff.NewExponentialBackOff()
 		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
 		err := backoff.RetryNotify(func() error {
@@ -122,8 +131,11 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, replicas int, lo
 // once instead of waiting in a buffer that a longer outage would lose anyway, so a request that
 // needs the fleet answers 503 at once and a worker that cannot publish its answer leaves the item
 // unacknowledged, to be redelivered. See docs/reliability.md.
-func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+//
+// url may list several servers of a cluster, comma-separated: the client picks one and moves to
+// another when it fails, and learns the rest of the cluster from the server it reached.
+func Connect(url, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) {
+	opts := append(auth.options(),
 		nats.Name(name),
 		nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1),
@@ -139,21 +151,48 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, error) {
 			log.Info("nats reconnected", "server", c.ConnectedServerId())
 		}),
 	)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
 	}
 	return nc, nil
 }
 
+// Auth is how a process proves itself to NATS and checks the servers, besides what the URL
+// carries (user:password@ or a token@): a credentials file for clusters run with NATS accounts
+// and JWTs, and TLS (a CA to trust, and a client certificate where the cluster requires one).
+// The files are read when the connection is made, so rotated credentials are picked up at the
+// next reconnect. See docs/operations.md, "NATS".
+type Auth struct {
+	CredsFile   string
+	TLSCAFile   string
+	TLSCertFile string
+	TLSKeyFile  string
+}
+
+func (a Auth) options() []nats.Option {
+	var opts []nats.Option
+	if a.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	if a.TLSCAFile != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCAFile))
+	}
+	if a.TLSCertFile != "" {
+		opts = append(opts, nats.ClientCert(a.TLSCertFile, a.TLSKeyFile))
+	}
+	return opts
+}
+
 // ConnectWait is Connect for start-up: while no server answers it waits and tries again, with
 // backoff and a log line per attempt, until ctx ends. Bad credentials are not waited for.
-func ConnectWait(ctx context.Context, url, name string, log *slog.Logger) (*nats.Conn, error) {
+func ConnectWait(ctx context.Context, url, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) {
 	policy := backoff.NewExponentialBackOff()
 	policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, 0
 	var nc *nats.Conn
 	err := backoff.RetryNotify(func() error {
 		var err error
-		nc, err = Connect(url, name, log)
+		nc, err = Connect(url, name, auth, log)
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return backoff.Permanent(err)
 		}

@@ -18,10 +18,10 @@ func TestEnsureStreamsIsIdempotent(t *testing.T) {
 	_ = nc
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatalf("second EnsureStreams: %v", err)
 	}
-	for _, want := range queue.StreamConfigs(1) {
+	for _, want := range queue.StreamConfigs(queue.Layout{}) {
 		s, err := js.Stream(ctx, want.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +51,7 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err == nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err == nil {
 		t.Fatal("EnsureStreams succeeded without JetStream")
 	}
 	if took := time.Since(start); took < 500*time.Millisecond || took > 3*time.Second {

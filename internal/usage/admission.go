@@ -228,16 +228,44 @@ func b2i(b bool) int {
 // step, the quota step (free tier) or the spend-cap check (paid tiers) and the rows are one
 // statement. Rate-limit units are spent even when the quota or the cap then refuses, so a client
 // hammering past its quota is still throttled; quota units are taken and rows written only when
-// the whole request fits.
+// the whole request fits. An Admitter runs the same statement for many requests in one
+// transaction (docs/api.md, "Metering").
 func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
+	a := newAdmission(r)
+	if err := a.scan(db.QueryRow(ctx, a.sql, a.args...)); err != nil {
+		return a.d, a.failed(err)
+	}
+	return a.decide(ctx, db)
+}
+
+// admission is one request on its way through the admission statement: the statement and its
+// arguments, then what the statement returned. Admit runs it alone and an Admitter runs many in
+// one transaction; both read the outcome with decide, so the rules are written once.
+type admission struct {
+	r    Request
+	now  time.Time
+	d    Decision
+	sql  string
+	args []any
+
+	// The statement's answer: the rate window's count (nil: refused), the free quota's count
+	// (nil: refused), and on paid tiers the cap, the month's billable count and the cap's verdict.
+	used, quota *int
+	capEUR      *float64
+	monthBill   int
+	capOK       bool
+}
+
+func newAdmission(r Request) *admission {
 	now := r.Now.UTC()
 	window := now.Truncate(time.Minute)
 	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-	d := Decision{AccountID: r.AccountID, Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now), Day: day}
+	a := &admission{r: r, now: now,
+		d: Decision{AccountID: r.AccountID, Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now), Day: day}}
 
-	args := []any{r.AccountID, window, r.Units, r.RatePerMin, d.Month, r.MonthlyCalls}
+	a.args = []any{r.AccountID, window, r.Units, r.RatePerMin, a.d.Month, r.MonthlyCalls}
 	if !r.Free {
-		args = append(args, r.OverageEUR)
+		a.args = append(a.args, r.OverageEUR)
 	}
 	if len(r.Rows) > 0 {
 		billable := 0
@@ -247,55 +275,69 @@ func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 				billable++
 			}
 		}
-		args = append(append(args, billable, day), logColumns(r.Rows)...)
+		a.args = append(append(a.args, billable, day), logColumns(r.Rows)...)
 	}
-	sql := admitStatements[b2i(r.Free)][b2i(len(r.Rows) > 0)][b2i(!r.NoRate)]
+	a.sql = admitStatements[b2i(r.Free)][b2i(len(r.Rows) > 0)][b2i(!r.NoRate)]
+	return a
+}
 
-	var (
-		used, quota *int
-		capEUR      *float64
-		monthBill   int
-		capOK       bool
-		err         error
-	)
-	if r.Free {
-		err = db.QueryRow(ctx, sql, args...).Scan(&used, &quota)
-		if err != nil {
-			// On the free tier this statement is the monthly-quota check (docs/errors.md: 503
-			// quota_check_failed).
-			return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
-		}
-	} else {
-		err = db.QueryRow(ctx, sql, args...).Scan(&used, &capEUR, &monthBill, &capOK)
-		if err != nil {
-			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
+// scan reads the admission statement's answer from row.
+func (a *admission) scan(row pgx.Row) error {
+	if a.r.Free {
+		return row.Scan(&a.used, &a.quota)
 	}
+	return row.Scan(&a.used, &a.capEUR, &a.monthBill, &a.capOK)
+}
 
-	if used == nil {
+// failed is the error of an admission whose statement failed: on the free tier the statement is
+// the monthly-quota check (docs/errors.md: 503 quota_check_failed).
+func (a *admission) failed(err error) error {
+	if a.r.Free {
+		return fmt.Errorf("%w: %v", ErrQuotaCheck, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// admitted reports whether the statement admitted the request (wrote its rows and took its
+// quota units).
+func (a *admission) admitted() bool {
+	if a.used == nil {
+		return false
+	}
+	if a.r.Free {
+		return a.quota != nil
+	}
+	return a.capOK
+}
+
+// decide turns the statement's answer into the decision or the refusal; a refusal reads the
+// count it reports from db.
+func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
+	r, d := a.r, a.d
+	if a.used == nil {
 		cur := 0
 		if err := db.QueryRow(ctx, `SELECT used FROM rate_windows WHERE account_id = $1 AND window_start = $2`,
-			r.AccountID, window).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			r.AccountID, a.now.Truncate(time.Minute)).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Reset: d.Reset}
 	}
-	d.Remaining = max(0, r.RatePerMin-*used)
+	d.Remaining = max(0, r.RatePerMin-*a.used)
 
 	if r.Free {
-		if quota == nil {
-			cur, err := QuotaUsed(ctx, db, r.AccountID, now)
+		if a.quota == nil {
+			cur, err := QuotaUsed(ctx, db, r.AccountID, a.now)
 			if err != nil {
 				return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 			}
 			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Reset: d.Month.AddDate(0, 1, 0)}
 		}
 		d.QuotaCharged = r.Units
-		d.Room = min(d.Remaining, max(0, r.MonthlyCalls-*quota))
-	} else if !capOK {
-		return d, &SpendCapExceeded{HardCapEUR: capEUR, CurrentOverageEUR: overageEUR(monthBill, r.MonthlyCalls, r.OverageEUR)}
+		d.Room = min(d.Remaining, max(0, r.MonthlyCalls-*a.quota))
+	} else if !a.capOK {
+		return d, &SpendCapExceeded{HardCapEUR: a.capEUR, CurrentOverageEUR: overageEUR(a.monthBill, r.MonthlyCalls, r.OverageEUR)}
 	} else {
-		d.Room = min(d.Remaining, capRoom(capEUR, monthBill+r.Units, r.MonthlyCalls, r.OverageEUR))
+		d.Room = min(d.Remaining, capRoom(a.capEUR, a.monthBill+r.Units, r.MonthlyCalls, r.OverageEUR))
 	}
 	for _, row := range r.Rows {
 		d.Logged = append(d.Logged, row.ItemKey)

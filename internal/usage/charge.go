@@ -2,8 +2,11 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -16,24 +19,101 @@ import (
 type Ledger struct {
 	db  DB
 	log *slog.Logger
+	// group, when set, admits requests in groups (Admitter) instead of one statement each.
+	group *Admitter
 	// background counts refunds still being retried behind their responses; Close waits.
 	background sync.WaitGroup
+	// holds, when set, keeps the rows this ledger writes held by this replica until delivered,
+	// so that a replica killed mid-request leaves nothing undelivered billed (Holds).
+	holds *Holds
+	// abandoned: the ledger writes nothing more (Abandon).
+	abandoned atomic.Bool
 }
 
-// NewLedger returns a ledger on db.
+// HoldRows makes l write its rows held by h's replica and confirm them once delivered; the API
+// server's ledger does. l.Close closes h. It returns l.
+func (l *Ledger) HoldRows(h *Holds) *Ledger {
+	l.holds = h
+	return l
+}
+
+// errAbandoned is what a charge of an abandoned ledger gets for a write.
+var errAbandoned = errors.New("usage ledger abandoned")
+
+// Abandon makes the ledger behave as if its process had been killed: it writes nothing more (no
+// refund, no row, no confirmation) and its holds stop heartbeating (Holds.Abandon). The fault
+// tests use it to leave a request's rows as a SIGKILL would while its handler runs on.
+func (l *Ledger) Abandon() {
+	l.abandoned.Store(true)
+	if l.holds != nil {
+		l.holds.Abandon()
+	}
+}
+
+// NewLedger returns a ledger on db that admits each request alone (Admit).
 func NewLedger(db DB, log *slog.Logger) *Ledger { return &Ledger{db: db, log: log} }
 
-// Close waits for the refunds still being retried.
-func (l *Ledger) Close() { l.background.Wait() }
+// NewGroupedLedger returns a ledger on db that admits requests in groups collected for up to
+// window (Admitter); a window of zero admits each alone, as NewLedger's does.
+func NewGroupedLedger(db BatchDB, log *slog.Logger, window time.Duration) *Ledger {
+	return &Ledger{db: db, log: log, group: NewAdmitter(db, log, window)}
+}
 
-// Admit runs admission (Admit) and returns the request's charge. On refusal the charge is nil
-// and nothing is owed (rate-limit units are spent, as Admit explains).
+// Close waits for the groups in flight and the refunds still being retried.
+func (l *Ledger) Close() {
+	if l.group != nil {
+		l.group.Close()
+	}
+	l.background.Wait()
+	if l.holds != nil {
+		l.holds.Close() // after the refunds: what they could not withdraw is then swept
+	}
+}
+
+// Admit runs admission (Admit, or the ledger's Admitter) and returns the request's charge. On
+// refusal the charge is nil and nothing is owed (rate-limit units are spent, as Admit explains).
 func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error) {
-	d, err := Admit(ctx, l.db, r)
+	var (
+		d   Decision
+		err error
+	)
+	l.hold(r.Rows)
+	if l.group != nil {
+		d, err = l.group.Admit(ctx, r)
+	} else {
+		d, err = Admit(ctx, l.db, r)
+	}
 	if err != nil {
+		if len(r.Rows) > 0 && !refused(err) {
+			// A statement whose deadline expired may still have committed (the cancel came after the
+			// commit): take back the rows it may have written. Withdraw removes only rows that exist.
+			keys := make([]string, len(r.Rows))
+			for i, row := range r.Rows {
+				keys[i] = row.ItemKey
+			}
+			l.settle(Decision{AccountID: r.AccountID}, keys)
+		}
 		return nil, d, err
 	}
 	return &Charge{ledger: l, d: d, units: r.Units}, d, nil
+}
+
+// hold marks rows as held by this replica (in place), when the ledger holds rows.
+func (l *Ledger) hold(rows []Row) {
+	if l.holds == nil || len(rows) == 0 {
+		return
+	}
+	l.holds.start()
+	for i := range rows {
+		rows[i].heldBy = l.holds.id
+	}
+}
+
+// confirm queues the confirmation of delivered rows, when the ledger holds rows.
+func (l *Ledger) confirm(keys []string) {
+	if l.holds != nil {
+		l.holds.confirm(keys)
+	}
 }
 
 // Charge is what one admitted request owes: its free-tier quota units, the usage rows admission
@@ -53,38 +133,78 @@ type Charge struct {
 
 // Record writes result rows of this request (Record) and keeps them owed only until Close,
 // unless Deliver or Settle says the client got them.
+//
+// Rows are owed-until-delivered even when Record fails: a statement whose deadline expired may
+// still have committed (the cancel arrived after the commit), and Close must take such rows back
+// (test/cluster found batches answered 503 and billed). Withdrawing a row that was never written
+// is a no-op.
 func (c *Charge) Record(ctx context.Context, rows []Row) error {
-	if err := Record(ctx, c.ledger.db, rows); err != nil {
-		return err
+	if c.ledger.holds != nil {
+		rows = slices.Clone(rows) // held by this replica; the caller's rows stay as they were
+		c.ledger.hold(rows)
+	}
+	err := errAbandoned
+	if !c.ledger.abandoned.Load() {
+		err = Record(ctx, c.ledger.db, rows)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.settled { // recorded after Settle: owed at once
+		keys := make([]string, len(rows))
+		for i, r := range rows {
+			keys[i] = r.ItemKey
+		}
+		c.ledger.confirm(keys)
+		return err
+	}
 	if c.pending == nil {
 		c.pending = make(map[string]bool, len(rows))
 	}
 	for _, r := range rows {
 		c.pending[r.ItemKey] = true
 	}
-	return nil
+	return err
+}
+
+// refused reports whether err is admission refusing the request (nothing written), as opposed
+// to the datastore failing (something may have been written).
+func refused(err error) bool {
+	var (
+		rl *RateLimited
+		qe *QuotaExceeded
+		sc *SpendCapExceeded
+	)
+	return errors.As(err, &rl) || errors.As(err, &qe) || errors.As(err, &sc)
 }
 
 // Deliver says the results of these recorded rows reached the client: they are owed.
 func (c *Charge) Deliver(itemKeys ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	confirmed := make([]string, 0, len(itemKeys))
 	for _, k := range itemKeys {
 		if c.pending[k] {
 			delete(c.pending, k)
 			c.delivered++
+			confirmed = append(confirmed, k)
 		}
 	}
+	c.ledger.confirm(confirmed)
 }
 
 // Settle says the request was served in full: everything admitted is owed.
 func (c *Charge) Settle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.settled || c.closed {
+		return
+	}
 	c.settled = true
+	owed := append(make([]string, 0, len(c.d.Logged)+len(c.pending)), c.d.Logged...)
+	for k := range c.pending {
+		owed = append(owed, k)
+	}
+	c.ledger.confirm(owed)
 }
 
 // Close settles the charge: unless Settle was called, it takes back the rows of results that did
@@ -113,6 +233,9 @@ func (c *Charge) Close() {
 		return
 	}
 	c.ledger.settle(refund, withdraw)
+	// Admission's rows that Refund keeps (they already had a verdict) stay owed, as they would
+	// without holds; the ones it removed are not there to confirm.
+	c.ledger.confirm(refund.Logged)
 }
 
 const (
@@ -121,6 +244,9 @@ const (
 )
 
 func (l *Ledger) settle(d Decision, withdraw []string) {
+	if l.abandoned.Load() {
+		return
+	}
 	var withdrawn bool
 	try := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), refundWait)

@@ -27,6 +27,9 @@ type Row struct {
 	// QuotaUnit: the email entered verification (the free-tier monthly quota; docs/api.md, "Metering").
 	QuotaUnit bool
 	Snapshot  []byte // JSON; nil for none
+	// heldBy is the API replica that holds the row until its result is delivered (Holds); empty
+	// for a row that is owed at once. Only a Ledger with Holds sets it.
+	heldBy string
 }
 
 func nullable(s string) *string {
@@ -46,11 +49,11 @@ func nullableJSON(doc []byte) *string {
 
 // logColumnNames are the usage_log columns Record and Admit write, in logColumns' order.
 const logColumnNames = `account_id, key_id, item_key, occurred_at, route, email_domain, status,
-	failed_check, error_class, billable, quota_unit, snapshot`
+	failed_check, error_class, billable, quota_unit, snapshot, held_by`
 
 // unnestParams is the unnest argument list of logColumns' arrays, numbered from $first.
 func unnestParams(first int) string {
-	types := []string{"uuid", "uuid", "text", "timestamptz", "text", "text", "text", "text", "text", "bool", "bool", "jsonb"}
+	types := []string{"uuid", "uuid", "text", "timestamptz", "text", "text", "text", "text", "text", "bool", "bool", "jsonb", "uuid"}
 	var b strings.Builder
 	for i, t := range types {
 		if i > 0 {
@@ -68,7 +71,7 @@ func logColumns(rows []Row) []any {
 	var (
 		accounts, items, routes                  = make([]string, n), make([]string, n), make([]string, n)
 		keys, domains, statuses, checks, classes = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		snaps                                    = make([]*string, n)
+		snaps, held                              = make([]*string, n), make([]*string, n)
 		times                                    = make([]time.Time, n)
 		billable, quotaBit                       = make([]bool, n), make([]bool, n)
 	)
@@ -76,32 +79,37 @@ func logColumns(rows []Row) []any {
 		accounts[i], items[i], routes[i] = r.AccountID, r.ItemKey, r.Route
 		keys[i], domains[i], statuses[i] = nullable(r.KeyID), nullable(r.EmailDomain), nullable(r.Status)
 		checks[i], classes[i] = nullable(r.FailedCheck), nullable(r.ErrorClass)
-		snaps[i] = nullableJSON(r.Snapshot)
+		snaps[i], held[i] = nullableJSON(r.Snapshot), nullable(r.heldBy)
 		times[i] = r.OccurredAt
 		if times[i].IsZero() {
 			times[i] = time.Now()
 		}
 		billable[i], quotaBit[i] = r.Billable, r.QuotaUnit
 	}
-	return []any{accounts, keys, items, times, routes, domains, statuses, checks, classes, billable, quotaBit, snaps}
+	return []any{accounts, keys, items, times, routes, domains, statuses, checks, classes, billable, quotaBit, snaps, held}
 }
 
-// recordSQL logs rows ($1–$12), skipping item keys already logged, and adds the billable ones it
-// logged to the daily and monthly counters.
+// recordSQL logs rows ($1–$13), skipping item keys already logged, and adds the billable ones it
+// logged to the daily and monthly counters. It must lock the two counters in the order the
+// admission statement does (admitSQL): usage_daily first, then usage_monthly. Postgres runs the
+// main statement before a data-modifying CTE that nothing reads, so the daily insert is the main
+// statement here. In the other order the two statements deadlocked under load, and each deadlock
+// held every metering statement of the account for deadlock_timeout (1 s), past their deadline
+// (docs/reliability.md, "Cluster fault test").
 var recordSQL = `
 		WITH ins AS (
 			INSERT INTO usage_log (` + logColumnNames + `)
 			SELECT * FROM unnest(` + unnestParams(1) + `)
 			ON CONFLICT (item_key) DO NOTHING
 			RETURNING account_id, (occurred_at AT TIME ZONE 'UTC') AS at, billable
-		), daily AS (
-			INSERT INTO usage_daily AS d (account_id, day, billable)
-			SELECT account_id, at::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
-			ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable
+		), monthly AS (
+			INSERT INTO usage_monthly AS m (account_id, month, billable)
+			SELECT account_id, date_trunc('month', at)::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
+			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable
 		)
-		INSERT INTO usage_monthly AS m (account_id, month, billable)
-		SELECT account_id, date_trunc('month', at)::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
-		ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable`
+		INSERT INTO usage_daily AS d (account_id, day, billable)
+		SELECT account_id, at::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
+		ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable`
 
 // Record writes rows to the usage log and adds the billable ones to the daily and monthly
 // counters, in one statement: either all of it happens or none. Rows whose ItemKey is already
@@ -119,20 +127,31 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 // back from the daily and monthly counters, in one statement. A result the client did not get
 // is not billed. Quota units are the caller's to give back (Refund), as Admit charged them.
 func Withdraw(ctx context.Context, db DB, accountID string, itemKeys []string) error {
+	return withdraw(ctx, db, accountID, itemKeys, false)
+}
+
+// withdraw is Withdraw; with quota it also gives back, on the free tier, the monthly-quota unit
+// of every removed row that took one. The sweep of a dead replica's rows needs that: the request
+// whose Charge would have refunded the units died with its process.
+func withdraw(ctx context.Context, db DB, accountID string, itemKeys []string, quota bool) error {
 	if len(itemKeys) == 0 {
 		return nil
 	}
 	_, err := db.Exec(ctx, `WITH del AS (
 			DELETE FROM usage_log WHERE account_id = $1 AND item_key = ANY($2::text[])
-			RETURNING (occurred_at AT TIME ZONE 'UTC')::date AS day, billable
+			RETURNING (occurred_at AT TIME ZONE 'UTC')::date AS day, billable, quota_unit
+		), free AS (
+			SELECT $3::bool AND EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND tier = 'free') AS give
 		), days AS (
-			SELECT day, count(*) FILTER (WHERE billable)::int AS n FROM del GROUP BY day
+			SELECT day, count(*) FILTER (WHERE billable)::int AS n,
+				count(*) FILTER (WHERE quota_unit AND (SELECT give FROM free))::int AS q
+			FROM del GROUP BY day
 		), daily AS (
 			UPDATE usage_daily d SET billable = greatest(0, d.billable - days.n)
 			FROM days WHERE d.account_id = $1 AND d.day = days.day AND days.n > 0
 		)
-		UPDATE usage_monthly m SET billable = greatest(0, m.billable - x.n)
-		FROM (SELECT date_trunc('month', day)::date AS month, sum(n)::int AS n FROM days GROUP BY 1) x
-		WHERE m.account_id = $1 AND m.month = x.month AND x.n > 0`, accountID, itemKeys)
+		UPDATE usage_monthly m SET billable = greatest(0, m.billable - x.n), quota_units = greatest(0, m.quota_units - x.q)
+		FROM (SELECT date_trunc('month', day)::date AS month, sum(n)::int AS n, sum(q)::int AS q FROM days GROUP BY 1) x
+		WHERE m.account_id = $1 AND m.month = x.month AND (x.n > 0 OR x.q > 0)`, accountID, itemKeys, quota)
 	return err
 }

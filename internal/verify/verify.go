@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ type Verifier struct {
 	disposable *disposable.List
 	mx         *mx.Resolver
 	prober     *smtp.Prober
+	obs        Observer // nil: nothing is timed or counted (observe.go)
 
 	// finished, when not nil, is given every result as the last act of the per-address step,
 	// and its return value becomes the result. Only tests set it: it stands in for a layer that
@@ -31,7 +33,31 @@ type Verifier struct {
 
 // New builds a Verifier from the configuration: the disposable list with the operator's extra
 // and allow files, the MX resolver, and the SMTP prober.
-func New(cfg config.Config) (*Verifier, error) {
+func New(cfg config.Config) (*Verifier, error) { return newWithObserver(cfg, nil) }
+
+// Fleet is what a verifier worker shares with the others of its deployment (internal/fleet,
+// docs/fleet.md): the per-MX-address session cap, and the MX and catch-all answers. The zero
+// Fleet shares nothing: the worker keeps its own caps and caches, as the `check` command does.
+type Fleet struct {
+	Slots    smtp.Slots
+	MX       mx.Shared
+	CatchAll smtp.Shared
+}
+
+// Join makes v a worker of a fleet: its MAILVET_SMTP_MAX_PER_HOST then bounds the sessions of
+// every worker sharing f.Slots together, and its MX and catch-all answers are shared. It must be
+// called before v verifies anything.
+func (v *Verifier) Join(f Fleet) {
+	v.prober.Share(f.Slots, f.CatchAll)
+	v.mx.Share(f.MX)
+}
+
+// OpenSessions calls fn with every MX address the prober has sessions open to and their number
+// (the mailvet_smtp_sessions gauge).
+func (v *Verifier) OpenSessions(fn func(ip netip.Addr, n int)) { v.prober.OpenSessions(fn) }
+
+// newWithObserver is New with the SMTP prober's observer (nil for none); NewObserved sets the rest.
+func newWithObserver(cfg config.Config, obs smtp.Observer) (*Verifier, error) {
 	list, err := disposable.Load(cfg.DisposableExtraFile, cfg.DisposableAllowFile)
 	if err != nil {
 		return nil, err
@@ -45,6 +71,7 @@ func New(cfg config.Config) (*Verifier, error) {
 		Blocked:    cfg.SMTPBlockedDomains,
 		MaxPerHost: cfg.SMTPMaxPerHost,
 		AllowCIDRs: cfg.SMTPAllowCIDRs,
+		Observer:   obs,
 	})
 	if err != nil {
 		return nil, err
@@ -85,7 +112,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) Result {
 		case needMX:
 			a.route = v.lookup(ctx, a.addr.Domain)
 		case needProbe:
+			probeStart := v.clock()
 			a.probe(v.prober.Probe(ctx, a.request()))
+			v.layerDone(ObservedSMTP, probeStart)
 		}
 	}
 	r := a.r
@@ -168,7 +197,9 @@ func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i i
 	wg.Wait()
 
 	// Layer 4 for every address that still needs it, in one ProbeAll.
+	probeStart := v.clock()
 	v.prober.ProbeAll(ctx, reqs, func(k int, pr smtp.Result) {
+		v.layerDone(ObservedSMTP, probeStart)
 		i := reqIdx[k]
 		as[i].probe(pr)
 		next(i, v.step(&as[i]))
@@ -230,7 +261,9 @@ type route struct {
 
 // lookup runs layer 3's network I/O for domain.
 func (v *Verifier) lookup(ctx context.Context, domain string) *route {
+	start := v.clock()
 	res, err := v.mx.Lookup(ctx, domain)
+	v.layerDone(ObservedMX, start)
 	rt := &route{res: res, err: err}
 	if err == nil {
 		rt.hosts = make([]smtp.Host, len(res.Hosts))
@@ -271,7 +304,9 @@ func (v *Verifier) step(a *address) need {
 	for {
 		switch a.next {
 		case layerSyntax:
+			start := v.clock()
 			addr, err := syntax.Parse(a.raw)
+			v.layerDone(ObservedSyntax, start)
 			if err != nil {
 				a.r.Email = strings.TrimSpace(a.raw)
 				a.fail(CheckSyntax, OutcomeInvalid, ReasonInvalidSyntax)
@@ -282,7 +317,10 @@ func (v *Verifier) step(a *address) need {
 			a.next = layerDisposable
 
 		case layerDisposable:
-			if v.disposable.IsDisposable(a.addr.Domain) {
+			start := v.clock()
+			disposable := v.disposable.IsDisposable(a.addr.Domain)
+			v.layerDone(ObservedDisposable, start)
+			if disposable {
 				a.r.Disposable = true
 				a.fail(CheckDisposable, OutcomeInvalid, ReasonDisposable)
 				continue
@@ -348,6 +386,9 @@ func (v *Verifier) step(a *address) need {
 		case layerSignals:
 			v.finish(a)
 			a.next = layerDone
+			if v.obs != nil {
+				v.obs.Result(a.r.Status, a.r.Reason)
+			}
 
 		default:
 			return needNothing

@@ -17,6 +17,7 @@ import (
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/queuelag"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -31,6 +32,8 @@ type JobRunner struct {
 	js   jetstream.JetStream
 	pipe Pipeline
 	log  *slog.Logger
+	// Lag, when set, records how long each job waited in its stream (docs/operations.md).
+	Lag *queuelag.Recorder
 
 	Concurrency int
 	// AckWait bounds one job; a runner that dies mid-job has its job redelivered after it.
@@ -40,8 +43,9 @@ type JobRunner struct {
 	// retrying jobs whose re-probe is overdue by more than SweepAge, and processing jobs not
 	// updated for StuckAckWaits × AckWait (their message lost with a NATS store).
 	SweepEvery, SweepAge time.Duration
-	// StreamReplicas is the replication of a stream the runner has to re-create.
-	StreamReplicas int
+	// Layout is the deployment's NATS layout (names, and the replication of a stream the runner
+	// has to re-create); the zero Layout is unprefixed, one replica.
+	Layout queue.Layout
 	// GreylistWindow bounds the re-probes of a job whose probe was greylisted, from the first
 	// greylisting reply (MAILVET_GREYLIST_WINDOW); once it is over, the job completes with the
 	// greylisted (unknown) result. 0 never re-probes. GreylistDelay is the wait before the first
@@ -65,6 +69,7 @@ func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log
 // itself after NATS restarts or loses its store (queue.Consumer).
 func (j *JobRunner) Run(ctx context.Context) error {
 	return consumeConcurrently(ctx, j.consumer(), j.Concurrency, j.SweepEvery, j.sweep, func(msg jetstream.Msg) {
+		j.Lag.Took(queuelag.ConsumerJobs, msg)
 		later, err := j.handle(msg)
 		switch {
 		case err != nil:
@@ -115,7 +120,7 @@ func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, sweep
 // consumer is the runner's JOBS consumer, made once so that Ready and Run share it.
 func (j *JobRunner) consumer() *queue.Consumer {
 	j.once.Do(func() {
-		j.cons = queue.NewConsumer(j.js, queue.JobsConsumer(j.Concurrency, j.AckWait), j.StreamReplicas, j.Concurrency, j.log)
+		j.cons = queue.NewConsumer(j.js, queue.JobsConsumer(j.Concurrency, j.AckWait), j.Layout, j.Concurrency, j.log)
 	})
 	return j.cons
 }
@@ -211,7 +216,7 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	}
 	// Published after commit; if this fails the delivery stays pending and the webhook
 	// worker's outbox sweep publishes it.
-	if err := webhook.Publish(ctx, j.js, deliveryID); err != nil {
+	if err := webhook.Publish(ctx, j.js, j.Layout, deliveryID); err != nil {
 		j.log.Warn("publish delivery", "delivery_id", deliveryID, "err", err)
 	}
 	return 0, nil
@@ -287,7 +292,7 @@ func (j *JobRunner) sweep(ctx context.Context) {
 		if s.State != job.Pending {
 			round = "sweep." + strconv.FormatInt(s.UpdatedAt.UnixMicro(), 10)
 		}
-		if err := queue.RequeueJob(ctx, j.js, s.ID, round); err != nil {
+		if err := queue.RequeueJob(ctx, j.js, j.Layout, s.ID, round); err != nil {
 			j.log.Warn("sweep: re-queue job", "job_id", s.ID, "state", s.State, "err", err)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/queuelag"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
@@ -29,6 +30,8 @@ type ListRunner struct {
 	js    jetstream.JetStream
 	pipe  Pipeline
 	log   *slog.Logger
+	// Lag, when set, records how long each chunk waited in its stream (docs/operations.md).
+	Lag *queuelag.Recorder
 
 	// Concurrency is how many chunks this runner verifies at once.
 	Concurrency int
@@ -43,8 +46,9 @@ type ListRunner struct {
 	SweepEvery, StallAfter time.Duration
 	// MaxDeliveries is how often one chunk may fail before its list is given up as failed.
 	MaxDeliveries uint64
-	// StreamReplicas is the replication of a stream the runner has to re-create.
-	StreamReplicas int
+	// Layout is the deployment's NATS layout (names, and the replication of a stream the runner
+	// has to re-create); the zero Layout is unprefixed, one replica.
+	Layout queue.Layout
 	// PublicURL is the base of the results URL in completion callbacks.
 	PublicURL string
 
@@ -60,12 +64,15 @@ func NewListRunner(store *list.Store, js jetstream.JetStream, pipe Pipeline, log
 
 // Run consumes chunks until ctx ends, then waits for the chunks in flight.
 func (r *ListRunner) Run(ctx context.Context) error {
-	return consumeConcurrently(ctx, r.consumer(), r.Concurrency, r.SweepEvery, r.sweep, r.handle)
+	return consumeConcurrently(ctx, r.consumer(), r.Concurrency, r.SweepEvery, r.sweep, func(m jetstream.Msg) {
+		r.Lag.Took(queuelag.ConsumerListChunks, m)
+		r.handle(m)
+	})
 }
 
 func (r *ListRunner) consumer() *queue.Consumer {
 	r.once.Do(func() {
-		r.cons = queue.NewConsumer(r.js, queue.ListChunksConsumer(r.Concurrency, r.AckWait), r.StreamReplicas, r.Concurrency, r.log)
+		r.cons = queue.NewConsumer(r.js, queue.ListChunksConsumer(r.Concurrency, r.AckWait), r.Layout, r.Concurrency, r.log)
 	})
 	return r.cons
 }
@@ -147,12 +154,12 @@ func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []ve
 // left unpublished is published by the webhook workers' outbox sweep.
 func (r *ListRunner) publish(ctx context.Context, out list.Written) {
 	if len(out.Next) > 0 {
-		if err := queue.PublishChunks(ctx, r.js, r.StreamReplicas, 2*time.Second, out.Next, nil); err != nil {
+		if err := queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil); err != nil {
 			r.log.Warn("publish list chunks", "err", err)
 		}
 	}
 	if out.Delivery != nil {
-		if err := webhook.Publish(ctx, r.js, *out.Delivery); err != nil {
+		if err := webhook.Publish(ctx, r.js, r.Layout, *out.Delivery); err != nil {
 			r.log.Warn("publish list callback", "delivery_id", *out.Delivery, "err", err)
 		}
 	}
@@ -183,7 +190,7 @@ func (r *ListRunner) sweep(ctx context.Context) {
 	if len(chunks) > 0 {
 		r.log.Info("list sweep: publishing chunks of stalled or queued lists", "chunks", len(chunks))
 		round := func(c queue.ChunkMessage) string { return rounds[c.ListID] }
-		if err := queue.PublishChunks(ctx, r.js, r.StreamReplicas, 2*time.Second, chunks, round); err != nil {
+		if err := queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, round); err != nil {
 			r.log.Warn("list sweep: publish", "err", err)
 		}
 	}

@@ -79,7 +79,7 @@ func BenchmarkList100k(b *testing.B) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		b.Fatal(err)
 	}
 	pool := pgtest.New(b)
@@ -99,7 +99,7 @@ func BenchmarkList100k(b *testing.B) {
 		pgtest.Must(b, err, "import")
 		chunks, err := store.Start(ctx, l.AccountID)
 		pgtest.Must(b, err, "start")
-		if err := queue.PublishChunks(ctx, js, 1, time.Second, chunks, nil); err != nil {
+		if err := queue.PublishChunks(ctx, js, queue.Layout{}, time.Second, chunks, nil); err != nil {
 			b.Fatal(err)
 		}
 		uploaded := time.Since(start)

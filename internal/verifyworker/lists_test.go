@@ -103,7 +103,7 @@ func TestListSurvivesAWorkerDyingMidChunk(t *testing.T) {
 	if len(chunks) != cfg.Window {
 		t.Fatalf("started with %d chunks, want the window of %d", len(chunks), cfg.Window)
 	}
-	if err := queue.PublishChunks(ctx, b.js, 1, time.Second, chunks, nil); err != nil {
+	if err := queue.PublishChunks(ctx, b.js, queue.Layout{}, time.Second, chunks, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,6 +13,8 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/queuelag"
 )
 
 // Deps are what a verifier worker's parts need.
@@ -25,8 +27,9 @@ type Deps struct {
 	// Metrics and Ready may be nil (tests); Ready gets a check per consumer.
 	Metrics prometheus.Registerer
 	Ready   *health.Checker
-	// StreamReplicas is the replication of streams the workers re-create after a NATS restart.
-	StreamReplicas int
+	// Layout is the deployment's NATS layout (app.Infra.Layout): every stream, consumer and
+	// subject the workers use, and the replication of streams they re-create after a NATS restart.
+	Layout queue.Layout
 	// GreylistWindow bounds the job runner's re-probes of greylisted jobs, as configured
 	// (config.GreylistWindow; 0 turns them off). GreylistDelay, when set, replaces the runner's
 	// default wait before a re-probe (tests shorten it).
@@ -42,7 +45,7 @@ type Deps struct {
 // WithConfig fills in the parts of d that come from the configuration; the verifier binary and
 // `api -dev` build their workers the same way.
 func (d Deps) WithConfig(cfg config.Config) Deps {
-	d.StreamReplicas, d.GreylistWindow = cfg.StreamReplicas, cfg.GreylistWindow
+	d.GreylistWindow = cfg.GreylistWindow
 	d.Lists, d.PublicURL = list.Configured(cfg.Lists.Retention), cfg.PublicURL
 	return d
 }
@@ -51,17 +54,22 @@ func (d Deps) WithConfig(cfg config.Config) Deps {
 // async job runner and the bulk-list runner — for app.Infra.Run, and registers their readiness checks: a worker whose
 // consumers are not running is not ready. The verifier binary and `api -dev` run the same parts.
 func Services(d Deps) []func(context.Context) error {
-	w := New(d.NATS, d.JS, d.Pipe, d.Log, d.Metrics, Options{StreamReplicas: d.StreamReplicas})
+	w := New(d.NATS, d.JS, d.Pipe, d.Log, d.Metrics, Options{Layout: d.Layout})
 	jobs := NewJobRunner(d.Pool, d.JS, d.Pipe, d.Log)
-	jobs.StreamReplicas = d.StreamReplicas
+	jobs.Layout = d.Layout
 	jobs.GreylistWindow = d.GreylistWindow
 	if d.GreylistDelay > 0 {
 		jobs.GreylistDelay = d.GreylistDelay
 	}
 	lists := NewListRunner(list.NewStore(d.Pool, d.Lists), d.JS, d.Pipe, d.Log)
-	lists.StreamReplicas, lists.PublicURL = d.StreamReplicas, d.PublicURL
+	lists.Layout, lists.PublicURL = d.Layout, d.PublicURL
 	if d.ListRunner != nil {
 		d.ListRunner(lists)
+	}
+	registerSessions(d.Metrics, d.Pipe)
+	if d.Metrics != nil {
+		jobs.Lag = queuelag.New(d.Metrics)
+		lists.Lag = jobs.Lag
 	}
 	if d.Ready != nil {
 		d.Ready.Add("consumer verify items", w.Ready)

@@ -29,7 +29,7 @@ func TestSweepRequeuesLostMessages(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := js.Stream(ctx, queue.StreamJobs)
@@ -78,11 +78,11 @@ func TestSweepRequeuesLostMessages(t *testing.T) {
 	pgtest.Exec(t, pool, `UPDATE jobs SET next_attempt_at = now() - interval '10 minutes' WHERE id = $1`, retrying)
 	pgtest.Exec(t, pool, `UPDATE jobs SET updated_at = now() - interval '10 minutes' WHERE id = $1`, processing)
 	pgtest.Exec(t, pool, `UPDATE jobs SET created_at = now() - interval '10 minutes' WHERE id = $1`, pending)
-	if err := queue.PublishJob(ctx, js, pending); err != nil { // its message is still queued
+	if err := queue.PublishJob(ctx, js, queue.Layout{}, pending); err != nil { // its message is still queued
 		t.Fatal(err)
 	}
 	// The window swallows a plain re-publish of a lost message: the reason for the sweep's own ids.
-	if err := queue.PublishJob(ctx, js, retrying); err != nil {
+	if err := queue.PublishJob(ctx, js, queue.Layout{}, retrying); err != nil {
 		t.Fatal(err)
 	}
 	if n := msgs(); n != 1 {

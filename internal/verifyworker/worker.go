@@ -17,6 +17,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/queuelag"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -35,8 +36,9 @@ type Options struct {
 	ItemAckWait time.Duration
 	// SyncBudget bounds one synchronous verification when the request carries no deadline.
 	SyncBudget time.Duration
-	// StreamReplicas is the replication of a stream the worker has to re-create.
-	StreamReplicas int
+	// Layout is the deployment's NATS layout (names, and the replication of a stream the worker
+	// has to re-create); the zero Layout is unprefixed, one replica.
+	Layout queue.Layout
 }
 
 func (o *Options) defaults() {
@@ -69,6 +71,7 @@ type Worker struct {
 	inflight sync.WaitGroup
 	handled  *prometheus.CounterVec
 	busy     prometheus.Counter
+	lag      *queuelag.Recorder
 }
 
 // New returns a worker; register its metrics with reg (may be nil).
@@ -77,7 +80,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger,
 	w := &Worker{nc: nc, js: js, pipe: pipe, log: log, opts: opts, slots: make(chan struct{}, opts.Concurrency)}
 	// Groups stay small (at most 64) so that one slow address holds few slots; the prober still
 	// shares sessions across groups.
-	w.items = queue.NewConsumer(js, queue.VerifyItemsConsumer(opts.Concurrency, opts.ItemAckWait), opts.StreamReplicas, w.group(), log)
+	w.items = queue.NewConsumer(js, queue.VerifyItemsConsumer(opts.Concurrency, opts.ItemAckWait), opts.Layout, w.group(), log)
 	w.handled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mailvet_verifier_addresses_total", Help: "Addresses verified, by path and status.",
 	}, []string{"path", "status"})
@@ -86,6 +89,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger,
 	})
 	if reg != nil {
 		reg.MustRegister(w.handled, w.busy)
+		w.lag = queuelag.New(reg)
 	}
 	return w
 }
@@ -94,9 +98,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger,
 // consumer heals by itself after NATS restarts or loses its store (queue.Consumer); the sync
 // subscription is re-established by the client on every reconnect.
 func (w *Worker) Run(ctx context.Context) error {
-	sub, err := w.nc.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, w.onSync)
+	subject := w.opts.Layout.Subject(queue.SubjectVerifySync)
+	sub, err := w.nc.QueueSubscribe(subject, queue.QueueVerifiers, w.onSync)
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", queue.SubjectVerifySync, err)
+		return fmt.Errorf("subscribe %s: %w", subject, err)
 	}
 	stopSync := context.AfterFunc(ctx, func() { _ = sub.Drain() })
 	defer stopSync()
@@ -108,7 +113,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	// Intake stops when ctx ends; in-flight work then finishes and answers, because its callers
 	// are still waiting. Unacked items left behind are redelivered to other workers.
-	_ = w.items.Run(ctx, func(m jetstream.Msg) { msgs <- m })
+	_ = w.items.Run(ctx, func(m jetstream.Msg) {
+		w.lag.Took(queuelag.ConsumerVerifyItems, m)
+		msgs <- m
+	})
 	close(msgs)
 	<-dispatched
 	w.inflight.Wait()

@@ -76,10 +76,10 @@ func setup(t *testing.T) *bundle {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: s.ClientURL(), nc: nc, js: js, dispatcher: queue.NewDispatcher(nc, js, 1)}
+	return &bundle{url: s.ClientURL(), nc: nc, js: js, dispatcher: queue.NewDispatcher(nc, js, queue.Layout{})}
 }
 
 // startWorker runs a worker on its own connection (a separate process, as far as NATS can tell)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"github.com/mailvet/mailvet/internal/queue"
 	"sync"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func BenchmarkDeliveryThroughput(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for j := p; j < len(ids); j += publishers {
-					if err := Publish(ctx, bd.js, ids[j]); err != nil {
+					if err := Publish(ctx, bd.js, queue.Layout{}, ids[j]); err != nil {
 						b.Error(err)
 						return
 					}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
@@ -96,12 +97,12 @@ func TestSweepRepublishesUnpublished(t *testing.T) {
 	young := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, false)
 	pgtest.Exec(t, b.pool, `UPDATE deliveries SET created_at = now() - interval '31 seconds', updated_at = now() - interval '31 seconds' WHERE id = $1`, old)
 
-	n, err := Sweep(ctx, b.pool, b.js, 30*time.Second, 100)
+	n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("Sweep = %d, %v; want 1 (only the old delivery)", n, err)
 	}
 	// A second replica sweeping right after finds nothing: the row was bumped.
-	if n, err := Sweep(ctx, b.pool, b.js, 30*time.Second, 100); err != nil || n != 0 {
+	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 0 {
 		t.Fatalf("second Sweep = %d, %v; want 0", n, err)
 	}
 	b.startWorker(t, Options{Client: ClientOptions{AllowPrivate: true}})
@@ -137,7 +138,7 @@ func TestDoublePublishDeliversOnce(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t, statuses(200))
 	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
-	if err := Publish(context.Background(), b.js, id); err != nil {
+	if err := Publish(context.Background(), b.js, queue.Layout{}, id); err != nil {
 		t.Fatal(err)
 	}
 	b.startWorker(t, Options{Client: ClientOptions{AllowPrivate: true}})

@@ -160,7 +160,7 @@ func setup(t testing.TB) *bundle {
 	b.js = connectJS(t, b.natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, b.js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, b.js, queue.Layout{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.accountID = b.account(t, "builder")
@@ -218,7 +218,7 @@ func (b *bundle) create(t testing.TB, accountID uuid.UUID, url, secret string, b
 		t.Fatal(err)
 	}
 	if publish {
-		if err := Publish(ctx, b.js, id); err != nil {
+		if err := Publish(ctx, b.js, queue.Layout{}, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
 )
 
 // Errors for the API's error table.
@@ -215,7 +216,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 // retrying or delivered, Replay returns that one's id instead of creating another. Only after
 // every earlier replay failed does a new request create a new replay. Replaying a replay replays
 // its original. Callers check the tier first with ReplayAllowed.
-func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliveryID uuid.UUID) (uuid.UUID, error) {
+func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, accountID, deliveryID uuid.UUID) (uuid.UUID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return uuid.Nil, err
@@ -261,7 +262,7 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, accountID, deliv
 	// Publishing the existing replay again is harmless (deduplicated, or a no-op for a finished
 	// delivery) and covers a first request that died between its commit and its publish. If
 	// publishing fails, the outbox sweep picks the row up.
-	if err := Publish(ctx, js, id); err != nil {
+	if err := Publish(ctx, js, l, id); err != nil {
 		return id, err
 	}
 	return id, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
@@ -114,7 +115,7 @@ func TestReplay(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], errs[i] = Replay(ctx, b.pool, b.js, b.accountID, orig)
+			got[i], errs[i] = Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig)
 		}()
 	}
 	wg.Wait()
@@ -130,7 +131,7 @@ func TestReplay(t *testing.T) {
 		t.Errorf("replay body/signature differ from the original's")
 	}
 	// A later request while the replay is delivered still does not deliver again.
-	if again, err := Replay(ctx, b.pool, b.js, b.accountID, orig); err != nil || again != rep {
+	if again, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig); err != nil || again != rep {
 		t.Errorf("Replay after delivery = %v, %v; want the delivered replay %s", again, err, rep)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -146,24 +147,24 @@ func TestReplay(t *testing.T) {
 	}
 
 	// Errors for the API's table.
-	if _, err := Replay(ctx, b.pool, b.js, b.accountID, rep); !errors.Is(err, ErrNotReplayable) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep); !errors.Is(err, ErrNotReplayable) {
 		t.Errorf("Replay(delivered) = %v, want ErrNotReplayable", err)
 	}
 	other := b.account(t, "builder")
-	if _, err := Replay(ctx, b.pool, b.js, other, orig); !errors.Is(err, ErrDeliveryNotFound) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, other, orig); !errors.Is(err, ErrDeliveryNotFound) {
 		t.Errorf("Replay(other account) = %v, want ErrDeliveryNotFound", err)
 	}
-	if _, err := Replay(ctx, b.pool, b.js, b.accountID, uuid.New()); !errors.Is(err, ErrDeliveryNotFound) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, uuid.New()); !errors.Is(err, ErrDeliveryNotFound) {
 		t.Errorf("Replay(unknown) = %v, want ErrDeliveryNotFound", err)
 	}
 	pending := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, false)
-	if _, err := Replay(ctx, b.pool, b.js, b.accountID, pending); !errors.Is(err, ErrNotReplayable) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, pending); !errors.Is(err, ErrNotReplayable) {
 		t.Errorf("Replay(pending) = %v, want ErrNotReplayable", err)
 	}
 
 	// Once every replay failed, a new request makes a new replay of the same original.
 	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'failed' WHERE id = $1`, rep)
-	third, err := Replay(ctx, b.pool, b.js, b.accountID, rep)
+	third, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep)
 	if err != nil || third == rep || third == orig {
 		t.Fatalf("Replay after the replay failed = %v, %v; want a new delivery", third, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailvet/mailvet/internal/queuelag"
 )
 
 // metrics are the worker's Prometheus series.
@@ -11,6 +13,7 @@ type metrics struct {
 	attempts   *prometheus.CounterVec   // by outcome
 	attemptDur prometheus.Histogram     // one HTTP attempt
 	latency    *prometheus.HistogramVec // delivery created → final state, by state
+	lag        *queuelag.Recorder       // message arrival → taken; nil when not registered
 }
 
 // Attempt outcomes as they appear in the outcome label.
@@ -43,6 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.attempts = register(reg, m.attempts)
 		m.attemptDur = register(reg, m.attemptDur)
 		m.latency = register(reg, m.latency)
+		m.lag = queuelag.New(reg)
 	}
 	return m
 }

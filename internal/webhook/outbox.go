@@ -54,22 +54,32 @@ func createDelivery(ctx context.Context, tx pgx.Tx, column string, subject, acco
 // second publish within the stream's duplicate window (the verifier retrying, the sweep racing
 // it) is dropped by JetStream; a later duplicate is harmless because attempts are claimed in
 // Postgres.
-func Publish(ctx context.Context, js jetstream.JetStream, deliveryID uuid.UUID) error {
+//
+// A publish waits at most PublishTimeout, whatever ctx allows: the delivery is already committed,
+// so a publish that JetStream does not confirm in time is left to the sweep rather than held for
+// the caller's whole budget (a verifier stopping while its NATS node was gone used to wait out
+// its job's AckWait here).
+func Publish(ctx context.Context, js jetstream.JetStream, l queue.Layout, deliveryID uuid.UUID) error {
 	data, err := json.Marshal(queue.DeliveryMessage{DeliveryID: deliveryID})
 	if err != nil {
 		return err
 	}
-	if _, err := js.Publish(ctx, queue.SubjectWebhookDeliver, data, jetstream.WithMsgID(deliveryID.String())); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
+	defer cancel()
+	if _, err := js.Publish(ctx, l.Subject(queue.SubjectWebhookDeliver), data, jetstream.WithMsgID(deliveryID.String())); err != nil {
 		return fmt.Errorf("publish delivery %s: %w", deliveryID, err)
 	}
 	return nil
 }
 
+// PublishTimeout bounds one Publish.
+const PublishTimeout = time.Second
+
 // Sweep publishes deliveries that are still pending without any attempt olderThan after they
 // were created or last swept, at most limit of them, and returns how many it published. The rows
 // are claimed with FOR UPDATE SKIP LOCKED and their updated_at is bumped, so several worker
 // replicas sweeping at once split the work instead of publishing the same rows.
-func Sweep(ctx context.Context, db DB, js jetstream.JetStream, olderThan time.Duration, limit int) (int, error) {
+func Sweep(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, olderThan time.Duration, limit int) (int, error) {
 	rows, err := db.Query(ctx, `
 		UPDATE deliveries SET updated_at = now()
 		WHERE id IN (
@@ -89,7 +99,7 @@ func Sweep(ctx context.Context, db DB, js jetstream.JetStream, olderThan time.Du
 	}
 	n := 0
 	for _, id := range ids {
-		if err := Publish(ctx, js, id); err != nil {
+		if err := Publish(ctx, js, l, id); err != nil {
 			// The row was bumped; the next sweep after olderThan tries it again.
 			return n, err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/queuelag"
 )
 
 // MaxStoredResponse is how much of a receiver's response body the delivery log keeps.
@@ -60,9 +61,10 @@ type Options struct {
 	Log *slog.Logger
 	// Metrics is where the worker's series are registered (nil: not registered).
 	Metrics prometheus.Registerer
-	// StreamReplicas is the replication of the WEBHOOKS stream if the worker has to re-create it
-	// (a NATS server that lost its store); default 1.
-	StreamReplicas int
+	// Layout is the deployment's NATS layout: the names of the WEBHOOKS stream, its consumer and
+	// subject, and its replication if the worker has to re-create it (a NATS server that lost its
+	// store). The zero Layout is unprefixed, one replica.
+	Layout queue.Layout
 }
 
 func (o *Options) defaults() error {
@@ -120,7 +122,7 @@ func NewWorker(db DB, js jetstream.JetStream, o Options) (*Worker, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	cons := queue.NewConsumer(js, queue.WebhooksConsumer(o.Concurrency, o.AckWait), max(1, o.StreamReplicas), o.Concurrency, o.Log)
+	cons := queue.NewConsumer(js, queue.WebhooksConsumer(o.Concurrency, o.AckWait), o.Layout, o.Concurrency, o.Log)
 	return &Worker{db: db, js: js, o: o, client: NewClient(o.Client), m: newMetrics(o.Metrics), log: o.Log, cons: cons}, nil
 }
 
@@ -135,6 +137,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	sem := make(chan struct{}, w.o.Concurrency)
 	var wg sync.WaitGroup
 	_ = w.cons.Run(ctx, func(msg jetstream.Msg) {
+		w.m.lag.Took(queuelag.ConsumerWebhooks, msg)
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -168,7 +171,7 @@ func (w *Worker) Ready(ctx context.Context) error { return w.cons.Check(ctx) }
 // published, until ctx ends.
 func (w *Worker) RunSweeper(ctx context.Context) error {
 	return loop.Every(ctx, w.o.SweepInterval, func(ctx context.Context) {
-		n, err := Sweep(ctx, w.db, w.js, w.o.SweepAge, 500)
+		n, err := Sweep(ctx, w.db, w.js, w.o.Layout, w.o.SweepAge, 500)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("webhook outbox sweep", "err", err)
 		}
@@ -474,13 +477,13 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 // Services builds a worker from the configuration and returns its long-running parts — delivery,
 // the outbox sweep and retention — for app.Infra.Run. The webhook binary and `api -dev` run the
 // same parts. ready (may be nil) gets a check that the deliveries consumer is running.
-func Services(db DB, js jetstream.JetStream, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer, ready *health.Checker) ([]func(context.Context) error, error) {
+func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer, ready *health.Checker) ([]func(context.Context) error, error) {
 	w, err := NewWorker(db, js, Options{
-		Concurrency:    concurrency,
-		Client:         ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
-		Log:            log,
-		Metrics:        reg,
-		StreamReplicas: cfg.StreamReplicas,
+		Concurrency: concurrency,
+		Client:      ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
+		Log:         log,
+		Metrics:     reg,
+		Layout:      layout,
 	})
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, 1, nil); err != nil {
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
 	return nc, js

@@ -81,6 +81,9 @@ type Config struct {
 	Retries int // extra UDP attempts after a timeout; 0 means 1
 	// MaxEntries bounds the cache; 0 means 100,000 domains.
 	MaxEntries int
+	// Shared, when set, is the verifier fleet's cache (docs/fleet.md): a domain one worker has
+	// looked up is not looked up again by the others while the answer lasts (shared.go).
+	Shared Shared
 }
 
 // Resolver looks up and caches MX records. It is safe for concurrent use.
@@ -135,8 +138,13 @@ func (r *Resolver) Lookup(ctx context.Context, domain string) (Result, error) {
 	ch := r.sf.DoChan(domain, func() (any, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Budget)
 		defer cancel()
+		if res, err, ok := r.loadShared(lctx, domain); ok {
+			return res, err
+		}
 		res, err := r.lookup(lctx, domain)
-		r.store(domain, res, err)
+		if exp, ok := r.store(domain, res, err); ok {
+			r.share(domain, res, err, exp)
+		}
 		return res, err
 	})
 	select {
@@ -158,7 +166,9 @@ func (r *Resolver) cached(domain string) (Result, error, bool) {
 	return e.res, e.err, true
 }
 
-func (r *Resolver) store(domain string, res Result, err error) {
+// store caches a look-up's answer for its lifetime and reports until when; temporary failures
+// are not cached.
+func (r *Resolver) store(domain string, res Result, err error) (time.Time, bool) {
 	var ttl time.Duration
 	switch {
 	case err == nil:
@@ -166,8 +176,15 @@ func (r *Resolver) store(domain string, res Result, err error) {
 	case errors.Is(err, ErrNoMX):
 		ttl = NegativeTTL
 	default:
-		return // temporary failures are asked again next time
+		return time.Time{}, false // temporary failures are asked again next time
 	}
+	exp := r.now().Add(ttl)
+	r.storeUntil(domain, res, err, exp)
+	return exp, true
+}
+
+// storeUntil caches an answer until exp.
+func (r *Resolver) storeUntil(domain string, res Result, err error, exp time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -185,7 +202,7 @@ func (r *Resolver) store(domain string, res Result, err error) {
 			delete(r.cache, k)
 		}
 	}
-	r.cache[domain] = entry{res: res, err: err, expires: now.Add(ttl)}
+	r.cache[domain] = entry{res: res, err: err, expires: exp}
 }
 
 func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {

@@ -48,6 +48,8 @@ type pool struct {
 	rejected  int                   // of which failed (4xx, 5xx)
 	plainOK   bool                  // a MAIL FROM has been accepted here without TLS
 	needTLS   bool                  // MAIL FROM was answered 530: start TLS before it
+	slotUntil time.Time             // no new session before this: the fleet had no slot free (fleet.go)
+	slotRetry time.Duration         // the pause after the last failed Acquire; 0 after a success
 }
 
 func (pl *pool) enqueue(js ...*job) {
@@ -76,18 +78,23 @@ func (pl *pool) enqueue(js ...*job) {
 
 // maxSessionsLocked is the number of sessions the pool may have: none while the breaker is
 // open, one while it is half-open or the address has never been reached, the learnt per-client limit, else MaxPerHost.
+// While the fleet has just had no slot free for this address, it keeps to the sessions it has.
 func (pl *pool) maxSessionsLocked() int {
 	now := time.Now()
+	n := pl.p.cfg.MaxPerHost
 	switch {
 	case now.Before(pl.downUntil):
 		return 0
 	case pl.failures > 0 || !pl.proven:
 		// Half-open, or never reached: one session finds out before others knock.
-		return 1
+		n = 1
 	case pl.limit > 0 && now.Before(pl.limitTill):
-		return pl.limit
+		n = pl.limit
 	}
-	return pl.p.cfg.MaxPerHost
+	if now.Before(pl.slotUntil) {
+		n = min(n, pl.sessions)
+	}
+	return n
 }
 
 // requeue hands unanswered jobs back, ahead of the others, for another session.
@@ -225,9 +232,20 @@ func expectedRcpts(budget, rho float64) float64 {
 	return budget * (1 - keep) / rho
 }
 
-// run opens one session and serves the queue with it until it is spent, broken or idle.
+// run opens one session and serves the queue with it until it is spent, broken or idle. With a
+// fleet-wide limit, the session first takes a slot of the address, and gives it back once its
+// connection is closed.
 func (pl *pool) run() {
+	lease, ok := pl.lease()
+	if !ok {
+		return
+	}
 	s, err := pl.open()
+	if err != nil {
+		release(lease)
+	} else {
+		s.lease = lease
+	}
 	pl.mu.Lock()
 	pl.opening--
 	if err != nil {
@@ -288,6 +306,7 @@ func (pl *pool) run() {
 		s.exchange(batch)
 	}
 	s.quit()
+	release(s.lease)
 	pl.mu.Lock()
 	pl.arrivedLocked(s)
 	delete(pl.live, s)
@@ -317,6 +336,15 @@ func (pl *pool) take(s *session) []rcpt {
 		for len(pl.queue) > 0 && pl.queue[0].finished.Load() {
 			pl.queue = pl.queue[1:]
 		}
+		if s.lease != nil && pl.sessions > 1 && s.lease.Wanted(pl.sessions) {
+			// Another worker of the fleet waits for a slot of this address: this session gives
+			// its slot up between exchanges, and the pool holds its new sessions back for a
+			// moment so that the waiter, not this pool, takes the slot (fleet.go).
+			pl.slotUntil = time.Now().Add(slotYield)
+			time.AfterFunc(slotYield, pl.halfOpen)
+			pl.mu.Unlock()
+			return nil
+		}
 		if len(pl.queue) > 0 {
 			batch := pl.fillLocked(s)
 			pl.mu.Unlock()
@@ -325,10 +353,23 @@ func (pl *pool) take(s *session) []rcpt {
 		pl.idle = append(pl.idle, s)
 		pl.mu.Unlock()
 
+		// An idle session whose slot another worker waits for closes at once rather than at
+		// the idle timeout.
+		var wants <-chan struct{}
+		if s.lease != nil {
+			wants = s.lease.Wants()
+		}
 		t := time.NewTimer(pl.p.cfg.IdleTimeout)
 		select {
+		case <-wants:
+			t.Stop()
 		case <-s.wake:
 			t.Stop()
+			if !s.usable() {
+				// The lease lapsed while the session was idle: it closes, and the pool opens
+				// another for the work it was woken for once it has.
+				return nil
+			}
 			continue
 		case <-t.C:
 		case <-pl.p.closing:

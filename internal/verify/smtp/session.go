@@ -47,12 +47,16 @@ type session struct {
 	rcpts    int // RCPT replies read since the pool last counted them (arrivedLocked)
 	rejected int // of which failed
 
+	lease Lease // the fleet slot this session holds, or nil without a fleet-wide limit
+
 	returning bool // see pool.replied; guarded by pl.mu
 	left      int  // error budget as of the last take (maxErrors − errors); guarded by pl.mu
 	inflight  int  // RCPTs of the exchange under way; guarded by pl.mu
 }
 
-func (s *session) usable() bool { return !s.broken && !s.full && !s.quitted && s.errors < maxErrors }
+func (s *session) usable() bool {
+	return !s.broken && !s.full && !s.quitted && s.errors < maxErrors && (s.lease == nil || s.lease.Valid())
+}
 
 // open connects, reads the banner and says EHLO, within half the probe budget so that a silent
 // server (a tarpit) leaves time for the next MX host.
@@ -77,6 +81,7 @@ func (pl *pool) open() (*session, error) {
 	if err != nil {
 		return fail(fmt.Errorf("banner: %w", err))
 	}
+	pl.p.observe("CONNECT", banner.Code)
 	if banner.Code != 220 {
 		return fail(&bannerError{banner})
 	}
@@ -372,6 +377,7 @@ func (s *session) send(cmds []string) ([]Reply, error) {
 			if err != nil {
 				return replies, err
 			}
+			s.pl.p.observe(cmds[len(replies)], rep.Code)
 			replies = append(replies, rep)
 		}
 	}

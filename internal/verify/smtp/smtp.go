@@ -85,6 +85,14 @@ type Config struct {
 	// AllowCIDRs are ranges that may be dialled although private or reserved
 	// (MAILVET_SMTP_ALLOW_CIDRS), e.g. 127.0.0.0/8 for a loopback test world. Empty in production.
 	AllowCIDRs []netip.Prefix
+	// Slots, when set, makes MaxPerHost a cap on the sessions of every prober sharing it (the
+	// verifier fleet) rather than of this one alone; CatchAll, when set, shares catch-all answers
+	// with them. See fleet.go and docs/fleet.md.
+	Slots    Slots
+	CatchAll Shared
+	// Observer, when set, is told every reply the prober reads (observe.go): the metrics of
+	// docs/operations.md without this package knowing about Prometheus.
+	Observer Observer
 }
 
 // Host is an MX host with its addresses, in the order they are to be tried.
@@ -259,6 +267,7 @@ type done struct {
 func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, each func(int, Result)) []Result {
 	results := make([]Result, len(reqs))
 	ch := make(chan done, len(reqs))
+	p.loadCatchAll(ctx, reqs)
 	var jobs []*job
 	byPool := map[*pool][]*job{}
 	for i, req := range reqs {
@@ -475,6 +484,7 @@ func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
 	}
 	if o != caInconclusive {
 		st.known, st.catchAll, st.expires = true, o == caYes, time.Now().Add(CatchAllTTL)
+		p.shareCatchAll(cp.domain, st.catchAll, st.expires)
 	}
 }
 
