@@ -131,3 +131,19 @@ func Handler(c *Checker, reg *prometheus.Registry) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
 }
+
+// Register registers c with reg, or returns the collector already registered under its name,
+// so that two components of one process (the API and the in-process workers of `-dev`, say)
+// share a series instead of failing.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
+}

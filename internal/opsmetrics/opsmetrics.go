@@ -8,12 +8,12 @@
 package opsmetrics
 
 import (
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -50,9 +50,9 @@ func NewVerify(reg prometheus.Registerer) *Verify {
 		}, []string{"command", "class"}),
 	}
 	if reg != nil {
-		m.results = register(reg, m.results)
-		m.layers = register(reg, m.layers)
-		m.replies = register(reg, m.replies)
+		m.results = health.Register(reg, m.results)
+		m.layers = health.Register(reg, m.layers)
+		m.replies = health.Register(reg, m.replies)
 	}
 	m.byLayer = map[string]prometheus.Observer{}
 	for _, l := range []string{verify.ObservedSyntax, verify.ObservedDisposable, verify.ObservedMX, verify.ObservedSMTP} {
@@ -86,19 +86,4 @@ func replyClass(code int) string {
 		return "other"
 	}
 	return strconv.Itoa(code/100) + "xx"
-}
-
-// register registers c, or returns the collector already registered under its name, so that two
-// components of one process share the series instead of failing.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }

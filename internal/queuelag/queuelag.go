@@ -4,11 +4,12 @@
 package queuelag
 
 import (
-	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mailvet/mailvet/internal/health"
 )
 
 // The consumers Recorder is told about, as they appear in its consumer label.
@@ -33,7 +34,7 @@ func New(reg prometheus.Registerer) *Recorder {
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900},
 	}, []string{"consumer"})}
 	if reg != nil {
-		q.lag = register(reg, q.lag)
+		q.lag = health.Register(reg, q.lag)
 	}
 	return q
 }
@@ -49,19 +50,4 @@ func (q *Recorder) Took(consumer string, m jetstream.Msg) {
 		return // not a JetStream message: nothing to measure
 	}
 	q.lag.WithLabelValues(consumer).Observe(max(0, time.Since(md.Timestamp).Seconds()))
-}
-
-// register registers c, or returns the collector already registered under its name, so that two
-// components of one process share the series instead of failing.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }

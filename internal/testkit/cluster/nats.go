@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/testkit/gobuild"
 )
 
 // NATSServerBinary finds the nats-server executable: on PATH (the Makefile puts its pinned
@@ -22,7 +24,7 @@ func NATSServerBinary(t testing.TB) string {
 	if p, err := exec.LookPath("nats-server"); err == nil {
 		return p
 	}
-	if root, err := ModuleRoot(); err == nil {
+	if root, err := gobuild.ModuleRoot(); err == nil {
 		p := filepath.Join(root, ".tools", "bin", "nats-server")
 		if _, err := os.Stat(p); err == nil {
 			return p

@@ -8,18 +8,18 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/gobuild"
 )
 
 // Proc is one supervised process. It can be started again after it exited or was killed; each
@@ -253,45 +253,15 @@ func (s *Supervisor) cleanup() {
 	s.t.Logf("the whole logs (and the NATS stores) are kept in %s", s.dir)
 }
 
-// Build compiles the main packages pkgs (like "./cmd/api") of the module that contains the
-// working directory into a new temporary directory, with `go build -o DIR`, and returns it.
-// The binaries are those of a deployment: built without -race, whatever the test binary is.
+// Build compiles the main packages pkgs (like "./cmd/api") into a new temporary directory of
+// t's and returns it (gobuild.Build: deployment binaries, without -race).
 func Build(t testing.TB, pkgs ...string) string {
 	t.Helper()
-	root, err := ModuleRoot()
-	if err != nil {
+	dir := t.TempDir()
+	if err := gobuild.Build(dir, pkgs...); err != nil {
 		t.Fatal(err)
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = "/usr/local/go/bin/go" // README, "Prerequisites"
-	}
-	dir := t.TempDir()
-	cmd := exec.Command(goTool, append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
-	}
 	return dir
-}
-
-// ModuleRoot is the directory of go.mod above the working directory (a package's directory
-// under go test).
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cluster: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // FreePorts returns n distinct loopback TCP ports that the kernel just handed out. They are

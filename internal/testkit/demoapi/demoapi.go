@@ -11,8 +11,6 @@ package demoapi
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/testkit/gobuild"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -49,49 +48,18 @@ func Main(m *testing.M) {
 func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = "/usr/local/go/bin/go" // README, "Prerequisites"
-		}
+		var err error
 		if buildDir, err = os.MkdirTemp("", "mailvet-demoapi-"); err != nil {
 			buildErr = err
 			return
 		}
 		buildBin = filepath.Join(buildDir, "api")
-		cmd := exec.Command(goTool, "build", "-o", buildBin, "./cmd/api")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/api: %w\n%s", err, out)
-		}
+		buildErr = gobuild.Build(buildDir, "./cmd/api")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return buildBin
-}
-
-// moduleRoot is the directory of go.mod above the working directory (a package's directory
-// under go test).
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("demoapi: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Server is a running `api -dev -demo`.
