@@ -56,6 +56,10 @@ type Config struct {
 	SMTPMaxPerHost     int
 	SMTPAllowCIDRs     []netip.Prefix // private or reserved ranges the prober may dial nonetheless
 
+	// TrustedProxies are the addresses of the reverse proxies in front of the API
+	// (MAILVET_TRUSTED_PROXIES): from them, and only from them, X-Forwarded-For names the client.
+	TrustedProxies []netip.Prefix
+
 	DisposableExtraFile string
 	DisposableAllowFile string
 
@@ -177,6 +181,11 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 	c.SMTPBlockedDomains = e.list("MAILVET_SMTP_BLOCKED_DOMAINS")
 	c.SMTPMaxPerHost = e.intIn("MAILVET_SMTP_MAX_PER_HOST", 20, 1, 10000)
+	if v, ok := e.lookup("MAILVET_TRUSTED_PROXIES"); ok {
+		trusted, err := netguard.ParsePrefixes(v)
+		e.check("MAILVET_TRUSTED_PROXIES", err)
+		c.TrustedProxies = trusted
+	}
 	if v, ok := e.lookup("MAILVET_SMTP_ALLOW_CIDRS"); ok {
 		allow, err := netguard.ParsePrefixes(v)
 		e.check("MAILVET_SMTP_ALLOW_CIDRS", err)

@@ -27,23 +27,63 @@ func accountSubject(email string) string {
 	return "account:" + hex.EncodeToString(s[:])
 }
 
-// addressSubject is the client's address from the connection (an IPv6 client's /64, which one
-// host usually owns whole). Forwarding headers are not trusted: a client could invent them.
-func addressSubject(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
+// addressSubject is the client's address (an IPv6 client's /64, which one host usually owns
+// whole), as clientAddr finds it.
+func (h *Handler) addressSubject(r *http.Request) string {
+	a, ok := clientAddr(r, h.cfg.TrustedProxies)
+	if !ok {
 		return "ip:unknown"
 	}
-	a = a.Unmap()
 	if a.Is6() {
 		p, _ := a.Prefix(64)
 		return "ip:" + p.String()
 	}
 	return "ip:" + a.String()
+}
+
+// clientAddr is the address of the client that sent r. It is the connection's peer unless that
+// peer is one of the trusted reverse proxies (MAILVET_TRUSTED_PROXIES): then it is the rightmost
+// X-Forwarded-For entry that is not itself a trusted proxy. Entries left of that one are whatever
+// the client wrote and are never believed; from an untrusted peer the header is ignored, since
+// anyone could invent it. Without this, every sign-in behind a proxy would come from the proxy,
+// and one person's failures would lock everyone out of the dashboard.
+func clientAddr(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	peer = peer.Unmap()
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if !isTrusted(peer) {
+		return peer, true
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			return peer, true // a hop we cannot read: the last address we can vouch for
+		}
+		a = a.Unmap()
+		if !isTrusted(a) {
+			return a, true
+		}
+		peer = a
+	}
+	return peer, true
 }
 
 // throttled says whether either subject is over its limit in the current window.

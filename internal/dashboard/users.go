@@ -76,7 +76,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, "The two passwords differ.")
 		return
 	}
-	acctSubject, addrSubject := accountSubject(email), addressSubject(r)
+	acctSubject, addrSubject := accountSubject(email), h.addressSubject(r)
 	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
 		h.failure(w, r, nil, err)
 		return
@@ -162,7 +162,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, msgWrongCredentials)
 		return
 	}
-	acctSubject, addrSubject := accountSubject(email), addressSubject(r)
+	acctSubject, addrSubject := accountSubject(email), h.addressSubject(r)
 	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
 		h.failure(w, r, nil, err)
 		return
@@ -232,7 +232,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The two new passwords differ.")
 		return
 	}
-	acctSubject, addrSubject := accountSubject(s.Email), addressSubject(r)
+	acctSubject, addrSubject := accountSubject(s.Email), h.addressSubject(r)
 	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
 		h.failure(w, r, s, err)
 		return
