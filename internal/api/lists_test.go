@@ -275,7 +275,8 @@ func TestListBadInput(t *testing.T) {
 }
 
 // Admission at upload: the unique count against the free quota and the paid spend cap, before
-// anything is stored; the per-minute rate limit does not apply to lists.
+// anything is stored; the per-minute rate limit does not apply to lists. A running list's
+// remaining addresses count against the cap for everything admitted after it.
 func TestListAdmission(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true, env: map[string]string{
@@ -310,7 +311,14 @@ func TestListAdmission(t *testing.T) {
 	if r.body["hard_cap_eur"] != 2.0 {
 		t.Errorf("cap refusal %v", r.body)
 	}
-	b.upload(pkey, "text/plain", "", addrs(7)).want(t, http.StatusAccepted, "")
+	id := b.upload(pkey, "text/plain", "", addrs(7)).want(t, http.StatusAccepted, "").body["id"].(string)
+
+	// While the list runs, the addresses it has still to verify hold their room under the cap:
+	// another request, or another list, cannot spend it too. Canceled, the list gives it back.
+	b.verify(pkey, map[string]string{"email": "not-an-address"}).want(t, http.StatusPaymentRequired, "payment_required")
+	b.upload(pkey, "text/plain", "", addrs(1)).want(t, http.StatusPaymentRequired, "payment_required")
+	b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", pkey, nil).want(t, http.StatusOK, "")
+	b.verify(pkey, map[string]string{"email": "not-an-address"}).want(t, http.StatusOK, "")
 }
 
 // Cancel stops a list and gives back the quota units of what it did not verify; chunks still

@@ -144,6 +144,17 @@ func logCTE(gate string, first int) string {
 // $2 and $4 so that the statement takes the same parameters as the rate-limited one.
 const noRateCTE = `r AS (SELECT 0 AS used WHERE $2::timestamptz IS NOT NULL AND $4::int IS NOT NULL)`
 
+// listsOutstanding counts, in the paid admission, the addresses the account's bulk lists still
+// have to verify ($1 the account): each was admitted against the cap at upload, worst case
+// billable, but is billed only as its chunk is written. Counting them keeps every later request,
+// and every later list, from spending the same room under the cap while a list runs
+// (docs/lists.md, "Metering"). A list's verified count and its billable rows move in one
+// transaction, so an address is never counted both here and in billable; a list that is canceled,
+// deleted or failed stops counting at once, and one that crosses a month boundary counts against
+// the month in which its remaining addresses will be billed. Only accounts with a cap evaluate it.
+const listsOutstanding = `SELECT coalesce(sum(l.unique_addresses - l.verified), 0) FROM lists l
+				WHERE l.account_id = $1 AND l.state IN ('queued', 'running')`
+
 // admitSQL is the admission statement of the free or the paid tiers, with or without rows to
 // write (a statement without them is the leaner for Postgres to plan and run), with or without
 // the rate step.
@@ -152,7 +163,8 @@ const noRateCTE = `r AS (SELECT 0 AS used WHERE $2::timestamptz IS NOT NULL AND 
 //
 // Paid: the rate window, then the hard spend cap, then the rows. The cap is checked against the
 // worst case, every email of the request billable, in float8 and unrounded, so a cap is never
-// crossed by a fraction of a cent. The month's billable count is read, not locked: requests
+// crossed by a fraction of a cent; the addresses the account's running bulk lists have still to
+// verify count as billed (listsOutstanding). The month's billable count is read, not locked: requests
 // admitted concurrently each see the count before the others, so together they can pass the cap
 // by at most their own emails.
 func admitSQL(free, rows, rate bool) string {
@@ -190,7 +202,7 @@ func admitSQL(free, rows, rate bool) string {
 			WHERE a.id = $1
 		), ok AS (
 			SELECT 1 FROM r, acct
-			WHERE acct.cap IS NULL OR greatest(0, acct.billable + $3::int - $6::int)::float8 * $7::float8 <= acct.cap + 1e-9
+			WHERE acct.cap IS NULL OR greatest(0, acct.billable + (` + listsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= acct.cap + 1e-9
 		)`)
 	if rows {
 		fmt.Fprintf(&b, `, month AS (
