@@ -164,9 +164,11 @@ const listsOutstanding = `SELECT coalesce(sum(l.unique_addresses - l.verified), 
 // Paid: the rate window, then the hard spend cap, then the rows. The cap is checked against the
 // worst case, every email of the request billable, in float8 and unrounded, so a cap is never
 // crossed by a fraction of a cent; the addresses the account's running bulk lists have still to
-// verify count as billed (listsOutstanding). The month's billable count is read, not locked: requests
-// admitted concurrently each see the count before the others, so together they can pass the cap
-// by at most their own emails.
+// verify count as billed (listsOutstanding). A request that writes its billable rows at admission
+// (a single email) is decided on the month row's latest count under its lock, so such requests,
+// alone or in groups, cannot pass the cap together. Batches and streams write their rows after
+// admission: admitted at the same moment, they each see the count before the others and can pass
+// the cap together by at most their own emails.
 func admitSQL(free, rows, rate bool) string {
 	var b strings.Builder
 	if rate {
@@ -196,20 +198,35 @@ func admitSQL(free, rows, rate bool) string {
 		return b.String()
 	}
 	const first = 8
-	b.WriteString(`, acct AS (
-			SELECT a.hard_cap_eur::float8 AS cap, coalesce(m.billable, 0) AS billable
-			FROM accounts a LEFT JOIN usage_monthly m ON m.account_id = a.id AND m.month = $5
-			WHERE a.id = $1
-		), ok AS (
-			SELECT 1 FROM r, acct
-			WHERE acct.cap IS NULL OR greatest(0, acct.billable + (` + listsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= acct.cap + 1e-9
-		)`)
+	billable := "0"
 	if rows {
-		fmt.Fprintf(&b, `, month AS (
+		billable = fmt.Sprintf("$%d::int", first)
+	}
+	// fits is the cap check against a month's billable count: every email of the request
+	// billable, worst case, and the addresses of the account's running lists as if billed.
+	fits := func(count string) string {
+		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
+	}
+	// month adds the rows' billable count to the month only if the request fits under the cap.
+	// Its ON CONFLICT condition is evaluated on the row's latest version, after waiting for the
+	// row lock of any admission in flight, so concurrent admissions (alone or in groups) cannot
+	// pass the cap together. Without a cap, and with nothing billable, it writes nothing.
+	fmt.Fprintf(&b, `, acct AS (
+			SELECT a.hard_cap_eur::float8 AS cap,
+				coalesce((SELECT m.billable FROM usage_monthly m WHERE m.account_id = $1 AND m.month = $5), 0) AS billable
+			FROM accounts a WHERE a.id = $1
+		), month AS (
 			INSERT INTO usage_monthly AS m (account_id, month, billable)
-			SELECT $1, $5, $%[1]d::int WHERE $%[1]d::int > 0 AND EXISTS (SELECT 1 FROM ok)
+			SELECT $1, $5, %[1]s FROM acct
+			WHERE EXISTS (SELECT 1 FROM r) AND (%[1]s > 0 OR acct.cap IS NOT NULL) AND (acct.cap IS NULL OR %[2]s)
 			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable
-		), %s`, first, logCTE("ok", first))
+			WHERE (SELECT cap FROM acct) IS NULL OR %[3]s
+			RETURNING 1
+		), ok AS (
+			SELECT 1 FROM r, acct WHERE acct.cap IS NULL OR EXISTS (SELECT 1 FROM month)
+		)`, billable, fits("0"), fits("m.billable"))
+	if rows {
+		b.WriteString(", " + logCTE("ok", first))
 	}
 	b.WriteString(`
 		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok) FROM acct`)
