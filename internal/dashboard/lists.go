@@ -200,14 +200,8 @@ func (h *Handler) getList(ctx context.Context, p auth.Principal, id uuid.UUID) (
 
 func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		h.listNotFound(w, r, s)
-		return
-	}
-	p, _, _, err := h.principal(ctx, s, "")
-	if err != nil {
-		h.failure(w, r, s, err)
+	p, id, ok := h.listTarget(w, r, s)
+	if !ok {
 		return
 	}
 	l, ans := h.getList(ctx, p, id)
@@ -235,24 +229,34 @@ func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *sessio
 		Error: "There is no such list in your account. Finished lists are deleted when their results expire."})
 }
 
+// listTarget is the list a list route names and the principal its API calls run as; when it
+// answers false it has already answered (no such list, or a failure).
+func (h *Handler) listTarget(w http.ResponseWriter, r *http.Request, s *session) (auth.Principal, uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.listNotFound(w, r, s)
+		return auth.Principal{}, uuid.Nil, false
+	}
+	p, _, _, err := h.principal(r.Context(), s, "")
+	if err != nil {
+		h.failure(w, r, s, err)
+		return auth.Principal{}, uuid.Nil, false
+	}
+	return p, id, true
+}
+
 // downloadList streams the results from GET /v1/email/lists/{id}/results straight to the
 // browser, which saves them under the file name the API gives (Content-Disposition). The list is
 // looked up first, so a missing one gets a page instead of a JSON error file.
 func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		h.listNotFound(w, r, s)
+	p, id, ok := h.listTarget(w, r, s)
+	if !ok {
 		return
 	}
 	format := r.URL.Query().Get("format")
 	if format != "ndjson" {
 		format = "csv"
-	}
-	p, _, _, err := h.principal(ctx, s, "")
-	if err != nil {
-		h.failure(w, r, s, err)
-		return
 	}
 	if _, ans := h.getList(ctx, p, id); ans.status != http.StatusOK {
 		h.listNotFound(w, r, s)
@@ -270,14 +274,8 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, s *session) {
 		ctx := r.Context()
-		id, err := uuid.Parse(r.PathValue("id"))
-		if err != nil {
-			h.listNotFound(w, r, s)
-			return
-		}
-		p, _, _, err := h.principal(ctx, s, "")
-		if err != nil {
-			h.failure(w, r, s, err)
+		p, id, ok := h.listTarget(w, r, s)
+		if !ok {
 			return
 		}
 		ans := h.call(ctx, p, method, "/v1/email/lists/"+id.String()+suffix, "", nil)

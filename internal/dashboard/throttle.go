@@ -86,6 +86,24 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 	return peer, true
 }
 
+// throttleFor returns the throttle subjects of a password attempt for email from r, and whether
+// either is over its limit: the check every password form makes first.
+func (h *Handler) throttleFor(ctx context.Context, r *http.Request, email string) (acct, addr string, blocked bool, err error) {
+	acct, addr = accountSubject(email), h.addressSubject(r)
+	blocked, err = h.throttled(ctx, acct, addr)
+	return acct, addr, blocked, err
+}
+
+// passwordAttempt checks email's password; a wrong one is counted as a failure against both
+// subjects.
+func (h *Handler) passwordAttempt(ctx context.Context, email, password, acct, addr string) (userID string, ok bool, err error) {
+	userID, ok, err = h.checkCredentials(ctx, email, password)
+	if err != nil || ok {
+		return userID, ok, err
+	}
+	return "", false, h.recordFailure(ctx, acct, addr)
+}
+
 // throttled says whether either subject is over its limit in the current window.
 func (h *Handler) throttled(ctx context.Context, account, address string) (bool, error) {
 	var blocked bool

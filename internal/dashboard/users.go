@@ -76,8 +76,8 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, "The two passwords differ.")
 		return
 	}
-	acctSubject, addrSubject := accountSubject(email), h.addressSubject(r)
-	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, email)
+	if err != nil {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
@@ -87,16 +87,12 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 	hash := h.hasher.hash(password)
 	userID, err := h.createUser(ctx, email, hash)
 	if errors.Is(err, errEmailTaken) {
-		userID, ok, err := h.checkCredentials(ctx, email, password)
+		userID, ok, err := h.passwordAttempt(ctx, email, password, acctSubject, addrSubject)
 		if err != nil {
 			h.failure(w, r, nil, err)
 			return
 		}
 		if !ok {
-			if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
-				h.failure(w, r, nil, err)
-				return
-			}
 			fail(http.StatusUnprocessableEntity, msgSignupRefused)
 			return
 		}
@@ -162,24 +158,20 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, msgWrongCredentials)
 		return
 	}
-	acctSubject, addrSubject := accountSubject(email), h.addressSubject(r)
-	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, email)
+	if err != nil {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	userID, ok, err := h.checkCredentials(ctx, email, password)
+	userID, ok, err := h.passwordAttempt(ctx, email, password, acctSubject, addrSubject)
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
 	if !ok {
-		if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
-			h.failure(w, r, nil, err)
-			return
-		}
 		fail(http.StatusUnauthorized, msgWrongCredentials)
 		return
 	}
@@ -232,24 +224,20 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The two new passwords differ.")
 		return
 	}
-	acctSubject, addrSubject := accountSubject(s.Email), h.addressSubject(r)
-	if blocked, err := h.throttled(ctx, acctSubject, addrSubject); err != nil {
+	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, s.Email)
+	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	} else if blocked {
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	_, ok, err := h.checkCredentials(ctx, s.Email, current)
+	_, ok, err := h.passwordAttempt(ctx, s.Email, current, acctSubject, addrSubject)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
 	if !ok {
-		if err := h.recordFailure(ctx, acctSubject, addrSubject); err != nil {
-			h.failure(w, r, s, err)
-			return
-		}
 		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
 		return
 	}

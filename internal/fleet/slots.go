@@ -359,11 +359,7 @@ func (s *Slots) Unleased() int {
 func (s *Slots) waited(addr, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.wants[addr]
-	if w == nil {
-		w = &want{ch: make(chan struct{})}
-		s.wants[addr] = w
-	}
+	w := s.wantLocked(addr)
 	select {
 	case <-w.ch:
 	default:
@@ -419,15 +415,21 @@ func (s *Slots) shareLocked(addr string, slots int) int {
 	return max(1, slots/(len(w.waiters)+1))
 }
 
-// wantsCh is the address's wait channel: closed while a wait is recent, open otherwise.
-func (s *Slots) wantsCh(addr string) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// wantLocked is the address's wait record, made on first use. s.mu is held.
+func (s *Slots) wantLocked(addr string) *want {
 	w := s.wants[addr]
 	if w == nil {
 		w = &want{ch: make(chan struct{})}
 		s.wants[addr] = w
 	}
+	return w
+}
+
+// wantsCh is the address's wait channel: closed while a wait is recent, open otherwise.
+func (s *Slots) wantsCh(addr string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.wantLocked(addr)
 	select {
 	case <-w.ch:
 		if time.Since(w.at) > wantFor {
