@@ -65,7 +65,7 @@ func jsonError(err error) error {
 		if typ.Field == "" {
 			return InvalidRequest("Request body must be a JSON object, not %s.", typ.Value)
 		}
-		return InvalidRequest("Field %s must be a %s, not %s.", typ.Field, jsonType(typ.Type.String()), typ.Value)
+		return InvalidRequest("Field %s must be %s, not %s.", typ.Field, jsonType(typ.Type.String()), typ.Value)
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return InvalidRequest("Unknown field %s.", f)
@@ -73,14 +73,24 @@ func jsonError(err error) error {
 	return InvalidRequest("Request body is not valid JSON.")
 }
 
+// jsonType names the JSON value a Go type decodes from, with its article.
 func jsonType(goType string) string {
-	switch strings.TrimPrefix(goType, "*") {
+	goType = strings.TrimPrefix(goType, "*")
+	switch goType {
 	case "string":
-		return "string"
+		return "a string"
 	case "bool":
-		return "boolean"
+		return "a boolean"
 	case "int", "int64", "float64":
-		return "number"
+		return "a number"
+	case "[]string":
+		return "an array of strings"
 	}
-	return "value of another type"
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		return "an object"
+	}
+	return "a value of another type"
 }
