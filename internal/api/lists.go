@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"os"
@@ -15,7 +14,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/verify"
@@ -27,9 +28,6 @@ const (
 	maxListLineBytes = 100 << 10 // one line of an uploaded file
 	maxListName      = 200
 	maxColumnName    = 200
-	// listIdle is how long an upload may go without a byte arriving; each read extends the
-	// deadline, so a large file on a slow link is fine and a stalled one is not held forever.
-	listIdle = 30 * time.Second
 	// listImportBudget and listExportBudget bound the database work of one upload or download of
 	// the largest list.
 	listImportBudget = 10 * time.Minute
@@ -37,11 +35,14 @@ const (
 )
 
 // uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline
-// do not apply to it (docs/lists.md, "Uploading").
+// do not apply to it, nor to the dashboard's upload form, which streams its file to this route
+// (docs/lists.md, "Uploading"; docs/dashboard.md, "Lists"). Both have an idle deadline instead
+// (httpbody) and the list limits.
 const uploadPath = "/v1/email/lists"
 
 func isUpload(c echo.Context) bool {
-	return c.Request().Method == http.MethodPost && c.Request().URL.Path == uploadPath
+	p := c.Request().URL.Path
+	return c.Request().Method == http.MethodPost && (p == uploadPath || p == dashboard.UploadPath)
 }
 
 // uploadList stores an uploaded file as a list, admits its unique addresses, starts it, and
@@ -96,7 +97,7 @@ func (s *Server) uploadList(c echo.Context) error {
 	if req.ContentLength > limit {
 		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
 	}
-	body := &idleDeadline{r: http.MaxBytesReader(c.Response(), req.Body, limit), rc: http.NewResponseController(c.Response())}
+	body := httpbody.Idle(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit))
 	rd, err := list.NewReader(body, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
 	if err != nil {
 		return s.uploadError(err)
@@ -181,17 +182,6 @@ func boundedText(field, v string, max int) error {
 		return InvalidRequest("Field %s is not valid UTF-8 text.", field)
 	}
 	return nil
-}
-
-// idleDeadline extends the connection's read deadline before each read of the body.
-type idleDeadline struct {
-	r  io.Reader
-	rc *http.ResponseController
-}
-
-func (d *idleDeadline) Read(p []byte) (int, error) {
-	_ = d.rc.SetReadDeadline(time.Now().Add(listIdle))
-	return d.r.Read(p)
 }
 
 // listLists pages through the account's lists, newest first.

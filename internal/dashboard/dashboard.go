@@ -9,6 +9,7 @@ import (
 	"context"
 	"embed"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 )
@@ -34,6 +36,10 @@ var staticFS embed.FS
 
 // Prefix is where the dashboard is mounted.
 const Prefix = "/dashboard"
+
+// UploadPath is the list upload form's route. Its body is a file of up to the list limits, not
+// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "Lists").
+const UploadPath = Prefix + "/lists"
 
 // Portal opens Stripe billing portal sessions (billing.Stripe).
 type Portal interface {
@@ -130,7 +136,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+Prefix+"/playground", h.signedIn(h.playgroundPage))
 	m.HandleFunc("POST "+Prefix+"/playground", h.signedIn(h.playground))
 	m.HandleFunc("GET "+Prefix+"/lists", h.signedIn(h.listsPage))
-	m.HandleFunc("POST "+Prefix+"/lists", h.signedIn(h.uploadList))
+	m.HandleFunc("POST "+UploadPath, h.signedInUpload(h.uploadList))
 	m.HandleFunc("GET "+Prefix+"/lists/{id}", h.signedIn(h.listPage))
 	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", h.signedIn(h.downloadList))
 	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", h.signedIn(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
@@ -151,13 +157,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
-	// Every input is bounded: forms are small, so anything larger is refused unread; a list
-	// upload may be as large as the API's body guard lets through.
-	limit := int64(maxFormBytes)
-	if r.Method == http.MethodPost && r.URL.Path == Prefix+"/lists" {
-		limit = maxUploadBytes
+	// Every input is bounded: forms are small, so anything larger is refused unread. A list
+	// upload streams its file to the API's upload route, which holds it to the list limits; its
+	// form's own fields and boundaries get uploadSlack on top, and the body an idle deadline.
+	if r.Method == http.MethodPost && r.URL.Path == UploadPath {
+		r.Body = http.MaxBytesReader(w, r.Body, h.cfg.Lists.MaxBytes+uploadSlack)
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{httpbody.Idle(w, r.Body), r.Body}
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	h.mux.ServeHTTP(w, r)
 }
 

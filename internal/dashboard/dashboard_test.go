@@ -1,8 +1,9 @@
 package dashboard
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -10,10 +11,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/auth"
@@ -27,18 +31,49 @@ type fakeAPI struct {
 	calls    atomic.Int32
 	uploads  atomic.Int32
 	accounts chan string
+
+	mu     sync.Mutex
+	upload fakeUpload // the last upload, read to its end (or to the error that ended it)
+}
+
+type fakeUpload struct {
+	target, contentType string
+	bytes               int64
+	sum                 [sha256.Size]byte
+	err                 error
+}
+
+func (f *fakeAPI) lastUpload() fakeUpload {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.upload
 }
 
 func (f *fakeAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	f.calls.Add(1)
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists" {
-		f.uploads.Add(1)
-	}
 	select {
 	case f.accounts <- p.AccountID:
 	default:
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists" {
+		f.uploads.Add(1)
+		h := sha256.New()
+		n, err := io.Copy(h, r.Body)
+		up := fakeUpload{target: r.URL.String(), contentType: r.Header.Get("Content-Type"), bytes: n, err: err}
+		copy(up.sum[:], h.Sum(nil))
+		f.mu.Lock()
+		f.upload = up
+		f.mu.Unlock()
+		if err != nil {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_, _ = io.WriteString(w, `{"error":"payload_too_large","message":"The file is too large.","action":"Split it.","docs":"x"}`)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"id":"`+uuid.NewString()+`","state":"queued"}`)
+		return
+	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/verify":
 		_, _ = io.WriteString(w, `{"email":"a@b.example","status":"deliverable","valid":true}`)
@@ -450,17 +485,33 @@ func drain(ch chan string) map[string]bool {
 	}
 }
 
-// upload posts a list file as the upload form does.
+// upload posts a list file as the upload form does: its fields, then the file.
 func (b *browser) upload(csrf, keyID, name, content string) (*http.Response, string) {
 	b.t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	_ = mw.WriteField("csrf", csrf)
-	_ = mw.WriteField("key_id", keyID)
-	fw, _ := mw.CreateFormFile("file", name)
-	_, _ = io.WriteString(fw, content)
-	_ = mw.Close()
-	resp, err := b.c.Post(b.base+"/dashboard/lists", mw.FormDataContentType(), &buf)
+	return b.uploadParts([][2]string{{"csrf", csrf}, {"key_id", keyID}, {"file", name}}, content)
+}
+
+// uploadParts posts a multipart form of the fields in order; the field named "file" is the file,
+// with its name as the value and content as its bytes, generated as it is sent.
+func (b *browser) uploadParts(fields [][2]string, content string) (*http.Response, string) {
+	b.t.Helper()
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		for _, f := range fields {
+			if f[0] != "file" {
+				_ = mw.WriteField(f[0], f[1])
+				continue
+			}
+			fw, _ := mw.CreateFormFile("file", f[1])
+			if _, err := io.WriteString(fw, content); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(mw.Close())
+	}()
+	resp, err := b.c.Post(b.base+"/dashboard/lists", mw.FormDataContentType(), pr)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -469,20 +520,74 @@ func (b *browser) upload(csrf, keyID, name, content string) (*http.Response, str
 	return resp, string(body)
 }
 
-// An upload without the CSRF token is refused, multipart or not, and an oversized one is
-// refused unread.
-func TestListUploadBounds(t *testing.T) {
+// An upload without the CSRF token, or whose file comes before it, never reaches the API, nor
+// does a form that is not multipart.
+func TestListUploadRefused(t *testing.T) {
 	f := newFixture(t, nil)
 	b := f.browser(t)
 	b.signup("ann@example.com")
+	csrf := b.csrf("/dashboard/lists")
 	if resp, _ := b.upload("", "", "list.csv", "email\na@b.example\n"); resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("upload without CSRF: %d", resp.StatusCode)
+		t.Errorf("upload without CSRF: %d", resp.StatusCode)
 	}
-	big := strings.Repeat("a@b.example\n", (maxUploadBytes/12)+10)
-	if resp, _ := b.upload(b.csrf("/dashboard/lists"), "", "big.txt", big); resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("upload over %d bytes: %d", maxUploadBytes, resp.StatusCode)
+	if resp, _ := b.uploadParts([][2]string{{"file", "list.csv"}, {"csrf", csrf}}, "email\na@b.example\n"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("upload with the file before the CSRF token: %d", resp.StatusCode)
+	}
+	resp, err := b.c.PostForm(b.base+"/dashboard/lists", url.Values{"csrf": {csrf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("URL-encoded upload form: %d", resp.StatusCode)
+	}
+	long := [][2]string{{"csrf", csrf}, {"name", strings.Repeat("n", maxFieldBytes+1)}, {"file", "list.csv"}}
+	if resp, _ := b.uploadParts(long, "email\na@b.example\n"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("upload with a field over %d bytes: %d", maxFieldBytes, resp.StatusCode)
 	}
 	if n := f.api.uploads.Load(); n != 0 {
 		t.Fatalf("%d uploads reached the API", n)
+	}
+}
+
+// A file larger than any form (here 3 MB, over the API's 2 MB JSON body guard) streams through
+// to the API's upload route intact, with the format and name chosen; one over the list limit is
+// cut at the limit plus the form's slack, never read whole.
+func TestListUploadStreams(t *testing.T) {
+	f := newFixture(t, map[string]string{"MAILVET_LIST_MAX_BYTES": strconv.Itoa(4 << 20)})
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	b.post("/dashboard/keys", url.Values{"label": {"lists"}, "csrf": {b.csrf("/dashboard/keys")}})
+	var key string
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE account_id = $1`, f.accountOf(t, "ann@example.com")).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	csrf := b.csrf("/dashboard/lists")
+
+	var sb strings.Builder
+	for i := 0; sb.Len() < 3<<20; i++ {
+		fmt.Fprintf(&sb, "user%07d@example.com\n", i)
+	}
+	content := sb.String()
+	fields := [][2]string{{"csrf", csrf}, {"format", "text"}, {"name", "june"}, {"key_id", key}, {"file", "june.dat"}}
+	resp, body := b.uploadParts(fields, content)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/dashboard/lists/") {
+		t.Fatalf("3 MB upload: %d %s %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	up := f.api.lastUpload()
+	if up.err != nil || up.bytes != int64(len(content)) || up.sum != sha256.Sum256([]byte(content)) {
+		t.Fatalf("the API got %d bytes (err %v), want the %d sent, unchanged", up.bytes, up.err, len(content))
+	}
+	if up.contentType != "text/plain" || up.target != "/v1/email/lists?name=june" {
+		t.Fatalf("the API got %s as %q", up.target, up.contentType)
+	}
+
+	big := content + content // 6 MB against a 4 MB limit
+	resp, body = b.uploadParts(fields, big)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too large") {
+		t.Fatalf("6 MB upload against a 4 MB limit: %d %s", resp.StatusCode, body)
+	}
+	if up := f.api.lastUpload(); up.err == nil || up.bytes > 4<<20+uploadSlack {
+		t.Fatalf("the API read %d bytes of the 6 MB (err %v); the bound is %d", up.bytes, up.err, 4<<20+uploadSlack)
 	}
 }

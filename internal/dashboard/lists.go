@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -20,9 +22,13 @@ import (
 // The list pages (docs/dashboard.md, "Lists") are the bulk-list API (docs/lists.md) behind forms:
 // every call goes through the API's own routes with api.Server.ServeAs.
 
-// maxUploadBytes bounds an upload through the dashboard: the API's 2 MB body guard applies to
-// /dashboard like every route but the API's own upload, so bigger files go to the API directly.
-const maxUploadBytes = 2 << 20
+// Bounds of the upload form besides its file, which the API holds to the list limits: its
+// fields (key, name, format, column, CSRF token) are a few hundred bytes.
+const (
+	uploadSlack     = 64 << 10 // the fields and the multipart framing, over the file's limit
+	maxUploadFields = 16
+	maxFieldBytes   = 1 << 10
+)
 
 // listView is the part of a list (docs/lists.md, "Progress") the pages show.
 type listView struct {
@@ -72,6 +78,17 @@ type listsData struct {
 	Next  string
 	KeyID string
 	Name  string
+	// The list limits (MAILVET_LIST_MAX_BYTES, MAILVET_LIST_MAX_ROWS) the form states.
+	MaxSize string
+	MaxRows int
+}
+
+// sizeText says a byte count as the form's help text does: "100 MB", "512 KB".
+func sizeText(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d KB", max(n>>10, 1))
 }
 
 func (h *Handler) listsPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -86,6 +103,7 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	d.Keys = keys
+	d.MaxSize, d.MaxRows = sizeText(h.cfg.Lists.MaxBytes), h.cfg.Lists.MaxRows
 	target := "/v1/email/lists?limit=20"
 	if c := r.URL.Query().Get("cursor"); c != "" {
 		if _, err := uuid.Parse(c); err == nil {
@@ -112,11 +130,11 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 var uploadFormats = map[string]string{"csv": "text/csv", "ndjson": "application/x-ndjson", "text": "text/plain"}
 
 // formatOf picks the format: the form's choice, else the file name's extension.
-func formatOf(choice string, fh *multipart.FileHeader) (string, bool) {
+func formatOf(choice, filename string) (string, bool) {
 	if ct, ok := uploadFormats[choice]; ok {
 		return ct, true
 	}
-	switch strings.ToLower(path.Ext(fh.Filename)) {
+	switch strings.ToLower(path.Ext(filename)) {
 	case ".csv":
 		return uploadFormats["csv"], true
 	case ".ndjson", ".jsonl":
@@ -127,10 +145,53 @@ func formatOf(choice string, fh *multipart.FileHeader) (string, bool) {
 	return "", false
 }
 
-// uploadList sends the chosen file to POST /v1/email/lists with the chosen key.
+// readUploadForm reads the upload form's fields up to its file, and returns the file unread (nil
+// when the form has none). The page puts the file input last, and browsers send a form's fields
+// in page order, so the fields (the CSRF token first) are known before any of the file is read.
+func readUploadForm(r *http.Request) (url.Values, *multipart.Part, error) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, nil, err
+	}
+	form := url.Values{}
+	for range maxUploadFields {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return form, nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if part.FormName() == "file" {
+			return form, part, nil
+		}
+		v, err := io.ReadAll(io.LimitReader(part, maxFieldBytes+1))
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(v) > maxFieldBytes {
+			return nil, nil, fmt.Errorf("form field %q over %d bytes", part.FormName(), maxFieldBytes)
+		}
+		form.Add(part.FormName(), string(v))
+	}
+	return nil, nil, fmt.Errorf("more than %d form fields before the file", maxUploadFields)
+}
+
+// uploadList streams the chosen file to POST /v1/email/lists with the chosen key, as it
+// arrives: the dashboard never holds the file, and the API applies the list limits to it
+// (docs/lists.md, "Limits"), so a file as large as the API takes can be uploaded here too.
 func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	d := listsData{KeyID: r.PostForm.Get("key_id"), Name: r.PostForm.Get("name")}
+	form, file, err := readUploadForm(r)
+	if err != nil {
+		h.badForm(w, r, s)
+		return
+	}
+	if !sameToken(form.Get(csrfField), s.CSRF) {
+		h.csrfFailure(w, r, s)
+		return
+	}
+	d := listsData{KeyID: form.Get("key_id"), Name: form.Get("name")}
 	p, _, ok, err := h.principal(ctx, s, d.KeyID)
 	if err != nil {
 		h.failure(w, r, s, err)
@@ -140,37 +201,27 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose one of your active standard keys (create one on the Keys page).", d)
 		return
 	}
-	var fh *multipart.FileHeader
-	if r.MultipartForm != nil && len(r.MultipartForm.File["file"]) == 1 {
-		fh = r.MultipartForm.File["file"][0]
-	}
-	if fh == nil {
+	if file == nil || file.FileName() == "" {
 		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file to upload.", d)
 		return
 	}
-	ct, ok := formatOf(r.PostForm.Get("format"), fh)
+	ct, ok := formatOf(form.Get("format"), file.FileName())
 	if !ok {
 		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file's format: CSV, NDJSON or one address a line.", d)
 		return
 	}
-	f, err := fh.Open()
-	if err != nil {
-		h.failure(w, r, s, err)
-		return
-	}
-	defer f.Close()
 	q := url.Values{}
 	if d.Name != "" {
 		q.Set("name", d.Name)
 	}
-	if c := r.PostForm.Get("column"); c != "" {
+	if c := form.Get("column"); c != "" {
 		q.Set("column", c)
 	}
 	target := "/v1/email/lists"
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	ans := h.call(ctx, p, http.MethodPost, target, ct, f)
+	ans := h.call(ctx, p, http.MethodPost, target, ct, file)
 	if ans.status != http.StatusAccepted {
 		status := ans.status
 		if status < 400 {

@@ -126,6 +126,16 @@ func sameToken(a, b string) bool {
 // signedIn wraps a handler that needs a session. Without one, the browser goes to the sign-in
 // page. A POST must carry the session's CSRF token, whatever the route.
 func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return h.withSession(true, next)
+}
+
+// signedInUpload is signedIn for the list upload, whose body is left unread: the handler reads
+// the form's fields, checks the CSRF token among them and streams the file (uploadList).
+func (h *Handler) signedInUpload(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return h.withSession(false, next)
+}
+
+func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.loadSession(r.Context(), r)
 		if errors.Is(err, errNoSession) {
@@ -137,7 +147,7 @@ func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *sessio
 			h.failure(w, r, nil, err)
 			return
 		}
-		if r.Method == http.MethodPost {
+		if r.Method == http.MethodPost && readForm {
 			if err := parseForm(r); err != nil {
 				h.badForm(w, r, s)
 				return
@@ -200,11 +210,11 @@ func (h *Handler) failure(w http.ResponseWriter, r *http.Request, s *session, er
 		Error: "Something went wrong on our side. Try again in a moment."})
 }
 
-// parseForm reads a POST form: URL-encoded, or multipart for a list upload, held in memory (the
-// body is already bounded by ServeHTTP, so nothing spills to disk).
+// parseForm reads a URL-encoded POST form (the body is already bounded by ServeHTTP). Only the
+// list upload is multipart, and it reads its own body (readUploadForm).
 func parseForm(r *http.Request) error {
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
-		return r.ParseMultipartForm(maxUploadBytes + 1<<20)
+		return errors.New("a multipart form where none is expected")
 	}
 	return r.ParseForm()
 }

@@ -1,0 +1,143 @@
+package smtp
+
+import (
+	"math"
+	"testing"
+)
+
+// The lower bound on the time of any polite client that does not know the answers, on the world
+// of BenchmarkOracle (internal/verify; BENCHMARKS.md, "Engine vs an oracle client"): it is what
+// the benchmark's time ratios are judged against, so it is computed here rather than quoted.
+//
+// The model. A session holds one of the server's connection slots from its connect until QUIT is
+// answered: one round trip to the banner, one for EHLO (RFC 2920: EHLO ends a group), then one
+// per write; QUIT may ride on the last write. A write of w RCPTs from a session with r
+// rejections left must have w ≤ r, or all w rejected (probability 2⁻ʷ) would be a 10th error and
+// throttled replies. Each RCPT is rejected with probability ½. For a price λ per slot-round trip,
+// the best policy's value is the fixed point of
+//
+//	V(r) = max(0, max over 1 ≤ w ≤ r of  w − λ + Σₖ C(w,k)·2⁻ʷ·V(r−k)),
+//
+// and a session is worth opening while V(budget) ≥ 2λ (its set-up). The largest such λ is the
+// best yield in RCPTs per slot-round trip; sweeping λ gives the policies between which a client
+// chooses when it must also keep its sessions few.
+
+// boundPolicy is the best stopping and window policy at one price: the RCPTs a session sends
+// and the slot-round trips it holds, in expectation, set-up included.
+type boundPolicy struct{ rcpts, slotRTs float64 }
+
+// boundSolve returns V(budget) − setup·λ at price lam, and the policy that reaches it. With no
+// rejection a session stays at r and, the policy being stationary, sends the same window again;
+// so each V(r) solves v = w − λ + 2⁻ʷ·v + Σₖ≥₁ C(w,k)·2⁻ʷ·V(r−k) in one pass over r, and so do
+// the policy's expected RCPTs and round trips.
+func boundSolve(lam float64, budget, setup int) (float64, boundPolicy) {
+	v := make([]float64, budget+1)
+	rcpts := make([]float64, budget+1)
+	rts := make([]float64, budget+1)
+	for r := 1; r <= budget; r++ {
+		for w := 1; w <= r; w++ {
+			val, rc, rt := float64(w)-lam, float64(w), 1.0
+			for k := 1; k <= w; k++ {
+				p := binomHalf(w, k)
+				val, rc, rt = val+p*v[r-k], rc+p*rcpts[r-k], rt+p*rts[r-k]
+			}
+			leave := 1 - binomHalf(w, 0) // the chance that the write moves the session on
+			if val/leave > v[r]+1e-12 {  // else stop: QUIT
+				v[r], rcpts[r], rts[r] = val/leave, rc/leave, rt/leave
+			}
+		}
+	}
+	return v[budget] - float64(setup)*lam, boundPolicy{rcpts[budget], rts[budget] + float64(setup)}
+}
+
+// binomHalf is C(w,k)·2⁻ʷ: the chance that k of w RCPTs are rejected.
+func binomHalf(w, k int) float64 {
+	c := 1.0
+	for i := range k {
+		c = c * float64(w-i) / float64(i+1)
+	}
+	return c * math.Pow(0.5, float64(w))
+}
+
+// bestYield is the largest price at which a session is still worth opening.
+func bestYield(budget, setup int) float64 {
+	lo, hi := 0.0, float64(budget)
+	for range 60 {
+		mid := (lo + hi) / 2
+		if val, _ := boundSolve(mid, budget, setup); val >= 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// boundedYield is the best yield of a mix of the optimal policies whose sessions average at
+// least perSession RCPTs, which is what a cap on the number of sessions asks.
+func boundedYield(budget, setup int, perSession float64) float64 {
+	var pols []boundPolicy
+	top := bestYield(budget, setup)
+	for i := range 400 {
+		_, p := boundSolve(top*float64(i)/400, budget, setup)
+		if len(pols) == 0 || math.Abs(pols[len(pols)-1].rcpts-p.rcpts) > 1e-9 {
+			pols = append(pols, p) // the sweep meets each policy over a range of prices
+		}
+	}
+	best := 0.0
+	for _, a := range pols {
+		for _, b := range pols {
+			for i := 0; i <= 1000; i++ {
+				q := float64(i) / 1000
+				rc := q*a.rcpts + (1-q)*b.rcpts
+				rt := q*a.slotRTs + (1-q)*b.slotRTs
+				if rc >= perSession-1e-9 && rc/rt > best {
+					best = rc / rt
+				}
+			}
+		}
+	}
+	return best
+}
+
+// TestHonestClientBound derives the bounds that BENCHMARKS.md quotes for BenchmarkOracle's world
+// (1,000 addresses and 20 catch-all probes, half rejected, 40 connection slots, 20 ms RTT, at
+// most 64 sessions — 1.15 × the oracle's 56) and checks the quoted numbers.
+func TestHonestClientBound(t *testing.T) {
+	const (
+		rcpts      = 1020
+		rejections = 520 // the 500 unknown mailboxes and the 20 catch-all probes
+		slots      = 40
+		sessions   = 64
+		rttMS      = 20.0
+	)
+	free := bestYield(maxErrors, 2)
+	capped := boundedYield(maxErrors, 2, float64(rcpts)/sessions)
+	_, best := boundSolve(free-1e-9, maxErrors, 2)
+	// An oracle-like client that sends MAIL FROM in EHLO's write (RFC 2920 forbids it) saves one
+	// set-up round trip per session.
+	pipelinedEHLO := boundedYield(maxErrors, 1, float64(rcpts)/sessions)
+
+	cold := rcpts/(slots*capped)*rttMS + rttMS // the MX look-ups first: one DNS round trip
+	t.Logf("best yield %.2f RCPTs per slot-round trip (%.1f RCPTs over %.2f slot-round trips a session)",
+		free, best.rcpts, best.slotRTs)
+	t.Logf("within %d sessions: %.2f; cold run ≥ %.0f ms", sessions, capped, cold)
+	t.Logf("with EHLO pipelined: %.2f; cold run ≥ %.0f ms", pipelinedEHLO, rcpts/(slots*pipelinedEHLO)*rttMS+rttMS)
+
+	// Warm: a cold run within the session cap leaves at most sessions×9 − 520 errors of budget,
+	// worth twice as many RCPTs at half rejected; the rest need fresh sessions.
+	leftover := 2 * float64(sessions*maxErrors-rejections)
+	warm := (rcpts - leftover) / free / slots * rttMS
+	t.Logf("warm run ≥ %.0f ms", warm)
+
+	near := func(name string, got, want float64) {
+		if math.Abs(got-want) > 0.01 {
+			t.Errorf("%s = %.3f, BENCHMARKS.md quotes %.2f", name, got, want)
+		}
+	}
+	near("best yield", free, 3.47)
+	near("yield within 64 sessions", capped, 3.30)
+	near("yield with EHLO pipelined", pipelinedEHLO, 4.16)
+	near("cold bound (ms)", math.Round(cold), 175)
+	near("warm bound (ms)", math.Round(warm), 131)
+}
