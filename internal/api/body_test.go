@@ -171,3 +171,39 @@ func TestBodyGuardWithoutContentLength(t *testing.T) {
 	assertEnvelope(t, body, CodePayloadTooLarge)
 	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, raw)
 }
+
+// An upload refused before its body is read (a bad key, no dashboard session) does not hold the
+// connection while the client stalls: the server drains what it can of the unread body within
+// the upload's idle deadline, then answers and closes.
+func TestRefusedUploadStallDoesNotHold(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	b.srv.uploadIdle = 300 * time.Millisecond
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	for _, path := range []string{"/v1/email/lists", "/dashboard/lists"} {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close() // before ts.Close, which would wait for a held connection
+		_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer sk_live_bad\r\n"+
+			"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer while the body stalls: %v", path, err)
+		}
+		resp.Body.Close()
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: answered after %v; the idle deadline is 300 ms", path, took)
+		}
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("%s: %d, want the refusal (401, or 303 to sign in)", path, resp.StatusCode)
+		}
+	}
+}

@@ -97,7 +97,7 @@ func (s *Server) uploadList(c echo.Context) error {
 	if req.ContentLength > limit {
 		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
 	}
-	body := httpbody.Idle(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit))
+	body := httpbody.IdleFor(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle)
 	rd, err := list.NewReader(body, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
 	if err != nil {
 		return s.uploadError(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -82,6 +83,7 @@ type Server struct {
 	now    func() time.Time
 
 	bodyTimeout time.Duration
+	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
 
 	accounts *account.Store
 	portal   BillingPortal
@@ -126,6 +128,7 @@ func New(d Deps) *Server {
 		s.now = time.Now
 	}
 	s.stopping = make(chan struct{})
+	s.uploadIdle = httpbody.IdleTimeout
 	s.bodyTimeout = d.BodyReadTimeout
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
@@ -233,9 +236,15 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		// -1 is a body of unknown length (chunked). An upload has an idle deadline instead
-		// (uploadList): a large file takes longer than any fixed one.
-		if c.Request().ContentLength != 0 && !isUpload(c) {
-			err := http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		// (httpbody): a large file takes longer than any fixed one. Its first pause starts now,
+		// not at the first read: a request refused before its body is read (a bad key, no
+		// session) still has its unread body drained by the server, which must not wait forever.
+		if c.Request().ContentLength != 0 {
+			wait := s.bodyTimeout
+			if isUpload(c) {
+				wait = s.uploadIdle
+			}
+			err := http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(wait))
 			if err != nil && !errors.Is(err, http.ErrNotSupported) {
 				s.log.Warn("set body read deadline", "err", err)
 			}
