@@ -12,7 +12,7 @@ NATS_SERVER_VERSION := v2.15.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-short test-ts cluster-test chromium lint fmt bench load migrate tools clean data
+.PHONY: all build run demo test test-ts cluster-test chromium lint fmt bench load migrate tools clean data
 
 all: build
 

@@ -21,8 +21,8 @@ const (
 
 // Result is the verification result of one address (VerifyResult).
 type Result struct {
-	Email        string  `json:"email"`         // the address as sent
-	Valid        bool    `json:"valid"`         // passed every check
+	Email        string  `json:"email"`         // the address, normalised: trimmed, domain lowercased and in ASCII (xn--) form
+	Valid        bool    `json:"valid"`         // the mailbox was confirmed (status deliverable)
 	Status       string  `json:"status"`        // deliverable, undeliverable, unknown, catch_all, invalid
 	Confidence   float64 `json:"confidence"`    // 0 to 1 (docs/api.md, the confidence table)
 	FailedCheck  string  `json:"failed_check"`  // syntax, disposable, no_mx, smtp; "" when none failed

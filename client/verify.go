@@ -89,7 +89,8 @@ const maxStreamLine = 2 << 20
 // VerifyStream verifies any number of addresses through the NDJSON stream route
 // (POST /v1/email/verify/stream) and yields each result as its line arrives: in completion order
 // within a request, requests one after the other in chunks of StreamChunkSize. Match results to
-// inputs by Result.Email (the address as sent).
+// inputs by Result.Email, which is the normalised address (docs/api.md: trimmed, the domain
+// lowercased and in ASCII form; the local part as sent).
 //
 // The iteration ends after the first error, which is yielded with a zero Result. A stream the
 // service could not complete ends with an error line (docs/reliability.md): it is yielded as an

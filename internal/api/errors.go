@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -33,6 +33,8 @@ type Error struct {
 	Extra map[string]any `json:"-"`
 	// Header is set on the response alongside the body (Retry-After, …).
 	Header http.Header `json:"-"`
+	// cause is the internal failure behind a 503, for the log only (unavailable).
+	cause error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -245,6 +247,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", err)
 		env = internalError()
 	}
+	if env.cause != nil {
+		s.log.Warn("request refused: dependency unavailable", "method", c.Request().Method, "path", c.Path(),
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", env.cause)
+	}
 	if env.Docs == "" {
 		env.Docs = s.docsURL(env.Code)
 	}
@@ -297,20 +303,41 @@ func admissionEnvelope(err error) *Error {
 		e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
 		return e
 	case errors.Is(err, usage.ErrUnavailable):
-		return unavailable(errors.New("usage limits could not be checked"))
+		return unavailable(errUsageUnchecked)
 	case errors.Is(err, queue.ErrNoWorkers), errors.Is(err, queue.ErrBusy), errors.Is(err, queue.ErrTimeout):
 		return unavailable(err)
 	}
 	return nil
 }
 
-// unavailable is the 503 for a dependency that is down or saturated; the client retries.
+// unavailable is the 503 for a dependency that is down or saturated; the client retries. The
+// message names the cause's class only (publicCauses): the error chain behind it (a broker's or
+// decoder's text) goes to the log, not to the client.
 func unavailable(err error) *Error {
 	e := Errorf(http.StatusServiceUnavailable, CodeServiceUnavailable,
 		"Retry after the number of seconds in Retry-After; nothing was charged for this request.",
-		"Verification is temporarily unavailable: %s.", strings.TrimSuffix(err.Error(), "."))
+		"Verification is temporarily unavailable: %s.", publicCause(err))
 	e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
+	if !slices.Contains(publicCauses, err) {
+		e.cause = err
+	}
 	return e
+}
+
+var errUsageUnchecked = errors.New("usage limits could not be checked")
+
+// publicCauses are the causes a 503's message names.
+var publicCauses = []error{queue.ErrNoWorkers, queue.ErrBusy, queue.ErrTimeout, queue.ErrUnavailable,
+	errUnstored, errUsageNotRecorded, errUsageUnchecked, errShuttingDown}
+
+// publicCause is the text of the first public cause in err's chain.
+func publicCause(err error) string {
+	for _, c := range publicCauses {
+		if errors.Is(err, c) {
+			return c.Error()
+		}
+	}
+	return "an internal service did not answer"
 }
 
 // datastoreUnavailable is the 503 of a route whose datastore did not answer in time (a partition,
@@ -354,20 +381,23 @@ func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
 		if authenticated && admissionRefusal[env.Code] {
 			s.refusals.WithLabelValues(env.Code).Inc()
 		}
-		if logged && authenticated && strings.HasPrefix(c.Path(), "/v1/email/") {
+		if route, verify := verifyRoutes[c.Path()]; logged && authenticated && verify {
 			s.rejections.Add(usage.Row{
 				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
-				Route: routeName(c.Path()), FailedCheck: env.Code, ErrorClass: class,
+				Route: route, FailedCheck: env.Code, ErrorClass: class,
 			})
 		}
 		return err
 	}
 }
 
-// routeName is the usage log's name of a verify route: "verify", "verify_batch", "verify_stream",
-// as the handlers log successful rows.
-func routeName(path string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(path, "/v1/email/"), "/", "_")
+// verifyRoutes are the routes whose refusals get a usage-log row (docs/errors.md, "logged"), with
+// the usage log's name of each, as the handlers log successful rows. The list and job routes'
+// refusals are not logged: their usage rows are the list's and the job's own.
+var verifyRoutes = map[string]string{
+	"/v1/email/verify":        "verify",
+	"/v1/email/verify/batch":  "verify_batch",
+	"/v1/email/verify/stream": "verify_stream",
 }
 
 func (s *Server) docsURL(code string) string {

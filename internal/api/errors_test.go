@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/queue"
 )
 
 func newBareServer(t *testing.T) *Server {
@@ -143,5 +144,30 @@ func TestSecondProvisioningKeyEnvelope(t *testing.T) {
 		!strings.Contains(env.Action, "api admin revoke-provisioning-key --account ID") ||
 		!strings.Contains(env.Action, "existing key") || strings.Contains(env.Action, "Retry") {
 		t.Errorf("message %q, action %q", env.Message, env.Action)
+	}
+}
+
+// A 503 names the class of what is down, never the error chain behind it (a broker's or a
+// decoder's text, which can carry internal names); the chain is kept for the log.
+func TestUnavailableNamesOnlyTheCause(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		says   string
+		logged bool
+	}{
+		{queue.ErrBusy, "verifier workers are saturated", false},
+		{fmt.Errorf("%w: queue job: %v", queue.ErrUnavailable, errors.New("nats: no responders at mailvet_VERIFY@10.0.3.7")), "the message broker is unreachable", true},
+		{fmt.Errorf("decode worker reply: %w", errors.New("invalid character 'x' in literal")), "an internal service did not answer", true},
+	} {
+		e := unavailable(c.err)
+		if e.Status != http.StatusServiceUnavailable || e.Code != CodeServiceUnavailable {
+			t.Errorf("%v: %d %s", c.err, e.Status, e.Code)
+		}
+		if e.Message != "Verification is temporarily unavailable: "+c.says+"." {
+			t.Errorf("%v: message %q", c.err, e.Message)
+		}
+		if (e.cause != nil) != c.logged {
+			t.Errorf("%v: cause kept for the log = %v, want %v", c.err, e.cause != nil, c.logged)
+		}
 	}
 }

@@ -77,6 +77,14 @@ func (s *Server) uploadList(c echo.Context) error {
 	if secret == "" {
 		secret = q.Get("webhook_secret")
 	}
+	// The query string and headers bypass the JSON decoder's checks: bytes that are not UTF-8 or
+	// a NUL would reach Postgres, which refuses them, as a server error.
+	if err := boundedText("webhook_url", hook, webhook.MaxURLLength); err != nil {
+		return err
+	}
+	if err := boundedText("webhook_secret", secret, maxSecretLen); err != nil {
+		return err
+	}
 	if hook != "" {
 		if err := webhook.CheckURL(hook); err != nil {
 			return InvalidRequest("%v.", err)

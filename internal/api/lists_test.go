@@ -238,6 +238,9 @@ func TestListBadInput(t *testing.T) {
 		{"query", "text/csv", "?colum=email", "email\nann@acme.test\n", 400, "invalid_request", 0, `"colum"`},
 		{"secret without hook", "text/csv", "?webhook_secret=12345678", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
 		{"private hook", "text/csv", "?webhook_url=http://127.0.0.1/x", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
+		{"NUL in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%00ij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret"},
+		{"bad bytes in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%FFij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret"},
+		{"bad bytes in hook", "text/csv", "?webhook_url=https://hooks.example.com/%FF", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
 	} {
 		r := b.upload(key, c.ct, c.query, c.file).want(t, c.status, c.code)
 		msg, _ := r.body["message"].(string)
@@ -271,6 +274,11 @@ func TestListBadInput(t *testing.T) {
 	}
 	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 2 {
 		t.Errorf("quota units %d, want the good list's 2", n)
+	}
+	// Refused uploads get no usage-log rows: those are for the verify routes (docs/errors.md).
+	b.srv.Close() // writes the usage rows still queued behind responses
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NOT NULL`, acct); n != 0 {
+		t.Errorf("%d usage-log rows of refused uploads", n)
 	}
 }
 

@@ -41,11 +41,16 @@ func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, ema
 		return unavailable(errUnstored)
 	}
 	if err := s.dispatch.PublishJob(ctx, id); err != nil {
-		// Not queued: remove the job so that the client's retry is the only copy.
-		if derr := s.jobs.Discard(context.WithoutCancel(ctx), id); derr != nil {
-			s.log.Warn("discard unqueued job", "job_id", id, "err", derr)
+		// Not known to be queued: remove the job so that the client's retry is the only copy.
+		// Only a job actually removed makes this a 503. One a runner has already started (the
+		// message was stored; its acknowledgement was lost) will complete and call back; one
+		// that could not be removed (Postgres did not answer) stays pending, and the jobs
+		// sweep queues it (docs/reliability.md). Either way it is the client's job: 202.
+		removed, derr := s.jobs.Discard(context.WithoutCancel(ctx), id)
+		if removed {
+			return unavailable(err)
 		}
-		return unavailable(err)
+		s.log.Warn("job kept although its queueing failed", "job_id", id, "err", err, "discard_err", derr)
 	}
 	// The job's usage row is written when it completes; the quota unit admission took is owed.
 	charge.Settle()

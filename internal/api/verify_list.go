@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -283,8 +282,10 @@ func (s *Server) verifyStream(c echo.Context) error {
 func (s *Server) streamError(cause error, emails []string, undelivered []int) *Error {
 	e := unavailable(cause)
 	e.Header = nil
-	e.Message = fmt.Sprintf("%d of %d addresses were not verified: %s.", len(undelivered), len(emails),
-		strings.TrimSuffix(cause.Error(), "."))
+	e.Message = fmt.Sprintf("%d of %d addresses were not verified: %s.", len(undelivered), len(emails), publicCause(cause))
+	if e.cause != nil {
+		s.log.Warn("stream ended early", "err", e.cause, "undelivered", len(undelivered))
+	}
 	e.Action = "Send the addresses listed in emails again; nothing was charged for them."
 	e.Docs = s.docsURL(e.Code)
 	list := make([]string, len(undelivered))

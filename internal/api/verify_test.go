@@ -693,6 +693,36 @@ func TestAsyncJob(t *testing.T) {
 	b.call(http.MethodGet, "/v1/email/jobs/not-a-uuid", key, nil).want(t, http.StatusNotFound, "job_not_found")
 }
 
+// An async request whose queueing fails is a 503 only if its job could be removed. One that a
+// runner has already started (the message was stored, its acknowledgement lost) is the client's:
+// 202, charged once, never a 503 followed by a retry that verifies and bills it twice.
+func TestAsyncJobQueueingFailed(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(plan.Free) // the free tier takes a quota unit at admission
+	b.srv.dispatch.PublishTimeout = time.Nanosecond // every publish fails, as when the PubAck is lost
+	async := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x"}
+
+	b.verify(key, async).want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
+		t.Fatalf("%d jobs kept after a 503", n)
+	}
+
+	// A runner takes every new job at once (a trigger stands in for it).
+	pgtest.Exec(t, b.pool, `CREATE FUNCTION start_at_once() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN NEW.state := 'processing'; RETURN NEW; END $$`)
+	pgtest.Exec(t, b.pool, `CREATE TRIGGER start_at_once BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION start_at_once()`)
+	r := b.verify(key, async).want(t, http.StatusAccepted, "")
+	id, _ := r.body["job_id"].(string)
+	if n := b.count(`SELECT count(*) FROM jobs WHERE id = $1 AND state = 'processing'`, id); n != 1 {
+		t.Fatalf("the started job %q is gone", id)
+	}
+	b.srv.Close() // writes what is queued behind responses
+	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 1 {
+		t.Errorf("%d quota units taken, want the kept job's 1 (the 503's refunded)", n)
+	}
+}
+
 func TestDeliveryRoutes(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})

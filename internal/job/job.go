@@ -100,10 +100,14 @@ func (s *Store) Create(ctx context.Context, n New) (uuid.UUID, error) {
 }
 
 // Discard removes a job that is still Pending: one that could not be queued, so that the client's
-// retry is the only copy.
-func (s *Store) Discard(ctx context.Context, id uuid.UUID) error {
-	_, err := s.db.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = $2`, id, Pending)
-	return err
+// retry is the only copy. It reports whether it did: a job a runner has already started (its
+// message was stored although the API never heard so) is not removed, and will complete.
+func (s *Store) Discard(ctx context.Context, id uuid.UUID) (bool, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND state = $2`, id, Pending)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // Get returns the job id of account, or ErrNotFound: jobs are visible only to their own account.

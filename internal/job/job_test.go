@@ -43,7 +43,9 @@ func TestJobLifecycle(t *testing.T) {
 	if started.State != job.Processing || started.Email != "ann@example.com" {
 		t.Fatalf("started job: %+v", started)
 	}
-	pgtest.Must(t, jobs.Discard(ctx, id), "discard")
+	if gone, err := jobs.Discard(ctx, id); err != nil || gone {
+		t.Fatalf("discard of a started job: removed %v, err %v; want false, nil", gone, err)
+	}
 	if _, err := jobs.Get(ctx, id, acct.ID); err != nil {
 		t.Fatalf("a started job was discarded: %v", err)
 	}
@@ -73,7 +75,9 @@ func TestJobLifecycle(t *testing.T) {
 	// A job that could not be queued is discarded while still pending.
 	gone, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "bob@example.com", WebhookURL: "https://hooks.example.com/x"})
 	pgtest.Must(t, err, "create job")
-	pgtest.Must(t, jobs.Discard(ctx, gone), "discard")
+	if removed, err := jobs.Discard(ctx, gone); err != nil || !removed {
+		t.Fatalf("discard of a pending job: removed %v, err %v; want true, nil", removed, err)
+	}
 	if _, err := jobs.Get(ctx, gone, acct.ID); !errors.Is(err, job.ErrNotFound) {
 		t.Errorf("discarded job still there: %v", err)
 	}

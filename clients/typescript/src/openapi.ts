@@ -77,9 +77,9 @@ export type Readiness = {
 
 /** The verify result, exactly as serialised by the API and in callback bodies. */
 export type VerifyResult = {
-  /** The address that was verified, as sent. */
+  /** The address that was verified, in normalised form: surrounding white space removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part is kept exactly as sent. An address that fails the syntax check is returned trimmed but otherwise as sent. */
   email: string;
-  /** true if the address passed all checks. */
+  /** `true` only when the mailbox was confirmed (status `deliverable`). */
   valid: boolean;
   status: "deliverable" | "undeliverable" | "unknown" | "catch_all" | "invalid";
   /** Deliverability confidence from 0 to 1 (the confidence table of docs/api.md). */
@@ -106,9 +106,9 @@ export type VerifyResult = {
 
 /** The callback body of an asynchronous verification (docs/api.md, "The callback request"): the fields of VerifyResult plus job_id, and error when verification itself failed. */
 export type JobResult = {
-  /** The address that was verified, as sent. */
+  /** The address that was verified, in normalised form: surrounding white space removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part is kept exactly as sent. An address that fails the syntax check is returned trimmed but otherwise as sent. When verification itself failed (`error` is set), it is the address exactly as sent. */
   email: string;
-  /** true if the address passed all checks. */
+  /** `true` only when the mailbox was confirmed (status `deliverable`). */
   valid: boolean;
   status: "deliverable" | "undeliverable" | "unknown" | "catch_all" | "invalid";
   /** Deliverability confidence from 0 to 1 (the confidence table of docs/api.md). */
