@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -42,25 +43,26 @@ func TestSigninThrottleBehindAProxy(t *testing.T) {
 	f := newFixture(t, map[string]string{"MAILVET_TRUSTED_PROXIES": "127.0.0.0/8"})
 	f.browser(t).signup("ann@example.com")
 	h := f.h
-	addrOf := func(xff string) string {
+	from := func(xff string) *http.Request {
 		r, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/dashboard/signin", nil)
 		r.RemoteAddr = "127.0.0.1:40000"
 		r.Header.Set("X-Forwarded-For", xff)
-		return h.addressSubject(r)
+		return r
 	}
-	attacker, other := addrOf("198.51.100.7"), addrOf("203.0.113.5")
-	if attacker == other || attacker != "ip:198.51.100.7" {
-		t.Fatalf("subjects %q and %q", attacker, other)
+	attacker, other := from("198.51.100.7"), from("203.0.113.5")
+	if a, o := h.addressSubject(attacker), h.addressSubject(other); a == o || a != "ip:198.51.100.7" {
+		t.Fatalf("subjects %q and %q", a, o)
 	}
-	for range maxAddressFailures {
-		if err := h.recordFailure(t.Context(), attacker); err != nil {
-			t.Fatal(err)
+	// The attacker tries many accounts, so that only its address's limit is reached.
+	for i := range maxAddressFailures {
+		if _, blocked, err := h.claimAttempt(t.Context(), attacker, fmt.Sprintf("user%d@example.com", i)); err != nil || blocked {
+			t.Fatalf("attempt %d: blocked %v, err %v", i+1, blocked, err)
 		}
 	}
-	if blocked, err := h.throttled(t.Context(), accountSubject("ann@example.com"), attacker); err != nil || !blocked {
+	if _, blocked, err := h.claimAttempt(t.Context(), attacker, "ann@example.com"); err != nil || !blocked {
 		t.Fatalf("the failing client is not throttled: %v %v", blocked, err)
 	}
-	if blocked, err := h.throttled(t.Context(), accountSubject("ann@example.com"), other); err != nil || blocked {
+	if _, blocked, err := h.claimAttempt(t.Context(), other, "ann@example.com"); err != nil || blocked {
 		t.Fatalf("another client behind the same proxy is throttled: %v %v", blocked, err)
 	}
 }

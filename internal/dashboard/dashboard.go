@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -90,12 +91,14 @@ type Handler struct {
 	// secureCookies: the public URL is https, so cookies are Secure even when TLS ends at a proxy.
 	secureCookies bool
 	hasher        hasher
+	hashSlots     chan struct{} // see withHashSlot
 }
 
 // New builds the dashboard handler.
 func New(d Deps) *Handler {
 	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, layout: d.Layout, portal: d.Portal, checkout: d.Checkout,
 		api: d.API, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
+		hashSlots:     make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		secureCookies: strings.HasPrefix(d.Config.PublicURL, "https://")}
 	if h.now == nil {
 		h.now = time.Now

@@ -325,6 +325,55 @@ func TestSigninThrottlingWithoutEnumeration(t *testing.T) {
 	}
 }
 
+// Wrong passwords sent at the same moment are held to the limit too: each attempt is counted
+// before its password is checked, so 40 at once check at most five. Right passwords and new
+// accounts are not counted as failures.
+func TestSigninThrottleHoldsUnderConcurrency(t *testing.T) {
+	f := newFixture(t, nil)
+	f.browser(t).signup("ann@example.com") // a new account: refunded, not a failure
+	b := f.browser(t)
+	csrf := b.csrf("/dashboard/signin")
+	if resp, _ := b.post("/dashboard/signin", url.Values{"csrf": {csrf}, "email": {"ann@example.com"}, "password": {testPassword}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("right password: %d", resp.StatusCode)
+	}
+	var failures int
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT coalesce(sum(failures), 0) FROM dashboard_signin_failures`).Scan(&failures), "count")
+	if failures != 0 {
+		t.Fatalf("%d failures counted for a sign-up and a right sign-in", failures)
+	}
+
+	const n = 40
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := f.browser(t)
+			token := c.csrf("/dashboard/signin")
+			<-start
+			resp, _ := c.post("/dashboard/signin", url.Values{"csrf": {token}, "email": {"ann@example.com"}, "password": {fmt.Sprintf("wrong password %d", i)}})
+			codes <- resp.StatusCode
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[http.StatusUnauthorized] > maxAccountFailures || got[http.StatusUnauthorized]+got[http.StatusTooManyRequests] != n {
+		t.Fatalf("40 concurrent wrong passwords: %v; at most %d may be checked, the rest refused", got, maxAccountFailures)
+	}
+	var acct int
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT failures FROM dashboard_signin_failures WHERE subject = $1`, accountSubject("ann@example.com")).Scan(&acct), "account failures")
+	if acct != got[http.StatusUnauthorized] {
+		t.Fatalf("account failures %d, want the %d checked", acct, got[http.StatusUnauthorized])
+	}
+}
+
 // Signing up with a taken email signs in with the right password and reveals nothing more than
 // a failed sign-in with a wrong one.
 func TestSignupOfTakenEmail(t *testing.T) {

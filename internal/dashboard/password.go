@@ -1,11 +1,14 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
@@ -79,4 +82,34 @@ func verifyPassword(password, encoded string) bool {
 	}
 	got := argon2.IDKey([]byte(password), salt, t, m, p, uint32(len(want)))
 	return subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// hashWait bounds how long a password form waits for a hash slot before it is answered 503.
+const hashWait = 5 * time.Second
+
+var errHashBusy = errors.New("every password hash slot is busy")
+
+// withHashSlot runs f, a password hash or check, holding one of a few slots. Each argon2id hash
+// takes 19 MiB and a core for tens of milliseconds, and the sign-in and sign-up forms are open to
+// anyone: without a bound, a burst of them would hold memory and CPU without limit.
+func (h *Handler) withHashSlot(ctx context.Context, f func()) error {
+	t := time.NewTimer(hashWait)
+	defer t.Stop()
+	select {
+	case h.hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errHashBusy
+	}
+	defer func() { <-h.hashSlots }()
+	f()
+	return nil
+}
+
+// hash is hasher.hash in a slot.
+func (h *Handler) hash(ctx context.Context, password string) (string, error) {
+	var out string
+	err := h.withHashSlot(ctx, func() { out = h.hasher.hash(password) })
+	return out, err
 }

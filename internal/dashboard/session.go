@@ -205,6 +205,13 @@ func (h *Handler) badForm(w http.ResponseWriter, r *http.Request, s *session) {
 
 // failure answers an unexpected error: the log keeps the cause, the page says only that it failed.
 func (h *Handler) failure(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	if errors.Is(err, errHashBusy) {
+		h.log.Warn("dashboard password form refused: hash slots busy", "path", r.URL.Path)
+		w.Header().Set("Retry-After", "5")
+		h.render(w, r, http.StatusServiceUnavailable, "message", &view{Title: "Busy", Session: s,
+			Error: "Too many sign-ins are being checked right now. Try again in a few seconds."})
+		return
+	}
 	h.log.Error("dashboard request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	h.render(w, r, http.StatusInternalServerError, "message", &view{Title: "Something went wrong", Session: s,
 		Error: "Something went wrong on our side. Try again in a moment."})

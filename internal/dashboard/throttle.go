@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Sign-in throttling (docs/dashboard.md, "Security model"): failures are counted per account
@@ -86,56 +89,69 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 	return peer, true
 }
 
-// throttleFor returns the throttle subjects of a password attempt for email from r, and whether
-// either is over its limit: the check every password form makes first.
-func (h *Handler) throttleFor(ctx context.Context, r *http.Request, email string) (acct, addr string, blocked bool, err error) {
-	acct, addr = accountSubject(email), h.addressSubject(r)
-	blocked, err = h.throttled(ctx, acct, addr)
-	return acct, addr, blocked, err
-}
+// attempt is a password attempt's claim on the throttle: its account and address subjects.
+type attempt struct{ acct, addr string }
 
-// passwordAttempt checks email's password; a wrong one is counted as a failure against both
-// subjects.
-func (h *Handler) passwordAttempt(ctx context.Context, email, password, acct, addr string) (userID string, ok bool, err error) {
-	userID, ok, err = h.checkCredentials(ctx, email, password)
-	if err != nil || ok {
-		return userID, ok, err
-	}
-	return "", false, h.recordFailure(ctx, acct, addr)
-}
-
-// throttled says whether either subject is over its limit in the current window.
-func (h *Handler) throttled(ctx context.Context, account, address string) (bool, error) {
-	var blocked bool
-	err := h.pool.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM dashboard_signin_failures
-			WHERE window_start > $3
-			  AND ((subject = $1 AND failures >= $4) OR (subject = $2 AND failures >= $5)))`,
-		account, address, h.now().Add(-throttleWindow), maxAccountFailures, maxAddressFailures).Scan(&blocked)
-	return blocked, err
-}
-
-// recordFailure counts one failed sign-in against both subjects: a window older than
-// throttleWindow starts over at one.
-func (h *Handler) recordFailure(ctx context.Context, subjects ...string) error {
+// claimAttempt counts a password attempt for email from r against both subjects before the
+// password is checked, and reports blocked when either subject has no room left in its window:
+// then nothing is counted. Counting first, under each subject's row lock, is what bounds
+// attempts sent at the same moment: a check followed by a count after the slow hash would let
+// every concurrent attempt pass the check. An attempt that turns out right is refunded.
+func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email string) (at attempt, blocked bool, err error) {
+	at = attempt{acct: accountSubject(email), addr: h.addressSubject(r)}
 	now := h.now()
-	for _, s := range subjects {
-		_, err := h.pool.Exec(ctx, `
-			INSERT INTO dashboard_signin_failures (subject, window_start, failures) VALUES ($1, $2, 1)
-			ON CONFLICT (subject) DO UPDATE SET
-				failures = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN 1
-				                ELSE dashboard_signin_failures.failures + 1 END,
-				window_start = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN $2
-				                    ELSE dashboard_signin_failures.window_start END`,
-			s, now, now.Add(-throttleWindow))
-		if err != nil {
-			return err
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		// Always the account first, then the address: concurrent claims lock rows in one order.
+		for _, c := range []struct {
+			subject string
+			limit   int
+		}{{at.acct, maxAccountFailures}, {at.addr, maxAddressFailures}} {
+			tag, err := tx.Exec(ctx, `
+				INSERT INTO dashboard_signin_failures (subject, window_start, failures) VALUES ($1, $2, 1)
+				ON CONFLICT (subject) DO UPDATE SET
+					failures = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN 1
+					                ELSE dashboard_signin_failures.failures + 1 END,
+					window_start = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN $2
+					                    ELSE dashboard_signin_failures.window_start END
+				WHERE dashboard_signin_failures.window_start <= $3 OR dashboard_signin_failures.failures < $4`,
+				c.subject, now, now.Add(-throttleWindow), c.limit)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				blocked = true
+				return errBlocked // roll back: a refused attempt counts against neither subject
+			}
 		}
+		// Old windows are cleared a batch at a time, so the table stays small without a job.
+		_, err := tx.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject IN (
+			SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-24*time.Hour))
+		return err
+	})
+	if blocked {
+		return at, true, nil
 	}
-	// Old windows are cleared a batch at a time, so the table stays small without a job.
-	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject IN (
-		SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-24*time.Hour))
+	return at, false, err
+}
+
+var errBlocked = errors.New("sign-in throttled")
+
+// refund takes back a claimed attempt that was not a failure: a right password, or a sign-up
+// that created its account.
+func (h *Handler) refund(ctx context.Context, at attempt) error {
+	_, err := h.pool.Exec(ctx, `UPDATE dashboard_signin_failures SET failures = greatest(failures - 1, 0)
+		WHERE subject = ANY($1) AND window_start > $2`, []string{at.acct, at.addr}, h.now().Add(-throttleWindow))
 	return err
+}
+
+// passwordAttempt checks email's password under a claimed attempt: a wrong one stays counted
+// against both subjects, a right one is refunded.
+func (h *Handler) passwordAttempt(ctx context.Context, email, password string, at attempt) (userID string, ok bool, err error) {
+	userID, ok, err = h.checkCredentials(ctx, email, password)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return userID, true, h.refund(ctx, at)
 }
 
 // clearFailures forgets an account's failures after it signed in; the address keeps its count.

@@ -76,7 +76,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, "The two passwords differ.")
 		return
 	}
-	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, email)
+	at, blocked, err := h.claimAttempt(ctx, r, email)
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
@@ -84,10 +84,14 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	hash := h.hasher.hash(password)
+	hash, err := h.hash(ctx, password)
+	if err != nil {
+		h.failure(w, r, nil, err)
+		return
+	}
 	userID, err := h.createUser(ctx, email, hash)
 	if errors.Is(err, errEmailTaken) {
-		userID, ok, err := h.passwordAttempt(ctx, email, password, acctSubject, addrSubject)
+		userID, ok, err := h.passwordAttempt(ctx, email, password, at)
 		if err != nil {
 			h.failure(w, r, nil, err)
 			return
@@ -96,14 +100,17 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 			fail(http.StatusUnprocessableEntity, msgSignupRefused)
 			return
 		}
-		h.finishSignin(w, r, userID, acctSubject)
+		h.finishSignin(w, r, userID, at.acct)
 		return
+	}
+	if err == nil {
+		err = h.refund(ctx, at) // a new account is not a failed attempt
 	}
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
-	h.finishSignin(w, r, userID, acctSubject)
+	h.finishSignin(w, r, userID, at.acct)
 }
 
 var errEmailTaken = errors.New("email taken")
@@ -137,13 +144,15 @@ func (h *Handler) checkCredentials(ctx context.Context, email, password string) 
 	var id, hash string
 	err := h.pool.QueryRow(ctx, `SELECT id, password_hash FROM dashboard_users WHERE lower(email) = lower($1)`, email).Scan(&id, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		verifyPassword(password, dummyHash)
-		return "", false, nil
-	}
-	if err != nil {
+		id, hash = "", dummyHash // the same work as for a real account: timing tells nothing
+	} else if err != nil {
 		return "", false, err
 	}
-	return id, verifyPassword(password, hash), nil
+	var ok bool
+	if err := h.withHashSlot(ctx, func() { ok = verifyPassword(password, hash) }); err != nil {
+		return "", false, err
+	}
+	return id, ok && id != "", nil
 }
 
 func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
@@ -158,7 +167,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnprocessableEntity, msgWrongCredentials)
 		return
 	}
-	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, email)
+	at, blocked, err := h.claimAttempt(ctx, r, email)
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
@@ -166,7 +175,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	userID, ok, err := h.passwordAttempt(ctx, email, password, acctSubject, addrSubject)
+	userID, ok, err := h.passwordAttempt(ctx, email, password, at)
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
@@ -175,7 +184,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnauthorized, msgWrongCredentials)
 		return
 	}
-	h.finishSignin(w, r, userID, acctSubject)
+	h.finishSignin(w, r, userID, at.acct)
 }
 
 func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID, acctSubject string) {
@@ -224,7 +233,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The two new passwords differ.")
 		return
 	}
-	acctSubject, addrSubject, blocked, err := h.throttleFor(ctx, r, s.Email)
+	at, blocked, err := h.claimAttempt(ctx, r, s.Email)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
@@ -232,7 +241,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	_, ok, err := h.passwordAttempt(ctx, s.Email, current, acctSubject, addrSubject)
+	_, ok, err := h.passwordAttempt(ctx, s.Email, current, at)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
@@ -241,9 +250,14 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
 		return
 	}
+	nextHash, err := h.hash(ctx, next)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE dashboard_users SET password_hash = $2, updated_at = now() WHERE id = $1`,
-			s.UserID, h.hasher.hash(next)); err != nil {
+			s.UserID, nextHash); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1 AND token_hash <> $2`, s.UserID, s.tokenHash)
