@@ -266,6 +266,9 @@ func TestCompose(t *testing.T) {
 			fmt.Sprintf("set $api http://api:%d;", httpPort), // a variable, so nginx resolves at run time
 			"proxy_pass $api;",
 			"proxy_buffering off;", // NDJSON stream lines pass at once
+			// List uploads stream past the 3m JSON guard, up to the list limit (100 MB).
+			"location = /v1/email/lists {\n      client_max_body_size 101m;\n      proxy_request_buffering off;",
+			"location = /dashboard/lists {\n      client_max_body_size 101m;\n      proxy_request_buffering off;",
 		} {
 			if !strings.Contains(conf, want) {
 				t.Errorf("nginx.conf lacks %q", want)
