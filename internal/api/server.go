@@ -254,14 +254,15 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // healthz and readyz are served on the API port as well as on the metrics port, so a load
-// balancer can probe the port it sends traffic to.
+// balancer can probe the port it sends traffic to; there readyz names failing checks without
+// their error text.
 func (s *Server) healthz(c echo.Context) error {
 	health.Healthz(c.Response(), c.Request())
 	return nil
 }
 
 func (s *Server) readyz(c echo.Context) error {
-	s.ready.Readyz(c.Response(), c.Request())
+	s.ready.PublicReadyz(c.Response(), c.Request())
 	return nil
 }
 

@@ -699,7 +699,7 @@ func TestAsyncJob(t *testing.T) {
 func TestAsyncJobQueueingFailed(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	acct, key := b.customer(plan.Free) // the free tier takes a quota unit at admission
+	acct, key := b.customer(plan.Free)              // the free tier takes a quota unit at admission
 	b.srv.dispatch.PublishTimeout = time.Nanosecond // every publish fails, as when the PubAck is lost
 	async := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x"}
 

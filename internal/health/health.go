@@ -99,12 +99,27 @@ func Healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// Readyz answers 200 when every check passes and 503 otherwise, with the per-check report.
-func (c *Checker) Readyz(w http.ResponseWriter, r *http.Request) {
+// Readyz answers 200 when every check passes and 503 otherwise, with the per-check report: each
+// failing check's error text, for the operators' port.
+func (c *Checker) Readyz(w http.ResponseWriter, r *http.Request) { c.readyz(w, r, false) }
+
+// PublicReadyz is Readyz for a port the internet reaches (the API's): a failing check says only
+// "failing". Its error text (a database user and name, an internal host and port) stays on the
+// operators' port and in the log.
+func (c *Checker) PublicReadyz(w http.ResponseWriter, r *http.Request) { c.readyz(w, r, true) }
+
+func (c *Checker) readyz(w http.ResponseWriter, r *http.Request, public bool) {
 	rep, ok := c.Run(r.Context())
 	code := http.StatusOK
 	if !ok {
 		code = http.StatusServiceUnavailable
+	}
+	if public {
+		for n, v := range rep.Checks {
+			if v != "ok" {
+				rep.Checks[n] = "failing"
+			}
+		}
 	}
 	writeJSON(w, code, rep)
 }

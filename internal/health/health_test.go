@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,5 +54,30 @@ func TestHealthzAndMetrics(t *testing.T) {
 		if rec.Code != want {
 			t.Errorf("%s: %d", path, rec.Code)
 		}
+	}
+}
+
+// The public /readyz (the API's port) names a failing check without its error text, which can
+// carry a database user and name or an internal address; the operators' port keeps it.
+func TestPublicReadyzHidesErrorText(t *testing.T) {
+	t.Parallel()
+	c := NewChecker(time.Second)
+	c.Add("postgres", func(context.Context) error {
+		return errors.New("failed to connect to `user=mailvet database=mailvet_prod`: 10.0.3.7:5432: connection refused")
+	})
+	c.Add("nats", func(context.Context) error { return nil })
+	rec := httptest.NewRecorder()
+	c.PublicReadyz(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	var rep Report
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusServiceUnavailable || rep.Status != "not_ready" || rep.Checks["postgres"] != "failing" || rep.Checks["nats"] != "ok" {
+		t.Fatalf("public readyz: %d %+v", rec.Code, rep)
+	}
+	rec = httptest.NewRecorder()
+	c.Readyz(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if !strings.Contains(rec.Body.String(), "database=mailvet_prod") {
+		t.Fatalf("operators' readyz lost the error text: %s", rec.Body.String())
 	}
 }
