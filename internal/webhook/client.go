@@ -35,9 +35,9 @@ type ClientOptions struct {
 	// DNSResolver is the host:port every look-up goes to (MAILVET_DNS_RESOLVER); empty means the
 	// system resolver.
 	DNSResolver string
-	// RootCAs replaces the trusted roots; nil means the system pool, which Go builds from
-	// SSL_CERT_FILE / SSL_CERT_DIR when they are set (note: they replace, not extend, the system
-	// bundle, so point them at a bundle that contains everything to trust).
+	// RootCAs replaces the trusted roots; nil means the system pool, which Go builds on Linux
+	// from SSL_CERT_FILE (read instead of the system's bundle file) and the certificate
+	// directories, which SSL_CERT_DIR replaces (docs/operations.md).
 	RootCAs *x509.CertPool
 	// MaxConnsPerHost bounds idle connections kept per host; it should match the concurrency.
 	MaxConnsPerHost int

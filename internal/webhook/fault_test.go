@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +154,169 @@ func TestDoublePublishDeliversOnce(t *testing.T) {
 	}
 	if st := info.CachedInfo().State; st.LastSeq != 1 {
 		t.Errorf("stream stored %d messages, want 1 (duplicate dropped)", st.LastSeq)
+	}
+}
+
+// A delivery waiting out its backoff whose message is lost stays retrying until the sweep, once
+// its next attempt is overdue by more than SweepAge, publishes it again; the next worker then
+// delivers it. The message is lost here by purging the stream, which keeps the duplicate window:
+// a re-publish under the lost message's id would be dropped, so the sweep must use an id of its
+// own. A retrying delivery overdue by less is left alone, and one whose last attempt was
+// interrupted and whose message was lost with it ends failed instead of retrying forever.
+func TestSweepRequeuesRetryingWithLostMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rc := newReceiver(t, statuses(500, 200))
+	o := Options{Client: ClientOptions{AllowPrivate: true}}
+	first := b.startWorker(t, o)
+	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
+	waitFor(t, 10*time.Second, "attempt 1 recorded", func() bool {
+		as := b.attempts(t, id)
+		return len(as) == 1 && as[0].status != nil
+	})
+	first.stop()
+	stream, err := b.js.Stream(ctx, queue.StreamWebhooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET next_attempt_at = now() - interval '31 seconds', updated_at = now() - interval '31 seconds' WHERE id = $1`, id)
+
+	young := b.create(t, b.accountID, rc.url("/young"), "", sampleBody, false)
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'retrying', attempts = 1, next_attempt_at = now() - interval '5 seconds', updated_at = now() - interval '31 seconds' WHERE id = $1`, young)
+	exhausted := b.create(t, b.accountID, rc.url("/exhausted"), "", sampleBody, false)
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'retrying', attempts = 3, next_attempt_at = now() - interval '31 seconds', updated_at = now() - interval '31 seconds' WHERE id = $1`, exhausted)
+
+	n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100)
+	if err != nil || n != 2 {
+		t.Fatalf("Sweep = %d, %v; want 2 (the overdue retrying deliveries)", n, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages after the sweep, want 2 (none dropped as a duplicate)", info.State.Msgs)
+	}
+	// Swept rows wait SweepAge before the next sweep publishes them again.
+	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 0 {
+		t.Fatalf("second Sweep = %d, %v; want 0", n, err)
+	}
+
+	b.startWorker(t, o)
+	if r := b.waitFinal(t, id, 15*time.Second); r.state != StateDelivered || r.attempts != 2 {
+		t.Fatalf("swept delivery %+v, want delivered after 2 attempts", r)
+	}
+	if r := b.waitFinal(t, exhausted, 15*time.Second); r.state != StateFailed || r.attempts != 3 {
+		t.Fatalf("swept exhausted delivery %+v, want failed after 3 attempts", r)
+	}
+	if r := b.row(t, young); r.state != StateRetrying || r.attempts != 1 {
+		t.Errorf("retrying delivery overdue by less than SweepAge is %+v; the sweep must leave it alone", r)
+	}
+	for _, h := range rc.snapshot() {
+		if h.header.Get("X-Mailvet-Delivery") != id.String() {
+			t.Errorf("receiver got a request for delivery %s", h.header.Get("X-Mailvet-Delivery"))
+		}
+	}
+	if n := rc.count.Load(); n != 2 {
+		t.Errorf("receiver got %d requests, want 2", n)
+	}
+}
+
+// When the sweep re-publishes a retrying delivery whose message was not lost after all (the
+// workers were away for longer than SweepAge), two messages carry the delivery. The claim keeps
+// them from causing a parallel or an extra attempt: while one attempt runs the delivery is leased,
+// and the other message, handed back meanwhile, finds it delivered and is acked.
+func TestSweptDuplicateIsNotAttemptedTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	inFlight, maxInFlight := 0, 0
+	arrived2, release := make(chan struct{}), make(chan struct{})
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		switch n {
+		case 1:
+			w.WriteHeader(500)
+		case 2:
+			close(arrived2)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(200)
+		default:
+			w.WriteHeader(200)
+		}
+	})
+	// Short timeouts keep the lease (timeout + 2 s), and so the test, short.
+	o := Options{AttemptTimeout: 3 * time.Second, AckWait: 6 * time.Second, Client: ClientOptions{AllowPrivate: true}}
+	first := b.startWorker(t, o)
+	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
+	waitFor(t, 10*time.Second, "attempt 1 recorded", func() bool {
+		as := b.attempts(t, id)
+		return len(as) == 1 && as[0].status != nil
+	})
+	first.stop()
+	// The backoff's message is still in the stream; the row says the attempt is long overdue.
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET next_attempt_at = now() - interval '31 seconds', updated_at = now() - interval '31 seconds' WHERE id = $1`, id)
+	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	stream, err := b.js.Stream(ctx, queue.StreamWebhooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages after the sweep, want 2", info.State.Msgs)
+	}
+
+	second := b.startWorker(t, o)
+	select {
+	case <-arrived2:
+	case <-time.After(15 * time.Second):
+		t.Fatal("attempt 2 never arrived")
+	}
+	// While attempt 2 runs, the claim the other message makes is refused with a wait, and the
+	// sweep leaves the leased delivery alone.
+	c, wait, err := second.w.claim(ctx, id)
+	if err != nil || c != nil || wait <= 0 {
+		t.Fatalf("claim during attempt 2 = %+v, %s, %v; want nothing to claim and a wait", c, wait, err)
+	}
+	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 0 {
+		t.Fatalf("Sweep during attempt 2 = %d, %v; want 0", n, err)
+	}
+	close(release)
+
+	if r := b.waitFinal(t, id, 15*time.Second); r.state != StateDelivered || r.attempts != 2 {
+		t.Fatalf("delivery %+v, want delivered after 2 attempts", r)
+	}
+	// Both messages are done with (acked) only once each has been through a claim.
+	waitFor(t, 20*time.Second, "both messages acked", func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	if n := rc.count.Load(); n != 2 {
+		t.Errorf("receiver got %d requests, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlight != 1 {
+		t.Errorf("%d attempts ran at once, want 1", maxInFlight)
+	}
+	if as := b.attempts(t, id); len(as) != 2 {
+		t.Errorf("attempt log %+v, want 2 attempts", as)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,13 +61,18 @@ func createDelivery(ctx context.Context, tx pgx.Tx, column string, subject, acco
 // the caller's whole budget (a verifier stopping while its NATS node was gone used to wait out
 // its job's AckWait here).
 func Publish(ctx context.Context, js jetstream.JetStream, l queue.Layout, deliveryID uuid.UUID) error {
+	return publish(ctx, js, l, deliveryID, deliveryID.String())
+}
+
+// publish is Publish under message id msgID.
+func publish(ctx context.Context, js jetstream.JetStream, l queue.Layout, deliveryID uuid.UUID, msgID string) error {
 	data, err := json.Marshal(queue.DeliveryMessage{DeliveryID: deliveryID})
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, PublishTimeout)
 	defer cancel()
-	if _, err := js.Publish(ctx, l.Subject(queue.SubjectWebhookDeliver), data, jetstream.WithMsgID(deliveryID.String())); err != nil {
+	if _, err := js.Publish(ctx, l.Subject(queue.SubjectWebhookDeliver), data, jetstream.WithMsgID(msgID)); err != nil {
 		return fmt.Errorf("publish delivery %s: %w", deliveryID, err)
 	}
 	return nil
@@ -75,31 +81,63 @@ func Publish(ctx context.Context, js jetstream.JetStream, l queue.Layout, delive
 // PublishTimeout bounds one Publish.
 const PublishTimeout = time.Second
 
-// Sweep publishes deliveries that are still pending without any attempt olderThan after they
-// were created or last swept, at most limit of them, and returns how many it published. The rows
-// are claimed with FOR UPDATE SKIP LOCKED and their updated_at is bumped, so several worker
-// replicas sweeping at once split the work instead of publishing the same rows.
+// Sweep publishes, at most limit of them, the deliveries whose message seems lost, and returns
+// how many it published:
+//   - pending deliveries without any attempt olderThan after they were created or last swept (the
+//     verifier died between its commit and its publish);
+//   - retrying deliveries whose next attempt was due more than olderThan ago and that were not
+//     swept in the last olderThan: the message that was to come back when the backoff (or the
+//     lease of an interrupted attempt) ran out is gone, e.g. NATS restarted with an empty store.
+//     Without this they would stay retrying forever, never attempted again and never failed.
+//
+// The rows are claimed with FOR UPDATE SKIP LOCKED and their updated_at is bumped, so several
+// worker replicas sweeping at once split the work instead of publishing the same rows, and a row
+// is published again only olderThan after its last sweep.
+//
+// A pending delivery keeps its message id (the delivery id), so that the sweep adds nothing while
+// the verifier's own publish is still queued. A retrying delivery had a message once, whose id the
+// stream may still hold within its duplicate window after the message itself was lost; it is
+// republished under an id of its own, keyed by this sweep's updated_at. If its old message was
+// not lost after all (a worker fleet that was down longer than olderThan), the duplicate is
+// harmless: the worker's claim takes an attempt only when next_attempt_at has passed and then
+// moves it to the end of the attempt's lease, so the second message finds the delivery leased or
+// in backoff and waits, and never causes a parallel or an extra attempt.
 func Sweep(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, olderThan time.Duration, limit int) (int, error) {
 	rows, err := db.Query(ctx, `
 		UPDATE deliveries SET updated_at = now()
 		WHERE id IN (
 			SELECT id FROM deliveries
-			WHERE state = 'pending' AND attempts = 0
-			  AND updated_at < now() - $1 * interval '1 millisecond'
+			WHERE updated_at < now() - $1 * interval '1 millisecond'
+			  AND (state = 'pending' AND attempts = 0
+			       OR state = 'retrying'
+			          AND coalesce(next_attempt_at, updated_at) < now() - $1 * interval '1 millisecond')
 			ORDER BY updated_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
-		RETURNING id`, olderThan.Milliseconds(), limit)
+		RETURNING id, state, updated_at`, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	type swept struct {
+		id        uuid.UUID
+		state     string
+		updatedAt time.Time
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (swept, error) {
+		var s swept
+		err := r.Scan(&s.id, &s.state, &s.updatedAt)
+		return s, err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
 	}
 	n := 0
-	for _, id := range ids {
-		if err := Publish(ctx, js, l, id); err != nil {
+	for _, s := range found {
+		msgID := s.id.String()
+		if s.state == StateRetrying {
+			msgID += ".sweep." + strconv.FormatInt(s.updatedAt.UnixMicro(), 10)
+		}
+		if err := publish(ctx, js, l, s.id, msgID); err != nil {
 			// The row was bumped; the next sweep after olderThan tries it again.
 			return n, err
 		}

@@ -49,8 +49,9 @@ type Options struct {
 	// are abandoned (default AttemptTimeout). An abandoned attempt is left exactly as a crash
 	// would leave it.
 	DrainTimeout time.Duration
-	// SweepInterval and SweepAge drive the outbox sweep: every SweepInterval, deliveries still
-	// unattempted SweepAge after creation are published again (defaults 10 s and 30 s).
+	// SweepInterval and SweepAge drive the outbox sweep (Sweep): every SweepInterval, deliveries
+	// still unattempted SweepAge after creation, and retrying deliveries whose next attempt is
+	// overdue by more than SweepAge, are published again (defaults 10 s and 30 s).
 	SweepInterval time.Duration
 	SweepAge      time.Duration
 	// RetentionInterval is how often expired delivery log rows are removed (default 10 min).
@@ -167,8 +168,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // Ready reports, for /readyz, whether the deliveries consumer is running.
 func (w *Worker) Ready(ctx context.Context) error { return w.cons.Check(ctx) }
 
-// RunSweeper publishes, every SweepInterval, deliveries that were committed but never
-// published, until ctx ends.
+// RunSweeper publishes, every SweepInterval, deliveries whose message seems lost (Sweep):
+// committed but never published, or retrying with their message gone; until ctx ends.
 func (w *Worker) RunSweeper(ctx context.Context) error {
 	return loop.Every(ctx, w.o.SweepInterval, func(ctx context.Context) {
 		n, err := Sweep(ctx, w.db, w.js, w.o.Layout, w.o.SweepAge, 500)
