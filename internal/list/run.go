@@ -334,24 +334,39 @@ func (s *Store) Stalled(ctx context.Context, age time.Duration, limit int) (chun
 			}
 			continue
 		}
-		rows, err := s.db.Query(ctx, `SELECT DISTINCT a.chunk FROM list_addresses a JOIN lists l ON l.id = a.list_id
-			WHERE a.list_id = $1 AND a.result IS NULL AND a.chunk < l.next_chunk ORDER BY 1`, x.id)
+		cs, err := s.HandedOut(ctx, x.id)
 		if err != nil {
 			return nil, nil, err
 		}
-		ns, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, n := range ns {
-			chunks = append(chunks, Chunk{ListID: x.id, Chunk: int(n)})
-		}
+		chunks = append(chunks, cs...)
 		round[x.id] = "sweep." + strconv.FormatInt(x.at.UnixMicro(), 10)
 		if _, err := s.db.Exec(ctx, `UPDATE lists SET updated_at = now() WHERE id = $1 AND updated_at = $2`, x.id, x.at); err != nil {
 			return nil, nil, err
 		}
 	}
 	return chunks, round, nil
+}
+
+// HandedOut returns the chunks of list id that were handed out to the workers and are not written
+// yet, if the list is running. Each of them has a message on its way, unless its publish was lost
+// (a worker that died between the write that handed it out and the publish); publishing them
+// again is harmless: the plain message ids are deduplicated within the stream's window, and a
+// chunk verified twice is written once (only addresses without a result are written).
+func (s *Store) HandedOut(ctx context.Context, id uuid.UUID) ([]Chunk, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT a.chunk FROM list_addresses a JOIN lists l ON l.id = a.list_id
+		WHERE a.list_id = $1 AND l.state = $2 AND a.result IS NULL AND a.chunk < l.next_chunk ORDER BY 1`, id, Running)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	chunks := make([]Chunk, 0, len(ns))
+	for _, n := range ns {
+		chunks = append(chunks, Chunk{ListID: id, Chunk: int(n)})
+	}
+	return chunks, nil
 }
 
 // counts reads a list's counts by status and reason.

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
@@ -36,16 +39,25 @@ type ListRunner struct {
 	// Concurrency is how many chunks this runner verifies at once.
 	Concurrency int
 	// AckWait is how long a chunk may go without a sign of life before another runner takes it;
-	// the runner reports progress every AckWait/3 while it verifies.
+	// the runner reports progress every AckWait/3 while it holds the chunk (verifying, writing).
 	AckWait time.Duration
-	// ChunkBudget bounds the verification of one chunk.
+	// ChunkBudget bounds the verification of one chunk. A chunk that uses it up is written with
+	// what the pipeline answered by then (the addresses it could not finish are unknown/timeout).
 	ChunkBudget time.Duration
+	// WriteBudget bounds a chunk's database work — reading its addresses, then writing its
+	// results and publishing what the write handed out — each step on its own clock, apart from
+	// ChunkBudget: a chunk that used all of its verification budget still gets its results written.
+	WriteBudget time.Duration
 	// SweepEvery, StallAfter: running lists without progress for StallAfter have the chunks they
 	// handed out published again (their messages were lost), queued lists are started, and
-	// expired lists purged.
+	// expired lists purged. The sweep never takes less than stallFloor (see stallAge).
 	SweepEvery, StallAfter time.Duration
-	// MaxDeliveries is how often one chunk may fail before its list is given up as failed.
-	MaxDeliveries uint64
+	// MaxFailures is how often one chunk may fail, for a reason that is not an outage, before its
+	// list is given up as failed (docs/lists.md, "States").
+	MaxFailures int
+	// OutageRetry is how long a chunk that met an outage (Postgres unreachable, NATS unavailable)
+	// waits before it is tried again. Such a try does not count toward MaxFailures.
+	OutageRetry time.Duration
 	// Layout is the deployment's NATS layout (names, and the replication of a stream the runner
 	// has to re-create); the zero Layout is unprefixed, one replica.
 	Layout queue.Layout
@@ -59,14 +71,32 @@ type ListRunner struct {
 // NewListRunner returns a runner with production defaults.
 func NewListRunner(store *list.Store, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *ListRunner {
 	return &ListRunner{store: store, js: js, pipe: pipe, log: log, Concurrency: 8, AckWait: 30 * time.Second,
-		ChunkBudget: 3 * time.Minute, SweepEvery: 10 * time.Second, StallAfter: 2 * time.Minute, MaxDeliveries: 20}
+		ChunkBudget: 3 * time.Minute, WriteBudget: 30 * time.Second, SweepEvery: 10 * time.Second,
+		StallAfter: 5 * time.Minute, MaxFailures: 20, OutageRetry: 5 * time.Second}
 }
 
-// Run consumes chunks until ctx ends, then waits for the chunks in flight.
+// stallFloor is the longest a running list can legitimately go without progress while a chunk of
+// it is with a worker: a dead worker's chunk comes back after AckWait, and is then read,
+// verified for up to ChunkBudget and written within WriteBudget. A sweep that took a list for
+// stalled any sooner would publish chunks still being verified, and two workers would probe the
+// same addresses.
+func (r *ListRunner) stallFloor() time.Duration {
+	return r.AckWait + r.WriteBudget + r.ChunkBudget + r.WriteBudget
+}
+
+// stallAge is how long a list goes without progress before the sweep takes its chunks for lost:
+// StallAfter, but never less than stallFloor, whatever the two are set to.
+func (r *ListRunner) stallAge() time.Duration { return max(r.StallAfter, r.stallFloor()) }
+
+// Run consumes chunks until ctx ends, then waits for the chunks in flight: they are verified,
+// written and acknowledged (a drain; docs/operations.md, "Start-up and shutdown"). Their writes
+// are deliberately not cut off when ctx ends — the drain is there to write what was verified, and
+// a write cancelled at shutdown would throw away minutes of probing — but each is bounded by
+// WriteBudget, so a shutdown waits for a write to an unreachable Postgres no longer than that.
 func (r *ListRunner) Run(ctx context.Context) error {
 	return consumeConcurrently(ctx, r.consumer(), r.Concurrency, r.SweepEvery, r.sweep, func(m jetstream.Msg) {
 		r.Lag.Took(queuelag.ConsumerListChunks, m)
-		r.handle(m)
+		r.handle(ctx, m)
 	})
 }
 
@@ -80,58 +110,149 @@ func (r *ListRunner) consumer() *queue.Consumer {
 // Ready reports, for /readyz, whether the chunk consumer is running.
 func (r *ListRunner) Ready(ctx context.Context) error { return r.consumer().Check(ctx) }
 
-// handle runs one chunk message to its ack, or leaves it for a redelivery.
-func (r *ListRunner) handle(msg jetstream.Msg) {
-	var m queue.ChunkMessage
-	if err := json.Unmarshal(msg.Data(), &m); err != nil {
+// headerChunkFailures is set on a chunk message published again after a failure that is not an
+// outage: how many such failures the chunk has had so far. JetStream's own delivery count cannot
+// be the limit because it counts the deliveries of an outage too, and an outage must never fail a
+// list (docs/lists.md, "States"); a count that travels with the message holds across replicas and
+// restarts.
+const headerChunkFailures = "Mailvet-Chunk-Failures"
+
+// outage reports whether err is a dependency being unavailable — Postgres unreachable or not
+// answering in time, NATS unavailable — rather than something wrong with the chunk.
+func outage(err error) bool {
+	return database.Unreachable(err) || errors.Is(err, queue.ErrUnavailable)
+}
+
+// handle runs one chunk message to its ack, or leaves it for another try. An outage is tried
+// again after OutageRetry and never counts; any other failure counts, and the MaxFailures-th
+// fails the list. The message is terminated only once the list is recorded as failed: until then
+// the chunk keeps coming back.
+func (r *ListRunner) handle(stop context.Context, msg jetstream.Msg) {
+	var c queue.ChunkMessage
+	if err := json.Unmarshal(msg.Data(), &c); err != nil {
 		r.log.Warn("bad list chunk message", "err", err)
 		_ = msg.Term() // nothing can ever parse it
 		return
 	}
-	c := m
-	if err := r.run(msg, c); err != nil {
-		meta, _ := msg.Metadata()
-		if meta != nil && meta.NumDelivered >= r.MaxDeliveries {
-			r.log.Error("list chunk failed too often; failing its list", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
-			r.fail(c.ListID, fmt.Sprintf("chunk %d could not be verified: %v", c.Chunk, err))
-			_ = msg.Term()
+	failures := chunkFailures(msg)
+	meta, _ := msg.Metadata()
+	// A chunk seen before (redelivered, or published again after a failure) may have been written
+	// by a worker that died before it published what the write handed out.
+	again := failures > 0 || (meta != nil && meta.NumDelivered > 1)
+	err := r.run(msg, c, again)
+	switch {
+	case err == nil:
+		_ = msg.Ack()
+	case outage(err):
+		r.log.Warn("list chunk: dependency unavailable; trying again", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
+		_ = msg.NakWithDelay(r.OutageRetry)
+	case stop.Err() != nil:
+		_ = msg.Nak() // stopping: not the chunk's fault, and another runner takes it now
+	case failures+1 >= r.MaxFailures:
+		r.log.Error("list chunk failed too often; failing its list", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
+		if ferr := r.fail(c.ListID, fmt.Sprintf("chunk %d could not be verified: %v", c.Chunk, err)); ferr != nil {
+			_ = msg.NakWithDelay(r.OutageRetry) // comes back, and fails the list then
 			return
 		}
-		r.log.Warn("list chunk", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
-		_ = msg.NakWithDelay(time.Second)
+		_ = msg.Term()
+	default:
+		r.log.Warn("list chunk", "list_id", c.ListID, "chunk", c.Chunk, "failures", failures+1, "err", err)
+		r.retry(msg, c, failures+1)
+	}
+}
+
+// chunkFailures is the failure count a chunk message carries (0 for a first publish).
+func chunkFailures(msg jetstream.Msg) int {
+	n, err := strconv.Atoi(msg.Headers().Get(headerChunkFailures))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// retry publishes the chunk again with its failure count, then acknowledges this message. Its
+// message id is per failure, so a runner that dies between the two and fails the redelivered
+// message again publishes the same message, which JetStream stores once. When the publish fails
+// (NATS is unavailable) the message is handed back instead, its failure uncounted.
+func (r *ListRunner) retry(msg jetstream.Msg, c list.Chunk, failures int) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
+	defer cancel()
+	body, _ := json.Marshal(c)
+	m := nats.NewMsg(r.Layout.Subject(queue.SubjectListChunk))
+	m.Data = body
+	m.Header.Set(headerChunkFailures, strconv.Itoa(failures))
+	id := "list." + c.ListID.String() + "." + strconv.Itoa(c.Chunk) + ".failed." + strconv.Itoa(failures)
+	if _, err := r.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+		r.log.Warn("list chunk: publish retry", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
+		_ = msg.NakWithDelay(r.OutageRetry)
 		return
 	}
 	_ = msg.Ack()
 }
 
 // run verifies and writes one chunk, then publishes what the write handed out. The ack comes
-// after the publish: a runner that dies in between leaves a chunk that is redelivered, finds
-// nothing left to verify and is acknowledged, where the other order could lose the next chunk
-// until the sweep finds the list stalled.
-func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk) error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.ChunkBudget)
-	defer cancel()
-	w, err := r.store.Work(ctx, c)
+// after the publish; a runner that dies in between leaves a chunk that is redelivered (again),
+// finds nothing left to verify, and publishes the list's handed-out, unwritten chunks again,
+// where the other order could lose the next chunk until the sweep finds the list stalled.
+//
+// The verification has ChunkBudget; reading the chunk and writing it have WriteBudget each, on
+// their own clocks, so a chunk whose verification used its whole budget (the prober answers what
+// it could not finish unknown/timeout when its context ends) is still written, instead of failing
+// its write, coming back, and failing the same way until its list fails. Progress is reported to
+// JetStream for as long as the chunk is held, the write included.
+func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk, again bool) error {
+	stop := every(r.AckWait/3, func() { _ = msg.InProgress() })
+	defer stop()
+	w, err := r.work(c)
 	switch {
 	case errors.Is(err, list.ErrNotFound):
 		return nil // deleted: nothing to do
 	case err != nil:
 		return err
-	case w.State != list.Running || len(w.Addresses) == 0:
-		return nil // canceled, finished, or this chunk is written already
+	case w.State != list.Running:
+		return nil // canceled or finished
+	case len(w.Addresses) == 0:
+		if again {
+			return r.republish(c)
+		}
+		return nil // written already (a copy published by the sweep)
 	}
-	stop := every(r.AckWait/3, func() { _ = msg.InProgress() })
-	results, err := r.verify(ctx, w.Addresses)
-	stop()
+	vctx, cancel := context.WithTimeout(context.Background(), r.ChunkBudget)
+	results, err := r.verify(vctx, w.Addresses)
+	cancel()
 	if err != nil {
 		return err
 	}
-	out, err := r.store.Write(ctx, c, w, results, r.PublicURL)
+	wctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
+	defer cancel()
+	out, err := r.store.Write(wctx, c, w, results, r.PublicURL)
 	if err != nil {
 		return err
 	}
-	r.publish(ctx, out)
+	r.publish(wctx, out)
 	return nil
+}
+
+// work reads the chunk's unwritten addresses.
+func (r *ListRunner) work(c list.Chunk) (list.Work, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
+	defer cancel()
+	return r.store.Work(ctx, c)
+}
+
+// republish publishes again the chunks the list has handed out and not written: a chunk found
+// written on a second delivery may be one whose worker died after the write's commit and before
+// its publish, so the chunks that write handed out may have no message. Chunks that do have one
+// are not duplicated within the stream's duplicate window (same message ids as the first
+// publish), and one verified twice is written once.
+func (r *ListRunner) republish(c list.Chunk) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
+	defer cancel()
+	chunks, err := r.store.HandedOut(ctx, c.ListID)
+	if err != nil || len(chunks) == 0 {
+		return err
+	}
+	return queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, nil)
 }
 
 // verify runs the pipeline on the chunk's addresses, turning a panic into an error so that one
@@ -150,7 +271,7 @@ func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []ve
 }
 
 // publish queues what a write handed out. A failed publish is logged, not retried: the list is
-// left without progress, and the sweep publishes its chunks again after StallAfter; a delivery
+// left without progress, and the sweep publishes its chunks again after stallAge; a delivery
 // left unpublished is published by the webhook workers' outbox sweep.
 func (r *ListRunner) publish(ctx context.Context, out list.Written) {
 	if len(out.Next) > 0 {
@@ -165,22 +286,25 @@ func (r *ListRunner) publish(ctx context.Context, out list.Written) {
 	}
 }
 
-func (r *ListRunner) fail(id uuid.UUID, reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// fail records the list as failed and publishes what that led to; an error means it is not
+// recorded, and the caller must keep the chunk.
+func (r *ListRunner) fail(id uuid.UUID, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
 	defer cancel()
 	out, err := r.store.Fail(ctx, id, reason, r.PublicURL)
 	if err != nil {
 		r.log.Error("fail list", "list_id", id, "err", err)
-		return
+		return err
 	}
 	r.publish(ctx, out)
+	return nil
 }
 
 // sweep starts queued lists, re-publishes the chunks of stalled ones, and purges expired lists.
 // Every replica may run it: the chunks it publishes carry the same message ids from every
 // replica, and purging is idempotent.
 func (r *ListRunner) sweep(ctx context.Context) {
-	chunks, rounds, err := r.store.Stalled(ctx, r.StallAfter, 100)
+	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), 100)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("list sweep", "err", err)

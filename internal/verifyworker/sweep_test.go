@@ -3,6 +3,7 @@ package verifyworker
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
@@ -108,5 +110,65 @@ func TestSweepRequeuesLostMessages(t *testing.T) {
 	r.sweep(ctx)
 	if n := msgs(); n != 3 {
 		t.Fatalf("%d messages after a sweep with a busy job, want still 3", n)
+	}
+}
+
+// The sweep leaves alone a running list whose chunks may still be with a worker — one that went
+// without progress for longer than the old 2 minutes but less than a chunk's budget, its write's
+// and AckWait together — even when StallAfter is set below that; publishing its chunks again would
+// have two workers probe the same addresses. A list quiet for longer has its chunks published.
+func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, queue.StreamLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
+	pgtest.Must(t, err, "create account")
+	store := list.NewStore(pool, list.Defaults())
+	rd, err := list.NewReader(strings.NewReader("a@x.test\nb@y.test\n"), list.Text, "", list.Limits{MaxRows: 10, MaxLineBytes: 100})
+	pgtest.Must(t, err, "reader")
+	l, err := store.Import(ctx, list.Upload{AccountID: acct.ID, Tier: plan.Builder, Plan: plan.Defaults()[plan.Builder], Now: time.Now()}, rd)
+	pgtest.Must(t, err, "import")
+	chunks, err := store.Start(ctx, l.AccountID)
+	pgtest.Must(t, err, "start")
+	if len(chunks) != 1 {
+		t.Fatalf("started %d chunks, want 1", len(chunks))
+	}
+	// Its chunk is with a worker (no message in the stream), and nothing was written for a while.
+
+	r := NewListRunner(store, js, nil, app.NewLogger(io.Discard, "test"))
+	if r.stallAge() <= r.AckWait+r.ChunkBudget+r.WriteBudget {
+		t.Fatalf("stall age %v is not above AckWait + ChunkBudget + WriteBudget", r.stallAge())
+	}
+	for _, stallAfter := range []time.Duration{r.StallAfter, time.Minute} {
+		r.StallAfter = stallAfter
+		pgtest.Exec(t, pool, `UPDATE lists SET updated_at = now() - interval '3 minutes' WHERE id = $1`, l.ID)
+		r.sweep(ctx)
+		if n := msgs(); n != 0 {
+			t.Fatalf("StallAfter %v: the sweep published %d chunks of a list quiet for 3 minutes", stallAfter, n)
+		}
+	}
+	pgtest.Exec(t, pool, `UPDATE lists SET updated_at = now() - $2 * interval '1 second' WHERE id = $1`,
+		l.ID, (r.stallAge() + time.Minute).Seconds())
+	r.sweep(ctx)
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d messages after the sweep of a stalled list, want its 1 chunk", n)
 	}
 }
