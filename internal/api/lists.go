@@ -118,11 +118,18 @@ func (s *Server) uploadList(c echo.Context) error {
 	if err != nil {
 		return s.uploadError(err)
 	}
-	// The list is stored and admitted; starting it is best effort here, as the sweep of the
-	// verifier workers starts (and publishes the chunks of) any list this does not.
-	s.publishChunks(ctx, l.AccountID)
-	if l, err = s.lists.Get(ctx, who.account, l.ID); err != nil {
-		return storeError(err)
+	// The list is stored and admitted: from here on the answer is 202, whatever fails, or the
+	// client would upload and be charged for it again. Starting it is best effort, as the sweep
+	// of the verifier workers starts (and publishes the chunks of) any list this does not. These
+	// are request-path statements: a context without the import's long deadline gives each the
+	// database's default one (about a second), so a Postgres that stopped answering does not
+	// hold the answer.
+	qctx := context.WithoutCancel(req.Context())
+	s.publishChunks(qctx, l.AccountID)
+	if got, err := s.lists.Get(qctx, who.account, l.ID); err == nil {
+		l = got
+	} else {
+		s.log.Warn("upload stored; its list could not be read back", "list_id", l.ID, "err", err)
 	}
 	c.Response().Header().Set(echo.HeaderLocation, uploadPath+"/"+l.ID.String())
 	return c.JSON(http.StatusAccepted, l.View(s.cfg.PublicURL, s.now()))

@@ -161,6 +161,16 @@ func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 		pb.recover(t, mgmt)
 	}
 
+	// A list upload: its short statements (taking a connection, the list row, the admission)
+	// have the default deadline, not the import's long one.
+	pb.trip.armed.Store(true)
+	start := time.Now()
+	r := pb.call(http.MethodPost, "/v1/email/lists", std, "ann@acme.test\nbob@acme.test\n", "Content-Type", "text/plain")
+	if took := time.Since(start); r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" || took > partitionBudget {
+		t.Errorf("list upload, partition after look-up: %d in %v, want 503 with Retry-After within %v: %s", r.status, took, partitionBudget, r.raw)
+	}
+	pb.recover(t, mgmt)
+
 	pb.call(http.MethodPost, "/v1/email/verify", std, junk).want(t, http.StatusOK, "")
 	pb.call(http.MethodGet, "/v1/management/usage", mgmt, nil).want(t, http.StatusOK, "")
 
@@ -172,6 +182,9 @@ func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 	}
 	if n := count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`); n != 2 {
 		t.Errorf("%d quota units charged, want 2 (the requests that succeeded)", n)
+	}
+	if n := count(`SELECT count(*) FROM lists WHERE account_id = $1`); n != 0 {
+		t.Errorf("%d lists stored by the refused upload", n)
 	}
 	if n := count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`); n != 2 {
 		t.Errorf("%d verification rows, want 2", n)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -32,6 +33,12 @@ type Upload struct {
 // nothing charged: an *InputError or *TooManyRowsError from the file, a usage refusal
 // (*usage.QuotaExceeded, *usage.SpendCapExceeded) or a datastore error. The caller starts the
 // list with Start.
+//
+// Only the statements whose work grows with the file (its COPY, the numbering of its unique
+// addresses, the commit) have the bulk budget. The others — taking a connection and beginning,
+// storing the list row, the admission, the counts — have database.QueryTimeout each, so a
+// Postgres that does not answer turns the upload into a 503 within about a second instead of a
+// wait as long as the bulk budget (docs/reliability.md).
 func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) {
 	ctx, cancel := bulk(ctx)
 	defer cancel()
@@ -39,8 +46,19 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 	if err != nil {
 		return List{}, err
 	}
-	var unique int64
-	err = s.tx(ctx, func(tx pgx.Tx) error {
+	quick := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, database.QueryTimeout) }
+	bctx, bcancel := quick()
+	tx, err := s.db.Begin(bctx) // bctx bounds the begin only, not the transaction
+	bcancel()
+	if err != nil {
+		return List{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	var (
+		unique int64
+		chunks int
+	)
+	err = func() error {
 		var key *string
 		if u.KeyID != "" {
 			key = &u.KeyID
@@ -54,9 +72,11 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		}
 		// The list row comes first so that nothing references a list that is not there; its
 		// counts are filled in once the file has been read.
-		_, err := tx.Exec(ctx, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column,
+		qctx, qcancel := quick()
+		_, err := tx.Exec(qctx, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column,
 			quota_month, webhook_url, webhook_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), usage.MonthStart(u.Now), hook, secret)
+		qcancel()
 		if err != nil {
 			return fmt.Errorf("store list: %w", err)
 		}
@@ -77,22 +97,43 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		}
 		unique = tag.RowsAffected()
 		// Admission of the whole list, worst case: every unique address verified and billable.
-		d, err := usage.Admit(ctx, tx, usage.Request{
+		qctx, qcancel = quick()
+		d, err := usage.Admit(qctx, tx, usage.Request{
 			AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
 			RatePerMin: u.Plan.RateLimitPerMin, MonthlyCalls: u.Plan.MonthlyCalls, OverageEUR: u.Plan.OverageEUR, Now: u.Now,
 		})
+		qcancel()
 		if err != nil {
 			return err
 		}
-		chunks := (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
-		_, err = tx.Exec(ctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4, quota_units = $5 WHERE id = $1`,
+		chunks = (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
+		qctx, qcancel = quick()
+		defer qcancel()
+		_, err = tx.Exec(qctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4, quota_units = $5 WHERE id = $1`,
 			id, rd.Rows(), unique, chunks, d.QuotaCharged)
 		return err
-	})
+	}()
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
 	if err != nil {
 		return List{}, err
 	}
-	return s.Get(ctx, u.AccountID, id)
+	qctx, qcancel := quick()
+	defer qcancel()
+	if l, err := s.Get(qctx, u.AccountID, id); err == nil {
+		return l, nil
+	}
+	// Stored and admitted, but not readable back right now: the list exists, and an error here
+	// would make the client upload (and be charged for) it again. Answer with what was written.
+	acct, _ := uuid.Parse(u.AccountID)
+	var hook *string
+	if u.WebhookURL != "" {
+		hook = &u.WebhookURL
+	}
+	return List{ID: id, AccountID: acct, Name: u.Name, Format: rd.format, Columns: rd.Columns(), EmailColumn: rd.EmailColumn(),
+		State: Queued, Rows: rd.Rows(), Unique: int(unique), Chunks: chunks, WebhookURL: hook, CreatedAt: u.Now, UpdatedAt: u.Now,
+		HasWebhookSecret: u.WebhookURL != "" && u.WebhookSecret != ""}, nil
 }
 
 // rowSource feeds the upload's rows to COPY as the Reader parses them.
