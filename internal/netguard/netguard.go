@@ -46,6 +46,7 @@ var forbiddenPrefixes = func() []netip.Prefix {
 		"fec0::/10",       // deprecated site-local
 		"::ffff:0:0/96",   // IPv4-mapped; unmapped below, listed for completeness
 		"::/96",           // IPv4-compatible (deprecated)
+		"::ffff:0:0:0/96", // IPv4-translated (RFC 2765 SIIT): ::ffff:0:a.b.c.d reaches a.b.c.d through a translator
 	} {
 		ps = append(ps, netip.MustParsePrefix(s))
 	}

@@ -38,6 +38,8 @@ func TestCheckAddr(t *testing.T) {
 		{"255.255.255.255", false},
 		{"::ffff:127.0.0.1", false},
 		{"::ffff:10.0.0.1", false},
+		{"::ffff:0:127.0.0.1", false}, // IPv4-translated
+		{"::ffff:0:8.8.8.8", false},
 		{"8.8.8.8", true},
 		{"2001:4860:4860::8888", true},
 		{"::ffff:8.8.8.8", true},
