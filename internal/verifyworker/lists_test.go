@@ -259,10 +259,15 @@ func (p *budgetPipeline) Verify(context.Context, string) verify.Result { panic("
 func (p *budgetPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
 	p.calls.Add(1)
 	<-ctx.Done()
+	return resultsOf(emails, verify.OutcomeUnknown)
+}
+
+// resultsOf is one result of outcome for each of emails.
+func resultsOf(emails []string, outcome verify.Outcome) []verify.Result {
 	out := make([]verify.Result, len(emails))
 	for i, e := range emails {
 		out[i] = verify.Result{Email: e}
-		out[i].Apply(verify.OutcomeUnknown)
+		out[i].Apply(outcome)
 	}
 	return out
 }
@@ -307,12 +312,7 @@ func (p *flakyPipeline) VerifyBatch(_ context.Context, emails []string, _ func(i
 	if p.fail(p.calls.Add(1)) {
 		panic("flaky pipeline")
 	}
-	out := make([]verify.Result, len(emails))
-	for i, e := range emails {
-		out[i] = verify.Result{Email: e}
-		out[i].Apply(verify.OutcomeDeliverable)
-	}
-	return out
+	return resultsOf(emails, verify.OutcomeDeliverable)
 }
 
 // Postgres unreachable for many more deliveries of a chunk than MaxFailures: the chunk keeps

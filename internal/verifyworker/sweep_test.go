@@ -31,21 +31,7 @@ func TestSweepRequeuesLostMessages(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, queue.StreamJobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs := func() uint64 {
-		t.Helper()
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
-	}
+	msgs := streamMsgs(t, ctx, js, queue.StreamJobs)
 
 	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
 	pgtest.Must(t, err, "create account")
@@ -60,6 +46,10 @@ func TestSweepRequeuesLostMessages(t *testing.T) {
 	lose := func(id uuid.UUID) {
 		body := []byte(`{"job_id":"` + id.String() + `"}`)
 		ack, err := js.Publish(ctx, queue.SubjectJob, body, jetstream.WithMsgID("job."+id.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := js.Stream(ctx, queue.StreamJobs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,21 +113,7 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, queue.StreamLists)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs := func() uint64 {
-		t.Helper()
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
-	}
+	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
 
 	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
 	pgtest.Must(t, err, "create account")
@@ -170,5 +146,26 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 	r.sweep(ctx)
 	if n := msgs(); n != 1 {
 		t.Fatalf("%d messages after the sweep of a stalled list, want its 1 chunk", n)
+	}
+}
+
+// streamMsgs creates the streams and returns a function that reads how many messages the stream
+// name holds.
+func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) func() uint64 {
+	t.Helper()
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
 	}
 }
