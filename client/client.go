@@ -93,7 +93,9 @@ func WithTimeout(d time.Duration) Option {
 // rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
 // Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
 // 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
-// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md).
+// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md). A 503
+// to a management POST that creates something (a key, a delivery replay, a portal session) is
+// not retried, since it may have acted before its answer failed.
 func WithRetryOnRateLimit(on bool) Option {
 	return func(c *Client) { c.retryOnRateLimit = on }
 }
@@ -133,6 +135,28 @@ func (c *Client) BaseURL() string { return c.baseURL }
 type request struct {
 	method, path string
 	body         any
+}
+
+// units is how many addresses r asks to verify: the length of a batch or stream, 1 for a single
+// or async verification, 0 for any other request.
+func (r request) units() int {
+	switch b := r.body.(type) {
+	case map[string][]string:
+		return len(b["emails"])
+	case map[string]string:
+		if _, ok := b["email"]; ok {
+			return 1
+		}
+	}
+	return 0
+}
+
+// repeatable says whether r may be sent again after a 503, which can come after the request
+// acted (a commit whose answer came too late): a verification (refused ones are never charged,
+// and an async job is refused only once it was removed), a read, a delete or a cancel, but not a
+// management POST that creates something (a key, a replay, a portal session).
+func (r request) repeatable() bool {
+	return r.method != http.MethodPost || strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
 }
 
 // upload is a request body that is not JSON: a file, streamed as it is read (docs/lists.md,
@@ -182,7 +206,7 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 		}
 		apiErr := readError(a.resp)
 		a.release()
-		wait, retryable := c.retryWait(apiErr)
+		wait, retryable := c.retryWait(r, apiErr)
 		if !retryable || n >= retries {
 			return nil, apiErr
 		}
@@ -201,14 +225,19 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 	}
 }
 
-// retryWait says whether e may be retried under the client's options and how long to wait first
-// (docs/errors.md: rate_limit_exceeded after reset_at, 503s after Retry-After).
-func (c *Client) retryWait(e *Error) (time.Duration, bool) {
+// retryWait says whether r's answer e may be retried under the client's options and how long to
+// wait first (docs/errors.md: rate_limit_exceeded after reset_at, 503s after Retry-After). A
+// request larger than the account's whole per-minute limit is not: it can never pass, and its
+// caller splits it (chunked).
+func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 	if !c.retryOnRateLimit {
 		return 0, false
 	}
 	switch {
 	case e.Status == http.StatusTooManyRequests && e.Code == CodeRateLimitExceeded:
+		if e.Limit > 0 && e.Limit < r.units() {
+			return 0, false
+		}
 		if !e.ResetAt.IsZero() {
 			return max(time.Until(e.ResetAt), 0) + retryMargin, true
 		}
@@ -216,7 +245,7 @@ func (c *Client) retryWait(e *Error) (time.Duration, bool) {
 			return e.RetryAfter + retryMargin, true
 		}
 		return 0, false
-	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0:
+	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable():
 		return e.RetryAfter + retryMargin, true
 	}
 	return 0, false

@@ -116,8 +116,19 @@ func readError(resp *http.Response) *Error {
 		e = &Error{Status: resp.StatusCode, Code: CodeUnexpectedResponse,
 			Message: fmt.Sprintf("HTTP %d without an error envelope: %q", resp.StatusCode, text)}
 	}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	}
+	e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+
 	return e
+}
+
+// retryAfter reads a Retry-After header: seconds, as the API sends, or an HTTP date, as a proxy
+// in front of it may (RFC 9110, section 10.2.3). Zero means none, or a time already past.
+func retryAfter(v string, now time.Time) time.Duration {
+	if s, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(s, 0)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -356,4 +358,57 @@ func TestAgainstServer(t *testing.T) {
 			t.Errorf("keys with a standard key: exit %d, %s", code, stderr)
 		}
 	})
+}
+
+// Interrupted while its first progress poll is still out, verify --file cancels the list it
+// uploaded (by the upload's id: the failed poll has none) so that the rest is not billed.
+func TestVerifyFileInterruptedDuringFirstPoll(t *testing.T) {
+	t.Parallel()
+	const id = "0199a1b2-0000-7000-8000-000000000001"
+	canceled := make(chan string, 1)
+	polled := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists":
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, `{"id":%q,"state":"running","rows":1,"unique":1}`, id)
+		case r.Method == http.MethodGet:
+			select {
+			case polled <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done() // the poll never answers
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+			canceled <- r.URL.Path
+			fmt.Fprintf(w, `{"id":%q,"state":"canceled","rows":1,"unique":1}`, id)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	in := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(in, []byte("ann@acme.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-polled
+		cancel() // Ctrl-C
+	}()
+	var out, errOut bytes.Buffer
+	env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": srv.URL}
+	code := Run(ctx, []string{"verify", "--file", in}, func(k string) string { return env[k] }, strings.NewReader(""), &out, &errOut)
+	select {
+	case path := <-canceled:
+		if path != "/v1/email/lists/"+id+"/cancel" {
+			t.Fatalf("canceled %s, want list %s", path, id)
+		}
+	default:
+		t.Fatalf("the list was not canceled (exit %d): %s", code, errOut.String())
+	}
+	if code == ExitOK || !strings.Contains(errOut.String(), "interrupted: list "+id+" canceled") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
 }

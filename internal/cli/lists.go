@@ -58,18 +58,19 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	prog := newProgress(e.stderr, isTerminal(e.stderr))
-	l, err = c.WaitList(ctx, l.ID, listPoll, prog.update)
+	id := l.ID // WaitList answers a zero List when its first poll fails: keep the upload's id
+	l, err = c.WaitList(ctx, id, listPoll, prog.update)
 	prog.finish()
 	if err != nil {
 		if ctx.Err() != nil {
 			// Interrupted: stop the list, so that what was not verified is not billed.
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if _, cerr := c.CancelList(stop, l.ID); cerr == nil {
-				return fmt.Errorf("interrupted: list %s canceled: %w", l.ID, err)
+			if _, cerr := c.CancelList(stop, id); cerr == nil {
+				return fmt.Errorf("interrupted: list %s canceled: %w", id, err)
 			}
 		}
-		return fmt.Errorf("list %s: %w", l.ID, err)
+		return fmt.Errorf("list %s: %w", id, err)
 	}
 	if err := finalState(l); err != nil {
 		return err

@@ -497,17 +497,19 @@ export class Mailvet {
         deadline.done();
       }
       // An upload's body may be a stream, read once: it cannot be sent again.
-      const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call.units) : undefined;
+      const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
       if (wait === undefined) throw err;
       await sleep(wait, call.signal);
     }
   }
 
   // #retryDelay is how long to wait before retrying after err, or undefined when err is final:
-  // retries are off or used up, the error is not one a wait can cure, or the request needs more
-  // rate-limit units than the account's whole per-minute limit.
-  #retryDelay(err: MailvetError, attempt: number, units: number | undefined): number | undefined {
+  // retries are off or used up, the error is not one a wait can cure, the request needs more
+  // rate-limit units than the account's whole per-minute limit, or it is a 503 to a request that
+  // may have acted and must not be repeated (repeatable).
+  #retryDelay(err: MailvetError, attempt: number, call: Call): number | undefined {
     if (!this.#retry || attempt >= this.#maxRetries) return undefined;
+    const units = call.units;
     if (err.status === 429 && err.error === "rate_limit_exceeded") {
       if (units !== undefined && err.limit !== undefined && units > err.limit) return undefined;
       const reset = err.reset_at === undefined ? NaN : Date.parse(err.reset_at);
@@ -515,7 +517,7 @@ export class Mailvet {
       if (err.retryAfter !== undefined) return err.retryAfter * 1000 + retryCushionMs;
       return undefined;
     }
-    if (err.status === 503 && err.retryAfter !== undefined) return err.retryAfter * 1000 + retryCushionMs;
+    if (err.status === 503 && err.retryAfter !== undefined && repeatable(call)) return err.retryAfter * 1000 + retryCushionMs;
     return undefined;
   }
 
@@ -594,6 +596,14 @@ export class Mailvet {
 function requestIdOf(res: Response): { requestId?: string } {
   const id = res.headers.get("X-Request-Id");
   return id ? { requestId: id } : {};
+}
+
+// repeatable says whether call may be sent again after a 503, which can come after the request
+// acted (a commit whose answer came too late): a verification (refused ones are never charged, and
+// an async job is refused only once it was removed), a read, a delete or a cancel, but not a
+// management POST that creates something (a key, a replay, a portal session).
+function repeatable(call: Call): boolean {
+  return call.method !== "POST" || call.path.startsWith("/v1/email/verify") || call.path.endsWith("/cancel");
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).

@@ -206,6 +206,15 @@ describe("retries", () => {
     assert.equal(h.requests.length, 1, "retries are off by default");
   });
 
+  test("a 503 to a management POST that creates something is thrown at once, as it may have acted", async () => {
+    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" }));
+    const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    await assert.rejects(m.keys.create("prod"), MailvetError);
+    await assert.rejects(m.deliveries.retry("d1"), MailvetError);
+    await assert.rejects(m.billingPortal("https://example.com/back"), MailvetError);
+    assert.equal(f.requests.length, 3, "one request each, none retried");
+  });
+
   test("an abort during the wait before a retry rejects at once with the signal's reason", async () => {
     const f = await fake((req, res) => rateLimited(res, 5000));
     const ctl = new AbortController();
