@@ -37,6 +37,7 @@ type session struct {
 
 	inTxn    bool // a MAIL FROM has been accepted and not reset
 	txnRcpts int
+	txnTaken int // RCPTs of this transaction answered other than "too many recipients"
 	errors   int  // failed commands; see maxErrors
 	broken   bool // the connection is in an unknown state
 	full     bool // the server will take no more recipients in this session
@@ -46,6 +47,7 @@ type session struct {
 
 	rcpts    int // RCPT replies read since the pool last counted them (arrivedLocked)
 	rejected int // of which failed
+	taken    int // RCPTs of the whole session answered other than "too many recipients"
 
 	lease Lease // the fleet slot this session holds, or nil without a fleet-wide limit
 
@@ -216,7 +218,7 @@ func (s *session) exchange(batch []rcpt) {
 			s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
 			return
 		}
-		s.inTxn, s.txnRcpts = true, 0
+		s.inTxn, s.txnRcpts, s.txnTaken = true, 0, 0
 		if !s.tls {
 			s.pl.setPlainOK()
 		}
@@ -243,7 +245,7 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 	}
 	rep := replies[len(replies)-1]
 	if rep.Code/100 == 2 {
-		s.inTxn, s.txnRcpts = true, 0
+		s.inTxn, s.txnRcpts, s.txnTaken = true, 0, 0
 		if !s.tls {
 			s.pl.setPlainOK()
 		}
@@ -269,6 +271,11 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 func (s *session) settle(it rcpt, rep Reply) {
 	s.txnRcpts++
 	s.rcpts++
+	limit := tooManyRecipients(rep)
+	if !limit {
+		s.taken++
+		s.txnTaken++
+	}
 	if rep.Code/100 != 2 {
 		s.errors++
 		s.rejected++
@@ -286,15 +293,23 @@ func (s *session) settle(it rcpt, rep Reply) {
 	}
 	j := it.j
 	switch {
-	case rep.Code == 452 && (rep.Enhanced == "4.5.3" || strings.Contains(strings.ToLower(rep.Text), "recipients")):
+	case limit:
 		// Too many recipients: not an answer about the mailbox. When the transaction had taken
 		// some, that is the server's limit per transaction: the session goes on in a new one
-		// (RSET, MAIL FROM) no larger. When it had taken none, the session is spent.
-		if taken := s.txnRcpts - 1; taken > 0 {
-			s.rcptMax = min(s.rcptMax, taken)
-			s.pl.learnTxnMax(taken)
-		} else {
+		// (RSET, MAIL FROM) no larger. When it had taken none but the session had, earlier, that
+		// is a limit per session: the session is spent, and the address goes to a fresh one.
+		// Said before the session took any recipient, it is no limit a new session can work
+		// around (sending it to one would open session after session): the answer is unknown.
+		switch {
+		case s.txnTaken > 0:
+			s.rcptMax = min(s.rcptMax, s.txnTaken)
+			s.pl.learnTxnMax(s.txnTaken)
+		case s.taken > 0:
 			s.full = true
+		default:
+			s.full = true
+			j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: rep})
+			return
 		}
 		s.pl.requeueJobs([]*job{j}, false)
 		return
@@ -311,6 +326,13 @@ func (s *session) settle(it rcpt, rep Reply) {
 	default:
 		j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: rep})
 	}
+}
+
+// tooManyRecipients reports a 452 that is a recipient limit (enhanced code 4.5.3, or no enhanced
+// code and "recipients" in the text), not a mailbox's answer such as 452 4.2.2 "Recipient's
+// mailbox is full".
+func tooManyRecipients(rep Reply) bool {
+	return rep.Code == 452 && (rep.Enhanced == "4.5.3" || rep.Enhanced == "" && strings.Contains(strings.ToLower(rep.Text), "recipients"))
 }
 
 // abandon settles RCPTs that got no answer: probes are inconclusive; jobs past their budget are

@@ -468,6 +468,19 @@ func (p *Prober) catchAllFor(domain string, room int) (known, catchAll bool, cla
 	return false, false, st.inflight, nil, true
 }
 
+// probeAlone claims the catch-all probe of domain to be sent on its own (pool.fillLocked), or
+// returns nil when its answer is known or a probe is already out.
+func (p *Prober) probeAlone(domain string) *caProbe {
+	p.caMu.Lock()
+	defer p.caMu.Unlock()
+	st := p.ca[domain]
+	if st == nil || st.known && time.Now().Before(st.expires) || st.inflight != nil {
+		return nil
+	}
+	st.inflight = &caProbe{domain: domain, local: randomLocal(), done: make(chan struct{})}
+	return st.inflight
+}
+
 func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
 	p.caMu.Lock()
 	defer p.caMu.Unlock()
