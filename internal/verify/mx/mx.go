@@ -59,6 +59,9 @@ type Result struct {
 	// Implicit is set when the domain has no MX records and its own A/AAAA records stand in
 	// for them (RFC 5321 §5.1): Hosts is then the domain itself.
 	Implicit bool
+	// incomplete is set when a host's address look-up failed with a DNS error: the answer is
+	// used, not cached.
+	incomplete bool
 }
 
 // Primary is the most preferred MX host name.
@@ -171,6 +174,8 @@ func (r *Resolver) cached(domain string) (Result, error, bool) {
 func (r *Resolver) store(domain string, res Result, err error) (time.Time, bool) {
 	var ttl time.Duration
 	switch {
+	case err == nil && res.incomplete:
+		return time.Time{}, false // a host's addresses are missing for a DNS error: asked again next time
 	case err == nil:
 		ttl = PositiveTTL
 	case errors.Is(err, ErrNoMX):
@@ -259,7 +264,11 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 			}
 		}
 	}
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		failMu sync.Mutex
+		failed error // a host's address look-up that failed temporarily
+	)
 	for i := range hosts {
 		if g := glue[hosts[i].Name]; len(g) > 0 {
 			hosts[i].Addrs = g
@@ -268,10 +277,26 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 		wg.Add(1)
 		go func(h *Host) {
 			defer wg.Done()
-			h.Addrs = r.addrs(ctx, h.Name)
+			var err error
+			h.Addrs, err = r.resolve(ctx, h.Name)
+			if err != nil && len(h.Addrs) == 0 {
+				failMu.Lock()
+				failed = err
+				failMu.Unlock()
+			}
 		}(&hosts[i])
 	}
 	wg.Wait()
+	if failed != nil {
+		if !slices.ContainsFunc(hosts, func(h Host) bool { return len(h.Addrs) > 0 }) {
+			// No host has an address because the look-ups failed, not because there are none:
+			// a DNS error, answered as such and not cached (the MX answer would be kept 6 hours
+			// with hosts the prober could never dial).
+			return Result{}, fmt.Errorf("%w: %s: MX hosts' addresses: %v", ErrTemporary, domain, failed)
+		}
+		// Some hosts have addresses: the prober can use them now, but the answer is not kept.
+		return Result{Hosts: hosts, incomplete: true}, nil
+	}
 	return Result{Hosts: hosts}, nil
 }
 
@@ -286,13 +311,6 @@ func (r *Resolver) implicit(ctx context.Context, domain string) (Result, error) 
 		return Result{}, err
 	}
 	return Result{}, fmt.Errorf("%w: %s: neither MX nor A/AAAA records", ErrNoMX, domain)
-}
-
-// addrs resolves a host's A and AAAA records. A host that does not resolve keeps an empty list:
-// the prober then moves on to the next MX host.
-func (r *Resolver) addrs(ctx context.Context, host string) []netip.Addr {
-	out, _ := r.resolve(ctx, host)
-	return out
 }
 
 // resolve asks for host's A and AAAA records at once. A host that is an alias (a CNAME, which

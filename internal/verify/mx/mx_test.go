@@ -270,3 +270,34 @@ func TestSingleflight(t *testing.T) {
 		t.Fatalf("50 concurrent look-ups sent %d queries, want 1", q)
 	}
 }
+
+// An MX host whose address look-up fails with a DNS error is not "a host without addresses":
+// when no host has an address for that reason the look-up is a temporary failure, and when only
+// some have, the answer is used but not cached (it was kept for 6 hours, and shared with the
+// fleet, with a host the prober could never dial).
+func TestMXHostLookupFailure(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	ok := addServer(t, w, "mx2.half.test")
+	w.AddDomain("hostfail.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.hostfail.test"}}, NoGlue: true})
+	w.AddDomain("mx.hostfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	w.AddDomain("half.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx1.half.test"}, {Pref: 20, Host: "mx2.half.test"}}, NoGlue: true})
+	w.AddDomain("mx1.half.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+
+	r := New(Config{Server: w.DNSAddr()})
+	ctx := context.Background()
+	for range 2 {
+		if res, err := r.Lookup(ctx, "hostfail.test"); !errors.Is(err, ErrTemporary) {
+			t.Fatalf("hostfail.test: %+v, %v; want a temporary failure", res, err)
+		}
+		res, err := r.Lookup(ctx, "half.test")
+		if err != nil || len(res.Hosts) != 2 || len(res.Hosts[0].Addrs) != 0 || !slices.Equal(res.Hosts[1].Addrs, []netip.Addr{ok.Addr()}) {
+			t.Fatalf("half.test: %+v, %v; want both hosts, the second with its address", res, err)
+		}
+	}
+	for _, d := range []string{"hostfail.test", "half.test"} {
+		if q := w.DNSQueries(d, dns.TypeMX); q != 2 {
+			t.Errorf("%s asked %d times in two look-ups, want 2 (not cached)", d, q)
+		}
+	}
+}
