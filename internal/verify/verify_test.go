@@ -270,3 +270,33 @@ func TestIDNDomain(t *testing.T) {
 		t.Errorf("xn--bcher-kva.example asked %d times, want 1 (one cached look-up for every spelling)", q)
 	}
 }
+
+// A refused MAIL FROM is the sender's problem only when it is permanent: a 4xx to it is
+// temporary and says which (greylisted, so that an async job is probed again; a busy server),
+// a 421 is retried in another session; repeated 421s to RCPT are a busy server, not a refused
+// connection.
+func TestTemporaryRefusalsOfTheSender(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	for _, c := range []struct {
+		name string
+		opts mailsim.ServerOptions
+		dom  mailsim.Domain
+		want Reason
+	}{
+		{"m554", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"}}, mailsim.Domain{}, ReasonSenderRejected},
+		{"m451", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 451, Enhanced: "4.7.1", Text: "Greylisted, please try again later"}}, mailsim.Domain{}, ReasonGreylisted},
+		{"m450", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 450, Enhanced: "4.3.2", Text: "System busy"}}, mailsim.Domain{}, ReasonTemporarilyUnavail},
+		{"m421", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service shutting down"}}, mailsim.Domain{}, ReasonTemporarilyUnavail},
+		{"r421", mailsim.ServerOptions{}, mailsim.Domain{All: &mailsim.Reply{Code: 421, Enhanced: "4.7.0", Text: "Too busy"}}, ReasonTemporarilyUnavail},
+	} {
+		c.opts.Name = "mx." + c.name + ".test"
+		b.server(t, c.opts)
+		c.dom.MX, c.dom.Users = mxOf(c.opts.Name), []string{"ann"}
+		b.w.AddDomain(c.name+".test", c.dom)
+		r := b.v.Verify(context.Background(), "ann@"+c.name+".test")
+		if r.Status != StatusUnknown || r.Reason != c.want {
+			t.Errorf("%s: %s/%s, want unknown/%s", c.name, r.Status, r.Reason, c.want)
+		}
+	}
+}

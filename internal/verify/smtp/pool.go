@@ -111,6 +111,9 @@ func (pl *pool) requeueJobs(js []*job, penalty bool) {
 		switch {
 		case j.expired(time.Now()):
 			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrTimeout})
+		case j.attempts > 3 && j.lastReply.Code != 0:
+			// Sessions were had, and each ended with a 421: a busy server, not a refused one.
+			j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: j.lastReply})
 		case j.attempts > 3:
 			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrNoHost})
 		default:

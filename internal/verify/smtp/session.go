@@ -37,7 +37,7 @@ type session struct {
 
 	inTxn    bool // a MAIL FROM has been accepted and not reset
 	txnRcpts int
-	txnTaken int // RCPTs of this transaction answered other than "too many recipients"
+	txnTaken int  // RCPTs of this transaction answered other than "too many recipients"
 	errors   int  // failed commands; see maxErrors
 	broken   bool // the connection is in an unknown state
 	full     bool // the server will take no more recipients in this session
@@ -214,8 +214,7 @@ func (s *session) exchange(batch []rcpt) {
 		}
 		if rep := replies[pre-1]; rep.Code/100 != 2 {
 			s.errors++
-			s.broken = true
-			s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+			s.refusedMail(batch, rep)
 			return
 		}
 		s.inTxn, s.txnRcpts, s.txnTaken = true, 0, 0
@@ -261,10 +260,36 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 		}
 		return s.mail([]string{"MAIL FROM:<" + s.pl.p.cfg.MailFrom + ">"}, batch)
 	}
-	// The server refuses our sender: it says nothing about the mailboxes.
-	s.broken = true
-	s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+	s.refusedMail(batch, rep)
 	return false
+}
+
+// refusedMail settles batch after the server refused our MAIL FROM, which says nothing about the
+// mailboxes. A 5xx refuses our sender (reason sender_rejected). A 421 closes the session: the
+// addresses go to another, as after a 421 to a RCPT. Any other 4xx is temporary — greylisting, a
+// busy server — and the addresses get that reply as their answer, so that its reason (greylisted,
+// temporarily_unavailable) and retry hint are the reply's, and an async job is probed again.
+func (s *session) refusedMail(batch []rcpt, rep Reply) {
+	s.broken = true
+	switch {
+	case rep.Code == 421:
+		for _, it := range batch {
+			if it.j != nil {
+				it.j.lastReply = rep
+			}
+		}
+		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), false)
+	case rep.Code/100 == 4:
+		for _, it := range batch {
+			if it.probe != nil {
+				s.pl.p.resolveCatchAll(it.probe, caInconclusive)
+				continue
+			}
+			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Reply: rep})
+		}
+	default:
+		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+	}
 }
 
 // settle acts on the reply to one RCPT.
@@ -315,6 +340,7 @@ func (s *session) settle(it rcpt, rep Reply) {
 		return
 	case rep.Code == 421:
 		s.broken = true
+		j.lastReply = rep
 		s.pl.requeue([]*job{j})
 		return
 	}

@@ -395,6 +395,7 @@ type job struct {
 	next         int       // index of the target being tried
 	deadline     time.Time // zero until a session first works on it (ProbeAll)
 	attempts     int       // times it was handed back unanswered
+	lastReply    Reply     // the 421 it was last handed back after, if any: its answer when attempts run out
 	reached      bool      // some target failed for a reason other than a forbidden address
 	finishFn     func(Result)
 	finished     atomic.Bool
