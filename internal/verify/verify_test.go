@@ -300,3 +300,19 @@ func TestTemporaryRefusalsOfTheSender(t *testing.T) {
 		}
 	}
 }
+
+// A catch-all probe that is greylisted while the address is accepted leaves the address's answer
+// open for the same reason: unknown/greylisted (so that an async job is probed again), not a bare
+// "inconclusive" (internal/verify/smtp: TestProbeLocalIsStable keeps the probe passing the
+// greylist on the re-probe).
+func TestGreylistedCatchAllProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, 20)
+	b.server(t, mailsim.ServerOptions{Name: "mx.grey.test"})
+	b.w.AddDomain("grey.test", mailsim.Domain{MX: mxOf("mx.grey.test"), Users: []string{"ann"},
+		Unknown: &mailsim.Reply{Code: 451, Enhanced: "4.7.1", Text: "Greylisted, please try again later"}})
+	r := b.v.Verify(context.Background(), "ann@grey.test")
+	if r.Status != StatusUnknown || r.Reason != ReasonGreylisted {
+		t.Errorf("ann@grey.test: %s/%s, want unknown/greylisted", r.Status, r.Reason)
+	}
+}

@@ -354,3 +354,13 @@ func TestOneRecipientPerTransaction(t *testing.T) {
 		t.Errorf("%d sessions for two addresses, want at most 3", st.Sessions)
 	}
 }
+
+// A domain's catch-all probe has the same local part every time, on every worker: greylisting
+// lets a (client, sender, recipient) triple in on its retry, and a new local part on each
+// re-probe of an async job would be greylisted every time.
+func TestProbeLocalIsStable(t *testing.T) {
+	a, again, other := probeLocal("grey.test"), probeLocal("grey.test"), probeLocal("blue.test")
+	if a != again || a == other || !strings.HasPrefix(a, "mv") || len(a) != 18 {
+		t.Errorf("probe local parts %q, %q, %q: want one per domain", a, again, other)
+	}
+}

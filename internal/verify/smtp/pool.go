@@ -436,7 +436,7 @@ func (pl *pool) greeted() {
 }
 
 // fillLocked picks jobs for one exchange of s: as many as its error budget allows if every one
-// were rejected, plus a random-local-part RCPT for each domain whose catch-all answer is
+// were rejected, plus a catch-all probe RCPT (probeLocal) for each domain whose catch-all answer is
 // neither known nor already being asked.
 func (pl *pool) fillLocked(s *session) []rcpt {
 	if pl.txnMax > 0 {

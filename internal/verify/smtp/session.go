@@ -313,6 +313,11 @@ func (s *session) settle(it rcpt, rep Reply) {
 		case rep.Code/100 == 5 && classify(rep) == Undeliverable:
 			o = caNo
 		}
+		if o == caInconclusive && rep.Code/100 == 4 {
+			// Deferred (greylisting, a busy server): the addresses waiting on the probe get
+			// this reply as their answer, not a bare "inconclusive" (Prober.accepted).
+			it.probe.deferred = rep
+		}
 		s.pl.p.resolveCatchAll(it.probe, o)
 		return
 	}

@@ -33,7 +33,7 @@ package smtp
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -425,6 +425,8 @@ type caProbe struct {
 	local   string
 	done    chan struct{}
 	outcome caOutcome
+	// deferred is the probe's 4xx reply when it was deferred; written before done is closed.
+	deferred Reply
 }
 
 type caOutcome int
@@ -465,7 +467,7 @@ func (p *Prober) catchAllFor(domain string, room int) (known, catchAll bool, cla
 	if room < 2 {
 		return false, false, nil, nil, false
 	}
-	st.inflight = &caProbe{domain: domain, local: randomLocal(), done: make(chan struct{})}
+	st.inflight = &caProbe{domain: domain, local: probeLocal(domain), done: make(chan struct{})}
 	return false, false, st.inflight, nil, true
 }
 
@@ -478,7 +480,7 @@ func (p *Prober) probeAlone(domain string) *caProbe {
 	if st == nil || st.known && time.Now().Before(st.expires) || st.inflight != nil {
 		return nil
 	}
-	st.inflight = &caProbe{domain: domain, local: randomLocal(), done: make(chan struct{})}
+	st.inflight = &caProbe{domain: domain, local: probeLocal(domain), done: make(chan struct{})}
 	return st.inflight
 }
 
@@ -511,6 +513,12 @@ func (p *Prober) accepted(j *job, known, catchAll bool, cp *caProbe, host string
 		case caNo:
 			return Result{Verdict: Deliverable, Host: host, Reply: rep}
 		}
+		if cp != nil && cp.deferred.Code != 0 {
+			// The probe was deferred, greylisted most often: the address's answer is that reply,
+			// so that its reason says so and an async job is probed again later (when the probe's
+			// local part, the same for the domain every time, has passed the greylist too).
+			return Result{Verdict: Unknown, Host: host, Reply: cp.deferred}
+		}
 		return Result{Verdict: Unknown, Host: host, Reply: rep, Err: errors.New("smtp: catch-all check inconclusive")}
 	}
 	if known {
@@ -541,10 +549,13 @@ func (p *Prober) accepted(j *job, known, catchAll bool, cp *caProbe, host string
 	}()
 }
 
-func randomLocal() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return "mv" + hex.EncodeToString(b[:])
+// probeLocal is the local part of domain's catch-all probe: one that no mailbox has, and the same
+// for the domain every time and on every worker. Greylisting daemons let a (client, sender,
+// recipient) triple in on its retry; a probe with a new local part each time would be greylisted
+// on every re-probe of an async job, so the job could never get past "deferred".
+func probeLocal(domain string) string {
+	sum := sha256.Sum256([]byte("mailvet catch-all probe\x00" + domain))
+	return "mv" + hex.EncodeToString(sum[:8])
 }
 
 // classify maps an RCPT reply to a verdict by the reply classes of docs/architecture.md, "The verification pipeline". Enhanced codes
