@@ -364,3 +364,63 @@ func TestProbeLocalIsStable(t *testing.T) {
 		t.Errorf("probe local parts %q, %q, %q: want one per domain", a, again, other)
 	}
 }
+
+// errorsPerSession counts, from the prober's own view of the traffic, the failed commands of each
+// session (every reply of 400 or more but QUIT's; a session starts at CONNECT).
+type errorsPerSession struct {
+	mu  sync.Mutex
+	per []int
+}
+
+func (o *errorsPerSession) Reply(cmd string, code int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case cmd == "CONNECT":
+		o.per = append(o.per, 0)
+	case code >= 400 && cmd != "QUIT" && len(o.per) > 0:
+		o.per[len(o.per)-1]++
+	}
+}
+
+func (o *errorsPerSession) max() (n int, all []int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range o.per {
+		n = max(n, e)
+	}
+	return n, append([]int(nil), o.per...)
+}
+
+// A server that demands STARTTLS costs an error (its 530 to the plain MAIL FROM) before the
+// RCPTs follow over TLS, and later sessions, which start TLS at once, send a MAIL FROM not yet
+// accepted over TLS pipelined with their RCPTs: in both cases the first window keeps room for
+// that error, so no session reaches Postfix's 10th (before, sessions of 10 were seen).
+func TestStartTLSKeepsUnderTheErrorLimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		opts mailsim.ServerOptions
+	}{
+		{"unknown", mailsim.ServerOptions{RequireTLS: true}},
+		{"refused-sender", mailsim.ServerOptions{RequireTLS: true, MailReply: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			o := &errorsPerSession{}
+			b := setup(t, 0, Config{MaxPerHost: 1, Observer: o})
+			c.opts.Name = "mx.tls-" + c.name + ".test"
+			s := b.server(t, c.opts)
+			dom := "tls-" + c.name + ".test"
+			b.w.AddDomain(dom, mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: c.opts.Name}}})
+			var reqs []Request
+			for i := range 30 {
+				reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@%s", i, dom), Domain: dom, Hosts: hosts(s)})
+			}
+			probeAll(t, b.p, reqs)
+			if n, per := o.max(); n > 9 || len(per) == 0 {
+				t.Errorf("errors per session %v: want at most 9 in each", per)
+			}
+		})
+	}
+}

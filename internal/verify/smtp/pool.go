@@ -47,6 +47,7 @@ type pool struct {
 	rcpts     int                   // RCPT replies read here, for the rejection rate
 	rejected  int                   // of which failed (4xx, 5xx)
 	plainOK   bool                  // a MAIL FROM has been accepted here without TLS
+	tlsMailOK bool                  // a MAIL FROM has been accepted here over TLS
 	needTLS   bool                  // MAIL FROM was answered 530: start TLS before it
 	slotUntil time.Time             // no new session before this: the fleet had no slot free (fleet.go)
 	slotRetry time.Duration         // the pause after the last failed Acquire; 0 after a success
@@ -447,10 +448,12 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 	if !s.pipelining {
 		window = min(window, 2)
 	}
-	if s.pipelining && !s.inTxn && !s.tls && !pl.plainOK && !s.starttls && budget >= 2 {
-		// The MAIL FROM travels with the RCPTs although no MAIL has been accepted here yet
-		// (exchange): should it be refused, every RCPT behind it fails too, and the budget must
-		// cover that one more error.
+	if unproven := s.tls && !pl.tlsMailOK || !s.tls && !pl.plainOK; s.pipelining && !s.inTxn && unproven && budget >= 2 {
+		// No MAIL FROM has been accepted here yet (in plain text, or over TLS for a TLS
+		// session), so the budget keeps one error for it. Where the MAIL travels with the RCPTs
+		// (exchange), a refused one fails every RCPT behind it too. Where it goes alone first
+		// (a plain session to a server that offers STARTTLS), a 530 "start TLS first" is an
+		// error of its own before the RCPTs follow over TLS.
 		window = min(window, budget-1)
 	}
 	now := time.Now()
@@ -503,6 +506,12 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 func (pl *pool) setPlainOK() {
 	pl.mu.Lock()
 	pl.plainOK = true
+	pl.mu.Unlock()
+}
+
+func (pl *pool) setTLSMailOK() {
+	pl.mu.Lock()
+	pl.tlsMailOK = true
 	pl.mu.Unlock()
 }
 

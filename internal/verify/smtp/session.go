@@ -218,7 +218,9 @@ func (s *session) exchange(batch []rcpt) {
 			return
 		}
 		s.inTxn, s.txnRcpts, s.txnTaken = true, 0, 0
-		if !s.tls {
+		if s.tls {
+			s.pl.setTLSMailOK()
+		} else {
 			s.pl.setPlainOK()
 		}
 		replies = replies[pre:]
@@ -245,7 +247,9 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 	rep := replies[len(replies)-1]
 	if rep.Code/100 == 2 {
 		s.inTxn, s.txnRcpts, s.txnTaken = true, 0, 0
-		if !s.tls {
+		if s.tls {
+			s.pl.setTLSMailOK()
+		} else {
 			s.pl.setPlainOK()
 		}
 		return true
