@@ -155,6 +155,14 @@ const noRateCTE = `r AS (SELECT 0 AS used WHERE $2::timestamptz IS NOT NULL AND 
 const listsOutstanding = `SELECT coalesce(sum(l.unique_addresses - l.verified), 0) FROM lists l
 				WHERE l.account_id = $1 AND l.state IN ('queued', 'running')`
 
+// jobsOutstanding counts, in the paid admission, the account's async jobs not finished yet ($1
+// the account): each was admitted against the cap as one billable email, but its billable row is
+// written only when it completes (in the transaction that finishes it, so a job is never counted
+// both here and in billable). Without it every async request would be checked against the same
+// count, and any number of them could pass the cap while their jobs wait, or are greylisted.
+const jobsOutstanding = `SELECT count(*) FROM jobs j
+				WHERE j.account_id = $1 AND j.state IN ('pending', 'processing', 'retrying')`
+
 // admitSQL is the admission statement of the free or the paid tiers, with or without rows to
 // write (a statement without them is the leaner for Postgres to plan and run), with or without
 // the rate step.
@@ -164,11 +172,12 @@ const listsOutstanding = `SELECT coalesce(sum(l.unique_addresses - l.verified), 
 // Paid: the rate window, then the hard spend cap, then the rows. The cap is checked against the
 // worst case, every email of the request billable, in float8 and unrounded, so a cap is never
 // crossed by a fraction of a cent; the addresses the account's running bulk lists have still to
-// verify count as billed (listsOutstanding). A request that writes its billable rows at admission
+// verify, and its async jobs not finished yet, count as billed (listsOutstanding,
+// jobsOutstanding). A request that writes its billable rows at admission
 // (a single email) is decided on the month row's latest count under its lock, so such requests,
-// alone or in groups, cannot pass the cap together. Batches and streams write their rows after
-// admission: admitted at the same moment, they each see the count before the others and can pass
-// the cap together by at most their own emails.
+// alone or in groups, cannot pass the cap together. Batches, streams and async jobs write their
+// rows after admission: admitted at the same moment, they each see the count before the others
+// and can pass the cap together by at most their own emails.
 func admitSQL(free, rows, rate bool) string {
 	var b strings.Builder
 	if rate {
@@ -203,9 +212,10 @@ func admitSQL(free, rows, rate bool) string {
 		billable = fmt.Sprintf("$%d::int", first)
 	}
 	// fits is the cap check against a month's billable count: every email of the request
-	// billable, worst case, and the addresses of the account's running lists as if billed.
+	// billable, worst case, and the addresses of the account's running lists and unfinished async
+	// jobs as if billed.
 	fits := func(count string) string {
-		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
+		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + (` + jobsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
 	}
 	// month adds the rows' billable count to the month only if the request fits under the cap.
 	// Its ON CONFLICT condition is evaluated on the row's latest version, after waiting for the

@@ -492,3 +492,38 @@ func TestHeadroom(t *testing.T) {
 func pendingRow(acct, key string) usage.Row {
 	return usage.Row{ItemKey: key, AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}
 }
+
+// An async verification writes its billable row only when its job completes, so its admission
+// counts the account's unfinished jobs as billed, as it counts a running list's remaining
+// addresses: sent one after another, one-email async requests stop at the cap (before, 50 of 50
+// passed a cap with room for 2). A finished job stops counting.
+func TestAsyncJobsCountAgainstTheCap(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 0.01 WHERE id = $1`, acct) // room for 2 at EUR 0.004
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5000)`, acct, usage.MonthStart(now))
+	admit := func() bool {
+		_, err := usage.Admit(context.Background(), pool, usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000,
+			MonthlyCalls: 5000, OverageEUR: 0.004, Now: now})
+		if err == nil {
+			// The API stores the job after its admission.
+			pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state)
+				VALUES (gen_random_uuid(), $1, 'x@acme.test', 'https://hooks.example.com/x', 'pending')`, acct)
+		}
+		return err == nil
+	}
+	admitted := 0
+	for range 50 {
+		if admit() {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d of 50 async requests with room for 2 under the cap", admitted)
+	}
+	pgtest.Exec(t, pool, `UPDATE jobs SET state = 'failed' WHERE account_id = $1`, acct) // finished, nothing billed
+	if !admit() {
+		t.Fatal("finished jobs still count against the cap")
+	}
+}
