@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"sigs.k8s.io/yaml"
@@ -35,6 +36,8 @@ type composeService struct {
 	DependsOn   map[string]composeDependency `json:"depends_on,omitempty"`
 	Healthcheck *composeHealthcheck          `json:"healthcheck,omitempty"`
 	Restart     string                       `json:"restart"`
+	// StopGracePeriod is how long a stopping container may drain before Docker kills it.
+	StopGracePeriod string `json:"stop_grace_period,omitempty"`
 }
 
 type composeBuild struct {
@@ -248,6 +251,18 @@ func TestCompose(t *testing.T) {
 		}
 		if len(routes) != len(natsNodes) {
 			t.Errorf("routes %v for nodes %v", routes, natsNodes)
+		}
+	})
+
+	t.Run("drain", func(t *testing.T) {
+		// A stopping worker drains before it exits; Docker's default 10 s would kill it first:
+		// the verifier's longest is a bulk-list chunk (verified within 3 min, read and written
+		// within 30 s each), the webhook worker's an attempt (10 s) and its bookkeeping.
+		for name, least := range map[string]time.Duration{"verifier-worker": 4 * time.Minute, "webhook-worker": 30 * time.Second} {
+			d, err := time.ParseDuration(c.Services[name].StopGracePeriod)
+			if err != nil || d < least {
+				t.Errorf("%s: stop_grace_period %q, want at least %v", name, c.Services[name].StopGracePeriod, least)
+			}
 		}
 	})
 

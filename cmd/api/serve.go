@@ -72,7 +72,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		if err != nil {
 			return err
 		}
-		defer fl.Close()
+		// The sessions end (QUIT, connection closed) before their fleet slots are given up, so
+		// that a waiting worker's session never overlaps one of ours (docs/fleet.md).
+		defer func() { engine.Close(); fl.Close() }()
 		engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
 		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)

@@ -48,7 +48,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	defer fl.Close()
+	// The sessions end (QUIT, connection closed) before their fleet slots are given up, so
+	// that a waiting worker's session never overlaps one of ours (docs/fleet.md).
+	defer func() { engine.Close(); fl.Close() }()
 	engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
 	log.Info("verifier worker started", "ops", in.OpsAddr())
 	err = in.Run(ctx, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,

@@ -28,8 +28,9 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 )
 
-// ShutdownGrace bounds how long in-flight work may take to finish after a stop signal; it keeps
-// Ctrl-C under 5 s end to end.
+// ShutdownGrace bounds how long the API's requests in flight may take to finish after a stop
+// signal. The workers' drains have bounds of their own (a job, a bulk-list chunk;
+// docs/operations.md, "Shutdown").
 const ShutdownGrace = 3 * time.Second
 
 // NewLogger returns the JSON logger every binary uses.

@@ -70,6 +70,7 @@ type ServerOptions struct {
 type Stats struct {
 	Sessions       int64 // connections accepted
 	PeakConcurrent int64 // most connections open at once (the largest of any server for a World)
+	Open           int64 // connections open now (summed over the servers for a World)
 	Commands       int64 // EHLO/HELO, MAIL, RCPT and RSET commands handled
 	RoundTrips     int64 // times a client sent after waiting for a reply, including the banner wait
 	Rcpts          int64 // RCPT commands that reached the recipient check
@@ -89,7 +90,7 @@ type counters struct {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Sessions: c.sessions.Load(), PeakConcurrent: c.peak.Load(), Commands: c.commands.Load(),
+		Sessions: c.sessions.Load(), PeakConcurrent: c.peak.Load(), Open: c.concurrent.Load(), Commands: c.commands.Load(),
 		RoundTrips: c.roundTrips.Load(), Rcpts: c.rcpts.Load(), Rejected: c.rejected.Load(),
 		MaxRejected: c.maxRejected.Load(), Throttled: c.throttled.Load(), TLS: c.tls.Load(),
 		Errors: c.errors.Load(), Disconnects: c.disconnects.Load(), TooMany: c.tooMany.Load(),
@@ -208,6 +209,7 @@ func (w *World) Stats() Stats {
 		t.Errors += st.Errors
 		t.Disconnects += st.Disconnects
 		t.TooMany += st.TooMany
+		t.Open += st.Open
 		t.PeakConcurrent = max(t.PeakConcurrent, st.PeakConcurrent)
 		t.MaxRejected = max(t.MaxRejected, st.MaxRejected)
 	}

@@ -424,3 +424,32 @@ func TestStartTLSKeepsUnderTheErrorLimit(t *testing.T) {
 		})
 	}
 }
+
+// Close returns once the prober's sessions have ended (QUIT answered, connection closed), so that
+// the fleet-wide slots they hold are given up only after their connections are gone (docs/fleet.md).
+func TestCloseWaitsForSessionsToEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100*time.Millisecond, Config{})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.close.test"})
+	b.w.AddDomain("close.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.close.test"}}, Users: []string{"u0"}})
+	var reqs []Request
+	for i := range 10 {
+		reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@close.test", i), Domain: "close.test", Hosts: hosts(s)})
+	}
+	probeAll(t, b.p, reqs)
+	if s.Stats().Open == 0 {
+		t.Fatal("no idle session left to close")
+	}
+	b.p.Close()
+	if n := b.p.running.Load(); n != 0 {
+		t.Errorf("%d sessions still running when Close returned", n)
+	}
+	// The server notes the close as it answers QUIT; allow it a moment, far less than the 100 ms
+	// a QUIT's answer takes to arrive here.
+	for deadline := time.Now().Add(30 * time.Millisecond); s.Stats().Open > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := s.Stats().Open; n > 0 {
+		t.Errorf("%d connections still open after Close returned", n)
+	}
+}

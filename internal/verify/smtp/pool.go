@@ -159,6 +159,7 @@ func (pl *pool) dispatchLocked() {
 		pl.sessions++
 		pl.opening++
 		short -= fresh
+		pl.p.running.Add(1)
 		go pl.run()
 	}
 }
@@ -240,6 +241,7 @@ func expectedRcpts(budget, rho float64) float64 {
 // fleet-wide limit, the session first takes a slot of the address, and gives it back once its
 // connection is closed.
 func (pl *pool) run() {
+	defer pl.p.running.Add(-1)
 	lease, ok := pl.lease()
 	if !ok {
 		return

@@ -165,6 +165,7 @@ type Prober struct {
 	pools   map[netip.Addr]*pool
 	closing chan struct{}
 	closed  bool
+	running atomic.Int64 // sessions being opened, in use or idle (pool.run), for Close to wait on
 
 	caMu sync.Mutex
 	ca   map[string]*caState
@@ -242,7 +243,17 @@ func (p *Prober) Close() {
 	p.closed = true
 	close(p.closing)
 	p.mu.Unlock()
+	// Wait, briefly, for the sessions to end: each sends QUIT and closes its connection, and only
+	// then may a fleet-wide slot it holds be given up (docs/fleet.md), so the caller closes the
+	// fleet after this. A server that does not answer QUIT is waited for quitWait at most.
+	for deadline := time.Now().Add(closeWait); p.running.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
+
+// closeWait bounds Close's wait for the sessions to end: a session in an exchange ends by its
+// deadline (the probe budget) at the latest, an idle one at once, each after QUIT (quitWait).
+const closeWait = 2 * time.Second
 
 // Probe probes one address within the configured budget, counted from now.
 func (p *Prober) Probe(ctx context.Context, req Request) Result {
