@@ -104,3 +104,32 @@ func TestDemoWorldShowsEveryOutcome(t *testing.T) {
 	}
 	s.stop(t)
 }
+
+// The demo's simulated answers stay in the demo: a real domain, which the simulator says does not
+// exist, must not reach the fleet's shared MX cache in the embedded NATS store, where a later
+// `make run` in the same directory would read "no mail" for it for 15 minutes.
+func TestDemoAnswersStayInTheDemo(t *testing.T) {
+	t.Chdir(t.TempDir())
+	const real = "ann@mailvet-demo-leak-check.com"
+	s := startServing(t, []string{"-dev", "-demo"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
+	key := standardKeyRE.FindStringSubmatch(waitBanner(t, s))
+	if key == nil {
+		t.Fatal("no standard key in the demo's banner")
+	}
+	if r := verifyOne(t, s.httpAddr, key[1], real); r.Status != "invalid" || r.FailedCheck != "no_mx" {
+		t.Fatalf("in the demo: %+v, want the simulator's no_mx", r)
+	}
+	s.stop(t)
+
+	// `make run` in the same directory, with no DNS to ask: the domain's answer must be a DNS
+	// error, not the demo's "no mail" read back from the shared cache.
+	d := startServing(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t), "MAILVET_DNS_RESOLVER": "127.0.0.1:1"})
+	key = standardKeyRE.FindStringSubmatch(waitBanner(t, d))
+	if key == nil {
+		t.Fatal("no standard key in the dev banner")
+	}
+	if r := verifyOne(t, d.httpAddr, key[1], real); r.Status != "unknown" || r.Reason != "dns_error" {
+		t.Errorf("after the demo: %+v, want unknown/dns_error (the demo's answer leaked into the shared cache)", r)
+	}
+	d.stop(t)
+}

@@ -67,15 +67,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in. The
-		// in-process verifier is one of the fleet like any other (docs/fleet.md).
-		fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
-		if err != nil {
-			return err
+		// in-process verifier is one of the fleet like any other (docs/fleet.md), except in the
+		// demo: its mail world is simulated, and its answers (no MX for every real domain) must
+		// not reach the shared caches, which a later `make run` on the same store would read.
+		if demo == nil {
+			fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
+			if err != nil {
+				return err
+			}
+			// The sessions end (QUIT, connection closed) before their fleet slots are given up,
+			// so that a waiting worker's session never overlaps one of ours (docs/fleet.md).
+			defer func() { engine.Close(); fl.Close() }()
+			engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
 		}
-		// The sessions end (QUIT, connection closed) before their fleet slots are given up, so
-		// that a waiting worker's session never overlaps one of ours (docs/fleet.md).
-		defer func() { engine.Close(); fl.Close() }()
-		engine.Join(verify.Fleet{Slots: fl.Slots, MX: fl.MX, CatchAll: fl.CatchAll})
 		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
 		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, cfg, 64, log, in.Metrics, in.Ready)
