@@ -79,7 +79,9 @@ func (ev *Events) Apply(ctx context.Context, e stripe.Event) (Outcome, error) {
 
 // applySubscription copies the subscription's lifecycle fields onto the account. The guard on
 // billing_event_at makes late, older events no-ops; events of the same second apply in arrival
-// order, which is the best Stripe's one-second resolution allows.
+// order, which is the best Stripe's one-second resolution allows, except that a subscription's
+// "created" event never undoes a later state of the same second. An event of another
+// subscription of the customer that ends or does not pay leaves a paying one in place.
 func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Event, created time.Time) (Outcome, error) {
 	if e.Data == nil || len(e.Data.Raw) == 0 {
 		return "", fmt.Errorf("%w: no data.object", ErrBadEvent)
@@ -91,11 +93,15 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if sub.Customer == nil || sub.Customer.ID == "" {
 		return "", fmt.Errorf("%w: subscription has no customer", ErrBadEvent)
 	}
-	var accountID string
-	var tier plan.Tier
-	var newest *time.Time
-	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at FROM accounts WHERE stripe_customer_id = $1 FOR UPDATE`,
-		sub.Customer.ID).Scan(&accountID, &tier, &newest)
+	var (
+		accountID            string
+		tier                 plan.Tier
+		newest               *time.Time
+		storedSub, storedSta *string
+	)
+	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at, stripe_subscription_id, subscription_status
+		FROM accounts WHERE stripe_customer_id = $1 FOR UPDATE`,
+		sub.Customer.ID).Scan(&accountID, &tier, &newest, &storedSub, &storedSta)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return UnknownCustomer, nil
 	}
@@ -103,6 +109,20 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		return "", err
 	}
 	if newest != nil && created.Before(*newest) {
+		return Stale, nil
+	}
+	sameSub := storedSub != nil && *storedSub == sub.ID
+	if newest != nil && created.Equal(*newest) && sameSub && e.Type == "customer.subscription.created" {
+		// Stripe's times have one-second resolution: a "created" event of the same second as
+		// one already applied for the subscription is its first state, never a later one (a
+		// card charged at once makes created/incomplete and updated/active share their second).
+		return Stale, nil
+	}
+	if !sameSub && storedSub != nil && storedSta != nil && paying(stripe.SubscriptionStatus(*storedSta)) &&
+		(e.Type == "customer.subscription.deleted" || !paying(sub.Status)) {
+		// A second subscription of the customer (a second checkout before the first one's
+		// webhook arrived) that ends, or does not pay, while the one on record pays: the
+		// account keeps the paying one's tier.
 		return Stale, nil
 	}
 	status := string(sub.Status)

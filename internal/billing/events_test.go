@@ -15,10 +15,16 @@ import (
 
 func event(t *testing.T, id string, created time.Time, status string) stripe.Event {
 	t.Helper()
-	raw := []byte(`{"id": "sub_9", "object": "subscription", "customer": "cus_9", "status": "` + status + `",
+	return subEvent(t, id, "customer.subscription.updated", "sub_9", created, status)
+}
+
+// subEvent is a subscription event of customer cus_9 on the price of the Scale tier.
+func subEvent(t *testing.T, id, typ, sub string, created time.Time, status string) stripe.Event {
+	t.Helper()
+	raw := []byte(`{"id": "` + sub + `", "object": "subscription", "customer": "cus_9", "status": "` + status + `",
 		"items": {"object": "list", "data": [{"id": "si_9", "price": {"id": "price_s"}}]}}`)
 	var e stripe.Event
-	body, _ := json.Marshal(map[string]any{"id": id, "type": "customer.subscription.updated", "created": created.Unix(),
+	body, _ := json.Marshal(map[string]any{"id": id, "type": typ, "created": created.Unix(),
 		"data": map[string]any{"object": json.RawMessage(raw)}})
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatal(err)
@@ -90,6 +96,45 @@ func TestOutOfOrderEvents(t *testing.T) {
 		}
 		if s.id == "evt_d" && tier != "free" {
 			t.Fatalf("a canceled subscription keeps tier %s", tier)
+		}
+	}
+}
+
+// A customer with two live subscriptions (a second checkout completed before the first one's
+// webhook arrived) keeps the paid tier when one of them ends while the other pays; and a
+// subscription's "created" event never undoes a later state that shares its second.
+func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000003', 'free', 'cus_9')`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	read := func() (tier, sub, status string) {
+		pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT tier, stripe_subscription_id, subscription_status FROM accounts`).Scan(&tier, &sub, &status), "read")
+		return
+	}
+	for _, s := range []struct {
+		id, typ, sub string
+		at           time.Time
+		status       string
+		outcome      Outcome
+		tier, on     string
+	}{
+		// Same second: updated/active arrives before created/incomplete.
+		{"evt_1", "customer.subscription.updated", "sub_A", t0, "active", Applied, "scale", "sub_A"},
+		{"evt_2", "customer.subscription.created", "sub_A", t0, "incomplete", Stale, "scale", "sub_A"},
+		// A second subscription, then the first one deleted: sub_B still pays.
+		{"evt_3", "customer.subscription.created", "sub_B", t0.Add(time.Minute), "active", Applied, "scale", "sub_B"},
+		{"evt_4", "customer.subscription.deleted", "sub_A", t0.Add(2 * time.Minute), "canceled", Stale, "scale", "sub_B"},
+		// The one on record ending does drop the tier.
+		{"evt_5", "customer.subscription.deleted", "sub_B", t0.Add(3 * time.Minute), "canceled", Applied, "free", "sub_B"},
+	} {
+		out, err := ev.Apply(context.Background(), subEvent(t, s.id, s.typ, s.sub, s.at, s.status))
+		if err != nil || out != s.outcome {
+			t.Fatalf("%s: %v, %v; want %v", s.id, out, err, s.outcome)
+		}
+		if tier, sub, _ := read(); tier != s.tier || sub != s.on {
+			t.Fatalf("after %s: tier %s on %s, want %s on %s", s.id, tier, sub, s.tier, s.on)
 		}
 	}
 }
