@@ -201,3 +201,55 @@ func isUnique(err error, constraint string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == errUniqueViolation && pe.ConstraintName == constraint
 }
+
+// CheckoutWindow is how long a Checkout session opened for an upgrade takes payment (its
+// expires_at at Stripe, which allows no less than 30 minutes).
+const CheckoutWindow = 30 * time.Minute
+
+// OpenCheckout is a Checkout session an upgrade of the account opened and that can still be paid.
+type OpenCheckout struct {
+	URL       string
+	Tier      plan.Tier
+	ExpiresAt time.Time
+}
+
+// Checkout returns the account's open Checkout session, or runs open to start one and records it
+// (docs/dashboard.md, "Billing"). A session completes once, so sending every upgrade of the
+// account to the one open session, instead of opening another, keeps a double click, a second tab
+// or the return page before Stripe's webhook from starting a second subscription. The account's
+// row is locked while open runs, so two upgrades at once open one session. reused reports an
+// open session found; open is not run then.
+func (s *Store) Checkout(ctx context.Context, id string, now time.Time, open func(expires time.Time) (url string, tier plan.Tier, err error)) (co OpenCheckout, reused bool, err error) {
+	if uuid.Validate(id) != nil {
+		return co, false, ErrNotFound
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			url, tier *string
+			expires   *time.Time
+		)
+		err := tx.QueryRow(ctx, `SELECT checkout_url, checkout_tier, checkout_expires_at FROM accounts WHERE id = $1 FOR UPDATE`, id).
+			Scan(&url, &tier, &expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		// A minute's margin: a session about to expire is not handed out to be paid in time.
+		if url != nil && tier != nil && expires != nil && expires.After(now.Add(time.Minute)) {
+			co, reused = OpenCheckout{URL: *url, Tier: plan.Tier(*tier), ExpiresAt: *expires}, true
+			return nil
+		}
+		exp := now.Add(CheckoutWindow)
+		u, t, err := open(exp)
+		if err != nil {
+			return err
+		}
+		co = OpenCheckout{URL: u, Tier: t, ExpiresAt: exp}
+		_, err = tx.Exec(ctx, `UPDATE accounts SET checkout_url = $2, checkout_tier = $3, checkout_expires_at = $4, updated_at = now()
+			WHERE id = $1`, id, u, string(t), exp)
+		return err
+	})
+	return co, reused, err
+}

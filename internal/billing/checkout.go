@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 
@@ -22,6 +23,9 @@ type CheckoutRequest struct {
 	Tier       plan.Tier // the paid tier to subscribe to
 	SuccessURL string
 	CancelURL  string
+	// ExpiresAt is when the session stops taking payment (Stripe allows 30 minutes to 24 hours);
+	// zero leaves Stripe's default.
+	ExpiresAt time.Time
 }
 
 // PrepareCustomer returns the request's customer, creating one in Stripe when it has none. The
@@ -64,6 +68,9 @@ func (s *Stripe) CheckoutURL(ctx context.Context, r CheckoutRequest) (string, er
 		LineItems:         []*stripe.CheckoutSessionLineItemParams{{Price: stripe.String(price), Quantity: stripe.Int64(1)}},
 		SuccessURL:        stripe.String(r.SuccessURL),
 		CancelURL:         stripe.String(r.CancelURL),
+	}
+	if !r.ExpiresAt.IsZero() {
+		params.ExpiresAt = stripe.Int64(r.ExpiresAt.Unix())
 	}
 	params.Context = ctx
 	cs, err := s.checkouts.New(params)

@@ -16,12 +16,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
@@ -638,5 +642,67 @@ func TestListUploadStreams(t *testing.T) {
 	}
 	if up := f.api.lastUpload(); up.err == nil || up.bytes > 4<<20+uploadSlack {
 		t.Fatalf("the API read %d bytes of the 6 MB (err %v); the bound is %d", up.bytes, up.err, 4<<20+uploadSlack)
+	}
+}
+
+// fakeCheckout stands in for Stripe Checkout (internal/billing, tested against stripe-mock): it
+// counts the sessions opened.
+type fakeCheckout struct {
+	mu       sync.Mutex
+	sessions int
+	expires  []time.Time
+}
+
+func (f *fakeCheckout) PrepareCustomer(context.Context, billing.CheckoutRequest) (string, error) {
+	return "cus_fake", nil
+}
+
+func (f *fakeCheckout) CheckoutURL(_ context.Context, r billing.CheckoutRequest) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sessions++
+	f.expires = append(f.expires, r.ExpiresAt)
+	return fmt.Sprintf("https://checkout.stripe.test/c/pay/cs_%d", f.sessions), nil
+}
+
+func (f *fakeCheckout) Sells(t plan.Tier) bool { return t != plan.Free }
+
+// Upgrades while a Checkout session of the account is open go to that session, which completes
+// once: a double click or a second tab cannot start a second subscription. Another tier waits for
+// it to expire; then a new session is opened.
+func TestUpgradeReusesTheOpenCheckout(t *testing.T) {
+	f := newFixture(t, nil)
+	fc := &fakeCheckout{}
+	f.h.checkout = fc
+	now := time.Now()
+	f.h.now = func() time.Time { return now }
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	csrf := b.csrf("/dashboard/billing")
+	upgrade := func(tier string) (*http.Response, string) {
+		return b.post("/dashboard/billing/checkout", url.Values{"csrf": {csrf}, "tier": {tier}})
+	}
+
+	var wg sync.WaitGroup
+	locs := make([]string, 4)
+	for i := range locs {
+		wg.Go(func() {
+			resp, _ := upgrade("builder")
+			locs[i] = resp.Header.Get("Location")
+		})
+	}
+	wg.Wait()
+	if fc.sessions != 1 || locs[0] == "" || locs[0] != locs[1] || locs[0] != locs[2] || locs[0] != locs[3] {
+		t.Fatalf("4 upgrades at once opened %d sessions, sent to %v; want one session for all", fc.sessions, locs)
+	}
+	if got := fc.expires[0]; !got.Equal(now.Add(account.CheckoutWindow)) {
+		t.Errorf("session expires at %v, want %v", got, now.Add(account.CheckoutWindow))
+	}
+	if resp, body := upgrade("scale"); resp.StatusCode != http.StatusConflict || !strings.Contains(body, "still open") {
+		t.Fatalf("another tier while one is open: %d", resp.StatusCode)
+	}
+	now = now.Add(account.CheckoutWindow)
+	if resp, _ := upgrade("scale"); resp.StatusCode != http.StatusSeeOther || fc.sessions != 2 {
+		t.Fatalf("after the session expired: %d, %d sessions", resp.StatusCode, fc.sessions)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -378,12 +380,30 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 			return
 		}
 	}
-	u, err := h.checkout.CheckoutURL(ctx, req)
-	if err != nil {
-		h.billingError(w, r, s, err)
+	var stripeErr error
+	co, reused, err := h.accounts.Checkout(ctx, a.ID, h.now(), func(expires time.Time) (string, plan.Tier, error) {
+		req.ExpiresAt = expires
+		u, err := h.checkout.CheckoutURL(ctx, req)
+		stripeErr = err
+		return u, tier, err
+	})
+	switch {
+	case stripeErr != nil:
+		h.billingError(w, r, s, stripeErr)
+		return
+	case err != nil:
+		h.failure(w, r, s, err)
 		return
 	}
-	http.Redirect(w, r, u, http.StatusSeeOther)
+	if reused && co.Tier != tier {
+		h.billingAnswer(w, r, s, http.StatusConflict, fmt.Sprintf(
+			"An upgrade to the %s plan is still open at Stripe until %s UTC: finish it there (its Upgrade button takes you back), or choose another plan after that time.",
+			co.Tier, co.ExpiresAt.UTC().Format("15:04")))
+		return
+	}
+	// A session already open for this tier is the one to pay: it completes once, so a second
+	// upgrade (a double click, another tab) cannot start a second subscription.
+	http.Redirect(w, r, co.URL, http.StatusSeeOther)
 }
 
 // maxCapEUR is account.SetSpendCap's upper bound, repeated here only for the form's message.
