@@ -386,8 +386,13 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 
 // Refund undoes what Admit charged for a request that then failed before its emails were
 // verified (a 503 from the verifier tier, say), so that failure costs the client nothing: it
-// gives back the quota units and removes the rows Admit wrote that still wait for a verdict,
-// with their billable counts, in one statement. Rate-limit units are not given back.
+// removes the rows Admit wrote that still wait for a verdict, with their billable counts, and
+// gives back the quota units, in one statement. Rate-limit units are not given back.
+//
+// The quota unit of a row goes back with the row, only if this statement removes it: a row
+// another replica's sweep removed first (a replica cut off from Postgres past its grace) had its
+// unit given back there, so a late refund cannot give it twice. d.QuotaCharged beyond the rows
+// d.Logged names are units of emails that never had a row; those go back as a number.
 func Refund(ctx context.Context, db DB, d Decision) error {
 	if d.QuotaCharged == 0 && len(d.Logged) == 0 {
 		return nil
@@ -396,17 +401,20 @@ func Refund(ctx context.Context, db DB, d Decision) error {
 	if keys == nil {
 		keys = []string{}
 	}
+	rowless := max(0, d.QuotaCharged-len(d.Logged))
 	_, err := db.Exec(ctx, `WITH del AS (
-			DELETE FROM usage_log WHERE item_key = ANY($5::text[]) AND status IS NULL RETURNING billable
+			DELETE FROM usage_log WHERE item_key = ANY($5::text[]) AND status IS NULL RETURNING billable, quota_unit
 		), b AS (
-			SELECT count(*) FILTER (WHERE billable)::int AS n FROM del
+			SELECT count(*) FILTER (WHERE billable)::int AS n,
+				count(*) FILTER (WHERE quota_unit AND EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND tier = 'free'))::int AS q
+			FROM del
 		), daily AS (
 			UPDATE usage_daily SET billable = greatest(0, billable - (SELECT n FROM b))
 			WHERE account_id = $1 AND day = $3 AND (SELECT n FROM b) > 0
 		)
-		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $4::int),
+		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $4::int - (SELECT q FROM b)),
 			billable = greatest(0, billable - (SELECT n FROM b))
-		WHERE account_id = $1 AND month = $2`, d.AccountID, d.Month, d.Day, d.QuotaCharged, keys)
+		WHERE account_id = $1 AND month = $2`, d.AccountID, d.Month, d.Day, rowless, keys)
 	return err
 }
 

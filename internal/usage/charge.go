@@ -226,8 +226,12 @@ func (c *Charge) Close() {
 	for k := range c.pending {
 		withdraw = append(withdraw, k)
 	}
+	// The quota units of recorded rows go back with the rows, one per row actually removed
+	// (settle): if another replica's sweep removed them first (this one was cut off from
+	// Postgres past its grace), their units are not given back twice. Refund gives back the
+	// units of the emails that never got a row.
 	refund := c.d
-	refund.QuotaCharged = min(c.d.QuotaCharged, max(0, c.units-c.delivered))
+	refund.QuotaCharged = min(c.d.QuotaCharged, max(0, c.units-c.delivered-len(withdraw)))
 	c.mu.Unlock()
 	if len(withdraw) == 0 && refund.QuotaCharged == 0 && len(refund.Logged) == 0 {
 		return
@@ -243,7 +247,7 @@ const (
 	refundPatience = 2 * time.Minute        // behind it
 )
 
-func (l *Ledger) settle(d Decision, withdraw []string) {
+func (l *Ledger) settle(d Decision, withdrawKeys []string) {
 	if l.abandoned.Load() {
 		return
 	}
@@ -252,7 +256,7 @@ func (l *Ledger) settle(d Decision, withdraw []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), refundWait)
 		defer cancel()
 		if !withdrawn {
-			if err := Withdraw(ctx, l.db, d.AccountID, withdraw); err != nil {
+			if err := withdraw(ctx, l.db, d.AccountID, withdrawKeys, true); err != nil {
 				return err
 			}
 			withdrawn = true
@@ -269,7 +273,7 @@ func (l *Ledger) settle(d Decision, withdraw []string) {
 		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, refundPatience
 		if err := backoff.Retry(try, policy); err != nil {
 			l.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged,
-				"rows", len(d.Logged), "withdrawn", len(withdraw), "err", err)
+				"rows", len(d.Logged), "withdrawn", len(withdrawKeys), "err", err)
 		}
 	}()
 }

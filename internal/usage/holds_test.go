@@ -215,3 +215,46 @@ func (b *confirmBlip) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	}
 	return b.DB.Exec(ctx, sql, args...)
 }
+
+// A replica cut off from Postgres past its grace: the sweep withdraws the rows it held and gives
+// back their quota units; when the replica's own refund finally lands, the units of those rows
+// are not given back a second time (they go back only with a row actually removed), while those
+// of emails that never had a row still are.
+func TestLateRefundAfterTheSweepGivesQuotaOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	log := slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil))
+	base := usage.NewLedger(pool, log)
+	c0, _, err := base.Admit(context.Background(), freeReq(acct, 5)) // earlier usage, settled
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0.Settle()
+	c0.Close()
+
+	h := usage.NewHolds(pool, log, usage.HoldOptions{Grace: time.Hour})
+	l := usage.NewLedger(pool, log).HoldRows(h)
+	c, _, err := l.Admit(context.Background(), freeReq(acct, 4)) // a stream of 4: 3 recorded, 1 never
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Record(context.Background(), []usage.Row{streamRow(acct, "late-a"), streamRow(acct, "late-b"), streamRow(acct, "late-c")}); err != nil {
+		t.Fatal(err)
+	}
+	if q, _, _ := monthly(t, pool, acct); q != 9 {
+		t.Fatalf("quota units %d after admission, want 9", q)
+	}
+	pgtest.Exec(t, pool, `UPDATE api_replicas SET alive_until = now() - interval '1 minute' WHERE id = $1`, h.Replica())
+	if _, err := usage.SweepHeld(context.Background(), pool, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if q, _, _ := monthly(t, pool, acct); q != 6 {
+		t.Fatalf("quota units %d after the sweep, want 6 (the 3 rows' units back)", q)
+	}
+	c.Close() // the replica's refund, late
+	l.Close()
+	if q, _, _ := monthly(t, pool, acct); q != 5 {
+		t.Fatalf("quota units %d after the late refund, want 5: the rowless email's unit back, the rows' not twice", q)
+	}
+}
