@@ -144,7 +144,12 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		UPDATE accounts SET tier = $2, stripe_subscription_id = $3, subscription_status = $4,
 			current_period_start = $5, current_period_end = $6, cancel_at_period_end = $7, canceled_at = $8,
 			cancel_at = $9, trial_start = $10, trial_end = $11, billing_cycle_anchor = $12,
-			billing_event_at = $13, updated_at = now()
+			billing_event_at = $13, updated_at = now(),
+			-- A paid tier means the open Checkout session was paid: a later upgrade (after a
+			-- cancellation) opens a new one.
+			checkout_url = CASE WHEN $2 = 'free' THEN checkout_url END,
+			checkout_tier = CASE WHEN $2 = 'free' THEN checkout_tier END,
+			checkout_expires_at = CASE WHEN $2 = 'free' THEN checkout_expires_at END
 		WHERE id = $1`,
 		accountID, tier, sub.ID, status, unix(sub.CurrentPeriodStart), unix(sub.CurrentPeriodEnd),
 		sub.CancelAtPeriodEnd, unix(sub.CanceledAt), unix(sub.CancelAt), unix(sub.TrialStart), unix(sub.TrialEnd),

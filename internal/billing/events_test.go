@@ -106,7 +106,9 @@ func TestOutOfOrderEvents(t *testing.T) {
 func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
-	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000003', 'free', 'cus_9')`)
+	// An upgrade from the dashboard has a Checkout session open (account.Store.Checkout).
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id, checkout_url, checkout_tier, checkout_expires_at)
+		VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000003', 'free', 'cus_9', 'https://checkout.stripe.test/c/pay/cs_1', 'scale', now() + interval '30 minutes')`)
 	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	read := func() (tier, sub, status string) {
@@ -135,6 +137,13 @@ func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
 		}
 		if tier, sub, _ := read(); tier != s.tier || sub != s.on {
 			t.Fatalf("after %s: tier %s on %s, want %s on %s", s.id, tier, sub, s.tier, s.on)
+		}
+		if s.id == "evt_1" {
+			var open bool
+			pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT checkout_url IS NOT NULL FROM accounts`).Scan(&open), "checkout")
+			if open {
+				t.Fatal("the paid Checkout session is still recorded as open")
+			}
 		}
 	}
 }
