@@ -575,12 +575,21 @@ func (l *lease) renew() {
 		l.s.failed(err)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case err == nil:
 		l.rev, l.written = next, sent
 	case taken:
 		l.lost = true
+	}
+	releasedMeanwhile := err == nil && l.released
+	l.mu.Unlock()
+	if releasedMeanwhile {
+		// Release ran while this renewal was on its way, and its delete, at the revision before,
+		// missed the key this renewal rewrote: delete it at the new one, so that the slot is free
+		// at once rather than when the key expires.
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+		defer dcancel()
+		_ = l.s.b.kv.Delete(dctx, l.key, jetstream.LastRevision(next))
 	}
 }
 
