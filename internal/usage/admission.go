@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/database"
@@ -66,6 +67,9 @@ type Decision struct {
 	// remaining units and the free quota left or, on paid tiers, the emails the spend cap still
 	// allows. A hint for Headroom, not a promise.
 	Room int
+	// RefundID, when set, makes Refund of this decision count once however often it is retried
+	// (a statement that committed but whose answer was lost is retried): see Refund.
+	RefundID uuid.UUID
 }
 
 // RateLimited is returned when the per-minute limit would be exceeded.
@@ -392,7 +396,9 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 // The quota unit of a row goes back with the row, only if this statement removes it: a row
 // another replica's sweep removed first (a replica cut off from Postgres past its grace) had its
 // unit given back there, so a late refund cannot give it twice. d.QuotaCharged beyond the rows
-// d.Logged names are units of emails that never had a row; those go back as a number.
+// d.Logged names are units of emails that never had a row; those go back as a number, once per
+// d.RefundID: a retry of a refund whose statement committed but whose answer was lost finds the
+// id recorded (usage_refunds, kept a day) and gives nothing back again.
 func Refund(ctx context.Context, db DB, d Decision) error {
 	if d.QuotaCharged == 0 && len(d.Logged) == 0 {
 		return nil
@@ -402,7 +408,19 @@ func Refund(ctx context.Context, db DB, d Decision) error {
 		keys = []string{}
 	}
 	rowless := max(0, d.QuotaCharged-len(d.Logged))
-	_, err := db.Exec(ctx, `WITH del AS (
+	var once any // NULL: no refund id, the units go back every time
+	if d.RefundID != uuid.Nil {
+		once = d.RefundID
+	}
+	_, err := db.Exec(ctx, `WITH once AS (
+			INSERT INTO usage_refunds (id) SELECT $6::uuid WHERE $6::uuid IS NOT NULL
+			ON CONFLICT (id) DO NOTHING RETURNING 1
+		), old AS (
+			DELETE FROM usage_refunds WHERE id IN (
+				SELECT id FROM usage_refunds WHERE created_at < now() - interval '1 day' LIMIT 100)
+		), rowless AS (
+			SELECT CASE WHEN $6::uuid IS NULL OR EXISTS (SELECT 1 FROM once) THEN $4::int ELSE 0 END AS n
+		), del AS (
 			DELETE FROM usage_log WHERE item_key = ANY($5::text[]) AND status IS NULL RETURNING billable, quota_unit
 		), b AS (
 			SELECT count(*) FILTER (WHERE billable)::int AS n,
@@ -412,9 +430,9 @@ func Refund(ctx context.Context, db DB, d Decision) error {
 			UPDATE usage_daily SET billable = greatest(0, billable - (SELECT n FROM b))
 			WHERE account_id = $1 AND day = $3 AND (SELECT n FROM b) > 0
 		)
-		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - $4::int - (SELECT q FROM b)),
+		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - (SELECT n FROM rowless) - (SELECT q FROM b)),
 			billable = greatest(0, billable - (SELECT n FROM b))
-		WHERE account_id = $1 AND month = $2`, d.AccountID, d.Month, d.Day, rowless, keys)
+		WHERE account_id = $1 AND month = $2`, d.AccountID, d.Month, d.Day, rowless, keys, once)
 	return err
 }
 

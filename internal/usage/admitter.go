@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -258,6 +259,7 @@ func (a *Admitter) deliver(group []*waiter, down error) {
 		if err != nil {
 			continue
 		}
+		d.RefundID = uuid.New()
 		a.refunds.settle(d, d.Logged)
 	}
 }

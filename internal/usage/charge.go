@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 )
 
 // Ledger admits requests and settles what they owe. It is the one place where a failed or
@@ -232,6 +233,7 @@ func (c *Charge) Close() {
 	// units of the emails that never got a row.
 	refund := c.d
 	refund.QuotaCharged = min(c.d.QuotaCharged, max(0, c.units-c.delivered-len(withdraw)))
+	refund.RefundID = uuid.New() // the same for every retry of this refund (settle)
 	c.mu.Unlock()
 	if len(withdraw) == 0 && refund.QuotaCharged == 0 && len(refund.Logged) == 0 {
 		return

@@ -527,3 +527,25 @@ func TestAsyncJobsCountAgainstTheCap(t *testing.T) {
 		t.Fatal("finished jobs still count against the cap")
 	}
 }
+
+// A refund whose statement committed but whose answer was lost is retried: with its refund id,
+// the units of emails that never had a row go back once, not once per try.
+func TestRefundRetriedCountsOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	d, err := usage.Admit(ctx, pool, freeReq(acct, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `UPDATE usage_monthly SET quota_units = quota_units + 6 WHERE account_id = $1`, acct) // earlier usage
+	d.RefundID = uuid.New()
+	for range 3 {
+		if err := usage.Refund(ctx, pool, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q, _, _ := monthly(t, pool, acct); q != 6 {
+		t.Fatalf("quota units %d after a refund of 4 tried 3 times, want 6", q)
+	}
+}
