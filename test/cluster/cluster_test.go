@@ -102,10 +102,15 @@ func TestCluster(t *testing.T) {
 		worker(stop, &wg, p.asyncEach, p.pause, func() { l.async(loadCtx) })
 	}
 
-	var events []string
+	var (
+		eventsMu sync.Mutex // logf is called from the restart goroutines of kill9 too
+		events   []string
+	)
 	logf := func(format string, args ...any) {
 		msg := fmt.Sprintf("%6.1fs  ", time.Since(began).Seconds()) + fmt.Sprintf(format, args...)
+		eventsMu.Lock()
 		events = append(events, msg)
+		eventsMu.Unlock()
 		t.Log(msg)
 	}
 	faultsAt := time.Now()
