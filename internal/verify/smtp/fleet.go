@@ -195,11 +195,7 @@ func (p *Prober) loadCatchAll(ctx context.Context, reqs []Request) {
 			}
 			p.caMu.Lock()
 			defer p.caMu.Unlock()
-			st := p.ca[d]
-			if st == nil {
-				st = &caState{}
-				p.ca[d] = st
-			}
+			st := p.caStateLocked(d)
 			if !st.known || st.expires.Before(exp) {
 				st.known, st.catchAll, st.expires = true, e.CatchAll, exp
 			}

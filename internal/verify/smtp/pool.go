@@ -476,17 +476,16 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 		if j.deadline.IsZero() {
 			j.deadline = now.Add(pl.p.cfg.Timeout)
 		}
-		known, catchAll, claim, wait, ok := pl.p.catchAllFor(j.domain, window-len(batch))
+		// A window of one (a server that takes one recipient per transaction, or one error of
+		// budget left) never fits a catch-all probe beside its address: the probe goes alone, and
+		// the address follows in the next exchange, waiting for the probe's answer. An empty
+		// batch here would close the session and have the pool open another for the same work,
+		// without end.
+		alone := len(batch) == 0 && window == 1
+		known, catchAll, claim, wait, ok := pl.p.catchAllFor(j.domain, window-len(batch), alone)
 		if !ok {
-			if len(batch) == 0 && window == 1 {
-				// A window of one (a server that takes one recipient per transaction, or one
-				// error of budget left) never fits a catch-all probe beside its address: the
-				// probe goes alone, and the address follows in the next exchange, waiting for
-				// the probe's answer. An empty batch here would close the session and have the
-				// pool open another for the same work, without end.
-				if p := pl.p.probeAlone(j.domain); p != nil {
-					batch = append(batch, rcpt{probe: p, deadline: j.deadline})
-				}
+			if claim != nil {
+				batch = append(batch, rcpt{probe: claim, deadline: j.deadline})
 			}
 			keep = append(keep, pl.queue[i:]...)
 			break

@@ -460,39 +460,34 @@ func (p *Prober) catchAllCached(domain string) (known, catchAll bool) {
 
 // catchAllFor tells a session what to do about j's domain: nothing (known), send a probe
 // (claim is non-nil and this session owns it), or wait for someone else's (wait non-nil).
-// room is the number of RCPTs the session can still add; ok reports whether the job fits.
-func (p *Prober) catchAllFor(domain string, room int) (known, catchAll bool, claim, wait *caProbe, ok bool) {
+// room is the number of RCPTs the session can still add; ok reports whether the job fits. With
+// alone, a room of one that cannot fit the probe beside the job takes the probe by itself
+// (claim non-nil, ok false): the job follows in a later exchange (pool.fillLocked).
+func (p *Prober) catchAllFor(domain string, room int, alone bool) (known, catchAll bool, claim, wait *caProbe, ok bool) {
 	p.caMu.Lock()
 	defer p.caMu.Unlock()
-	st := p.ca[domain]
-	if st == nil {
-		st = &caState{}
-		p.ca[domain] = st
-	}
+	st := p.caStateLocked(domain)
 	if st.known && time.Now().Before(st.expires) {
 		return true, st.catchAll, nil, nil, room >= 1
 	}
 	if st.inflight != nil {
 		return false, false, nil, st.inflight, room >= 1
 	}
-	if room < 2 {
+	if room < 1 || room < 2 && !alone {
 		return false, false, nil, nil, false
 	}
 	st.inflight = &caProbe{domain: domain, local: probeLocal(domain), done: make(chan struct{})}
-	return false, false, st.inflight, nil, true
+	return false, false, st.inflight, nil, room >= 2
 }
 
-// probeAlone claims the catch-all probe of domain to be sent on its own (pool.fillLocked), or
-// returns nil when its answer is known or a probe is already out.
-func (p *Prober) probeAlone(domain string) *caProbe {
-	p.caMu.Lock()
-	defer p.caMu.Unlock()
+// caStateLocked is domain's catch-all state, created empty when there is none; p.caMu is held.
+func (p *Prober) caStateLocked(domain string) *caState {
 	st := p.ca[domain]
-	if st == nil || st.known && time.Now().Before(st.expires) || st.inflight != nil {
-		return nil
+	if st == nil {
+		st = &caState{}
+		p.ca[domain] = st
 	}
-	st.inflight = &caProbe{domain: domain, local: probeLocal(domain), done: make(chan struct{})}
-	return st.inflight
+	return st
 }
 
 func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
