@@ -426,17 +426,7 @@ func TestNATSUnreachable(t *testing.T) {
 // they retire after their exchange.
 func TestFallbackEndsWhenNATSReturns(t *testing.T) {
 	const maxPerHost = 4
-	url := natstest.URL(t)
-	proxy, err := tcpproxy.Start(strings.TrimPrefix(url, "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	w, err := mailsim.Start(mailsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	url, proxy, w := proxiedNATS(t)
 	cut := join(t, "nats://"+proxy.Addr(), w, maxPerHost, fleet.Options{})
 	meet(t, maxPerHost, cut, join(t, url, w, maxPerHost, fleet.Options{}))
 	slots := cut.fl.Slots
@@ -511,17 +501,7 @@ func TestFallbackEndsWhenNATSReturns(t *testing.T) {
 // not answering, stopping takes no longer than its bound.
 func TestCloseReleasesSlotsWithinABound(t *testing.T) {
 	const maxPerHost = 3
-	url := natstest.URL(t)
-	proxy, err := tcpproxy.Start(strings.TrimPrefix(url, "nats://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	w, err := mailsim.Start(mailsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	url, proxy, w := proxiedNATS(t)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("192.0.2.32")
 	take := func(m *member) []smtp.Lease {
@@ -592,4 +572,23 @@ func TestIdleSlotsGoToAWaitingWorker(t *testing.T) {
 	if peak := srv.Stats().PeakConcurrent; peak > maxPerHost {
 		t.Errorf("peak %d sessions over the cap %d", peak, maxPerHost)
 	}
+}
+
+// proxiedNATS starts a NATS server, a proxy in front of it that the test can cut, and a mail
+// world; it returns the server's URL (for members that stay connected) with the proxy and world,
+// which end with the test.
+func proxiedNATS(t *testing.T) (url string, proxy *tcpproxy.Proxy, w *mailsim.World) {
+	t.Helper()
+	url = natstest.URL(t)
+	proxy, err := tcpproxy.Start(strings.TrimPrefix(url, "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	w, err = mailsim.Start(mailsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return url, proxy, w
 }
