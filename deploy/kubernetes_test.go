@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	appsv1 "k8s.io/api/apps/v1"
@@ -366,6 +367,43 @@ func TestKubernetesManifests(t *testing.T) {
 		for _, j := range m.jobs {
 			if j.Spec.BackoffLimit == nil || *j.Spec.BackoffLimit < 1 || j.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 				t.Errorf("Job %s: retries come from backoffLimit ≥ 1 with restartPolicy Never", j.Name)
+			}
+		}
+	})
+
+	t.Run("drain", func(t *testing.T) {
+		// Each tier drains on SIGTERM (docs/operations.md, "Start-up and shutdown"); the grace
+		// period must cover the pause before it and the longest drain, or the kubelet kills the
+		// pod mid-drain: the API's in-flight requests (3 s) and stream endings (1 s), the
+		// verifier's bulk-list chunk (verified within 3 min, read and written within 30 s each),
+		// the webhook worker's attempt (10 s) and its bookkeeping.
+		drain := map[string]time.Duration{"api": 4 * time.Second, "verifier-worker": 4 * time.Minute, "webhook-worker": 10 * time.Second}
+		for where, tpl := range m.podTemplates() {
+			if strings.HasPrefix(where, "Job/") {
+				continue
+			}
+			for _, c := range tpl.Spec.Containers {
+				b := mailvetBinary(t, c)
+				least, ok := drain[b]
+				if !ok {
+					continue
+				}
+				var pause time.Duration
+				if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+					pause = time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+				}
+				if b == "api" && pause < 3*time.Second {
+					// Endpoint removal reaches the proxies a few seconds after the pod is marked
+					// terminating; without the pause, requests routed then are refused.
+					t.Errorf("%s/%s: a preStop sleep of at least 3 s is required, have %v", where, c.Name, pause)
+				}
+				grace := 30 * time.Second // Kubernetes' default
+				if s := tpl.Spec.TerminationGracePeriodSeconds; s != nil {
+					grace = time.Duration(*s) * time.Second
+				}
+				if grace < pause+least {
+					t.Errorf("%s/%s: terminationGracePeriodSeconds %v, want at least %v (preStop %v + drain %v)", where, c.Name, grace, pause+least, pause, least)
+				}
 			}
 		}
 	})
