@@ -193,8 +193,10 @@ func boundedText(field, v string, max int) error {
 	switch {
 	case len(v) > max:
 		return InvalidRequest("Field %s is longer than %d characters.", field, max)
-	case !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0:
+	case !utf8.ValidString(v):
 		return InvalidRequest("Field %s is not valid UTF-8 text.", field)
+	case strings.IndexByte(v, 0) >= 0:
+		return InvalidRequest("Field %s contains a NUL character.", field)
 	}
 	return nil
 }

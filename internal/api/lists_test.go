@@ -238,8 +238,8 @@ func TestListBadInput(t *testing.T) {
 		{"query", "text/csv", "?colum=email", "email\nann@acme.test\n", 400, "invalid_request", 0, `"colum"`},
 		{"secret without hook", "text/csv", "?webhook_secret=12345678", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
 		{"private hook", "text/csv", "?webhook_url=http://127.0.0.1/x", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
-		{"NUL in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%00ij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret"},
-		{"bad bytes in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%FFij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret"},
+		{"NUL in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%00ij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret contains a NUL"},
+		{"bad bytes in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%FFij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret is not valid UTF-8"},
 		{"bad bytes in hook", "text/csv", "?webhook_url=https://hooks.example.com/%FF", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
 	} {
 		r := b.upload(key, c.ct, c.query, c.file).want(t, c.status, c.code)
