@@ -12,7 +12,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
@@ -129,21 +128,6 @@ func TestHealthzOnAPIPort(t *testing.T) {
 	resp, body := do(t, s.Handler(), http.MethodGet, "/healthz")
 	if resp.StatusCode != 200 || body["status"] != "ok" {
 		t.Fatalf("status %d body %v", resp.StatusCode, body)
-	}
-}
-
-// A second provisioning key keeps the contract's code, datastore_error, as a 409 whose message
-// and action say what happened and what to do.
-func TestSecondProvisioningKeyEnvelope(t *testing.T) {
-	t.Parallel()
-	env := toEnvelope(fmt.Errorf("create: %w", account.ErrProvisioningKeyExists))
-	if env == nil || env.Status != http.StatusConflict || env.Code != CodeDatastore {
-		t.Fatalf("envelope %+v", env)
-	}
-	if !strings.Contains(env.Message, "already has an active provisioning key") ||
-		!strings.Contains(env.Action, "api admin revoke-provisioning-key --account ID") ||
-		!strings.Contains(env.Action, "existing key") || strings.Contains(env.Action, "Retry") {
-		t.Errorf("message %q, action %q", env.Message, env.Action)
 	}
 }
 
