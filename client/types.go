@@ -216,7 +216,8 @@ type DeliveryAttempt struct {
 // Delivery is one webhook delivery with its attempts.
 type Delivery struct {
 	ID         string            `json:"id"`
-	JobID      string            `json:"job_id"`
+	JobID      *string           `json:"job_id"`  // the job whose result it carries; nil for a list's callback
+	ListID     *string           `json:"list_id"` // the bulk list whose completion it announces; nil for a job's
 	URL        string            `json:"url"`
 	State      string            `json:"state"` // pending, retrying, delivered, failed
 	Signed     bool              `json:"signed"`
@@ -291,6 +292,17 @@ type List struct {
 	ResultsURL    string     `json:"results_url"`
 }
 
+// MarshalJSON writes the API's null for an empty WebhookURL or Error, so that a List written back
+// out (`mailvet lists --json`) is what the API sent.
+func (l List) MarshalJSON() ([]byte, error) {
+	type fields List // without this method
+	return json.Marshal(struct {
+		fields
+		WebhookURL *string `json:"webhook_url"`
+		Error      *string `json:"error"`
+	}{fields(l), nullable(l.WebhookURL), nullable(l.Error)})
+}
+
 // Done reports whether the list has reached a final state: completed, canceled or failed.
 func (l List) Done() bool {
 	return l.State == ListCompleted || l.State == ListCanceled || l.State == ListFailed
@@ -306,6 +318,15 @@ type ListCounts struct {
 type ListPage struct {
 	Lists      []List `json:"lists"`
 	NextCursor string `json:"next_cursor"` // "" on the last page
+}
+
+// MarshalJSON writes the API's null for the last page's NextCursor.
+func (p ListPage) MarshalJSON() ([]byte, error) {
+	type fields ListPage // without this method
+	return json.Marshal(struct {
+		fields
+		NextCursor *string `json:"next_cursor"`
+	}{fields(p), nullable(p.NextCursor)})
 }
 
 // ListsPage pages Lists; the zero value is the first page of 20.
