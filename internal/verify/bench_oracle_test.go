@@ -157,6 +157,45 @@ func oracleSession(addr string, batch []oracleAddr, waitEHLO bool) error {
 	return nil
 }
 
+// slotUse is how a cold run used the server's connection slots, summed over the iterations:
+// when its first connection was open, when all of them first were, and the mean number open
+// (busy / samples), sampled every millisecond from the start of the run to its end.
+type slotUse struct {
+	firstConn, allOpen time.Duration
+	busy, samples      float64
+}
+
+// sampleSlots samples srv's open connections into u until the returned function is called.
+func sampleSlots(srv *mailsim.Server, u *slotUse) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t0 := time.Now()
+		var first, all time.Duration
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				u.firstConn += first
+				u.allOpen += all
+				return
+			case <-tick.C:
+			}
+			open := srv.Stats().Open
+			if open > 0 && first == 0 {
+				first = time.Since(t0)
+			}
+			if open >= oracleConnLimit && all == 0 {
+				all = time.Since(t0)
+			}
+			u.busy += float64(open)
+			u.samples++
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 // waitIdle waits until srv has no connection open (idle sessions of a closed Verifier gone), so
 // that a run never starts against another run's connections. It resets srv's counters.
 func waitIdle(tb testing.TB, srv *mailsim.Server) {
@@ -228,14 +267,17 @@ func BenchmarkOracle(b *testing.B) {
 		mvColdS, mvWarmS, mvColdSrvS, mvWarmSrvS, orS, orSrv int64
 		mvColdRT, mvWarmRT, mvMaxRej, throttled, tooMany     int64
 		peak, leftOpen, mvColdRcpts, mvWarmRcpts, orRcpts    int64
+		slots                                                slotUse
 	)
 	for b.Loop() {
 		// Mailvet, cold then warm.
 		waitIdle(b, srv)
 		v := newVerifier(b, tb.w, oracleConnLimit)
+		stopSampling := sampleSlots(srv, &slots)
 		t0 := time.Now()
 		res := v.VerifyBatch(context.Background(), raws, nil)
 		mvColdT += time.Since(t0)
+		stopSampling()
 		check(res)
 		st, ss := v.ProbeStats(), srv.Stats()
 		mvColdS += st.Sessions
@@ -314,6 +356,9 @@ func BenchmarkOracle(b *testing.B) {
 	b.ReportMetric(float64(mvColdT)/float64(orColdT), "cold-ratio")
 	b.ReportMetric(float64(mvWarmT)/float64(orWarmT), "warm-ratio")
 	b.ReportMetric(float64(mvColdRT)/n, "mv-cold-rtt")
+	b.ReportMetric(ms(slots.firstConn), "mv-cold-first-conn-ms")
+	b.ReportMetric(ms(slots.allOpen), "mv-cold-all-open-ms")
+	b.ReportMetric(slots.busy/slots.samples/oracleConnLimit, "mv-cold-slot-use")
 	b.ReportMetric(float64(mvWarmRT)/n, "mv-warm-rtt")
 	b.ReportMetric(float64(mvMaxRej), "mv-max-rejected")
 	b.ReportMetric(float64(peak), "mv-peak-conns")
