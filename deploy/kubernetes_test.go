@@ -518,6 +518,11 @@ func checkMailvetContainer(t *testing.T, w, binary string, c corev1.Container, e
 	if c.StartupProbe != nil {
 		probe("startup", c.StartupProbe, "/healthz")
 	}
+	if ro := c.SecurityContext.ReadOnlyRootFilesystem; binary == "api" && ro != nil && *ro &&
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" && !m.ReadOnly }) {
+		// List uploads are received into a temporary file before they are stored (docs/lists.md).
+		t.Errorf("%s: a read-only root file system needs a writable volume at /tmp for list uploads", w)
+	}
 	if binary == "verifier-worker" {
 		helo := env["MAILVET_SMTP_HELO"]
 		if !strings.Contains(helo, ".") {

@@ -31,7 +31,10 @@ const (
 	// listImportBudget and listExportBudget bound the database work of one upload or download of
 	// the largest list.
 	listImportBudget = 10 * time.Minute
-	listExportBudget = 30 * time.Minute
+	// listReceiveBudget bounds how long an upload's file may take to arrive (Server.uploadReceive):
+	// 100 MB at about 170 KB/s.
+	listReceiveBudget = 10 * time.Minute
+	listExportBudget  = 30 * time.Minute
 )
 
 // uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline
@@ -105,12 +108,23 @@ func (s *Server) uploadList(c echo.Context) error {
 	if req.ContentLength > limit {
 		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
 	}
-	body := httpbody.IdleFor(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle)
-	rd, err := list.NewReader(body, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
+	who := s.callerOf(c)
+	release, err := s.uploads.take(who.account)
+	if err != nil {
+		return uploadBusy(err)
+	}
+	defer release()
+	// The whole file first, then Postgres (spool.go): a slow client holds no database connection.
+	file, err := spool(httpbody.IdleUntil(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
+		time.Now().Add(s.uploadReceive)))
 	if err != nil {
 		return s.uploadError(err)
 	}
-	who := s.callerOf(c)
+	defer file.Close()
+	rd, err := list.NewReader(file, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
+	if err != nil {
+		return s.uploadError(err)
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), listImportBudget)
 	defer cancel()
 	l, err := s.lists.Import(ctx, list.Upload{AccountID: who.account, KeyID: who.key, Tier: who.tier, Plan: who.plan,
@@ -167,6 +181,8 @@ func (s *Server) uploadError(err error) error {
 		e = listTooLarge("The file is larger than %d bytes; split it into several lists.", big.Limit)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		e = requestTimeout()
+	case errors.Is(err, errSpool):
+		return unavailable(err)
 	default:
 		if admissionEnvelope(err) != nil {
 			return err // quota, spend cap, quota check: the one error mapping

@@ -84,6 +84,9 @@ type Server struct {
 
 	bodyTimeout time.Duration
 	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
+	uploads     uploadSlots   // the uploads being received (spool.go)
+	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
+	uploadReceive time.Duration
 
 	accounts *account.Store
 	portal   BillingPortal
@@ -129,6 +132,7 @@ func New(d Deps) *Server {
 	}
 	s.stopping = make(chan struct{})
 	s.uploadIdle = httpbody.IdleTimeout
+	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
@@ -164,6 +168,8 @@ func New(d Deps) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	// A client's X-Request-Id is kept only if it is short and plain; otherwise RequestID makes one.
+	e.Use(boundRequestID)
 	e.Use(middleware.RequestID())
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
@@ -172,6 +178,8 @@ func New(d Deps) *Server {
 	// reading and stops a body without one at the limit. A bulk-list upload is a file with limits
 	// of its own (docs/lists.md).
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes) + "B", Skipper: isUpload}))
+	// A /v1 query string that Go's URL.Query would silently trim is refused (query.go).
+	e.Use(strictQuery)
 	s.echo = e
 	s.routes()
 	return s

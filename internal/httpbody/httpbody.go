@@ -23,13 +23,24 @@ func IdleFor(w http.ResponseWriter, r io.Reader, pause time.Duration) io.Reader 
 	return &idle{r: r, rc: http.NewResponseController(w), pause: pause}
 }
 
+// IdleUntil is IdleFor that also ends at end, however steadily the body moves: a client that
+// sends a byte just inside every pause cannot hold the connection for longer.
+func IdleUntil(w http.ResponseWriter, r io.Reader, pause time.Duration, end time.Time) io.Reader {
+	return &idle{r: r, rc: http.NewResponseController(w), pause: pause, end: end}
+}
+
 type idle struct {
 	r     io.Reader
 	rc    *http.ResponseController
 	pause time.Duration
+	end   time.Time // zero: none
 }
 
 func (d *idle) Read(p []byte) (int, error) {
-	_ = d.rc.SetReadDeadline(time.Now().Add(d.pause))
+	deadline := time.Now().Add(d.pause)
+	if !d.end.IsZero() && d.end.Before(deadline) {
+		deadline = d.end
+	}
+	_ = d.rc.SetReadDeadline(deadline)
 	return d.r.Read(p)
 }

@@ -1,0 +1,110 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+)
+
+// An upload is received in full into a temporary file before any of it reaches Postgres. Storing
+// it as it arrives would hold a database connection, inside an open transaction, for as long as
+// the client takes to send it: up to the import budget for a client that sends a byte just
+// inside every idle deadline. A few such uploads would take every connection of the replica's
+// pool, and with it every other route of the replica (docs/lists.md, "Limits").
+//
+// What a slow client can still hold is bounded by uploadSlots: a replica receives at most
+// maxUploads files at once, and at most maxUploadsPerAccount for one account, so one key cannot
+// take the replica's upload slots (nor its disk: maxUploads times the size limit) from the rest.
+const (
+	maxUploads           = 8
+	maxUploadsPerAccount = 2
+)
+
+// uploadSlots counts the uploads a replica is receiving, in all and per account.
+type uploadSlots struct {
+	mu        sync.Mutex
+	total     int
+	byAccount map[string]int
+}
+
+var (
+	errUploadsBusy       = errors.New("this server is receiving as many uploads as it takes at once")
+	errAccountUploadBusy = errors.New("the account already has as many uploads on their way as it may")
+)
+
+// take claims a slot for account, or says why there is none; release gives it back.
+func (u *uploadSlots) take(account string) (release func(), err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.byAccount[account] >= maxUploadsPerAccount:
+		return nil, errAccountUploadBusy
+	case u.total >= maxUploads:
+		return nil, errUploadsBusy
+	}
+	if u.byAccount == nil {
+		u.byAccount = map[string]int{}
+	}
+	u.total++
+	u.byAccount[account]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			u.total--
+			if u.byAccount[account]--; u.byAccount[account] == 0 {
+				delete(u.byAccount, account)
+			}
+		})
+	}, nil
+}
+
+// uploadBusy is the 503 of an upload refused for want of a slot: nothing was read or stored, and
+// the same upload can be sent again once one of those on their way has been received.
+func uploadBusy(err error) *Error {
+	e := Errorf(http.StatusServiceUnavailable, CodeServiceUnavailable,
+		"Retry after the number of seconds in Retry-After, or once an upload on its way has been answered; nothing was stored or charged.",
+		"The upload was not received: %v.", err)
+	e.Header = http.Header{"Retry-After": {retryAfterSeconds}, "Connection": {"close"}}
+	return e
+}
+
+// errSpool marks a failure to write the temporary file (a full disk): the server's, not the
+// client's, unlike a failure to read the body (too large, stalled), which is returned as it is.
+var errSpool = errors.New("the upload could not be buffered")
+
+// spool copies body into an unlinked temporary file and returns the file, rewound. The file has
+// no name from the start, so its space is given back when it is closed, even by a crash.
+func spool(body io.Reader) (*os.File, error) {
+	f, err := os.CreateTemp("", "mailvet-upload-*")
+	if err != nil {
+		return nil, errors.Join(errSpool, err)
+	}
+	_ = os.Remove(f.Name())
+	_, err = io.Copy(spoolWriter{f}, body)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+		if err != nil {
+			err = errors.Join(errSpool, err)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// spoolWriter tells write failures from read failures in io.Copy.
+type spoolWriter struct{ f *os.File }
+
+func (w spoolWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		err = errors.Join(errSpool, err)
+	}
+	return n, err
+}

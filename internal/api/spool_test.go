@@ -1,0 +1,186 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/plan"
+)
+
+// stalledUpload starts a list upload whose file stops after its first rows, as a slow client's
+// does, and returns the connection (the rest of the file is sent with finishUpload).
+func stalledUpload(t *testing.T, addr, key string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rows := "email\nann@acme.test\n"
+	_, err = fmt.Fprintf(conn, "POST /v1/email/lists HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: text/csv\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", key, len(rows), rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// finishUpload sends the rest of a stalled upload's file and returns the answer's status.
+func finishUpload(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	rest := "bob@acme.test\n"
+	if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(rest), rest); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// Uploads whose files arrive slowly hold no database connection: more of them than the pool has
+// connections leave every other route working, and each is stored once its file is complete. What
+// they can hold instead is bounded: two uploads on their way per account, eight per replica, and
+// the next is a 503 at once, without reading its file.
+func TestSlowUploadsHoldNoDatabaseConnection(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	addr := ts.Listener.Addr().String()
+
+	n := int(b.pool.Config().MaxConns) + 1 // one more than the pool could hold
+	if n+maxUploadsPerAccount > maxUploads {
+		t.Skipf("a pool of %d connections: more stalled uploads than a replica takes", n-1)
+	}
+	var keys []string
+	for range (n + 2 + maxUploadsPerAccount - 1) / maxUploadsPerAccount { // and one account more
+		a, _ := b.account(plan.Scale, "")
+		keys = append(keys, b.standardKey(a.ID).Raw)
+	}
+	var stalled []net.Conn
+	for i := range n {
+		stalled = append(stalled, stalledUpload(t, addr, keys[i/maxUploadsPerAccount]))
+	}
+	receiving := func() int {
+		b.srv.uploads.mu.Lock()
+		defer b.srv.uploads.mu.Unlock()
+		return b.srv.uploads.total
+	}
+	for deadline := time.Now().Add(10 * time.Second); receiving() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d uploads on their way, want %d", receiving(), n)
+		}
+	}
+
+	// Every other route still works: a verification needs the pool for its usage row.
+	other := keys[len(keys)-1]
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/email/verify", strings.NewReader(`{"email":"ann@acme.test"}`))
+	req.Header.Set("Authorization", "Bearer "+other)
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("verify while %d uploads stall: %d %s (after %v)", n, resp.StatusCode, raw, time.Since(start))
+	}
+
+	// The account whose two uploads stall gets no third, and is told why at once.
+	third := stalledUpload(t, addr, keys[0])
+	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(third), nil)
+	third.Close() // now: the server would drain its unsent file until the idle deadline
+	if err != nil {
+		t.Fatalf("a third upload of one account was not answered at once: %v", err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var env map[string]any
+	_ = json.Unmarshal(raw, &env)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		env["error"] != CodeServiceUnavailable || !bytes.Contains(raw, []byte("as many uploads on their way")) {
+		t.Errorf("a third upload of one account: %d %v %s", resp.StatusCode, resp.Header, raw)
+	}
+
+	// The stalled uploads are stored once their files are complete.
+	for i, conn := range stalled {
+		if status := finishUpload(t, conn); status != http.StatusAccepted {
+			t.Errorf("upload %d: %d, want 202", i, status)
+		}
+	}
+	if got := b.count(`SELECT count(*) FROM lists`); got != n {
+		t.Errorf("%d lists stored, want %d", got, n)
+	}
+	if receiving() != 0 {
+		t.Errorf("%d upload slots still taken", receiving())
+	}
+}
+
+// An upload must arrive within the receive budget however steadily its bytes trickle in.
+func TestUploadReceiveBudget(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	b.srv.uploadReceive = 700 * time.Millisecond
+	b.srv.uploadIdle = 300 * time.Millisecond
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	a, _ := b.account(plan.Scale, "")
+	conn := stalledUpload(t, ts.Listener.Addr().String(), b.standardKey(a.ID).Raw)
+	answered := make(chan *http.Response, 1)
+	go func() {
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			answered <- resp
+		}
+		close(answered)
+	}()
+	start := time.Now()
+	// One row every 100 ms, well inside the idle deadline, for up to 5 s.
+	var (
+		resp *http.Response
+		ok   bool
+	)
+	for i := 0; i < 50 && resp == nil; i++ {
+		row := fmt.Sprintf("user%d@acme.test\n", i)
+		if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(row), row); err != nil {
+			break
+		}
+		select {
+		case resp, ok = <-answered:
+			if !ok {
+				t.Fatal("the connection ended without an answer")
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if resp == nil {
+		if resp, ok = <-answered; !ok {
+			t.Fatal("no answer")
+		}
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusRequestTimeout || took > 3*time.Second {
+		t.Errorf("a trickling upload: %d after %v, want 408 after about 700 ms", resp.StatusCode, took)
+	}
+	if got := b.count(`SELECT count(*) FROM lists`); got != 0 {
+		t.Errorf("%d lists stored", got)
+	}
+}
