@@ -147,7 +147,13 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	e.check("MAILVET_HTTP_ADDR", validListenAddr(c.HTTPAddr))
 	c.MetricsAddr = e.str("MAILVET_METRICS_ADDR", listenDefault(defaultMetricsAddr(role), dev))
 	e.check("MAILVET_METRICS_ADDR", validListenAddr(c.MetricsAddr))
-	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", "http://localhost:8080"), "/")
+	// Unset, the public URL is this server on its own port, so that the links a local run gives
+	// out (error docs, list results, callbacks) reach it whatever port it listens on.
+	publicDefault := "http://localhost:8080"
+	if _, port, err := net.SplitHostPort(c.HTTPAddr); err == nil && port != "" && port != "0" {
+		publicDefault = "http://localhost:" + port
+	}
+	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", publicDefault), "/")
 	e.check("MAILVET_PUBLIC_URL", validHTTPURL(c.PublicURL))
 
 	c.DNSResolver = e.str("MAILVET_DNS_RESOLVER", "")

@@ -94,6 +94,27 @@ func TestLoadDevListensOnLoopback(t *testing.T) {
 	}
 }
 
+// Unset, the public URL follows the API's port, so that a local run on another port links to
+// itself (error docs, results_url, callbacks).
+func TestLoadPublicURLFollowsThePort(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{"": "http://localhost:8080", "127.0.0.1:8081": "http://localhost:8081",
+		":9000": "http://localhost:9000", "127.0.0.1:0": "http://localhost:8080"} {
+		c, err := Load(RoleAPI, true, func(k string) string {
+			if k == "MAILVET_HTTP_ADDR" {
+				return addr
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PublicURL != want {
+			t.Errorf("MAILVET_HTTP_ADDR=%q: public URL %q, want %q", addr, c.PublicURL, want)
+		}
+	}
+}
+
 func TestLoadOverrides(t *testing.T) {
 	t.Parallel()
 	c, err := Load(RoleAPI, false, envOf(map[string]string{
