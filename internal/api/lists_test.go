@@ -159,6 +159,13 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 	page := b.call(http.MethodGet, "/v1/email/lists?limit=1", key, nil).want(t, http.StatusOK, "").body
 	if ls, _ := page["lists"].([]any); len(ls) != 1 || page["next_cursor"] != nil {
 		t.Errorf("page %v", page)
+	} else {
+		// A page's lists have their counts, as the list itself does.
+		one := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusOK, "").body
+		got := ls[0].(map[string]any)["counts"]
+		if by, _ := got.(map[string]any)["by_status"].(map[string]any); len(by) == 0 || fmt.Sprint(got) != fmt.Sprint(one["counts"]) {
+			t.Errorf("a page's counts %v, the list's %v", got, one["counts"])
+		}
 	}
 	_, other := b.customer(plan.Builder)
 	b.call(http.MethodGet, "/v1/email/lists/"+id, other, nil).want(t, http.StatusNotFound, "list_not_found")

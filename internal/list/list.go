@@ -149,7 +149,7 @@ const (
 
 // Page returns up to limit lists of account, newest first, older than the list after (ids are
 // UUIDv7, so their order is their creation order); more is true when another page follows.
-// Counts are not filled in: a page is a summary.
+// Each list has its counts, as Get gives them: one more small read for the whole page.
 func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
 	rows, err := s.db.Query(ctx, `SELECT `+listColumns+` FROM lists
 		WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, account, after, limit+1)
@@ -161,9 +161,33 @@ func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limi
 		return nil, false, err
 	}
 	if len(ls) > limit {
-		return ls[:limit], true, nil
+		ls, more = ls[:limit], true
 	}
-	return ls, false, nil
+	if len(ls) == 0 {
+		return ls, more, nil
+	}
+	ids := make([]uuid.UUID, len(ls))
+	at := make(map[uuid.UUID]int, len(ls))
+	for i, l := range ls {
+		ids[i], at[l.ID] = l.ID, i
+	}
+	rows, err = s.db.Query(ctx, `SELECT list_id, status, reason, n FROM list_counts
+		WHERE list_id = ANY($1) ORDER BY list_id, status, reason`, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		id uuid.UUID
+		c  Count
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.Status, &c.Reason, &c.N}, func() error {
+		ls[at[id]].Counts = append(ls[at[id]].Counts, c)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return ls, more, nil
 }
 
 // Cancel stops a queued or running list: chunks still queued are dropped by the workers, a chunk
