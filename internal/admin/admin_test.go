@@ -185,7 +185,7 @@ func TestDevBootstrapIsIdempotent(t *testing.T) {
 	last.Write(&out, "http://localhost:8080", "ann@acme.example")
 	for _, want := range []string{last.ProvisioningKey, last.StandardKey, "curl -s http://localhost:8080/v1/email/verify",
 		"/v1/management/account", "revoked and a fresh one issued", `{"email":"ann@acme.example"}`,
-		"free tier: 10 requests a minute, 500 a month"} {
+		"free tier: 10 emails verified a minute, 500 a month (a batch of n counts n)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, out.String())
 		}

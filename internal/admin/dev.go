@@ -89,7 +89,7 @@ func (c DevCredentials) Write(w io.Writer, baseURL, email string) {
 	fmt.Fprintf(w, "  provisioning key (management API): %s\n", c.ProvisioningKey)
 	fmt.Fprintf(w, "  standard key (verify API):         %s\n", c.StandardKey)
 	if c.Plan.RateLimitPerMin > 0 {
-		fmt.Fprintf(w, "  free tier: %d requests a minute, %d a month\n", c.Plan.RateLimitPerMin, c.Plan.MonthlyCalls)
+		fmt.Fprintf(w, "  free tier: %d emails verified a minute, %d a month (a batch of n counts n)\n", c.Plan.RateLimitPerMin, c.Plan.MonthlyCalls)
 	}
 	fmt.Fprintln(w, "Try:")
 	fmt.Fprintf(w, "  curl -s %s/v1/management/account -H 'Authorization: Bearer %s'\n", baseURL, c.ProvisioningKey)
