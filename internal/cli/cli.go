@@ -168,7 +168,8 @@ func describe(err error) string {
 		}
 		return s
 	}
-	return err.Error()
+	// The client's own errors already say where they come from; the caller adds the prefix.
+	return strings.TrimPrefix(err.Error(), "mailvet: ")
 }
 
 // isTerminal reports whether w is a terminal (a character device), where tables and progress

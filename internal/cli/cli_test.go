@@ -54,8 +54,9 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("version: exit %d, %q", code, stdout)
 	}
 	// Nothing listens on port 1: a network error is exit 1.
-	if code, _, stderr := run(t, key, "", "verify", "a@b.example"); code != ExitError || !strings.Contains(stderr, "127.0.0.1:1") {
-		t.Errorf("unreachable: exit %d, %q", code, stderr)
+	if code, _, stderr := run(t, key, "", "verify", "a@b.example"); code != ExitError || !strings.Contains(stderr, "127.0.0.1:1") ||
+		strings.Count(stderr, "mailvet:") != 1 {
+		t.Errorf("unreachable: exit %d, %q (one mailvet: prefix)", code, stderr)
 	}
 }
 
