@@ -213,43 +213,87 @@ type OpenCheckout struct {
 	ExpiresAt time.Time
 }
 
+// checkoutClaim is how long an upgrade may take to open its Checkout session (its Stripe call)
+// before another upgrade of the account may open one instead.
+const checkoutClaim = 15 * time.Second
+
+// ErrCheckoutPending is Checkout's answer when another upgrade of the account was still opening
+// its session after checkoutClaim: it can be tried again in a moment.
+var ErrCheckoutPending = errors.New("another upgrade of the account is still opening its Checkout session")
+
 // Checkout returns the account's open Checkout session, or runs open to start one and records it
 // (docs/dashboard.md, "Billing"). A session completes once, so sending every upgrade of the
 // account to the one open session, instead of opening another, keeps a double click, a second tab
-// or the return page before Stripe's webhook from starting a second subscription. The account's
-// row is locked while open runs, so two upgrades at once open one session. reused reports an
-// open session found; open is not run then.
+// or the return page before Stripe's webhook from starting a second subscription. reused reports
+// an open session found; open is not run then.
+//
+// The upgrade that opens the session claims the account for checkoutClaim first, in a short
+// transaction, and runs open outside any: holding the account's row lock across the Stripe call
+// would block the account's other writes (keys, spend cap, Stripe's own webhooks) for as long as
+// Stripe takes. An upgrade that finds the claim taken waits for the session it brings, so two
+// upgrades at once still open one session.
 func (s *Store) Checkout(ctx context.Context, id string, now time.Time, open func(expires time.Time) (url string, tier plan.Tier, err error)) (co OpenCheckout, reused bool, err error) {
 	if uuid.Validate(id) != nil {
 		return co, false, ErrNotFound
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			url, tier *string
-			expires   *time.Time
-		)
-		err := tx.QueryRow(ctx, `SELECT checkout_url, checkout_tier, checkout_expires_at FROM accounts WHERE id = $1 FOR UPDATE`, id).
-			Scan(&url, &tier, &expires)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
+	waitUntil := time.Now().Add(checkoutClaim)
+	for {
+		var claimed bool
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var (
+				url, tier      *string
+				expires, claim *time.Time
+			)
+			err := tx.QueryRow(ctx, `SELECT checkout_url, checkout_tier, checkout_expires_at, checkout_claimed_until
+				FROM accounts WHERE id = $1 FOR UPDATE`, id).Scan(&url, &tier, &expires, &claim)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			// A minute's margin: a session about to expire is not handed out to be paid in time.
+			if url != nil && tier != nil && expires != nil && expires.After(now.Add(time.Minute)) {
+				co, reused = OpenCheckout{URL: *url, Tier: plan.Tier(*tier), ExpiresAt: *expires}, true
+				return nil
+			}
+			if claim != nil && claim.After(now) {
+				return nil // another upgrade is opening the session: wait for it
+			}
+			claimed = true
+			_, err = tx.Exec(ctx, `UPDATE accounts SET checkout_claimed_until = $2 WHERE id = $1`, id, now.Add(checkoutClaim))
 			return err
+		})
+		switch {
+		case err != nil || reused:
+			return co, reused, err
+		case claimed:
+			return s.openCheckout(ctx, id, now, open)
+		case !time.Now().Before(waitUntil):
+			return co, false, ErrCheckoutPending
 		}
-		// A minute's margin: a session about to expire is not handed out to be paid in time.
-		if url != nil && tier != nil && expires != nil && expires.After(now.Add(time.Minute)) {
-			co, reused = OpenCheckout{URL: *url, Tier: plan.Tier(*tier), ExpiresAt: *expires}, true
-			return nil
+		select {
+		case <-ctx.Done():
+			return co, false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
-		exp := now.Add(CheckoutWindow)
-		u, t, err := open(exp)
-		if err != nil {
-			return err
-		}
-		co = OpenCheckout{URL: u, Tier: t, ExpiresAt: exp}
-		_, err = tx.Exec(ctx, `UPDATE accounts SET checkout_url = $2, checkout_tier = $3, checkout_expires_at = $4, updated_at = now()
-			WHERE id = $1`, id, u, string(t), exp)
-		return err
-	})
-	return co, reused, err
+	}
+}
+
+// openCheckout runs open for the upgrade that holds the account's claim, records the session it
+// opened, and gives the claim up, also when open failed, so that the next upgrade can try again.
+func (s *Store) openCheckout(ctx context.Context, id string, now time.Time, open func(expires time.Time) (string, plan.Tier, error)) (OpenCheckout, bool, error) {
+	exp := now.Add(CheckoutWindow)
+	u, t, err := open(exp)
+	done := context.WithoutCancel(ctx) // the claim is given up even if the caller has gone
+	if err != nil {
+		_, _ = s.pool.Exec(done, `UPDATE accounts SET checkout_claimed_until = NULL WHERE id = $1`, id)
+		return OpenCheckout{}, false, err
+	}
+	_, err = s.pool.Exec(done, `UPDATE accounts SET checkout_url = $2, checkout_tier = $3, checkout_expires_at = $4,
+		checkout_claimed_until = NULL, updated_at = now() WHERE id = $1`, id, u, string(t), exp)
+	if err != nil {
+		return OpenCheckout{}, false, err
+	}
+	return OpenCheckout{URL: u, Tier: t, ExpiresAt: exp}, false, nil
 }
