@@ -10,9 +10,9 @@ import (
 
 // Postgres cannot store U+0000: text columns refuse the byte and jsonb refuses the \u0000
 // escape. A NUL that reached a query would fail it, and the client would be told to retry a
-// request that can never succeed. So it is bad input, refused before any field is used. It is the
-// only such character: invalid UTF-8 and lone surrogates (\ud800), the other text Postgres
-// refuses, never get this far, because encoding/json turns them into U+FFFD while decoding.
+// request that can never succeed. So it is bad input, refused before any field is used. The other
+// text Postgres refuses, invalid UTF-8 and lone surrogates (\ud800), is refused by strictJSON,
+// after this check: encoding/json would turn it into U+FFFD while decoding.
 
 // escapedNUL is how JSON spells U+0000 inside a string. JSON allows no other spelling: \U0000 is
 // not an escape, and a raw zero byte is not allowed in a string at all.

@@ -2,20 +2,27 @@ package api
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net"
+	"reflect"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 )
 
 // bindJSON decodes a JSON request body into dst, strictly: the Content-Type must be JSON, the
 // body one object, and unknown fields are refused so that a mistyped field name is an error
 // instead of a silently ignored one. A NUL character anywhere in the body is refused too
-// (refuseNUL). Every failure is a 400 whose message names the field.
+// (refuseNUL), and so is what encoding/json would let through (strictJSON): text that is not
+// UTF-8, a field name in another case, a field given twice. Every failure is a 400 whose message
+// names the field.
 func bindJSON(c echo.Context, dst any) error {
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
@@ -30,6 +37,18 @@ func bindJSON(c echo.Context, dst any) error {
 	if err := refuseNUL(body); err != nil {
 		return err
 	}
+	// strictJSON refuses at once what encoding/json would mangle (text that is not UTF-8, a
+	// field given twice). A plain syntax error it finds is left to encoding/json, whose messages
+	// say what is wrong (empty, truncated, not an object, at byte N), and so is a name in another
+	// case: encoding/json reports the body's other faults first, in the order they stand, as
+	// before, and the name is refused only if there is none.
+	var (
+		syntax  *jsonSyntaxError
+		unknown *unknownFieldError
+	)
+	if err := strictJSON(body, reflect.TypeOf(dst)); err != nil && !errors.As(err, &syntax) && !errors.As(err, &unknown) {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -38,7 +57,229 @@ func bindJSON(c echo.Context, dst any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return InvalidRequest("Request body must hold exactly one JSON object.")
 	}
+	switch {
+	case syntax != nil:
+		// Not expected: the two parsers disagree on the grammar. The stricter one decides.
+		return InvalidRequest("Request body is not valid JSON (at byte %d).", syntax.offset)
+	case unknown != nil:
+		return InvalidRequest("Unknown field %q.", unknown.name)
+	}
 	return nil
+}
+
+// strictJSON checks the first JSON value of body for what encoding/json accepts but the API
+// refuses, so that no request is answered, or metered, for text other than what was sent:
+//
+//   - bytes that are not UTF-8, and \u escapes of a lone UTF-16 surrogate (\ud800): encoding/json
+//     turns both into U+FFFD, so "ann\xff@acme.example" would be verified as another address;
+//   - a member name that is not exactly the json name of a field of the destination type t:
+//     encoding/json matches names case-insensitively, so {"Webhook_URL": …} would set webhook_url;
+//   - a member given twice in one object: encoding/json keeps the last, silently.
+//
+// Objects are checked at every depth; their names are checked against t where t is a struct.
+// A syntax error of any other kind is returned as a *jsonSyntaxError; the first unknown name,
+// when the value is otherwise valid, as an *unknownFieldError.
+func strictJSON(body []byte, t reflect.Type) error {
+	s := strictReader{dec: jsontext.NewDecoder(bytes.NewReader(body)), body: body}
+	if err := s.value("", t); err != nil {
+		return err
+	}
+	if s.unknown != nil {
+		return s.unknown
+	}
+	return nil
+}
+
+// unknownFieldError is a member name that the destination type does not have, exactly.
+type unknownFieldError struct{ name string }
+
+func (e *unknownFieldError) Error() string { return "unknown field " + strconv.Quote(e.name) }
+
+// jsonSyntaxError is a syntax error that encoding/json reports in its own words.
+type jsonSyntaxError struct{ offset int64 }
+
+func (e *jsonSyntaxError) Error() string {
+	return "invalid JSON at byte " + strconv.FormatInt(e.offset, 10)
+}
+
+// strictReader walks one JSON value token by token, keeping the path of the value being read in
+// the API's notation (webhook_url, emails[3], a.b) so that a refusal can name the field.
+// jsontext.Decoder does the syntax: by default it refuses invalid UTF-8, invalid surrogate
+// escapes and duplicate member names.
+type strictReader struct {
+	dec     *jsontext.Decoder
+	body    []byte
+	unknown *unknownFieldError // the first member name that t does not have
+}
+
+// value reads one value at path; t is the Go type it decodes into, nil when its member names
+// are not checked (json.RawMessage, any, a type that decodes itself).
+func (s *strictReader) value(path string, t reflect.Type) error {
+	t = deref(t)
+	switch kind := s.dec.PeekKind(); kind {
+	case '{':
+		if _, err := s.dec.ReadToken(); err != nil {
+			return s.fault(err, path, false, false)
+		}
+		fields := jsonFields(t)
+		var elem reflect.Type
+		if t != nil && t.Kind() == reflect.Map {
+			elem = t.Elem()
+		}
+		for {
+			next := s.dec.PeekKind()
+			tok, err := s.dec.ReadToken()
+			if err != nil {
+				return s.fault(err, path, next == '"', true)
+			}
+			if next == '}' {
+				return nil
+			}
+			name := tok.String()
+			child := joinPath(path, name)
+			ft := elem
+			if fields != nil {
+				var ok bool
+				if ft, ok = fields[name]; !ok && s.unknown == nil {
+					s.unknown = &unknownFieldError{name: child}
+				}
+			}
+			if err := s.value(child, ft); err != nil {
+				return err
+			}
+		}
+	case '[':
+		if _, err := s.dec.ReadToken(); err != nil {
+			return s.fault(err, path, false, false)
+		}
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; ; i++ {
+			if s.dec.PeekKind() == ']' {
+				if _, err := s.dec.ReadToken(); err != nil {
+					return s.fault(err, path, false, false)
+				}
+				return nil
+			}
+			if err := s.value(path+"["+strconv.Itoa(i)+"]", elem); err != nil {
+				return err
+			}
+		}
+	default:
+		if _, err := s.dec.ReadToken(); err != nil {
+			return s.fault(err, path, kind == '"', false)
+		}
+		return nil
+	}
+}
+
+// fault maps an error of the decoder reading the token at path: a member name of the object at
+// path (inName), or its value. inString says the token began as a string, so that a bad byte is
+// in its text rather than between tokens.
+func (s *strictReader) fault(err error, path string, inString, inName bool) error {
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		return &jsonSyntaxError{} // io.EOF: an empty body
+	}
+	off := se.ByteOffset
+	where := "Field " + path
+	switch {
+	case inName && path == "":
+		where = "A field name"
+	case inName:
+		where = "A field name in " + path
+	case path == "":
+		where = "Request body"
+	}
+	switch {
+	case se.Err == jsontext.ErrDuplicateName:
+		return InvalidRequest("Field %s is given more than once.", joinPath(path, se.JSONPointer.LastToken()))
+	case badUTF8At(s.body, off):
+		if !inString {
+			where = "Request body"
+		}
+		return InvalidRequest("%s is not valid UTF-8 (at byte %d).", where, off)
+	case inString:
+		if esc, ok := surrogateAt(s.body, off); ok {
+			return InvalidRequest("%s holds %s (at byte %d), a UTF-16 surrogate escape without its pair, which is no character.", where, esc, off)
+		}
+	}
+	return &jsonSyntaxError{offset: off}
+}
+
+// badUTF8At reports whether the bytes at off do not begin a UTF-8 character.
+func badUTF8At(b []byte, off int64) bool {
+	if off < 0 || off >= int64(len(b)) {
+		return false
+	}
+	r, size := utf8.DecodeRune(b[off:])
+	return r == utf8.RuneError && size == 1
+}
+
+// surrogateAt returns the \u escape at off if it is one of a UTF-16 surrogate (D800–DFFF).
+func surrogateAt(b []byte, off int64) (string, bool) {
+	if off < 0 || off+6 > int64(len(b)) || b[off] != '\\' || b[off+1] != 'u' {
+		return "", false
+	}
+	esc := string(b[off : off+6])
+	n, err := strconv.ParseUint(esc[2:], 16, 16)
+	return esc, err == nil && n >= 0xD800 && n <= 0xDFFF
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func deref(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// jsonFields maps the exact json names of struct type t to their types, as encoding/json names
+// them: the tag's name, else the Go name; "-" is no field; an untagged embedded struct lends its
+// fields. It is nil when t is not a struct, or decodes itself: such names are not checked.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if t == nil || t.Kind() != reflect.Struct ||
+		reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	addFields(t, fields)
+	return fields
+}
+
+func addFields(t reflect.Type, fields map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if et := deref(f.Type); f.Anonymous && name == "" && et.Kind() == reflect.Struct {
+			addFields(et, fields)
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = f.Type
+	}
 }
 
 // jsonError maps a failure to read or decode a request body. Reading fails only with the body

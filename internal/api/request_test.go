@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // A JSON value of the wrong type is named for what the field takes, in JSON's words.
@@ -23,5 +26,125 @@ func TestJSONTypeErrorsNameTheType(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)
 		}
+	}
+}
+
+// What encoding/json lets through is refused on every route that takes a JSON body, with a 400
+// naming the problem, and costs nothing: text that is not UTF-8 (invalid bytes, escaped lone
+// surrogates, both of which encoding/json turns into U+FFFD), a field name in another case
+// (encoding/json matches names case-insensitively, so Webhook_URL turned a verification
+// asynchronous), and a field given twice (encoding/json keeps the last).
+func TestStrictJSONBodies(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, std := b.customer(plan.Free)
+	mgmt := b.provisioningKey(acct)
+	keys := map[string]string{"std": std, "mgmt": mgmt}
+	const hook = `"webhook_url": "https://hooks.example.com/x"`
+	list := func(item3 string) string {
+		return `{"emails": ["ann@acme.test", "bob@acme.test", "info@acme.test", ` + item3 + `, "ann@acme.test"]}`
+	}
+	cases := []struct {
+		path, key, body, says string
+	}{
+		{"/v1/email/verify", "std", "{\"email\": \"ann\xff@acme.test\"}", "Field email is not valid UTF-8 (at byte 14)."},
+		{"/v1/email/verify", "std", `{"email": "ann\ud800@acme.test"}`, `Field email holds \ud800 (at byte 14), a UTF-16 surrogate escape without its pair`},
+		{"/v1/email/verify", "std", `{"email": "ann\ud800\u0041@acme.test"}`, `Field email holds \ud800`},
+		{"/v1/email/verify", "std", `{"email": "\udc00ann@acme.test"}`, `Field email holds \udc00`},
+		{"/v1/email/verify", "std", "{\"em\xffail\": \"ann@acme.test\"}", "A field name is not valid UTF-8 (at byte 4)."},
+		{"/v1/email/verify", "std", `{"EMAIL": "ann@acme.test"}`, `Unknown field "EMAIL".`},
+		{"/v1/email/verify", "std", `{"email": "zoe@acme.test", "email": "ann@acme.test"}`, "Field email is given more than once."},
+		{"/v1/email/verify", "std", `{"email": "zoe@acme.test", "EMAIL": "ann@acme.test"}`, `Unknown field "EMAIL".`},
+		{"/v1/email/verify", "std", `{"email": "zoe@acme.test", "em\u0061il": "ann@acme.test"}`, "Field email is given more than once."},
+		// The async form: none of these may become a job.
+		{"/v1/email/verify", "std", `{"email": "ann@acme.test", "Webhook_URL": "https://hooks.example.com/x"}`, `Unknown field "Webhook_URL".`},
+		{"/v1/email/verify", "std", `{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x", "webhook_url": "https://hooks.example.com/y"}`, "Field webhook_url is given more than once."},
+		{"/v1/email/verify", "std", "{\"email\": \"ann@acme.test\", \"webhook_url\": \"https://hooks.example.com/\xfe\"}", "Field webhook_url is not valid UTF-8"},
+		{"/v1/email/verify", "std", `{"email": "ann@acme.test", ` + hook + `, "webhook_secret": "long enough \ud83d secret"}`, `Field webhook_secret holds \ud83d`},
+		{"/v1/email/verify", "std", `{"email": "ann@acme.test", ` + hook + `, "Webhook_Secret": "long enough secret"}`, `Unknown field "Webhook_Secret".`},
+		{"/v1/email/verify/batch", "std", list("\"us\xffer3@acme.test\""), "Field emails[3] is not valid UTF-8"},
+		{"/v1/email/verify/batch", "std", list(`"user3\ud800@acme.test"`), `Field emails[3] holds \ud800`},
+		{"/v1/email/verify/batch", "std", `{"Emails": ["ann@acme.test"]}`, `Unknown field "Emails".`},
+		{"/v1/email/verify/batch", "std", `{"emails": ["zoe@acme.test"], "emails": ["ann@acme.test"]}`, "Field emails is given more than once."},
+		{"/v1/email/verify/stream", "std", list("\"us\xffer3@acme.test\""), "Field emails[3] is not valid UTF-8"},
+		{"/v1/email/verify/stream", "std", list(`"user3\udfff@acme.test"`), `Field emails[3] holds \udfff`},
+		{"/v1/email/verify/stream", "std", `{"EMAILS": ["ann@acme.test"]}`, `Unknown field "EMAILS".`},
+		{"/v1/email/verify/stream", "std", `{"emails": ["zoe@acme.test"], "emails": ["ann@acme.test"]}`, "Field emails is given more than once."},
+		{"/v1/management/keys", "mgmt", "{\"label\": \"prod\xff\"}", "Field label is not valid UTF-8"},
+		{"/v1/management/keys", "mgmt", `{"label": "prod\ud800"}`, `Field label holds \ud800`},
+		{"/v1/management/keys", "mgmt", `{"Label": "prod"}`, `Unknown field "Label".`},
+		{"/v1/management/keys", "mgmt", `{"label": "prod", "label": "test"}`, "Field label is given more than once."},
+		{"/v1/management/keys", "mgmt", `{"label": "prod", "x": {"y": 1, "y": 2}}`, "Field x.y is given more than once."},
+	}
+	verifyRefusals := 0
+	for _, c := range cases {
+		r := b.call(http.MethodPost, c.path, keys[c.key], c.body).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, c.says) {
+			t.Errorf("%s %q: message %q, want %q", c.path, c.body, msg, c.says)
+		}
+		if strings.HasPrefix(c.path, "/v1/email/") {
+			verifyRefusals++
+		}
+	}
+	// Escapes of real characters, a U+FFFD sent as such, and other faults keep their meaning
+	// and messages.
+	b.verify(std, `{"email": "\u0061nn@acme.test"}`).want(t, http.StatusOK, "")
+	b.verify(std, `{"email": "\ud83d\ude00\ufffd@acme.test"}`).want(t, http.StatusOK, "")
+	for body, says := range map[string]string{
+		`{"email": 42, "EMAIL": 1}`:       "Field email must be a string, not number.",
+		`{"emial": "ann@acme.test"`:       "Request body is truncated JSON.",
+		`{"email": "ann@acme.test", "x"}`: "Request body is not valid JSON (at byte 31).",
+		`{"email": "\x"}`:                 "Request body is not valid JSON (at byte 13).",
+	} {
+		r := b.verify(std, body).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); msg != says {
+			t.Errorf("%q: message %q, want %q", body, msg, says)
+		}
+		verifyRefusals++
+	}
+
+	b.srv.Close() // writes the usage rows still queued behind responses
+	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 2 {
+		t.Errorf("%d quota units used, want the 2 good verifications'", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 2 {
+		t.Errorf("%d usage rows of verifications, want 2", n)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != verifyRefusals {
+		t.Errorf("%d invalid_request rows, want %d", n, verifyRefusals)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("%d jobs stored from refused requests", n)
+	}
+	if n := b.count(`SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard'`, acct); n != 1 {
+		t.Errorf("%d standard keys, want the fixture's only", n)
+	}
+}
+
+// An NDJSON list whose address holds an escaped NUL or lone surrogate is refused whole, naming
+// the line, like a raw NUL or bad bytes: not a 500 from Postgres, and not a list of U+FFFD.
+func TestListNDJSONEscapesInEmail(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(plan.Builder)
+	for _, c := range []struct {
+		file string
+		line float64
+		says string
+	}{
+		{"{\"email\":\"bob@acme.test\"}\n{\"email\":\"ann\\u0000@acme.test\"}\n", 2, "NUL"},
+		{"{\"email\":\"ann\\ud800@acme.test\"}\n{\"email\":\"bob@acme.test\"}\n", 1, "surrogate"},
+	} {
+		r := b.call(http.MethodPost, "/v1/email/lists", key, c.file, "Content-Type", "application/x-ndjson").
+			want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); r.body["line"] != c.line || !strings.Contains(msg, c.says) {
+			t.Errorf("%q: line %v, message %q; want line %v about the %s", c.file, r.body["line"], msg, c.line, c.says)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("%d lists stored from refused uploads", n)
+	}
+	if n := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("refused uploads charged %d", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Format is the encoding of an uploaded list (docs/lists.md, "Uploading").
@@ -229,8 +231,18 @@ func (r *Reader) next() (Row, error) {
 			return Row{}, &InputError{Line: no, Msg: `the line is not a JSON object like {"email": "ann@example.com"}`}
 		}
 		var email string
-		if raw, ok := obj["email"]; !ok || json.Unmarshal(raw, &email) != nil {
+		raw, ok := obj["email"]
+		if !ok || json.Unmarshal(raw, &email) != nil {
 			return Row{}, &InputError{Line: no, Msg: `the object has no string field "email"`}
+		}
+		// The line was checked as raw bytes above, but escapes are only seen decoded: \u0000 is a
+		// NUL, which Postgres cannot store, and encoding/json turns an escaped lone surrogate
+		// (\ud800) into U+FFFD, an address other than the one sent.
+		if _, err := jsontext.AppendUnquote(nil, bytes.TrimSpace(raw)); err != nil {
+			return Row{}, &InputError{Line: no, Msg: `the "email" value holds a \u escape of a UTF-16 surrogate without its pair, which is no character`}
+		}
+		if strings.IndexByte(email, 0) >= 0 {
+			return Row{}, &InputError{Line: no, Msg: `the "email" value contains a NUL character (U+0000)`}
 		}
 		return Row{Email: Normalize(email), Cols: []string{text}}, nil
 	}
