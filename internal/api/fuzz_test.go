@@ -154,7 +154,7 @@ func checkStreamLines(t *testing.T, raw []byte) {
 }
 
 // badJSON are inputs every JSON body route must refuse cleanly: broken syntax, wrong types, huge
-// numbers, deep nesting, invalid UTF-8 and lone surrogates (which encoding/json turns into U+FFFD).
+// numbers, deep nesting, invalid UTF-8 and lone surrogates (refused before decoding: bindJSON).
 var badJSON = []string{
 	``, `null`, `""`, `[]`, `{}`, `{`, `}`, `{"a"}`, `{"a":}`, `[1,2`, `{}{}`, `{} x`, "\xef\xbb\xbf{}",
 	`1e999`, `-0`, `123456789012345678901234567890`, `{"x": 1e999}`, `{"x": -1e-999}`,
