@@ -274,16 +274,24 @@ func admissionEnvelope(err error) *Error {
 	)
 	switch {
 	case errors.As(err, &rl):
-		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded,
-			"Wait until reset_at (the Retry-After header gives the seconds), then retry; do not retry in a tight loop.",
+		action := "Wait until reset_at (the Retry-After header gives the seconds), then retry; do not retry in a tight loop."
+		if rl.Asked > rl.Limit {
+			action = fmt.Sprintf("Split the request into requests of at most %d emails: this one asks for %d, more than a whole minute allows, and can never pass.", rl.Limit, rl.Asked)
+		}
+		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded, action,
 			"Rate limit of %d emails per minute exceeded for this account.", rl.Limit)
 		e.Extra = map[string]any{"limit": rl.Limit, "window": "1m", "reset_at": isoTime(rl.Reset)}
 		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(rl.Reset, time.Now()))}}
 		return e
 	case errors.As(err, &qe):
-		e := Errorf(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded,
-			"Wait until reset_at (the start of the next UTC month) or upgrade to a paid plan.",
-			"Monthly quota of %d verifications reached (%d used).", qe.Limit, qe.Used)
+		msg := fmt.Sprintf("Monthly quota of %d verifications reached (%d used).", qe.Limit, qe.Used)
+		action := "Wait until reset_at (the start of the next UTC month) or upgrade to a paid plan."
+		if left := qe.Limit - qe.Used; left > 0 {
+			// Not reached: this request is larger than what is left of it.
+			msg = fmt.Sprintf("This request needs %d verifications; %d of the monthly quota of %d are left (%d used).", qe.Asked, left, qe.Limit, qe.Used)
+			action = fmt.Sprintf("Send at most %d emails until reset_at (the start of the next UTC month), or upgrade to a paid plan.", left)
+		}
+		e := Errorf(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded, action, "%s", msg)
 		e.Extra = map[string]any{"limit": qe.Limit, "used": qe.Used, "reset_at": isoTime(qe.Reset)}
 		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(qe.Reset, time.Now()))}}
 		return e

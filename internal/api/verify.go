@@ -65,7 +65,7 @@ func checkEmail(field, e string) error {
 	case strings.TrimSpace(e) == "":
 		return InvalidRequest("Field %s is empty; send an email address.", field)
 	case len(e) > maxEmailLen:
-		return InvalidRequest("Field %s is longer than %d characters.", field, maxEmailLen)
+		return InvalidRequest("Field %s is longer than %d bytes.", field, maxEmailLen)
 	case !utf8.ValidString(e):
 		return InvalidRequest("Field %s is not valid UTF-8.", field)
 	}
@@ -90,7 +90,9 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 	var rl *usage.RateLimited
 	switch {
 	case errors.As(err, &rl):
-		h.Set("RateLimit-Remaining", "0")
+		// What is left of the window: a request larger than that is refused whole, and a smaller
+		// one would still pass.
+		h.Set("RateLimit-Remaining", strconv.Itoa(max(0, rl.Limit-rl.Used)))
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(rl.Reset, now)))
 	case err == nil || d.Reset.After(now):
 		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))

@@ -22,7 +22,7 @@ func (s *Server) verifyAsync(c echo.Context, hookURL string, secret *string, ema
 	if secret != nil {
 		sec = *secret
 		if n := utf8.RuneCountInString(sec); n < minSecretLen || len(sec) > maxSecretLen {
-			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
+			return InvalidRequest("Field webhook_secret must be at least %d characters and at most %d bytes.", minSecretLen, maxSecretLen)
 		}
 	}
 	if !s.dispatch.Up() {

@@ -318,10 +318,21 @@ func TestRateLimit(t *testing.T) {
 	if d := time.Until(reset); d <= 0 || d > 61*time.Second {
 		t.Errorf("reset_at %v is not within the next minute", reset)
 	}
-	if r.header.Get("Retry-After") == "" || r.header.Get("RateLimit-Remaining") != "0" {
-		t.Errorf("headers %v", r.header)
+	// The 2 left are still there: a smaller request would pass.
+	if r.header.Get("Retry-After") == "" || r.header.Get("RateLimit-Remaining") != "2" {
+		t.Errorf("headers %v, want RateLimit-Remaining 2", r.header)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit' AND route = 'verify_batch'`, acct); n != 1 {
+	if a, _ := r.body["action"].(string); !strings.HasPrefix(a, "Wait until reset_at") {
+		t.Errorf("action %q", a)
+	}
+	// A batch larger than a whole minute allows can never pass: the action says to split it.
+	eleven := append(append([]string{}, emails...), "i@x", "j@x", "k@x")
+	r = b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": eleven}).
+		want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
+	if a, _ := r.body["action"].(string); !strings.Contains(a, "Split the request into requests of at most 10 emails") {
+		t.Errorf("action for 11 emails against 10 a minute: %q", a)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit' AND route = 'verify_batch'`, acct); n != 2 {
 		t.Errorf("rate_limit rows %d", n)
 	}
 	if used := b.count(`SELECT quota_units FROM usage_monthly WHERE account_id = $1`, acct); used != 8 {
@@ -334,18 +345,27 @@ func TestMonthlyQuota(t *testing.T) {
 	b := setupVerify(t, verifyOpts{env: map[string]string{
 		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
 	acct, key := b.customer(plan.Free)
-	for i := range 5 {
+	for i := range 3 {
 		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
 	}
-	r := b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
-	if r.body["limit"] != float64(5) || r.body["used"] != float64(5) {
+	// Not reached yet: a batch larger than what is left is told so, and what is left.
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
+		want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+	if m, _ := r.body["message"].(string); !strings.Contains(m, "needs 3 verifications; 2 of the monthly quota of 5 are left") {
+		t.Errorf("message %q", m)
+	}
+	for i := 3; i < 5; i++ {
+		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
+	}
+	r = b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+	if m, _ := r.body["message"].(string); r.body["limit"] != float64(5) || r.body["used"] != float64(5) || !strings.Contains(m, "reached") {
 		t.Errorf("body %v", r.body)
 	}
 	now := time.Now().UTC()
 	if want := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC); !isoUTC(t, r.body["reset_at"]).Equal(want) {
 		t.Errorf("reset_at %v, want %v", r.body["reset_at"], want)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'monthly_quota_exceeded'`, acct); n != 1 {
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'monthly_quota_exceeded'`, acct); n != 2 {
 		t.Errorf("monthly_quota_exceeded rows %d", n)
 	}
 }

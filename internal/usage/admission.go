@@ -76,6 +76,7 @@ type Decision struct {
 type RateLimited struct {
 	Limit int
 	Used  int
+	Asked int // the emails of the refused request
 	Reset time.Time
 }
 
@@ -87,6 +88,7 @@ func (e *RateLimited) Error() string {
 type QuotaExceeded struct {
 	Limit int
 	Used  int
+	Asked int       // the verifications of the refused request
 	Reset time.Time // start of the next UTC month
 }
 
@@ -363,7 +365,7 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 			r.AccountID, a.now.Truncate(time.Minute)).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Reset: d.Reset}
+		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Asked: r.Units, Reset: d.Reset}
 	}
 	d.Remaining = max(0, r.RatePerMin-*a.used)
 
@@ -373,7 +375,7 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 			if err != nil {
 				return d, fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 			}
-			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Reset: d.Month.AddDate(0, 1, 0)}
+			return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: cur, Asked: r.Units, Reset: d.Month.AddDate(0, 1, 0)}
 		}
 		d.QuotaCharged = r.Units
 		d.Room = min(d.Remaining, max(0, r.MonthlyCalls-*a.quota))
