@@ -98,7 +98,7 @@ func (s *Server) uploadList(c echo.Context) error {
 			return InvalidRequest("webhook_secret needs a webhook_url to sign for.")
 		}
 		if n := utf8.RuneCountInString(secret); n < minSecretLen || len(secret) > maxSecretLen {
-			return InvalidRequest("Field webhook_secret must be %d to %d characters.", minSecretLen, maxSecretLen)
+			return InvalidRequest("Field webhook_secret must be at least %d characters and at most %d bytes.", minSecretLen, maxSecretLen)
 		}
 	}
 	if !s.dispatch.Up() {
@@ -183,6 +183,8 @@ func (s *Server) uploadError(err error) error {
 		e = requestTimeout()
 	case errors.Is(err, errSpool):
 		return unavailable(err)
+	case errors.Is(err, errUploadRead):
+		e = InvalidRequest("The upload's body could not be read (%s). Nothing was stored or charged.", bodyReadProblem(err))
 	default:
 		if admissionEnvelope(err) != nil {
 			return err // quota, spend cap, quota check: the one error mapping

@@ -2,9 +2,11 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -76,6 +78,11 @@ func uploadBusy(err error) *Error {
 // client's, unlike a failure to read the body (too large, stalled), which is returned as it is.
 var errSpool = errors.New("the upload could not be buffered")
 
+// errUploadRead marks a body that could not be read for a reason of its own (malformed chunked
+// encoding, a connection cut mid-file): the client's problem, a 400, unless it is one that has its
+// own answer (too large, stalled), which uploadError checks first.
+var errUploadRead = errors.New("the file could not be read")
+
 // spool copies body into an unlinked temporary file and returns the file, rewound. The file has
 // no name from the start, so its space is given back when it is closed, even by a crash.
 func spool(body io.Reader) (*os.File, error) {
@@ -84,7 +91,7 @@ func spool(body io.Reader) (*os.File, error) {
 		return nil, errors.Join(errSpool, err)
 	}
 	_ = os.Remove(f.Name())
-	_, err = io.Copy(spoolWriter{f}, body)
+	_, err = io.Copy(spoolWriter{f}, spoolReader{body})
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 		if err != nil {
@@ -98,6 +105,17 @@ func spool(body io.Reader) (*os.File, error) {
 	return f, nil
 }
 
+// spoolReader marks read failures (spoolWriter marks write failures) for io.Copy's caller.
+type spoolReader struct{ r io.Reader }
+
+func (r spoolReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: %w", errUploadRead, err)
+	}
+	return n, err
+}
+
 // spoolWriter tells write failures from read failures in io.Copy.
 type spoolWriter struct{ f *os.File }
 
@@ -107,4 +125,14 @@ func (w spoolWriter) Write(p []byte) (int, error) {
 		err = errors.Join(errSpool, err)
 	}
 	return n, err
+}
+
+// bodyReadProblem is what was wrong with an unreadable upload body, in the HTTP library's words
+// (the client's own bytes, no internals), bounded.
+func bodyReadProblem(err error) string {
+	_, msg, _ := strings.Cut(err.Error(), errUploadRead.Error()+": ")
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
 }

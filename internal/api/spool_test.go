@@ -184,3 +184,37 @@ func TestUploadReceiveBudget(t *testing.T) {
 		t.Errorf("%d lists stored", got)
 	}
 }
+
+// A file whose chunked encoding is broken is the client's problem: a 400 naming it, nothing stored.
+func TestUploadWithBrokenChunkedBody(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	a, _ := b.account(plan.Scale, "")
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/email/lists HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nann@a\r\nzz\r\n", b.standardKey(a.ID).Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var env map[string]any
+	_ = json.Unmarshal(raw, &env)
+	if resp.StatusCode != http.StatusBadRequest || env["error"] != CodeInvalidRequest || !strings.Contains(fmt.Sprint(env["message"]), "could not be read") {
+		t.Errorf("broken chunked upload: %d %s", resp.StatusCode, raw)
+	}
+	if got := b.count(`SELECT count(*) FROM lists`); got != 0 {
+		t.Errorf("%d lists stored", got)
+	}
+}
