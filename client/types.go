@@ -247,7 +247,7 @@ type DeliveryQuery struct {
 type Replay struct {
 	DeliveryID string `json:"delivery_id"`
 	ReplayOf   string `json:"replay_of"`
-	Status     string `json:"status"` // "pending"
+	Status     string `json:"status"` // pending for a new replay; a repeated request gets the existing replay's state
 }
 
 // States of List.State (docs/lists.md, "States").

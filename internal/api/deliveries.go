@@ -88,5 +88,12 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	if err != nil {
 		return domainOrDatastore(err, webhook.ErrDeliveryNotFound, webhook.ErrNotReplayable)
 	}
-	return c.JSON(http.StatusAccepted, map[string]string{"delivery_id": replay.String(), "replay_of": id.String(), "status": "pending"})
+	// A repeated request gets the replay already made, which may have been delivered since: its
+	// state, read once more, not a "pending" it no longer is. A new replay is pending.
+	state := webhook.StatePending
+	if err := s.pool.QueryRow(c.Request().Context(), `SELECT state FROM deliveries WHERE id = $1`, replay).Scan(&state); err != nil {
+		s.log.Warn("retry delivery: replay state not read", "delivery_id", replay, "err", err)
+		state = webhook.StatePending
+	}
+	return c.JSON(http.StatusAccepted, map[string]string{"delivery_id": replay.String(), "replay_of": id.String(), "status": state})
 }

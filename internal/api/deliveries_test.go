@@ -62,3 +62,24 @@ func TestRetryDeliveryStoredButNotPublished(t *testing.T) {
 		t.Errorf("WEBHOOKS holds %d messages; the publish was to fail", n)
 	}
 }
+
+// A repeated retry of a delivery whose replay has since been delivered answers with that replay
+// as it is, delivered, not as pending.
+func TestRetryDeliveryAgainShowsTheReplayState(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.account(plan.Builder, "")
+	job, failed := newUUID(), newUUID()
+	pgtest.Exec(t, b.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'a@acme.test', 'https://hooks.example.com/x', 'completed')`, job, acct.ID)
+	pgtest.Exec(t, b.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts) VALUES ($1, $2, $3, 'https://hooks.example.com/x', '{}', 'failed', 3)`,
+		failed, job, acct.ID)
+	first := b.call(http.MethodPost, "/v1/management/deliveries/"+failed+"/retry", key, nil).want(t, http.StatusAccepted, "").body
+	if first["status"] != "pending" {
+		t.Fatalf("a new replay: %v", first)
+	}
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'delivered', finished_at = now() WHERE id = $1`, first["delivery_id"])
+	again := b.call(http.MethodPost, "/v1/management/deliveries/"+failed+"/retry", key, nil).want(t, http.StatusAccepted, "").body
+	if again["delivery_id"] != first["delivery_id"] || again["status"] != "delivered" {
+		t.Errorf("a repeated retry after the replay was delivered: %v", again)
+	}
+}

@@ -408,7 +408,8 @@ export type RetryDeliveryResponse = {
   delivery_id: string;
   /** The delivery named in the path. */
   replay_of: string;
-  status: "pending";
+  /** The replay's state: pending for a new replay; a repeated request gets the replay already made, in the state it has reached. */
+  status: "pending" | "retrying" | "delivered" | "failed";
 };
 
 /** The JSON request body of POST /v1/stripe/webhook. */
