@@ -122,6 +122,10 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
 		t.Fatal(err)
 	}
+	// The result reads as every other response's: the API's field order, no jsonb spacing.
+	if !strings.Contains(lines[0], `"result":{"email":"nobody@acme.test","valid":false,"status":"undeliverable",`) {
+		t.Errorf("NDJSON result not in the API's form: %s", lines[0])
+	}
 	res, _ := first["result"].(map[string]any)
 	if first["first"] != "Nobody" || res["status"] != "undeliverable" || res["reason"] != "mailbox_unknown" {
 		t.Errorf("first NDJSON line %v", first)

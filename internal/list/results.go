@@ -109,6 +109,14 @@ func (e exporter) row(cols []string, doc []byte) error {
 		rec := append(e.inputValues(cols), resultValues(r)...)
 		return e.csv.Write(rec)
 	}
+	if r != nil {
+		// Written again rather than passed through: Postgres keeps jsonb with its own key order
+		// and spacing, and the result should read as every other response's does.
+		var err error
+		if doc, err = json.Marshal(r); err != nil {
+			return err
+		}
+	}
 	return e.jsonRow(cols, doc)
 }
 
