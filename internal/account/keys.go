@@ -57,6 +57,9 @@ func CheckLabel(label string) error {
 		return fmt.Errorf("label must be at most %d characters", MaxLabelLen)
 	case strings.IndexFunc(label, unicode.IsControl) >= 0:
 		return errors.New("label must not contain control characters")
+	case strings.IndexFunc(label, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }) >= 0:
+		// A right-to-left override can make a label display as another one in the key list.
+		return errors.New("label must not contain bidirectional control characters")
 	}
 	return nil
 }

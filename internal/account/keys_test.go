@@ -20,6 +20,9 @@ func TestCheckLabel(t *testing.T) {
 		{"line\nbreak", false},
 		{"bell\a", false},
 		{"bad \xff utf8", false},
+		{"prod\u202euction", false}, // right-to-left override
+		{"team \u2067a\u2069", false},
+		{"👩\u200d💻 dev", true}, // a zero-width joiner in an emoji is fine
 	}
 	for _, tt := range tests {
 		if err := CheckLabel(tt.label); (err == nil) != tt.ok {
