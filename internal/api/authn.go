@@ -50,6 +50,12 @@ func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {
 				c.Set(principalKey, p)
 				return next(c)
 			}
+			if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
+				// Which one would count is a guess, and a proxy may have added one: refuse both.
+				return Errorf(http.StatusUnauthorized, CodeInvalidAPIKey,
+					"Send the key in exactly one header Authorization: Bearer <key>.",
+					"The request has more than one Authorization header.")
+			}
 			raw, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
 			if !ok {
 				return Errorf(http.StatusUnauthorized, CodeMissingAPIKey,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,6 +85,18 @@ func TestAuthenticationMatrix(t *testing.T) {
 	}
 	if seen.AccountID != acct.ID || seen.KeyID != std.ID || seen.Kind != auth.KindStandard || seen.Tier != plan.Builder {
 		t.Errorf("principal = %+v", seen)
+	}
+	// Two Authorization headers, in either order: which one counts would be a guess.
+	for _, pair := range [][2]string{{"Bearer " + std.Raw, "Bearer junk"}, {"Bearer junk", "Bearer " + std.Raw}} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/email/probe", nil)
+		req.Header.Add("Authorization", pair[0])
+		req.Header.Add("Authorization", pair[1])
+		resp, raw := serve(b.srv.Handler(), req)
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		if resp.StatusCode != http.StatusUnauthorized || body["error"] != CodeInvalidAPIKey {
+			t.Errorf("two Authorization headers: %d %s", resp.StatusCode, raw)
+		}
 	}
 }
 
