@@ -37,9 +37,9 @@ var (
 // forgets. Verification is idempotent and usage is recorded by the API per delivered item, so the
 // dispatcher recovers by asking again for what is missing: after every reconnect, and when a
 // list has heard nothing for StallAfter. Answers are deduplicated by index, so an item answered
-// twice is delivered, and charged, once. With the connection down, new work is refused at once
-// and work in flight gives up after a grace period; nothing waits behind a reconnect. See
-// docs/reliability.md.
+// twice is delivered, and charged, once. With the connection down (dropped, or open but not
+// answering: see Link), new work is refused at once and work in flight gives up after a grace
+// period, with ErrUnavailable; nothing waits behind a reconnect. See docs/reliability.md.
 type Dispatcher struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -78,8 +78,9 @@ func (d *Dispatcher) Close() { d.link.Close() }
 func (d *Dispatcher) Up() bool { return d.link.Up() }
 
 // VerifyOne verifies one address by core request/reply: the lowest-latency path, with nothing
-// persisted because the caller is waiting. A request whose connection drops while it waits is
-// sent again once the connection is back (within SyncGrace).
+// persisted because the caller is waiting. A request whose connection drops (or stops
+// answering) while it waits is sent again once the connection is back within SyncGrace, and
+// answers ErrUnavailable otherwise.
 func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result, error) {
 	if !d.link.Up() {
 		return verify.Result{}, ErrUnavailable
@@ -113,6 +114,9 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 			continue
 		}
 		switch {
+		case err != nil && !d.link.Up():
+			// Even when ctx ended first: the broker, not the workers, is what failed.
+			return verify.Result{}, ErrUnavailable
 		case errors.Is(err, nats.ErrNoResponders):
 			return verify.Result{}, ErrNoWorkers
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
@@ -189,6 +193,9 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 			}
 			continue
 		case <-ctx.Done():
+			if !d.link.Up() {
+				return l.missing(), ErrUnavailable
+			}
 			return l.missing(), ErrTimeout
 		case <-changed:
 		case <-tick.C:
@@ -336,7 +343,7 @@ func (l *list) publishRound(ctx context.Context, indexes []int) error {
 			}
 			return fmt.Errorf("%w: %v", ErrBusy, err)
 		case <-pctx.Done():
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && l.d.link.Up() {
 				return ErrTimeout
 			}
 			return fmt.Errorf("%w: JetStream did not store the items within %v", ErrUnavailable, l.d.PublishTimeout)

@@ -1,6 +1,7 @@
 // Package tcpproxy is a loopback TCP proxy for fault tests: put it between a process and a real
-// dependency (Postgres, NATS, an SMTP server), then Cut (or Hold) and Restore the link to watch
-// the process notice an outage and recover, without stopping the shared server itself.
+// dependency (Postgres, NATS, an SMTP server), then Cut (or Hold) and Restore the link, or Pause
+// and Resume it, to watch the process notice an outage and recover, without stopping the shared
+// server itself.
 package tcpproxy
 
 import (
@@ -23,6 +24,9 @@ type Proxy struct {
 	// held is set while a Hold lasts; release is closed when it ends (Restore, Cut or Close).
 	held    atomic.Bool
 	release chan struct{}
+
+	// paused is closed when a Pause ends (Resume, Cut or Close); nil when there is none.
+	paused chan struct{}
 }
 
 // Start listens on 127.0.0.1 on a free port and forwards to target.
@@ -46,6 +50,7 @@ func (p *Proxy) Cut() {
 	defer p.mu.Unlock()
 	p.cut = true
 	p.endHold()
+	p.endPause()
 	for c := range p.conns {
 		c.Close()
 	}
@@ -75,6 +80,40 @@ func (p *Proxy) Restore() {
 			c.Close()
 		}
 	}
+}
+
+// Pause stalls the link without losing a byte, as a network partition that heals does (TCP
+// keeps what was sent and delivers it late): connections stay open, nothing passes in either
+// direction until Resume, and then everything sent meanwhile is delivered, in order, on the same
+// connections. Cut (or Close) ends a pause too.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused == nil {
+		p.paused = make(chan struct{})
+	}
+}
+
+// Resume ends a Pause: what waited is delivered, and the connections go on as before.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endPause()
+}
+
+// endPause ends a pause, if one lasts. p.mu must be held.
+func (p *Proxy) endPause() {
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+}
+
+// pausing returns the channel closed at the end of the current pause, or nil when there is none.
+func (p *Proxy) pausing() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
 }
 
 // endHold ends a hold, if one lasts, and reports whether one did. p.mu must be held.
@@ -163,11 +202,17 @@ func (p *Proxy) forward(client net.Conn) {
 	}
 }
 
-// pipe copies src to dst until either fails, dropping what it reads while the link is held.
+// pipe copies src to dst until either fails, dropping what it reads while the link is held and
+// keeping it back while the link is paused.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 {
+			if resume := p.pausing(); resume != nil {
+				<-resume
+			}
+		}
 		if n > 0 && !p.held.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

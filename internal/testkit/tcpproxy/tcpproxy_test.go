@@ -102,6 +102,29 @@ func TestHoldBlackHolesAndRestoreRecovers(t *testing.T) {
 	}
 }
 
+// A pause loses nothing: the line sent during it is echoed after Resume, on the same connection.
+func TestPauseStallsAndResumeDelivers(t *testing.T) {
+	t.Parallel()
+	p := start(t)
+	c := dial(t, p)
+	if err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatalf("before pause: %v", err)
+	}
+	p.Pause()
+	wantSilent(t, c, "open connection during pause")
+	p.Resume()
+	// The echo of the line sent during the pause comes now, then the connection works as before.
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	_ = c.SetReadDeadline(time.Time{})
+	if err != nil || line != "ping\n" {
+		t.Fatalf("the line sent during the pause: %q, %v", line, err)
+	}
+	if err := roundTrip(c, 2*time.Second); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+}
+
 func TestCutDropsAndRestoreRecovers(t *testing.T) {
 	t.Parallel()
 	p := start(t)

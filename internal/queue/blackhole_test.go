@@ -1,0 +1,231 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/verify"
+)
+
+// proxied is an API-side dispatcher and a verify.sync worker, both connected with Connect's
+// production options through one proxy in front of a real NATS server, which the test can black
+// hole (Hold) or stall (Pause).
+type proxied struct {
+	proxy    *tcpproxy.Proxy
+	api      *nats.Conn
+	worker   *nats.Conn
+	d        *queue.Dispatcher
+	slowSeen chan string // emails starting "slow" reach the worker here and are never answered
+}
+
+func startProxied(t *testing.T) *proxied {
+	t.Helper()
+	s := natstest.Server(t)
+	direct, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	djs, _ := jetstream.New(direct)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, djs, queue.Layout{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tcpproxy.Start(s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+
+	p := &proxied{proxy: proxy, slowSeen: make(chan string, 16)}
+	connect := func(name string) *nats.Conn {
+		nc, err := queue.Connect("nats://"+proxy.Addr(), name, queue.Auth{}, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	p.api, p.worker = connect("api-under-test"), connect("worker-under-test")
+	_, err = p.worker.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, func(m *nats.Msg) {
+		var req queue.VerifyRequest
+		_ = json.Unmarshal(m.Data, &req)
+		if strings.HasPrefix(req.Email, "slow") {
+			p.slowSeen <- req.Email
+			return
+		}
+		body, _ := json.Marshal(queue.VerifyReply{Result: &verify.Result{Email: req.Email}})
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(p.api)
+	p.d = queue.NewDispatcher(p.api, js, queue.Layout{})
+	t.Cleanup(p.d.Close)
+	return p
+}
+
+// verifyOne runs VerifyOne with a 10 s deadline (the API's) and says how long it took.
+func (p *proxied) verifyOne(email string) (verify.Result, error, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := p.d.VerifyOne(ctx, email)
+	return r, err, time.Since(start)
+}
+
+type outcome struct {
+	err  error
+	took time.Duration
+}
+
+// A black-holed connection (open, carrying nothing) is seen down within about 1.5 s, without a
+// request of its own: requests waiting on it, and requests sent before it was noticed, end with
+// ErrUnavailable (not ErrTimeout at their 10 s deadline); new ones are refused at once. The
+// clients' own pings then drop it, on the API's side and the worker's, and once the link carries
+// bytes again both reconnect and requests succeed, nothing restarted.
+func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
+	t.Parallel()
+	p := startProxied(t)
+	if r, err, _ := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
+		t.Fatalf("before the black hole: %+v, %v", r, err)
+	}
+
+	waiting := make(chan outcome, 1)
+	go func() { _, err, took := p.verifyOne("slow@example.com"); waiting <- outcome{err, took} }()
+	select {
+	case <-p.slowSeen: // sent and taken: its reply is what the black hole swallows
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker never got the request")
+	}
+
+	held := time.Now()
+	p.proxy.Hold()
+	sent := make(chan outcome, 1)
+	go func() { _, err, took := p.verifyOne("b@example.com"); sent <- outcome{err, took} }()
+
+	eventually(t, "the link to go down", 3*time.Second, func() bool { return !p.d.Up() })
+	t.Logf("link down %v after the black hole began", time.Since(held).Round(time.Millisecond))
+	for what, ch := range map[string]chan outcome{"a request waiting for its reply": waiting, "a request sent into the black hole": sent} {
+		select {
+		case o := <-ch:
+			if !errors.Is(o.err, queue.ErrUnavailable) {
+				t.Errorf("%s: %v, want ErrUnavailable", what, o.err)
+			}
+			t.Logf("%s: %v after %v", what, o.err, o.took.Round(time.Millisecond))
+		case <-time.After(3*time.Second - time.Since(held)):
+			t.Fatalf("%s: no answer within 3 s of the black hole", what)
+		}
+	}
+	if _, err, took := p.verifyOne("c@example.com"); !errors.Is(err, queue.ErrUnavailable) || took > 100*time.Millisecond {
+		t.Errorf("a request while the link is down: %v after %v, want ErrUnavailable at once", err, took)
+	}
+
+	// Connect's pings (every 2 s, 2 outstanding at most) drop the dead connection in every process.
+	eventually(t, "both clients to drop the dead connection", 8*time.Second-time.Since(held), func() bool {
+		return !p.api.IsConnected() && !p.worker.IsConnected()
+	})
+	t.Logf("both clients dropped it %v after the black hole began", time.Since(held).Round(time.Millisecond))
+
+	p.proxy.Restore()
+	restored := time.Now()
+	eventually(t, "a request to succeed after the black hole", 5*time.Second, func() bool {
+		r, err, _ := p.verifyOne("d@example.com")
+		return err == nil && r.Email == "d@example.com"
+	})
+	t.Logf("requests succeed again %v after the black hole ended", time.Since(restored).Round(time.Millisecond))
+}
+
+// A batch whose connection is black-holed ends with ErrUnavailable ListGrace after the link is
+// seen down, listing every address, instead of waiting for its deadline and blaming the workers.
+func TestBlackHoledNATSEndsABatch(t *testing.T) {
+	t.Parallel()
+	p := startProxied(t) // no worker takes batch items: the batch would wait for its deadline
+	p.d.ListGrace = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan outcome, 1)
+	var missing []int
+	go func() {
+		start := time.Now()
+		m, err := p.d.VerifyMany(ctx, []string{"a@example.com", "b@example.com"}, nil)
+		missing = m
+		done <- outcome{err, time.Since(start)}
+	}()
+	time.Sleep(300 * time.Millisecond) // published, waiting for answers
+	held := time.Now()
+	p.proxy.Hold()
+	select {
+	case o := <-done:
+		if !errors.Is(o.err, queue.ErrUnavailable) || len(missing) != 2 {
+			t.Errorf("batch: missing %v, %v; want both missing and ErrUnavailable", missing, o.err)
+		}
+		t.Logf("batch ended %v after the black hole began: %v", time.Since(held).Round(time.Millisecond), o.err)
+	case <-time.After(4 * time.Second):
+		t.Fatal("the batch did not end within 4 s of the black hole (link down + ListGrace 1 s)")
+	}
+}
+
+// A stall that ends before the client gives up on the connection (a partition that heals: TCP
+// delivers what it held back) takes the link down and up again on the same connection, with no
+// reconnect: the link is up again as soon as a probe is answered. Links on one connection share
+// one probe; closing one leaves the others working.
+func TestStalledNATSLinkComesBackWithoutReconnect(t *testing.T) {
+	t.Parallel()
+	p := startProxied(t)
+	link := queue.Watch(p.api)
+	defer link.Close()
+	other := queue.Watch(p.api)
+	other.Close()
+	if !link.Up() {
+		t.Fatal("link down on a live connection")
+	}
+	reconnects := link.Reconnects()
+	guarded, release := link.Guard(context.Background())
+	defer release()
+	changed := link.Changed()
+
+	p.proxy.Pause()
+	paused := time.Now()
+	eventually(t, "the link to go down", 3*time.Second, func() bool { return !link.Up() })
+	t.Logf("link down %v after the stall began", time.Since(paused).Round(time.Millisecond))
+	select {
+	case <-changed:
+	default:
+		t.Error("Changed did not fire when the link went down")
+	}
+	select {
+	case <-guarded.Done():
+		if !errors.Is(context.Cause(guarded), queue.ErrLinkLost) {
+			t.Errorf("guard cancelled with %v, want ErrLinkLost", context.Cause(guarded))
+		}
+	default:
+		t.Error("the guarded context was not cancelled")
+	}
+
+	p.proxy.Resume()
+	resumed := time.Now()
+	eventually(t, "the link to come back", 2*time.Second, link.Up)
+	t.Logf("link up %v after the stall ended", time.Since(resumed).Round(time.Millisecond))
+	if n := link.Reconnects(); n != reconnects {
+		t.Errorf("reconnected %d times; the stall should not cost a reconnect", n-reconnects)
+	}
+	if r, err, _ := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
+		t.Errorf("after the stall: %+v, %v", r, err)
+	}
+}
