@@ -89,3 +89,26 @@ func TestCheckoutHoldsNoAccountLockAcrossStripe(t *testing.T) {
 		t.Fatalf("after a failed open: %+v %v after %v", co, err, time.Since(start))
 	}
 }
+
+// An upgrade that finds another one still opening its session after the claim's whole time (a
+// process that died mid-call leaves its claim until then) is told so, and opens nothing.
+func TestCheckoutPendingAfterTheClaimTime(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	s := NewStore(pool)
+	ctx := context.Background()
+	a, err := s.Create(ctx, NewAccount{Tier: plan.Free})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	pgtest.Exec(t, pool, `UPDATE accounts SET checkout_claimed_until = $2 WHERE id = $1`, a.ID, now.Add(time.Hour))
+	start := time.Now()
+	_, _, err = s.Checkout(ctx, a.ID, now, func(time.Time) (string, plan.Tier, error) {
+		t.Error("opened a session while another upgrade holds the claim")
+		return "", "", nil
+	})
+	if !errors.Is(err, ErrCheckoutPending) || time.Since(start) < checkoutClaim || time.Since(start) > checkoutClaim+3*time.Second {
+		t.Errorf("%v after %v, want ErrCheckoutPending after about %v", err, time.Since(start), checkoutClaim)
+	}
+}

@@ -41,12 +41,29 @@ type Stripe struct {
 	configured bool
 }
 
+// Bounds of a Stripe call. Every call is made on a request's path (the management portal route,
+// the dashboard's portal and upgrade buttons), so a Stripe that does not answer must become a
+// clear 503 within seconds, not hold the request.
+//
+// CallTimeout bounds a whole call, its retry included: each call runs under a context deadline of
+// CallTimeout (or the caller's, when that is earlier). AttemptTimeout bounds one HTTP attempt. A
+// refused or reset connection fails within milliseconds and is retried once, after stripe-go's
+// 0.5 s back-off (MaxNetworkRetries 1; POSTs carry an idempotency key, so a retry never opens a
+// second session or customer). A timed-out attempt is followed only by what is left of
+// CallTimeout: two full AttemptTimeouts plus the back-off (8.5 s) do not fit in 5 s, so a
+// black-holed Stripe costs at most CallTimeout, where it used to cost 2 × 10 s + 0.5 s. 4 s per
+// attempt still leaves a slow but working Stripe (its calls take well under a second) time to
+// answer.
+const (
+	CallTimeout    = 5 * time.Second
+	AttemptTimeout = 4 * time.Second
+)
+
 // NewStripe builds the client from the configuration. MAILVET_STRIPE_API_BASE replaces Stripe's
-// URL (stripe-mock in tests); the HTTP client has a timeout so that a hanging Stripe becomes a
-// clear error instead of a hanging request.
+// URL (stripe-mock in tests).
 func NewStripe(cfg config.Config) *Stripe {
 	bc := &stripe.BackendConfig{
-		HTTPClient:        &http.Client{Timeout: 10 * time.Second},
+		HTTPClient:        &http.Client{Timeout: AttemptTimeout},
 		MaxNetworkRetries: stripe.Int64(1),
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	}
@@ -72,6 +89,8 @@ func (s *Stripe) PortalURL(ctx context.Context, customerID, returnURL string) (s
 	if !s.configured {
 		return "", ErrNotConfigured
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	params := &stripe.BillingPortalSessionParams{Customer: stripe.String(customerID), ReturnURL: stripe.String(returnURL)}
 	params.Context = ctx
 	ps, err := s.sessions.New(params)

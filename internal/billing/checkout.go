@@ -37,6 +37,8 @@ func (s *Stripe) PrepareCustomer(ctx context.Context, r CheckoutRequest) (string
 	if r.CustomerID != "" {
 		return r.CustomerID, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	params := &stripe.CustomerParams{Email: stripe.String(r.Email)}
 	params.AddMetadata("mailvet_account_id", r.AccountID)
 	params.Context = ctx
@@ -72,6 +74,8 @@ func (s *Stripe) CheckoutURL(ctx context.Context, r CheckoutRequest) (string, er
 	if !r.ExpiresAt.IsZero() {
 		params.ExpiresAt = stripe.Int64(r.ExpiresAt.Unix())
 	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	params.Context = ctx
 	cs, err := s.checkouts.New(params)
 	if err != nil {

@@ -34,6 +34,14 @@ func (a answer) problemText() string {
 	return strings.TrimSpace(e.Message + " " + e.Action)
 }
 
+// passRetryAfter copies the API's Retry-After (a 429 or 503) onto the page that shows its answer,
+// so the browser and any script driving it see when to try again, as an API client would.
+func passRetryAfter(w http.ResponseWriter, a answer) {
+	if v := a.header.Get("Retry-After"); v != "" {
+		w.Header().Set("Retry-After", v)
+	}
+}
+
 // recorder collects an in-process response, up to a bound: the API's JSON answers are small,
 // and downloads are streamed to the browser instead (lists.go).
 type recorder struct {

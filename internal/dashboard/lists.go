@@ -227,6 +227,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
+		passRetryAfter(w, ans)
 		h.listsAnswer(w, r, s, status, ans.problemText(), d)
 		return
 	}
@@ -334,6 +335,7 @@ func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWrit
 		case ans.status == http.StatusNotFound:
 			h.listNotFound(w, r, s)
 		case ans.status >= 400:
+			passRetryAfter(w, ans)
 			h.render(w, r, ans.status, "message", &view{Title: "Lists", Nav: "lists", Session: s, Error: ans.problemText()})
 		case suffix == "":
 			http.Redirect(w, r, Prefix+"/lists?done="+done, http.StatusSeeOther)

@@ -311,17 +311,22 @@ func (h *Handler) billingAnswer(w http.ResponseWriter, r *http.Request, s *sessi
 	h.render(w, r, status, "billing", &view{Title: "Billing", Nav: "billing", Session: s, Data: d, Error: msg, Notice: notice(r)})
 }
 
-// billingError turns a Stripe failure into what the page says; the log keeps the cause.
+// billingError turns a Stripe failure into what the page says; the log keeps the cause. Stripe
+// that cannot be reached (billing.Stripe gives up after billing.CallTimeout) is an outage the
+// customer can wait out: 503 with Retry-After. Stripe refusing the request is a 502.
 func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	h.log.Warn("dashboard: billing", "err", err)
-	msg := "The billing provider did not answer. Try again in a minute."
+	status, msg := http.StatusBadGateway, "The billing provider could not complete the request. Try again later; if it persists, contact support."
 	switch {
+	case errors.Is(err, billing.ErrProviderUnreachable):
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		status, msg = http.StatusServiceUnavailable, "Billing is temporarily unreachable: the billing provider (Stripe) did not answer. Try again in a few seconds."
 	case errors.Is(err, billing.ErrNotConfigured):
 		msg = "Billing is not set up on this Mailvet deployment; ask its operator."
 	case errors.Is(err, billing.ErrNoPrice):
 		msg = "That plan cannot be bought online on this deployment; ask its operator."
 	}
-	h.billingAnswer(w, r, s, http.StatusBadGateway, msg)
+	h.billingAnswer(w, r, s, status, msg)
 }
 
 func (h *Handler) openPortal(w http.ResponseWriter, r *http.Request, s *session) {
@@ -390,6 +395,12 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 	switch {
 	case stripeErr != nil:
 		h.billingError(w, r, s, stripeErr)
+		return
+	case errors.Is(err, account.ErrCheckoutPending):
+		// Another upgrade (a second tab) is still opening its session: that one is the one to pay.
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		h.billingAnswer(w, r, s, http.StatusServiceUnavailable,
+			"Another upgrade of your account is still being prepared. Try again in a few seconds: it will take you to the same payment page.")
 		return
 	case err != nil:
 		h.failure(w, r, s, err)
@@ -502,6 +513,7 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
+		passRetryAfter(w, ans)
 		respond(status, ans.problemText())
 		return
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/database"
 )
 
 // Cookie names (docs/dashboard.md, "Security model").
@@ -203,13 +205,27 @@ func (h *Handler) badForm(w http.ResponseWriter, r *http.Request, s *session) {
 		Error: "The form could not be read; it may be too large."})
 }
 
+// retryAfterSeconds is the Retry-After of a page refused because a dependency (Postgres, Stripe)
+// is unreachable: the API's value for the same outages (docs/errors.md, service_unavailable).
+const retryAfterSeconds = "2"
+
 // failure answers an unexpected error: the log keeps the cause, the page says only that it failed.
+// A Postgres that cannot be reached or did not answer in time (every statement has a 1 s
+// deadline, database.QueryTimeout) is a temporary outage, not a fault of ours: the page says so
+// with a 503 and Retry-After, as the API does (docs/reliability.md, "Outages fail fast").
 func (h *Handler) failure(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	if errors.Is(err, errHashBusy) {
 		h.log.Warn("dashboard password form refused: hash slots busy", "path", r.URL.Path)
 		w.Header().Set("Retry-After", "5")
 		h.render(w, r, http.StatusServiceUnavailable, "message", &view{Title: "Busy", Session: s,
 			Error: "Too many sign-ins are being checked right now. Try again in a few seconds."})
+		return
+	}
+	if database.Unreachable(err) {
+		h.log.Warn("dashboard request refused: datastore unreachable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		h.render(w, r, http.StatusServiceUnavailable, "message", &view{Title: "Temporarily unavailable", Session: s,
+			Error: "The dashboard cannot reach its database right now. Try again in a few seconds."})
 		return
 	}
 	h.log.Error("dashboard request failed", "method", r.Method, "path", r.URL.Path, "err", err)

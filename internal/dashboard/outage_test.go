@@ -1,0 +1,203 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/stripetest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+)
+
+// wantUnavailable checks a page refused for an outage: 503, Retry-After 2, the page's words, and
+// no later than within.
+func wantUnavailable(t *testing.T, what string, resp *http.Response, body, words string, took, within time.Duration) {
+	t.Helper()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" || !strings.Contains(body, words) {
+		t.Errorf("%s: %d, Retry-After %q, want 503 with Retry-After 2 and %q:\n%s", what, resp.StatusCode,
+			resp.Header.Get("Retry-After"), words, body)
+	}
+	t.Logf("%s: %d in %v", what, resp.StatusCode, took)
+	if took > within {
+		t.Errorf("%s: answered after %v, want within %v", what, took, within)
+	}
+}
+
+// timed runs a browser request and measures it.
+func timed(do func() (*http.Response, string)) (*http.Response, string, time.Duration) {
+	start := time.Now()
+	resp, body := do()
+	return resp, body, time.Since(start)
+}
+
+// With Postgres refused or black-holed, the sign-in form and every page behind a session answer a
+// 503 page with Retry-After within 2 s (every statement has database.QueryTimeout, 1 s), not a
+// 500; the dashboard works again once Postgres is back.
+func TestPostgresOutageAnswers503(t *testing.T) {
+	for _, mode := range []string{"refused", "black-holed"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := config.Load(config.RoleAPI, false, func(string) string { return "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			dbURL, proxy := pgtest.Proxied(t, pgtest.URL(t))
+			pool := pgtest.Pool(t, dbURL)
+			f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
+			f.h = New(Deps{Config: cfg, Pool: pool, API: f.api})
+			f.h.hasher = hasher{time: 1, memoryKiB: 64, threads: 1}
+			f.srv = httptest.NewServer(f.h)
+			t.Cleanup(f.srv.Close)
+
+			b := f.browser(t)
+			b.signup("ann@example.com")
+			csrf := b.csrf("/dashboard/keys")
+			anon := f.browser(t)
+			signinCSRF := anon.csrf("/dashboard/signin")
+
+			if mode == "refused" {
+				proxy.Cut()
+			} else {
+				proxy.Hold()
+			}
+			requests := map[string]func() (*http.Response, string){
+				"POST /dashboard/keys": func() (*http.Response, string) {
+					return b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "label": {"x"}})
+				},
+				"POST /dashboard/signin": func() (*http.Response, string) {
+					return anon.post("/dashboard/signin", url.Values{"csrf": {signinCSRF}, "email": {"ann@example.com"}, "password": {testPassword}})
+				},
+			}
+			for _, path := range []string{"/dashboard/", "/dashboard/keys", "/dashboard/billing", "/dashboard/lists"} {
+				requests["GET "+path] = func() (*http.Response, string) { return b.get(path) }
+			}
+			var wg sync.WaitGroup
+			for name, do := range requests {
+				wg.Go(func() {
+					resp, body, took := timed(do)
+					wantUnavailable(t, name, resp, body, "cannot reach its database", took, 2*time.Second)
+				})
+			}
+			wg.Wait()
+
+			proxy.Restore()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				resp, _ := b.get("/dashboard/")
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Postgres back: overview still %d", resp.StatusCode)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// With Stripe black-holed, the billing portal and upgrade buttons answer a 503 page that says
+// billing is temporarily unreachable, with Retry-After, by billing.CallTimeout (5 s) rather than
+// a 502 after two 10 s timeouts; with Stripe refusing connections, at once.
+func TestStripeOutageAnswers503(t *testing.T) {
+	t.Parallel()
+	proxy, err := tcpproxy.Start(strings.TrimPrefix(stripetest.URL(t), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	env := map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": "http://" + proxy.Addr(),
+		"MAILVET_STRIPE_PRICE_BUILDER": "price_b"}
+	f := newFixture(t, env)
+	s := billing.NewStripe(f.h.cfg)
+	f.h.portal, f.h.checkout = s, s
+
+	// ann has no Stripe customer yet (the upgrade creates one); bob has one (the upgrade opens
+	// Checkout directly, and the portal opens).
+	ann, bob := f.browser(t), f.browser(t)
+	ann.signup("ann@example.com")
+	bob.signup("bob@example.com")
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET stripe_customer_id = 'cus_bob' WHERE id = $1`, f.accountOf(t, "bob@example.com"))
+	annCSRF, bobCSRF := ann.csrf("/dashboard/billing"), bob.csrf("/dashboard/billing")
+	portal := func() (*http.Response, string) {
+		return bob.post("/dashboard/billing/portal", url.Values{"csrf": {bobCSRF}})
+	}
+	upgrades := map[string]func() (*http.Response, string){
+		"portal": portal,
+		"upgrade without a customer": func() (*http.Response, string) {
+			return ann.post("/dashboard/billing/checkout", url.Values{"csrf": {annCSRF}, "tier": {"builder"}})
+		},
+		"upgrade with a customer": func() (*http.Response, string) {
+			return bob.post("/dashboard/billing/checkout", url.Values{"csrf": {bobCSRF}, "tier": {"builder"}})
+		},
+	}
+	if resp, body := portal(); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("portal through the proxy before the outage: %d\n%s", resp.StatusCode, body)
+	}
+
+	const words = "Billing is temporarily unreachable"
+	for _, outage := range []struct {
+		name   string
+		start  func()
+		within time.Duration
+	}{
+		{"black-holed", proxy.Hold, billing.CallTimeout + 2*time.Second},
+		{"refused", proxy.Cut, 2 * time.Second},
+	} {
+		outage.start()
+		var wg sync.WaitGroup
+		for name, do := range upgrades {
+			wg.Go(func() {
+				resp, body, took := timed(do)
+				wantUnavailable(t, outage.name+": "+name, resp, body, words, took, outage.within)
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// unavailableAPI answers every request the way the verify API does when its fleet is down.
+type unavailableAPI struct{}
+
+func (unavailableAPI) ServeAs(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "2")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, `{"error":"service_unavailable","message":"Verification is temporarily unavailable: no verifier worker is running.","action":"Retry after the number of seconds in Retry-After; nothing was charged for this request.","docs":"x"}`)
+}
+
+// The playground and the list actions pass the API's 503 on with its Retry-After.
+func TestAPIUnavailablePassesRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.h.api = unavailableAPI{}
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	csrf := b.csrf("/dashboard/keys")
+	if resp, body := b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "label": {"play"}}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create key: %d\n%s", resp.StatusCode, body)
+	}
+	var keyID string
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE account_id = $1 AND label = 'play'`,
+		f.accountOf(t, "ann@example.com")).Scan(&keyID); err != nil {
+		t.Fatal(err)
+	}
+	const words = "no verifier worker is running"
+	resp, body := b.post("/dashboard/playground", url.Values{"csrf": {csrf}, "key_id": {keyID}, "email": {"a@b.example"}})
+	wantUnavailable(t, "playground", resp, body, words, 0, time.Second)
+	resp, body = b.post("/dashboard/lists/0b6f7d8e-3333-4c3e-9a55-0000000000c1/cancel", url.Values{"csrf": {csrf}})
+	wantUnavailable(t, "list cancel", resp, body, words, 0, time.Second)
+}
