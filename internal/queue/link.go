@@ -16,10 +16,12 @@ var ErrLinkLost = errors.New("the NATS connection dropped")
 
 // The health probe of a watched connection (see Link). A PING answered within ProbeTimeout keeps
 // the link up; one that is not marks it down until a later one is answered or the client
-// reconnects. So a black-holed connection is seen within ProbeEvery + ProbeTimeout.
+// reconnects. So a black-holed connection is seen within ProbeEvery + ProbeTimeout. The timeout
+// is well above any round trip to a healthy server, including a busy one behind a loaded client:
+// a false alarm refuses requests for as long as it lasts.
 const (
 	ProbeEvery   = 500 * time.Millisecond
-	ProbeTimeout = time.Second
+	ProbeTimeout = 2 * time.Second
 )
 
 // Link watches one NATS connection for the callers that must not wait behind a reconnect.
