@@ -81,12 +81,12 @@ func startProxied(t *testing.T) *proxied {
 }
 
 // verifyOne runs VerifyOne with a 10 s deadline (the API's) and says how long it took.
-func (p *proxied) verifyOne(email string) (verify.Result, error, time.Duration) {
+func (p *proxied) verifyOne(email string) (verify.Result, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
 	r, err := p.d.VerifyOne(ctx, email)
-	return r, err, time.Since(start)
+	return r, time.Since(start), err
 }
 
 type outcome struct {
@@ -102,12 +102,12 @@ type outcome struct {
 func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	t.Parallel()
 	p := startProxied(t)
-	if r, err, _ := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
+	if r, _, err := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
 		t.Fatalf("before the black hole: %+v, %v", r, err)
 	}
 
 	waiting := make(chan outcome, 1)
-	go func() { _, err, took := p.verifyOne("slow@example.com"); waiting <- outcome{err, took} }()
+	go func() { _, took, err := p.verifyOne("slow@example.com"); waiting <- outcome{err, took} }()
 	select {
 	case <-p.slowSeen: // sent and taken: its reply is what the black hole swallows
 	case <-time.After(5 * time.Second):
@@ -117,7 +117,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	held := time.Now()
 	p.proxy.Hold()
 	sent := make(chan outcome, 1)
-	go func() { _, err, took := p.verifyOne("b@example.com"); sent <- outcome{err, took} }()
+	go func() { _, took, err := p.verifyOne("b@example.com"); sent <- outcome{err, took} }()
 
 	eventually(t, "the link to go down", 4*time.Second, func() bool { return !p.d.Up() })
 	t.Logf("link down %v after the black hole began", time.Since(held).Round(time.Millisecond))
@@ -132,7 +132,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 			t.Fatalf("%s: no answer within 5 s of the black hole", what)
 		}
 	}
-	if _, err, took := p.verifyOne("c@example.com"); !errors.Is(err, queue.ErrUnavailable) || took > 100*time.Millisecond {
+	if _, took, err := p.verifyOne("c@example.com"); !errors.Is(err, queue.ErrUnavailable) || took > 100*time.Millisecond {
 		t.Errorf("a request while the link is down: %v after %v, want ErrUnavailable at once", err, took)
 	}
 
@@ -145,7 +145,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	p.proxy.Restore()
 	restored := time.Now()
 	eventually(t, "a request to succeed after the black hole", 5*time.Second, func() bool {
-		r, err, _ := p.verifyOne("d@example.com")
+		r, _, err := p.verifyOne("d@example.com")
 		return err == nil && r.Email == "d@example.com"
 	})
 	t.Logf("requests succeed again %v after the black hole ended", time.Since(restored).Round(time.Millisecond))
@@ -225,7 +225,7 @@ func TestStalledNATSLinkComesBackWithoutReconnect(t *testing.T) {
 	if n := link.Reconnects(); n != reconnects {
 		t.Errorf("reconnected %d times; the stall should not cost a reconnect", n-reconnects)
 	}
-	if r, err, _ := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
+	if r, _, err := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
 		t.Errorf("after the stall: %+v, %v", r, err)
 	}
 }
