@@ -42,6 +42,19 @@ func passRetryAfter(w http.ResponseWriter, a answer) {
 	}
 }
 
+// unavailable shows the API's 503 (a dependency down) as a 503 page with its Retry-After and
+// words, and reports whether a was one: a page that cannot be built right now is an outage to
+// wait out, not a failure of ours.
+func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, s *session, a answer) bool {
+	if a.status != http.StatusServiceUnavailable {
+		return false
+	}
+	passRetryAfter(w, a)
+	h.render(w, r, http.StatusServiceUnavailable, "message", &view{Title: "Temporarily unavailable", Session: s,
+		Error: a.problemText()})
+	return true
+}
+
 // recorder collects an in-process response, up to a bound: the API's JSON answers are small,
 // and downloads are streamed to the browser instead (lists.go).
 type recorder struct {

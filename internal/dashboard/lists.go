@@ -115,6 +115,9 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 		Lists      []listView `json:"lists"`
 		NextCursor *string    `json:"next_cursor"`
 	}
+	if h.unavailable(w, r, s, ans) {
+		return
+	}
 	if ans.status != http.StatusOK || json.Unmarshal(ans.body, &page) != nil {
 		h.failure(w, r, s, errors.New("list lists: "+ans.problemText()))
 		return
@@ -259,6 +262,9 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
 	l, ans := h.getList(ctx, p, id)
 	if ans.status == http.StatusNotFound {
 		h.listNotFound(w, r, s)
+		return
+	}
+	if h.unavailable(w, r, s, ans) {
 		return
 	}
 	if ans.status != http.StatusOK {

@@ -200,4 +200,9 @@ func TestAPIUnavailablePassesRetryAfter(t *testing.T) {
 	wantUnavailable(t, "playground", resp, body, words, 0, time.Second)
 	resp, body = b.post("/dashboard/lists/0b6f7d8e-3333-4c3e-9a55-0000000000c1/cancel", url.Values{"csrf": {csrf}})
 	wantUnavailable(t, "list cancel", resp, body, words, 0, time.Second)
+	// The pages that read lists show the outage too, not a failure of ours.
+	resp, body = b.get("/dashboard/lists")
+	wantUnavailable(t, "lists page", resp, body, words, 0, time.Second)
+	resp, body = b.get("/dashboard/lists/0b6f7d8e-3333-4c3e-9a55-0000000000c1")
+	wantUnavailable(t, "list page", resp, body, words, 0, time.Second)
 }
