@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +23,17 @@ func main() { app.Main("verifier-worker", run) }
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("verifier-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage:
+  verifier-worker                 serve verification work from NATS
+  verifier-worker check ADDRESS   run the whole pipeline on one address and print the result JSON
+Configuration comes from the environment (docs/operations.md, "Configuration").
+`)
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage, which is printed: no failure
+			return nil
+		}
 		return app.ErrUsage
 	}
 	cfg, err := config.Load(config.RoleVerifier, false, getenv)

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -49,5 +53,20 @@ func TestWorkerReadyAndStops(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker did not stop within 5 s")
+	}
+}
+
+// -h prints the usage, the check command included, and is no failure; a bad flag is a usage error.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &out); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), "check ADDRESS") {
+		t.Errorf("usage %q does not name check", out.String())
+	}
+	if err := run(context.Background(), []string{"-bogus"}, func(string) string { return "" }, io.Discard, io.Discard); !errors.Is(err, app.ErrUsage) {
+		t.Errorf("-bogus: %v, want a usage error", err)
 	}
 }

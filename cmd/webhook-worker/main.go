@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +20,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("webhook-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	concurrency := fs.Int("concurrency", 64, "attempts in flight at once (also bounds the consumer's MaxAckPending)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage:
+  webhook-worker [-concurrency N]   deliver webhook callbacks taken from NATS
+Configuration comes from the environment (docs/operations.md, "Configuration").
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage, which is printed: no failure
+			return nil
+		}
 		return app.ErrUsage
 	}
 	if *concurrency < 1 || *concurrency > 4096 {
