@@ -244,6 +244,12 @@ func (r *Reader) next() (Row, error) {
 		if strings.IndexByte(email, 0) >= 0 {
 			return Row{}, &InputError{Line: no, Msg: `the "email" value contains a NUL character (U+0000)`}
 		}
+		// encoding/json takes the last of two "email" fields: which one was meant is a guess.
+		// RFC 7493 (I-JSON) validation refuses a name given twice anywhere in the line, and
+		// escapes that are no character in its other fields.
+		if !jsontext.Value(text).IsValid() {
+			return Row{}, &InputError{Line: no, Msg: `the object gives a field more than once, or holds a \u escape that is no character`}
+		}
 		return Row{Email: Normalize(email), Cols: []string{text}}, nil
 	}
 }

@@ -28,6 +28,15 @@ func TestNDJSONEscapesInEmailAreRefusedWithTheLine(t *testing.T) {
 			t.Errorf("%s: %v, want an InputError on line 3 about the email's %s", c.name, err, c.says)
 		}
 	}
+	// A field given twice: which "email" was meant is a guess (encoding/json takes the last).
+	for _, line := range []string{`{"email":"ann@x.test","email":"bob@x.test"}`, `{"email":"ann@x.test","crm":1,"crm":2}`,
+		`{"email":"ann@x.test","note":"\ud800"}`} {
+		_, _, err := readAll(t, list.NDJSON, "", good+line+"\n")
+		var in *list.InputError
+		if !errors.As(err, &in) || in.Line != 2 || !strings.Contains(in.Msg, "more than once") {
+			t.Errorf("%s: %v, want an InputError on line 2", line, err)
+		}
+	}
 	// Escapes of real characters are addresses like any other.
 	_, rows, err := readAll(t, list.NDJSON, "", `{"email":"\ud83d\ude00@x.test"}`+"\n"+`{"email":"\ufffd@x.test"}`+"\n")
 	if err != nil || len(rows) != 2 || rows[0].Email != "\U0001F600@x.test" || rows[1].Email != "\uFFFD@x.test" {
