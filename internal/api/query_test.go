@@ -2,19 +2,18 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 )
 
 // A query string Go's URL.Query would trim or merge is a 400 on every /v1 route, before the
@@ -102,29 +101,11 @@ func TestMalformedQueryStringIsRefused(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // A client's X-Request-Id is echoed and logged only when it is short and plain; anything else
 // is replaced by a generated id, on every route and with or without a key.
 func TestRequestIDIsBounded(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	b := setup(t, nil, func(d *Deps) { d.Log = app.NewLogger(logs, "test") })
 	_, mgmt := b.account(plan.Free, "")
 	max := strings.Repeat("a", maxRequestIDLen)
