@@ -41,14 +41,24 @@ func finishUpload(t *testing.T, conn net.Conn) int {
 	if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(rest), rest); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, _, _ := rawAnswer(t, conn, 20*time.Second)
+	return resp.StatusCode
+}
+
+// rawAnswer reads the answer on conn within the given time: the response (body read), its body,
+// and the body as an error envelope (nil if it is not one).
+func rawAnswer(t *testing.T, conn net.Conn, within time.Duration) (*http.Response, []byte, map[string]any) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(within))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no answer within %v: %v", within, err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var env map[string]any
+	_ = json.Unmarshal(raw, &env)
+	return resp, raw, env
 }
 
 // Uploads whose files arrive slowly hold no database connection: more of them than the pool has
@@ -104,16 +114,8 @@ func TestSlowUploadsHoldNoDatabaseConnection(t *testing.T) {
 
 	// The account whose two uploads stall gets no third, and is told why at once.
 	third := stalledUpload(t, addr, keys[0])
-	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err = http.ReadResponse(bufio.NewReader(third), nil)
+	resp, raw, env := rawAnswer(t, third, 5*time.Second)
 	third.Close() // now: the server would drain its unsent file until the idle deadline
-	if err != nil {
-		t.Fatalf("a third upload of one account was not answered at once: %v", err)
-	}
-	raw, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var env map[string]any
-	_ = json.Unmarshal(raw, &env)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
 		env["error"] != CodeServiceUnavailable || !bytes.Contains(raw, []byte("as many uploads on their way")) {
 		t.Errorf("a third upload of one account: %d %v %s", resp.StatusCode, resp.Header, raw)
@@ -202,15 +204,7 @@ func TestUploadWithBrokenChunkedBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var env map[string]any
-	_ = json.Unmarshal(raw, &env)
+	resp, raw, env := rawAnswer(t, conn, 10*time.Second)
 	if resp.StatusCode != http.StatusBadRequest || env["error"] != CodeInvalidRequest || !strings.Contains(fmt.Sprint(env["message"]), "could not be read") {
 		t.Errorf("broken chunked upload: %d %s", resp.StatusCode, raw)
 	}
