@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/billing"
 )
 
 // errNoBillingCustomer: the account has no Stripe customer, so there is no portal to open.
@@ -77,20 +76,8 @@ func (s *Server) billingPortal(c echo.Context) error {
 	// billing.Stripe bounds the call itself (billing.CallTimeout, 5 s with its retry), so an
 	// unreachable Stripe is a 503 within seconds.
 	u, err := s.portal.PortalURL(ctx, *a.StripeCustomerID, *req.ReturnURL)
-	if errors.Is(err, billing.ErrProviderUnreachable) {
-		return providerUnreachable(err)
-	}
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"url": u})
-}
-
-// providerUnreachable is errorTable's 503 for an unreachable Stripe, with the Retry-After its
-// action ("Retry in a few seconds") promises; the cause goes to the log as a dependency outage.
-func providerUnreachable(err error) *Error {
-	e := toEnvelope(err)
-	e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
-	e.cause = err
-	return e
 }

@@ -172,7 +172,13 @@ func toEnvelope(err error) *Error {
 			if msg == "" {
 				msg = err.Error()
 			}
-			return &Error{Status: m.status, Code: m.code, Action: m.action, Message: msg}
+			e := &Error{Status: m.status, Code: m.code, Action: m.action, Message: msg}
+			if m.status == http.StatusServiceUnavailable {
+				// A dependency outage the client waits out: when to retry, and the cause for the log.
+				e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
+				e.cause = err
+			}
+			return e
 		}
 	}
 	var he *echo.HTTPError
@@ -232,7 +238,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	env := toEnvelope(err)
 	var direct *Error
-	if env != nil && env.Status >= 500 && !errors.As(err, &direct) {
+	if env != nil && env.Status >= 500 && env.cause == nil && !errors.As(err, &direct) {
 		// A mapped server-side failure (datastore, billing provider): the client sees the envelope,
 		// the log keeps the cause.
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),
