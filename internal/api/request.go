@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -81,7 +82,7 @@ func bindJSON(c echo.Context, dst any) error {
 // when the value is otherwise valid, as an *unknownFieldError.
 func strictJSON(body []byte, t reflect.Type) error {
 	s := strictReader{dec: jsontext.NewDecoder(bytes.NewReader(body)), body: body}
-	if err := s.value("", t); err != nil {
+	if err := s.value(t); err != nil {
 		return err
 	}
 	if s.unknown != nil {
@@ -102,24 +103,57 @@ func (e *jsonSyntaxError) Error() string {
 	return "invalid JSON at byte " + strconv.FormatInt(e.offset, 10)
 }
 
-// strictReader walks one JSON value token by token, keeping the path of the value being read in
-// the API's notation (webhook_url, emails[3], a.b) so that a refusal can name the field.
+// strictReader walks one JSON value token by token, keeping where it is (at) so that a refusal
+// can name the field in the API's notation (webhook_url, emails[3], a.b). The name is written
+// out only for a refusal: a batch of 1,000 addresses costs no string per address.
 // jsontext.Decoder does the syntax: by default it refuses invalid UTF-8, invalid surrogate
 // escapes and duplicate member names.
 type strictReader struct {
 	dec     *jsontext.Decoder
 	body    []byte
+	at      []step             // the members and elements from the top to the value being read
 	unknown *unknownFieldError // the first member name that t does not have
 }
 
-// value reads one value at path; t is the Go type it decodes into, nil when its member names
-// are not checked (json.RawMessage, any, a type that decodes itself).
-func (s *strictReader) value(path string, t reflect.Type) error {
+// step is one level of strictReader.at: a member's name, or an array element's index.
+type step struct {
+	name  string
+	index int
+	elem  bool
+}
+
+// path is strictReader.at in the API's notation; "" at the top.
+func (s *strictReader) path() string {
+	var b strings.Builder
+	for _, st := range s.at {
+		switch {
+		case st.elem:
+			b.WriteString("[" + strconv.Itoa(st.index) + "]")
+		case b.Len() > 0:
+			b.WriteString("." + st.name)
+		default:
+			b.WriteString(st.name)
+		}
+	}
+	return b.String()
+}
+
+// child reads the value of one member or element of the value being read.
+func (s *strictReader) child(st step, t reflect.Type) error {
+	s.at = append(s.at, st)
+	err := s.value(t)
+	s.at = s.at[:len(s.at)-1]
+	return err
+}
+
+// value reads one value; t is the Go type it decodes into, nil when its member names are not
+// checked (json.RawMessage, any, a type that decodes itself).
+func (s *strictReader) value(t reflect.Type) error {
 	t = deref(t)
 	switch kind := s.dec.PeekKind(); kind {
 	case '{':
 		if _, err := s.dec.ReadToken(); err != nil {
-			return s.fault(err, path, false, false)
+			return s.fault(err, false, false)
 		}
 		fields := jsonFields(t)
 		var elem reflect.Type
@@ -130,27 +164,26 @@ func (s *strictReader) value(path string, t reflect.Type) error {
 			next := s.dec.PeekKind()
 			tok, err := s.dec.ReadToken()
 			if err != nil {
-				return s.fault(err, path, next == '"', true)
+				return s.fault(err, next == '"', true)
 			}
 			if next == '}' {
 				return nil
 			}
 			name := tok.String()
-			child := joinPath(path, name)
 			ft := elem
 			if fields != nil {
 				var ok bool
 				if ft, ok = fields[name]; !ok && s.unknown == nil {
-					s.unknown = &unknownFieldError{name: child}
+					s.unknown = &unknownFieldError{name: joinPath(s.path(), name)}
 				}
 			}
-			if err := s.value(child, ft); err != nil {
+			if err := s.child(step{name: name}, ft); err != nil {
 				return err
 			}
 		}
 	case '[':
 		if _, err := s.dec.ReadToken(); err != nil {
-			return s.fault(err, path, false, false)
+			return s.fault(err, false, false)
 		}
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
@@ -159,31 +192,32 @@ func (s *strictReader) value(path string, t reflect.Type) error {
 		for i := 0; ; i++ {
 			if s.dec.PeekKind() == ']' {
 				if _, err := s.dec.ReadToken(); err != nil {
-					return s.fault(err, path, false, false)
+					return s.fault(err, false, false)
 				}
 				return nil
 			}
-			if err := s.value(path+"["+strconv.Itoa(i)+"]", elem); err != nil {
+			if err := s.child(step{index: i, elem: true}, elem); err != nil {
 				return err
 			}
 		}
 	default:
 		if _, err := s.dec.ReadToken(); err != nil {
-			return s.fault(err, path, kind == '"', false)
+			return s.fault(err, kind == '"', false)
 		}
 		return nil
 	}
 }
 
-// fault maps an error of the decoder reading the token at path: a member name of the object at
-// path (inName), or its value. inString says the token began as a string, so that a bad byte is
+// fault maps an error of the decoder reading the token where s is: a member name of the object
+// there (inName), or its value. inString says the token began as a string, so that a bad byte is
 // in its text rather than between tokens.
-func (s *strictReader) fault(err error, path string, inString, inName bool) error {
+func (s *strictReader) fault(err error, inString, inName bool) error {
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) {
 		return &jsonSyntaxError{} // io.EOF: an empty body
 	}
 	off := se.ByteOffset
+	path := s.path()
 	where := "Field " + path
 	switch {
 	case inName && path == "":
@@ -250,15 +284,23 @@ var (
 // jsonFields maps the exact json names of struct type t to their types, as encoding/json names
 // them: the tag's name, else the Go name; "-" is no field; an untagged embedded struct lends its
 // fields. It is nil when t is not a struct, or decodes itself: such names are not checked.
+// The request types are few and fixed, so each one's map is built once (fieldsOf).
 func jsonFields(t reflect.Type) map[string]reflect.Type {
 	if t == nil || t.Kind() != reflect.Struct ||
 		reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
 		return nil
 	}
+	if f, ok := fieldsOf.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
 	fields := map[string]reflect.Type{}
 	addFields(t, fields)
+	fieldsOf.Store(t, fields)
 	return fields
 }
+
+// fieldsOf caches jsonFields by type; the maps are only read once stored.
+var fieldsOf sync.Map
 
 func addFields(t reflect.Type, fields map[string]reflect.Type) {
 	for i := range t.NumField() {
