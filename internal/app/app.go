@@ -108,11 +108,12 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	if err := queue.EnsureStreams(ctx, in.JS, in.Layout, log); err != nil {
 		return nil, err
 	}
-	in.Streams = queue.NewKeeper(in.JS, queue.Watch(in.NATS), in.Layout, log)
+	link := queue.Watch(in.NATS)
+	in.Streams = queue.NewKeeper(in.JS, link, in.Layout, log)
 
-	pool, nc, js := in.Pool, in.NATS, in.JS
+	pool, js := in.Pool, in.JS
 	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
-	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, nc, js) })
+	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, link, js) })
 	in.Ready.Add("streams", in.Streams.Check)
 
 	if in.ops, err = Listen(cfg.MetricsAddr, health.Handler(in.Ready, in.Metrics)); err != nil {

@@ -142,6 +142,14 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	})
 	t.Logf("both clients dropped it %v after the black hole began", time.Since(held).Round(time.Millisecond))
 
+	// Reconnecting to a server that accepts but does not answer, nats.go holds the connection's
+	// lock for its connect timeout; the link still answers at once, and so does a request.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, took, err := p.verifyOne("e@example.com"); !errors.Is(err, queue.ErrUnavailable) || took > 100*time.Millisecond {
+			t.Fatalf("a request while the client reconnects: %v after %v, want ErrUnavailable at once", err, took)
+		}
+	}
+
 	p.proxy.Restore()
 	restored := time.Now()
 	eventually(t, "a request to succeed after the black hole", 5*time.Second, func() bool {

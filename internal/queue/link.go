@@ -89,9 +89,11 @@ func (l *Link) Close() {
 	})
 }
 
-// Up reports whether the connection is established right now and answered its last probe.
+// Up reports whether the connection is established right now and answered its last probe. It
+// never waits: it reads what the watcher last heard, not the connection, whose lock nats.go holds
+// while a reconnect waits (up to its connect timeout) for a server that does not answer.
 func (l *Link) Up() bool {
-	return l.nc != nil && l.nc.Status() == nats.CONNECTED && !l.w.isStale()
+	return l.nc != nil && l.w.up()
 }
 
 // Reconnects counts the reconnects so far; a caller that saw it change knows that replies
@@ -177,6 +179,7 @@ type watcher struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next change, then replaced
+	status  nats.Status   // the connection's, as its last status event said
 	stale   bool          // the last probe on the current connection went unanswered
 	gen     uint64        // status changes so far: a probe that spans one says nothing of now
 }
@@ -189,6 +192,8 @@ var (
 func startWatcher(nc *nats.Conn) *watcher {
 	w := &watcher{nc: nc, events: nc.StatusChanged(), links: map[*Link]struct{}{}, stop: make(chan struct{}),
 		done: make(chan struct{}), changed: make(chan struct{})}
+	// After the listener is registered: a change from here on arrives as an event too.
+	w.status = nc.Status()
 	go w.listen()
 	go w.probe()
 	return w
@@ -204,10 +209,10 @@ func (w *watcher) close() {
 	<-w.done
 }
 
-func (w *watcher) isStale() bool {
+func (w *watcher) up() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stale
+	return w.status == nats.CONNECTED && !w.stale
 }
 
 // signal wakes every Changed waiter. w.mu must be held.
@@ -235,6 +240,7 @@ func (w *watcher) listen() {
 		// A new status is a new connection, or none: what a probe said of the old one is void.
 		w.mu.Lock()
 		w.gen++
+		w.status = s
 		w.stale = false
 		w.signal()
 		w.mu.Unlock()
@@ -268,16 +274,16 @@ func (w *watcher) probe() {
 			return
 		case <-t.C:
 		}
-		switch w.nc.Status() {
+		w.mu.Lock()
+		gen, status := w.gen, w.status
+		w.mu.Unlock()
+		switch status {
 		case nats.CLOSED:
 			return
 		case nats.CONNECTED:
 		default:
 			continue
 		}
-		w.mu.Lock()
-		gen := w.gen
-		w.mu.Unlock()
 		err := w.nc.FlushTimeout(ProbeTimeout)
 		if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			continue

@@ -224,9 +224,10 @@ func ConnectWait(ctx context.Context, url, name string, auth Auth, log *slog.Log
 	return nc, nil
 }
 
-// Ready reports whether nc is connected and JetStream answers, for /readyz.
-func Ready(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) error {
-	if nc == nil || !nc.IsConnected() {
+// Ready reports whether link's connection is up and JetStream answers, for /readyz. The link
+// says so without waiting (Link.Up), also while a reconnect holds the connection.
+func Ready(ctx context.Context, link *Link, js jetstream.JetStream) error {
+	if !link.Up() {
 		return errors.New("not connected to NATS")
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
