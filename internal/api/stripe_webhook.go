@@ -39,7 +39,11 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 	}
 	out, err := s.events.Apply(c.Request().Context(), ev)
 	if errors.Is(err, billing.ErrBadEvent) {
-		return InvalidRequest("Event %s: %v.", ev.ID, err)
+		id := ev.ID
+		if len(id) > 64 { // the refusal may be that the id is too long: the answer does not echo it
+			id = id[:64] + "…"
+		}
+		return InvalidRequest("Event %s: %v.", id, err)
 	}
 	if err != nil {
 		return datastoreError(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,6 +181,16 @@ func TestStripeWebhookRejects(t *testing.T) {
 	// A signed event whose subscription has no customer is a 400, and is not recorded as done.
 	bad := subEvent("evt_bad", "customer.subscription.updated", time.Now(), nil)
 	b.deliver(bad).want(t, 400, CodeInvalidRequest)
+	// So are values an account cannot hold: a time past the year 9999, or an id of 1.5 MB,
+	// which the answer does not echo back.
+	b.deliver(subEvent("evt_far", "customer.subscription.updated", time.Unix(253402300800, 0), map[string]any{"customer": "cus_rej"})).
+		want(t, 400, CodeInvalidRequest)
+	b.deliver(subEvent("evt_period", "customer.subscription.updated", time.Now(),
+		map[string]any{"customer": "cus_rej", "current_period_end": int64(1) << 40})).want(t, 400, CodeInvalidRequest)
+	if r := b.deliver(subEvent("evt_"+strings.Repeat("x", 1_500_000), "customer.subscription.updated", time.Now(),
+		map[string]any{"customer": "cus_rej"})).want(t, 400, CodeInvalidRequest); len(r.raw) > 4096 {
+		t.Errorf("the refusal of a 1.5 MB id is %d bytes long", len(r.raw))
+	}
 	var n int
 	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events`).Scan(&n))
 	if n != 0 {

@@ -50,6 +50,12 @@ func (ev *Events) Apply(ctx context.Context, e stripe.Event) (Outcome, error) {
 	if e.ID == "" {
 		return "", fmt.Errorf("%w: no event id", ErrBadEvent)
 	}
+	if len(e.ID) > maxStripeID || len(e.Type) > maxStripeID {
+		return "", fmt.Errorf("%w: event id or type longer than %d bytes", ErrBadEvent, maxStripeID)
+	}
+	if err := checkTimes(e.Created); err != nil {
+		return "", err
+	}
 	created := time.Unix(e.Created, 0).UTC()
 	var out Outcome
 	err := pgx.BeginFunc(ctx, ev.pool, func(tx pgx.Tx) error {
@@ -92,6 +98,13 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	}
 	if sub.Customer == nil || sub.Customer.ID == "" {
 		return "", fmt.Errorf("%w: subscription has no customer", ErrBadEvent)
+	}
+	if len(sub.ID) > maxStripeID || len(sub.Customer.ID) > maxStripeID || len(sub.Status) > maxStripeID {
+		return "", fmt.Errorf("%w: subscription, customer id or status longer than %d bytes", ErrBadEvent, maxStripeID)
+	}
+	if err := checkTimes(sub.CurrentPeriodStart, sub.CurrentPeriodEnd, sub.CanceledAt, sub.CancelAt,
+		sub.TrialStart, sub.TrialEnd, sub.BillingCycleAnchor); err != nil {
+		return "", err
 	}
 	var (
 		accountID            string
@@ -182,6 +195,26 @@ func (ev *Events) tierOf(sub *stripe.Subscription) (plan.Tier, bool) {
 	return "", false
 }
 
+// Bounds on what a signed event may carry. Only the holder of the webhook secret can send an
+// event, but a value the database or the account's JSON cannot hold must be a 400 (Stripe stops
+// resending it), not a 500 that Stripe retries for days. Stripe's own ids are far shorter than
+// maxStripeID; its times are Unix seconds, and an account's times are written as RFC 3339, which
+// ends with the year 9999.
+const (
+	maxStripeID = 255
+	maxUnix     = 253402300799 // 9999-12-31T23:59:59Z
+)
+
+// checkTimes refuses Unix times outside 1970 … 9999 (0 means "not set").
+func checkTimes(ts ...int64) error {
+	for _, t := range ts {
+		if t < 0 || t > maxUnix {
+			return fmt.Errorf("%w: time %d is outside 1970-01-01 … 9999-12-31", ErrBadEvent, t)
+		}
+	}
+	return nil
+}
+
 // unix turns Stripe's Unix seconds (0 for "not set") into a nullable timestamp.
 func unix(s int64) *time.Time {
 	if s == 0 {
@@ -206,6 +239,9 @@ func (ev *Events) applyCheckout(ctx context.Context, tx pgx.Tx, e stripe.Event) 
 	}
 	if cs.ClientReferenceID == "" || cs.Customer == nil || cs.Customer.ID == "" {
 		return Ignored, nil // not opened by the dashboard
+	}
+	if len(cs.Customer.ID) > maxStripeID {
+		return "", fmt.Errorf("%w: customer id longer than %d bytes", ErrBadEvent, maxStripeID)
 	}
 	if uuid.Validate(cs.ClientReferenceID) != nil {
 		return UnknownCustomer, nil

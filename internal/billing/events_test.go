@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +148,51 @@ func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A signed event with a value the account cannot hold is refused as a bad event (the webhook
+// answers 400, so Stripe stops resending it) and leaves nothing behind: not even its id, so a
+// corrected resend is applied.
+func TestEventsWithValuesOutOfRangeAreRefused(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-000000000009', 'free', 'cus_9')`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	now := time.Now()
+	cases := map[string]stripe.Event{
+		"created after 9999":   event(t, "evt_far", time.Unix(maxUnix+1, 0), "active"),
+		"created before 1970":  event(t, "evt_neg", time.Unix(-1, 0), "active"),
+		"id of 300 bytes":      event(t, "evt_"+strings.Repeat("x", 296), now, "active"),
+		"status of 300 bytes":  event(t, "evt_status", now, strings.Repeat("a", 300)),
+		"period end past 9999": withRaw(t, event(t, "evt_period", now, "active"), "current_period_end", maxUnix+1),
+	}
+	for name, e := range cases {
+		if _, err := ev.Apply(ctx, e); !errors.Is(err, ErrBadEvent) {
+			t.Errorf("%s: Apply = %v, want ErrBadEvent", name, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM stripe_events`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("stripe_events rows = %d (%v), want 0", n, err)
+	}
+	// The largest time that fits is applied.
+	if out, err := ev.Apply(ctx, withRaw(t, event(t, "evt_edge", now, "active"), "current_period_end", maxUnix)); err != nil || out != Applied {
+		t.Fatalf("edge event: %v %v", out, err)
+	}
+}
+
+// withRaw sets one field of the event's data.object.
+func withRaw(t *testing.T, e stripe.Event, field string, v any) stripe.Event {
+	t.Helper()
+	var obj map[string]any
+	if err := json.Unmarshal(e.Data.Raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	obj[field] = v
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Data.Raw = raw
+	return e
 }

@@ -206,3 +206,21 @@ func TestAPIUnavailablePassesRetryAfter(t *testing.T) {
 	resp, body = b.get("/dashboard/lists/0b6f7d8e-3333-4c3e-9a55-0000000000c1")
 	wantUnavailable(t, "list page", resp, body, words, 0, time.Second)
 }
+
+// A deployment without Stripe keys cannot open the portal for an account that has a Stripe
+// customer (say, one linked by support): a 500 page that says so and no Retry-After, since
+// waiting does not help; not a 502 that blames Stripe.
+func TestBillingNotConfiguredIsA500(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	s := billing.NewStripe(f.h.cfg) // as the API wires it, with no STRIPE_SECRET_KEY
+	f.h.portal, f.h.checkout = s, s
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET stripe_customer_id = 'cus_ann' WHERE id = $1`, f.accountOf(t, "ann@example.com"))
+	resp, body := b.post("/dashboard/billing/portal", url.Values{"csrf": {b.csrf("/dashboard/billing")}})
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "Billing is not set up on this Mailvet deployment") ||
+		resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("portal without Stripe keys: %d Retry-After=%q\n%s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}

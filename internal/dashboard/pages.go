@@ -313,7 +313,8 @@ func (h *Handler) billingAnswer(w http.ResponseWriter, r *http.Request, s *sessi
 
 // billingError turns a Stripe failure into what the page says; the log keeps the cause. Stripe
 // that cannot be reached (billing.Stripe gives up after billing.CallTimeout) is an outage the
-// customer can wait out: 503 with Retry-After. Stripe refusing the request is a 502.
+// customer can wait out: 503 with Retry-After. Stripe refusing the request is a 502; a deployment
+// without Stripe keys is a 500.
 func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	h.log.Warn("dashboard: billing", "err", err)
 	status, msg := http.StatusBadGateway, "The billing provider could not complete the request. Try again later; if it persists, contact support."
@@ -322,7 +323,8 @@ func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *sessio
 		w.Header().Set("Retry-After", retryAfterSeconds)
 		status, msg = http.StatusServiceUnavailable, "Billing is temporarily unreachable: the billing provider (Stripe) did not answer. Try again in a few seconds."
 	case errors.Is(err, billing.ErrNotConfigured):
-		msg = "Billing is not set up on this Mailvet deployment; ask its operator."
+		// The deployment's fault, not Stripe's: a 500, as the API answers (docs/api.md).
+		status, msg = http.StatusInternalServerError, "Billing is not set up on this Mailvet deployment; ask its operator."
 	case errors.Is(err, billing.ErrNoPrice):
 		msg = "That plan cannot be bought online on this deployment; ask its operator."
 	}
