@@ -19,6 +19,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/migrations"
 )
 
@@ -65,7 +66,7 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to Postgres at %s: %w", Redact(cfg.ConnString()), err)
+		return nil, fmt.Errorf("connect to Postgres at %s: %w", redact.URL(cfg.ConnString()), err)
 	}
 	return pool, nil
 }
@@ -122,7 +123,7 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 	admin.Path = "/postgres"
 	conn, err := pgx.Connect(ctx, admin.String())
 	if err != nil {
-		return fmt.Errorf("connect to Postgres at %s: %w", Redact(admin.String()), err)
+		return fmt.Errorf("connect to Postgres at %s: %w", redact.URL(admin.String()), err)
 	}
 	defer conn.Close(context.Background())
 	var exists bool
@@ -138,15 +139,6 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 		return nil
 	}
 	return err
-}
-
-// Redact returns databaseURL without its password, for logs and error messages.
-func Redact(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // DB is what Mailvet's stores need of Postgres: a *pgxpool.Pool, a pgx.Tx or a *pgx.Conn. Every

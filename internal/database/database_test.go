@@ -116,11 +116,3 @@ func TestEnsureDatabaseCreatesMissing(t *testing.T) {
 		t.Fatalf("database %s: count %d, %v", name, n, err)
 	}
 }
-
-func TestRedactHidesPassword(t *testing.T) {
-	t.Parallel()
-	got := database.Redact("postgres://u:secret@h:5432/db")
-	if strings.Contains(got, "secret") {
-		t.Errorf("Redact leaked the password: %s", got)
-	}
-}

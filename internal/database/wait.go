@@ -10,6 +10,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // Waits between OpenWait's attempts: exponential with jitter from openWaitFirst, capped at
@@ -47,7 +49,7 @@ func OpenWait(ctx context.Context, databaseURL string, log *slog.Logger) (*pgxpo
 		}
 		wait := b.NextBackOff()
 		if log != nil {
-			log.Warn("waiting for Postgres", "url", Redact(databaseURL), "retry_in", wait, "err", err)
+			log.Warn("waiting for Postgres", "url", redact.URL(databaseURL), "retry_in", wait, "err", err)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -60,7 +62,7 @@ func OpenWait(ctx context.Context, databaseURL string, log *slog.Logger) (*pgxpo
 }
 
 func gaveUp(ctx context.Context, databaseURL string, last error) error {
-	return fmt.Errorf("gave up waiting for Postgres at %s: %w (last error: %v)", Redact(databaseURL), context.Cause(ctx), last)
+	return fmt.Errorf("gave up waiting for Postgres at %s: %w (last error: %v)", redact.URL(databaseURL), context.Cause(ctx), last)
 }
 
 // permanent returns the error to stop OpenWait with when err cannot go away by waiting, else nil.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -52,7 +53,7 @@ func TestOpenWaitWaitsForPostgres(t *testing.T) {
 	if waits > 6 {
 		t.Errorf("%d waits logged for a 1 s outage:\n%s", waits, logs)
 	}
-	if !strings.Contains(logs, database.Redact(dbURL)) {
+	if !strings.Contains(logs, redact.URL(dbURL)) {
 		t.Errorf("the wait log does not name the (redacted) URL:\n%s", logs)
 	}
 }

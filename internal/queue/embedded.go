@@ -3,8 +3,6 @@ package queue
 import (
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -47,16 +45,4 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 		return nil, errors.New("embedded NATS did not become ready within 10s")
 	}
 	return s, nil
-}
-
-func redactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err != nil {
-			parts[i] = "(unparsable URL)"
-		} else {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }

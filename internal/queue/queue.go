@@ -13,6 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // Subjects and stream names (docs/architecture.md, "NATS layout").
@@ -168,7 +170,7 @@ func Connect(url, name string, auth Auth, log *slog.Logger) (*nats.Conn, error) 
 	)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URL(url), err)
 	}
 	return nc, nil
 }
@@ -213,11 +215,11 @@ func ConnectWait(ctx context.Context, url, name string, auth Auth, log *slog.Log
 		}
 		return err
 	}, backoff.WithContext(policy, ctx), func(err error, next time.Duration) {
-		log.Warn("waiting for NATS", "url", redactURL(url), "retry_in", next, "err", err)
+		log.Warn("waiting for NATS", "url", redact.URL(url), "retry_in", next, "err", err)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for NATS at %s: %w", redactURL(url), ctx.Err())
+			return nil, fmt.Errorf("waiting for NATS at %s: %w", redact.URL(url), ctx.Err())
 		}
 		return nil, err
 	}

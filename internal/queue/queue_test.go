@@ -1,7 +1,11 @@
 package queue_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,4 +61,45 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 	if took := time.Since(start); took < 500*time.Millisecond || took > 3*time.Second {
 		t.Errorf("gave up after %v; want about the context's 700ms", took)
 	}
+}
+
+// A token in NATS_URL (nats://TOKEN@host) is a credential: the start-up wait neither logs it nor
+// returns it in its error (docs/operations.md, "Secrets").
+func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	_, err := queue.ConnectWait(ctx, "nats://s3cr3ttoken@127.0.0.1:1, nats://ann:hunter2@127.0.0.1:2", "t", queue.Auth{}, log)
+	if err == nil {
+		t.Fatal("connected to nothing")
+	}
+	out := buf.String() + err.Error()
+	if !strings.Contains(out, "waiting for NATS") {
+		t.Fatalf("no wait logged:\n%s", out)
+	}
+	for _, secret := range []string{"s3cr3ttoken", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q leaked:\n%s", secret, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

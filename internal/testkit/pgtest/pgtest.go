@@ -25,6 +25,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/migrations"
 )
@@ -65,7 +66,7 @@ func unreachable(t testing.TB, err error) {
 	t.Fatalf("pgtest: Postgres is not reachable at %s: %v\n"+
 		"Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"+
 		"or point DATABASE_URL at a server where this user may create databases.",
-		database.Redact(withDB(BaseURL(), "postgres")), err)
+		redact.URL(withDB(BaseURL(), "postgres")), err)
 }
 
 func admin(ctx context.Context) (*pgx.Conn, error) {

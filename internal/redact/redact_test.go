@@ -1,0 +1,30 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestURL(t *testing.T) {
+	for _, tt := range []struct{ in, want, secret string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222", ""},
+		{"nats://s3cr3ttoken@127.0.0.1:1", "nats://xxxxx@127.0.0.1:1", "s3cr3ttoken"},
+		{"nats://ann:hunter2@a:4222, tls://tok3n@b:4222", "nats://ann:xxxxx@a:4222,tls://xxxxx@b:4222", "hunter2"},
+		{"postgres://postgres@127.0.0.1:1/x?sslmode=disable&password=hunter3",
+			"postgres://postgres@127.0.0.1:1/x?password=xxxxx&sslmode=disable", "hunter3"},
+		{"postgresql://mv:pw0rd@db/mailvet?sslpassword=keypass", "postgresql://mv:xxxxx@db/mailvet?sslpassword=xxxxx", "keypass"},
+		{"postgres://mailvet@db/mailvet", "postgres://mailvet@db/mailvet", ""},
+		{"host=db user=mv password=pw0rd dbname=mailvet", "host=db user=mv password=xxxxx dbname=mailvet", "pw0rd"},
+		{"host=db password = 'pa ss\\'wd' dbname=x", "host=db password=xxxxx dbname=x", "wd"},
+		{"not a url", "(unparsable URL)", ""},
+		{"nats://a b@%zz", "(unparsable URL)", ""},
+	} {
+		got := URL(tt.in)
+		if got != tt.want {
+			t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if tt.secret != "" && strings.Contains(got, tt.secret) {
+			t.Errorf("URL(%q) leaks %q", tt.in, tt.secret)
+		}
+	}
+}
