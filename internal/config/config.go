@@ -17,9 +17,12 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/idna"
 
+	"github.com/mailvet/mailvet/internal/dnsname"
 	"github.com/mailvet/mailvet/internal/netguard"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/verify/disposable"
 )
 
 // Role names the binary that loads the configuration; the metrics listener default depends on it
@@ -150,8 +153,11 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	// Unset, the public URL is this server on its own port, so that the links a local run gives
 	// out (error docs, list results, callbacks) reach it whatever port it listens on.
 	publicDefault := "http://localhost:8080"
-	if _, port, err := net.SplitHostPort(c.HTTPAddr); err == nil && port != "" && port != "0" {
-		publicDefault = "http://localhost:" + port
+	if _, port, err := net.SplitHostPort(c.HTTPAddr); err == nil && port != "" {
+		// A service name (":http-alt") listens on its number; a URL needs the number.
+		if n, err := net.LookupPort("tcp", port); err == nil && n != 0 {
+			publicDefault = "http://localhost:" + strconv.Itoa(n)
+		}
 	}
 	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", publicDefault), "/")
 	e.check("MAILVET_PUBLIC_URL", validHTTPURL(c.PublicURL))
@@ -185,7 +191,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 			e.fail("MAILVET_SMTP_PROXY", errors.New("must be socks5://host:port"))
 		}
 	}
-	c.SMTPBlockedDomains = e.list("MAILVET_SMTP_BLOCKED_DOMAINS")
+	c.SMTPBlockedDomains = e.blockedDomains("MAILVET_SMTP_BLOCKED_DOMAINS")
 	c.SMTPMaxPerHost = e.intIn("MAILVET_SMTP_MAX_PER_HOST", 20, 1, 10000)
 	if v, ok := e.lookup("MAILVET_TRUSTED_PROXIES"); ok {
 		trusted, err := netguard.ParsePrefixes(v)
@@ -198,8 +204,8 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		c.SMTPAllowCIDRs = allow
 	}
 
-	c.DisposableExtraFile = e.file("MAILVET_DISPOSABLE_EXTRA_FILE")
-	c.DisposableAllowFile = e.file("MAILVET_DISPOSABLE_ALLOW_FILE")
+	c.DisposableExtraFile = e.domainsFile("MAILVET_DISPOSABLE_EXTRA_FILE")
+	c.DisposableAllowFile = e.domainsFile("MAILVET_DISPOSABLE_ALLOW_FILE")
 
 	c.StreamReplicas = e.intIn("MAILVET_STREAM_REPLICAS", 1, 1, 5)
 	c.WebhookAllowPrivate = e.boolean("MAILVET_WEBHOOK_ALLOW_PRIVATE", false)
@@ -411,6 +417,7 @@ func (e *env) list(name string) []string {
 }
 
 // file checks at start-up that a configured file can be read, rather than at the first request.
+// A directory opens without error but cannot be read as a file, so it is refused here too.
 func (e *env) file(name string) string {
 	v, ok := e.lookup(name)
 	if !ok {
@@ -421,8 +428,58 @@ func (e *env) file(name string) string {
 		e.fail(name, err)
 		return ""
 	}
-	f.Close()
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		e.fail(name, err)
+		return ""
+	} else if !st.Mode().IsRegular() {
+		e.fail(name, fmt.Errorf("%s is not a regular file", v))
+		return ""
+	}
 	return v
+}
+
+// domainsFile is file for a list of domains (docs/operations.md, "Disposable domains"): a line
+// that is not a domain stops the process at start-up with the variable's name.
+func (e *env) domainsFile(name string) string {
+	path := e.file(name)
+	if path != "" {
+		e.check(name, disposable.CheckFile(path))
+	}
+	return path
+}
+
+// blockedDomains reads MAILVET_SMTP_BLOCKED_DOMAINS: domain names (each covers its subdomains,
+// so a leading "*." adds nothing and is dropped; "*.tld" is every domain under a top-level
+// domain) and "name.*" patterns (the name under any public suffix of one or two labels). Anything else would silently match nothing, so it is
+// refused. Names are stored as the prober compares them: ASCII (A-labels), lower case.
+func (e *env) blockedDomains(name string) []string {
+	var out []string
+	for _, entry := range e.list(name) {
+		d, star := strings.CutPrefix(strings.TrimSuffix(entry, "."), "*.")
+		label, wildcard := strings.CutSuffix(d, ".*")
+		if wildcard {
+			d = label
+		}
+		ascii, err := idna.Lookup.ToASCII(d)
+		switch {
+		case err != nil || !dnsname.Valid(ascii):
+			e.fail(name, fmt.Errorf("%q is not a domain name or a name.* pattern", entry))
+			continue
+		case wildcard && strings.Contains(ascii, "."):
+			e.fail(name, fmt.Errorf("%q: a name.* pattern takes one label before .* (yahoo.*)", entry))
+			continue
+		case !wildcard && !star && !strings.Contains(ascii, "."):
+			// "yahoo" is likelier a forgotten ".*" than a top-level domain; *.tld says the latter.
+			e.fail(name, fmt.Errorf("%q is a single label: write name.* for the name under any suffix, or *.%s for every domain under the top-level domain", entry, entry))
+			continue
+		}
+		if wildcard {
+			ascii += ".*"
+		}
+		out = append(out, ascii)
+	}
+	return out
 }
 
 // NATSOptions are the NATS settings besides NATS_URL (docs/operations.md, "NATS").

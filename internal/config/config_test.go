@@ -2,6 +2,8 @@ package config
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -99,7 +101,8 @@ func TestLoadDevListensOnLoopback(t *testing.T) {
 func TestLoadPublicURLFollowsThePort(t *testing.T) {
 	t.Parallel()
 	for addr, want := range map[string]string{"": "http://localhost:8080", "127.0.0.1:8081": "http://localhost:8081",
-		":9000": "http://localhost:9000", "127.0.0.1:0": "http://localhost:8080"} {
+		":9000": "http://localhost:9000", "127.0.0.1:0": "http://localhost:8080", "localhost:http-alt": "http://localhost:8080",
+		":https": "http://localhost:443"} {
 		c, err := Load(RoleAPI, true, func(k string) string {
 			if k == "MAILVET_HTTP_ADDR" {
 				return addr
@@ -223,5 +226,39 @@ func TestEveryPlanVariableIsRead(t *testing.T) {
 				t.Errorf("%s=7 left %s at %+v", v.Name(tier), tier, l)
 			}
 		}
+	}
+}
+
+// A blocked-domains entry that would match nothing, and a domains file that is a directory or
+// holds a line that is not a domain, stop the start-up naming the variable; accepted entries are
+// stored as the prober compares them.
+func TestLoadRefusesWhatWouldMatchNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	badList := filepath.Join(dir, "bad.txt")
+	if err := os.WriteFile(badList, []byte("# ok\nfine.example\nnot a domain\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range map[string]string{
+		"MAILVET_SMTP_BLOCKED_DOMAINS":  "acme.example,yahoo",
+		"MAILVET_DISPOSABLE_ALLOW_FILE": dir,
+		"MAILVET_DISPOSABLE_EXTRA_FILE": badList,
+	} {
+		_, err := Load(RoleVerifier, false, envOf(map[string]string{name: value, "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+		if err == nil || !strings.Contains(err.Error(), name+":") {
+			t.Errorf("%s=%q: error %v, want one naming the variable", name, value, err)
+		}
+	}
+	for _, bad := range []string{"a*b.example", "mail.yahoo.*", "x@acme.example", "acme..example", "http://acme.example"} {
+		if _, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_SMTP_BLOCKED_DOMAINS": bad, "MAILVET_DNS_RESOLVER": "127.0.0.1:53"})); err == nil {
+			t.Errorf("MAILVET_SMTP_BLOCKED_DOMAINS=%q accepted", bad)
+		}
+	}
+	c, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_SMTP_BLOCKED_DOMAINS": " ACME.Example ,*.test,Corp.*,bücher.example.", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"acme.example", "test", "corp.*", "xn--bcher-kva.example"}; !slices.Equal(c.SMTPBlockedDomains, want) {
+		t.Errorf("blocked domains %q, want %q", c.SMTPBlockedDomains, want)
 	}
 }

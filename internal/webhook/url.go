@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+
+	"github.com/mailvet/mailvet/internal/dnsname"
 )
 
 // MaxURLLength bounds a callback URL. Browsers and most servers stop around 2 KiB, and a longer
@@ -106,10 +108,8 @@ func checkHost(host string) error {
 	if last := labels[len(labels)-1]; isNumericLabel(last) {
 		return urlErr("ip", "must name a host, not an IP address")
 	}
-	for _, l := range labels {
-		if !validLabel(l) {
-			return urlErr("host", "host %q is not a valid hostname", host)
-		}
+	if !dnsname.Valid(ascii) {
+		return urlErr("host", "host %q is not a valid hostname", host)
 	}
 	for _, s := range localSuffixes {
 		if ascii == s || strings.HasSuffix(ascii, "."+s) {
@@ -137,22 +137,6 @@ func isNumericLabel(l string) bool {
 	}
 	for _, c := range l {
 		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// validLabel accepts LDH labels (letters, digits, hyphen) of 1–63 characters, the hostname
-// syntax of RFC 1123 that IDNA lookup also enforces.
-func validLabel(l string) bool {
-	if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-		return false
-	}
-	for _, c := range l {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-':
-		default:
 			return false
 		}
 	}

@@ -148,7 +148,7 @@ interface Deadline {
  * app (docs/api.md, "Authentication").
  *
  * ```ts
- * const mv = new Mailvet({ baseUrl: "http://localhost:8080", apiKey: process.env.MAILVET_KEY, retryOnRateLimit: true });
+ * const mv = new Mailvet({ baseUrl: "http://localhost:8080", apiKey: process.env.MAILVET_API_KEY, retryOnRateLimit: true });
  * const r = await mv.verify("ann@acme.example");
  * ```
  */

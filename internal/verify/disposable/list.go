@@ -110,6 +110,13 @@ func build(blob string) *set {
 // one a line), so that build can index them like the embedded list. A line that is not a
 // domain is an error naming the file and line: a typo in a blocklist should stop the process
 // rather than silently block or allow nothing.
+// CheckFile reads a domains file as Load would and returns its first error, so that the
+// configuration can refuse a bad file at start-up, naming its variable.
+func CheckFile(path string) error {
+	_, err := readDomains(path)
+	return err
+}
+
 func readDomains(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
