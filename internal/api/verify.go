@@ -101,8 +101,11 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 	return charge, err
 }
 
+// secondsUntil is the whole seconds to wait until t, rounded up: a client that waits exactly
+// Retry-After (or RateLimit-Reset) seconds must find the window reset, not be refused again.
 func secondsUntil(t, now time.Time) int {
-	return max(1, int(t.Sub(now).Round(time.Second)/time.Second))
+	d := t.Sub(now)
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // item names the email at index i of this request for the usage log.

@@ -797,3 +797,24 @@ func domainPart(email string) string {
 	}
 	return ""
 }
+
+// Retry-After and RateLimit-Reset round up: a client that waits exactly that many seconds finds
+// the window reset (rounding to the nearest second sent it back up to half a second early).
+func TestSecondsUntilRoundsUp(t *testing.T) {
+	now := time.Date(2026, 11, 23, 8, 42, 11, 700_000_000, time.UTC)
+	for _, tt := range []struct {
+		reset time.Time
+		want  int
+	}{
+		{time.Date(2026, 11, 23, 8, 43, 0, 0, time.UTC), 49}, // 48.3 s: 48 would be early
+		{now.Add(48 * time.Second), 48},
+		{now.Add(48*time.Second + time.Nanosecond), 49},
+		{now.Add(time.Millisecond), 1},
+		{now, 1},
+		{now.Add(-time.Second), 1},
+	} {
+		if got := secondsUntil(tt.reset, now); got != tt.want {
+			t.Errorf("secondsUntil(%v) = %d, want %d", tt.reset.Sub(now), got, tt.want)
+		}
+	}
+}
