@@ -65,12 +65,16 @@ func TestAsyncJobGreylisting(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	check := func(id string, status, reason string, minRetries int) {
+	check := func(id string, status, reason string, minRetries int, minLatency time.Duration) {
 		t.Helper()
 		job, sawRetrying := poll(id)
 		res, _ := job["result"].(map[string]any)
 		if job["status"] != "completed" || res["status"] != status || res["reason"] != reason {
 			t.Fatalf("job %s: %v", id, job)
+		}
+		// latency_ms counts from the 202, re-probes included, not only the last probe.
+		if ms, _ := res["latency_ms"].(float64); ms < float64(minLatency.Milliseconds()) {
+			t.Errorf("job %s: latency_ms %v, want at least %v", id, ms, minLatency)
 		}
 		if !sawRetrying {
 			t.Errorf("job %s never seen retrying", id)
@@ -93,9 +97,9 @@ func TestAsyncJobGreylisting(t *testing.T) {
 			t.Errorf("job %s: %d re-probes, want at least %d", id, retries, minRetries)
 		}
 	}
-	check(grey, "deliverable", "accepted", 1)
+	check(grey, "deliverable", "accepted", 1, 200*time.Millisecond)
 	// 200 ms, 400 ms, then what is left of the 1.5 s window: three re-probes, then unknown.
-	check(wall, "unknown", "greylisted", 3)
+	check(wall, "unknown", "greylisted", 3, 1500*time.Millisecond)
 }
 
 // startGreylistVerifier runs a verifier worker like startVerifier, with a greylisting window and
