@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/admin"
@@ -40,40 +41,81 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return app.ErrUsage
 	}
-	cfg, err := config.Load(config.RoleAPI, *dev || *demo, getenv)
-	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	log := app.NewLogger(stderr, "api")
+	// The configuration is loaded by the command that needs it, after its own command line is
+	// checked: help and usage errors must not depend on the environment.
+	load := func() (config.Config, error) { return config.Load(config.RoleAPI, *dev || *demo, getenv) }
 
 	switch cmd := fs.Arg(0); cmd {
 	case "":
+		cfg, err := load()
+		if err != nil {
+			return configError(err)
+		}
+		log := app.NewLogger(stderr, "api")
 		if *demo {
 			return serveDemo(ctx, cfg, log, stdout)
 		}
 		return serve(ctx, cfg, log, stdout, nil)
 	case "migrate":
-		if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
-			return err
-		}
-		n, err := database.Migrate(ctx, cfg.DatabaseURL, log)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "{\"applied\": %d}\n", n)
-		return nil
+		return migrate(ctx, fs.Args()[1:], load, stdout, stderr)
 	case "admin":
-		return runAdmin(ctx, cfg, fs.Args()[1:], stdout, stderr)
+		return runAdmin(ctx, fs.Args()[1:], load, stdout, stderr)
 	default:
 		fs.Usage()
 		return fmt.Errorf("%w: unknown command %q", app.ErrUsage, cmd)
 	}
 }
 
+// configError is a bad configuration as the binary reports it: every bad variable, one a line.
+func configError(err error) error { return fmt.Errorf("configuration:\n%w", err) }
+
+const migrateUsage = `usage: api migrate
+Create the database of DATABASE_URL if it is missing, apply every pending migration under an
+advisory lock, print {"applied": N} and exit. Running it again is a no-op.
+`
+
+// migrate is `api migrate`. It takes no arguments: a stray one (a mistyped flag after the
+// command, say) is a usage error before anything is touched, and -h only prints the usage.
+func migrate(ctx context.Context, args []string, load func() (config.Config, error), stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("api migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), migrateUsage) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return app.ErrUsage
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: migrate takes no arguments, got %q", app.ErrUsage, fs.Arg(0))
+	}
+	cfg, err := load()
+	if err != nil {
+		return configError(err)
+	}
+	if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	n, err := database.Migrate(ctx, cfg.DatabaseURL, app.NewLogger(stderr, "api"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "{\"applied\": %d}\n", n)
+	return nil
+}
+
 // runAdmin runs one `api admin` command line; the command prints its own JSON, help its text.
-// A mistake on the command line exits 2, like the binary's own usage errors.
-func runAdmin(ctx context.Context, cfg config.Config, args []string, stdout, stderr io.Writer) error {
+// A mistake on the command line exits 2, like the binary's own usage errors. The configuration
+// is loaded only for a command that runs, so help needs none, and a bad one is reported in the
+// command's JSON error object (admin.ErrConfig) like any other failure.
+func runAdmin(ctx context.Context, args []string, load func() (config.Config, error), stdout, stderr io.Writer) error {
 	err := admin.Main(ctx, args, func(ctx context.Context) (*account.Store, func(), error) {
+		cfg, err := load()
+		if err != nil {
+			// One line in the JSON message: every bad variable, separated by "; ".
+			return nil, nil, fmt.Errorf("%w: %s", admin.ErrConfig, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
 		return openAdminStore(ctx, cfg)
 	}, stdout, stderr)
 	if errors.Is(err, admin.ErrUsage) {

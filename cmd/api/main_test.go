@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/admin"
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
@@ -229,5 +231,91 @@ func TestAdminHelp(t *testing.T) {
 		if !strings.Contains(out.String(), `"error":"invalid_request"`) || !strings.Contains(errOut.String(), "usage: api admin") {
 			t.Errorf("%v: stdout %q, stderr %q; want the JSON error and the usage", args, out.String(), errOut.String())
 		}
+	}
+}
+
+// `api migrate -h` prints migrate's usage and `api migrate extra` is a usage error (exit 2);
+// neither touches the database, which stays empty.
+func TestMigrateArgumentsTouchNothing(t *testing.T) {
+	dbURL := pgtest.EmptyURL(t)
+	env := envFrom(map[string]string{"DATABASE_URL": dbURL, "NATS_URL": "nats://127.0.0.1:1"})
+	for _, tc := range []struct {
+		args  []string
+		usage bool
+	}{
+		{[]string{"migrate", "-h"}, false},
+		{[]string{"migrate", "--help"}, false},
+		{[]string{"migrate", "extra"}, true},
+		{[]string{"migrate", "-dev"}, true},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), tc.args, env, &out, &errOut)
+		if tc.usage != errors.Is(err, app.ErrUsage) || (!tc.usage && err != nil) {
+			t.Errorf("%v: err %v, want usage error %v", tc.args, err, tc.usage)
+		}
+		if out.Len() != 0 || !strings.Contains(errOut.String(), "usage: api migrate") {
+			t.Errorf("%v: stdout %q, stderr %q; want migrate's usage on stderr only", tc.args, out.String(), errOut.String())
+		}
+	}
+	pool := pgtest.Pool(t, dbURL)
+	var migrated bool
+	pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT to_regclass('accounts') IS NOT NULL`).Scan(&migrated), "look for the schema")
+	if migrated {
+		t.Fatal("a migrate command line that was help or a mistake migrated the database")
+	}
+}
+
+// Admin help needs no valid configuration; an admin command run with a bad one prints the JSON
+// error object naming every bad variable (invalid_request) and exits 1, not 2: the command line
+// was right. A mistake on the command line is still reported as such first.
+func TestAdminWithBadConfiguration(t *testing.T) {
+	env := envFrom(map[string]string{"DATABASE_URL": pgtest.URL(t), "MAILVET_SMTP_PORT": "x", "MAILVET_SMTP_TIMEOUT": "soon"})
+	for _, args := range [][]string{{"admin", "help"}, {"admin", "-h"}, {"admin", "help", "set-tier"}, {"admin", "set-tier", "-h"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, env, &out, &bytes.Buffer{}); err != nil || !strings.Contains(out.String(), "usage: api admin") {
+			t.Errorf("%v: err %v, stdout %q", args, err, out.String())
+		}
+	}
+
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"admin", "create-account", "--tier", "free"}, env, &out, &errOut)
+	if err == nil || errors.Is(err, app.ErrUsage) || !errors.Is(err, admin.ErrFailed) {
+		t.Fatalf("err %v, want a failure with exit 1", err)
+	}
+	var obj map[string]string
+	if jerr := json.Unmarshal(out.Bytes(), &obj); jerr != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 0 {
+		t.Fatalf("stdout %q is not one JSON object: %v", out.String(), jerr)
+	}
+	if obj["error"] != "invalid_request" || !strings.Contains(obj["message"], "MAILVET_SMTP_PORT") || !strings.Contains(obj["message"], "MAILVET_SMTP_TIMEOUT") {
+		t.Errorf("error object %v; want invalid_request naming both variables", obj)
+	}
+
+	out.Reset()
+	err = run(context.Background(), []string{"admin", "create-account", "--tier", "gold"}, env, &out, &bytes.Buffer{})
+	if !errors.Is(err, app.ErrUsage) || !strings.Contains(out.String(), "gold") {
+		t.Errorf("bad tier with a bad configuration: err %v, stdout %q; want the usage error", err, out.String())
+	}
+}
+
+// set-spend-cap prints the account as stored, read back from the database, not its command line:
+// an id given in upper case comes back as the account's id, the amount as the cap it holds.
+func TestSetSpendCapPrintsStoredValue(t *testing.T) {
+	env := envFrom(map[string]string{"DATABASE_URL": pgtest.URL(t)})
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"admin", "create-account", "--tier", "builder"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	var acct struct {
+		ID string `json:"account_id"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &acct); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"admin", "set-spend-cap", "--account", strings.ToUpper(acct.ID), "--eur", "049.90"}, env, &out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("set-spend-cap: %v: %s", err, out.String())
+	}
+	if want := `{"account_id":"` + acct.ID + `","hard_cap_eur":49.9}`; strings.TrimSpace(out.String()) != want {
+		t.Errorf("stdout %s, want %s", out.String(), want)
 	}
 }

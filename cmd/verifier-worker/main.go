@@ -36,12 +36,32 @@ Configuration comes from the environment (docs/operations.md, "Configuration").
 		}
 		return app.ErrUsage
 	}
+	switch cmd := fs.Arg(0); cmd {
+	case "":
+		return serve(ctx, getenv, stderr)
+	case "check":
+		return check(ctx, fs.Args()[1:], getenv, stdout, stderr)
+	default:
+		fs.Usage()
+		return fmt.Errorf("%w: unknown command %q", app.ErrUsage, cmd)
+	}
+}
+
+// loadConfig reads the worker's configuration, after the command line was checked: help and
+// usage errors never depend on the environment.
+func loadConfig(getenv func(string) string) (config.Config, error) {
 	cfg, err := config.Load(config.RoleVerifier, false, getenv)
 	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
+		return cfg, fmt.Errorf("configuration:\n%w", err)
 	}
-	if fs.Arg(0) == "check" {
-		return check(ctx, cfg, fs.Args()[1:], stdout)
+	return cfg, nil
+}
+
+// serve takes verification work from NATS until ctx ends.
+func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
 	}
 	log := app.NewLogger(stderr, "verifier-worker")
 	in, err := app.Start(ctx, cfg, "verifier-worker", log)
@@ -70,16 +90,37 @@ Configuration comes from the environment (docs/operations.md, "Configuration").
 	return err
 }
 
+const checkUsage = `usage: verifier-worker check ADDRESS
+Run the whole pipeline (syntax, disposable, MX, SMTP probe, signals) on one address with this
+environment's configuration and print the result as one JSON object. Needs neither Postgres nor
+NATS. Put -- before an ADDRESS that starts with -.
+`
+
 // check runs the whole pipeline on one address with this environment's configuration and prints
-// the result as one JSON object.
-func check(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {
-	if len(args) != 1 {
+// the result as one JSON object. Its arguments are parsed as a command line, so that -h prints
+// its usage instead of being verified as an address.
+func check(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("verifier-worker check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return app.ErrUsage
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
 		return fmt.Errorf("%w: check takes exactly one ADDRESS", app.ErrUsage)
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
 	}
 	v, err := verify.New(cfg)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	return json.NewEncoder(stdout).Encode(v.Verify(ctx, args[0]))
+	return json.NewEncoder(stdout).Encode(v.Verify(ctx, fs.Arg(0)))
 }

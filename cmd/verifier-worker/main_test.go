@@ -70,3 +70,29 @@ func TestHelp(t *testing.T) {
 		t.Errorf("-bogus: %v, want a usage error", err)
 	}
 }
+
+// An unknown command and a bad check command line are usage errors (exit 2) before anything
+// starts, and `check -h` prints check's usage instead of verifying "-h". The context only bounds
+// the test should the worker start serving after all.
+func TestCommandLineMistakes(t *testing.T) {
+	t.Parallel()
+	env := func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
+	}
+	for _, args := range [][]string{{"bogus"}, {"check"}, {"check", "a@b.example", "c@d.example"}, {"check", "-bogus", "a@b.example"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var out, errOut bytes.Buffer
+		err := run(ctx, args, env, &out, &errOut)
+		cancel()
+		if !errors.Is(err, app.ErrUsage) || out.Len() != 0 || !strings.Contains(errOut.String(), "usage:") {
+			t.Errorf("%v: err %v, stdout %q, stderr %q; want a usage error with the usage on stderr", args, err, out.String(), errOut.String())
+		}
+	}
+	for _, args := range [][]string{{"check", "-h"}, {"check", "--help"}} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, env, &out, &errOut); err != nil || out.Len() != 0 ||
+			!strings.Contains(errOut.String(), "usage: verifier-worker check ADDRESS") {
+			t.Errorf("%v: err %v, stdout %q, stderr %q; want check's usage and no result", args, err, out.String(), errOut.String())
+		}
+	}
+}

@@ -34,6 +34,10 @@ flags:
 		}
 		return app.ErrUsage
 	}
+	if fs.NArg() > 0 { // the worker has no subcommands: a stray word must not start it
+		fs.Usage()
+		return fmt.Errorf("%w: unexpected argument %q", app.ErrUsage, fs.Arg(0))
+	}
 	if *concurrency < 1 || *concurrency > 4096 {
 		fmt.Fprintln(stderr, "-concurrency must be from 1 to 4096")
 		return app.ErrUsage

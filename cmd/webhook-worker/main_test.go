@@ -70,3 +70,21 @@ func TestHelp(t *testing.T) {
 		t.Errorf("-bogus: %v, want a usage error", err)
 	}
 }
+
+// The worker takes no arguments: a stray one is a usage error (exit 2) before anything starts.
+// The context only bounds the test should the worker start serving after all.
+func TestExtraArgumentIsUsageError(t *testing.T) {
+	t.Parallel()
+	env := func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
+	}
+	for _, args := range [][]string{{"extra"}, {"-concurrency", "8", "serve"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var errOut bytes.Buffer
+		err := run(ctx, args, env, io.Discard, &errOut)
+		cancel()
+		if !errors.Is(err, app.ErrUsage) || !strings.Contains(errOut.String(), "usage:") {
+			t.Errorf("%v: err %v, stderr %q; want a usage error with the usage", args, err, errOut.String())
+		}
+	}
+}

@@ -23,6 +23,11 @@ var ErrFailed = errors.New("admin command failed")
 // usage errors.
 var ErrUsage = errors.New("usage")
 
+// ErrConfig marks an OpenStore failure that is the process's configuration (a bad environment
+// variable), not the database: it prints as invalid_request, since retrying cannot fix it, and
+// exits 1, since it is no mistake on the command line.
+var ErrConfig = errors.New("configuration")
+
 // OpenStore connects the store a command works on; done releases it. Help needs no store, so the
 // caller's database is only opened for a command that runs.
 type OpenStore func(ctx context.Context) (store *account.Store, done func(), err error)
@@ -51,7 +56,11 @@ func Main(ctx context.Context, args []string, open OpenStore, stdout, stderr io.
 func runWith(ctx context.Context, cmd Command, open OpenStore, stdout io.Writer) error {
 	store, done, err := open(ctx)
 	if err != nil {
-		WriteError(stdout, "datastore_error", err)
+		code := "datastore_error"
+		if errors.Is(err, ErrConfig) {
+			code = "invalid_request"
+		}
+		WriteError(stdout, code, err)
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	defer done()

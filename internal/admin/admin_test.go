@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -86,6 +87,19 @@ func TestAdminCommands(t *testing.T) {
 		{[]string{"set-tier", "--account", "7a0c6a4e-3b7e-4b0e-9f38-5d0b8f1a2c3d", "--tier", "scale"}, "not_found", false},
 		{[]string{"set-spend-cap", "--account", id}, "invalid_request", true},
 		{[]string{"set-spend-cap", "--account", id, "--eur", "-3"}, "invalid_request", true},
+		// What ParseFloat accepts but is no amount, and amounts the numeric(12,2) column cannot
+		// hold as given: refused before the database, never stored rounded.
+		{[]string{"set-spend-cap", "--account", id, "--eur", "NaN"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "nan"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "Inf"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "-0.5"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "1e10"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "1e2"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "0x10"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "+5"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "12.345"}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "12."}, "invalid_request", true},
+		{[]string{"set-spend-cap", "--account", id, "--eur", "1000000000.01"}, "invalid_request", true},
 		{[]string{"set-spend-cap", "--account", id, "--eur", "5", "--none"}, "invalid_request", true},
 		{[]string{"frobnicate"}, "invalid_request", true},
 		{[]string{"help", "frobnicate"}, "invalid_request", true},
@@ -103,8 +117,13 @@ func TestAdminCommands(t *testing.T) {
 	if m, err := runJSON(t, store, "set-tier", "--account", id, "--tier", "scale"); err != nil || m["tier"] != "scale" {
 		t.Fatalf("set-tier: %v %v", m, err)
 	}
-	if m, err := runJSON(t, store, "set-spend-cap", "--account", id, "--eur", "250.5"); err != nil || m["hard_cap_eur"] != 250.5 {
-		t.Fatalf("set-spend-cap: %v %v", m, err)
+	// What set-spend-cap prints is the account's cap as stored, for every accepted form.
+	for _, eur := range []string{"0", "0.5", "49.90", "1000000000", "1000000000.00", "250.5"} {
+		m, err := runJSON(t, store, "set-spend-cap", "--account", id, "--eur", eur)
+		a, _ := store.Get(ctx, id)
+		if err != nil || a.HardCapEUR == nil || m["hard_cap_eur"] != *a.HardCapEUR || m["account_id"] != id {
+			t.Fatalf("set-spend-cap --eur %s: printed %v (%v), stored %v", eur, m, err, a.HardCapEUR)
+		}
 	}
 	a, _ := store.Get(ctx, id)
 	if a.Tier != "scale" || a.HardCapEUR == nil || *a.HardCapEUR != 250.5 {
@@ -235,5 +254,37 @@ func TestUsageOfAMistake(t *testing.T) {
 	_, err = Parse([]string{"frobnicate"})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(UsageOf(err), "set-spend-cap") {
 		t.Errorf("unknown command: %v, usage %q", err, UsageOf(err))
+	}
+}
+
+// A store that cannot be opened because the configuration is bad prints invalid_request (retrying
+// cannot fix it) and is no usage error (the command line was right); any other failure to open
+// is datastore_error. Help never opens the store.
+func TestMainOpenFailures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		openErr error
+		code    string
+	}{
+		{fmt.Errorf("%w: MAILVET_SMTP_PORT: bad", ErrConfig), "invalid_request"},
+		{errors.New("connect to Postgres: refused"), "datastore_error"},
+	} {
+		open := func(context.Context) (*account.Store, func(), error) { return nil, nil, tc.openErr }
+		var out, errOut bytes.Buffer
+		err := Main(context.Background(), []string{"create-account", "--tier", "free"}, open, &out, &errOut)
+		var m map[string]string
+		if jerr := json.Unmarshal(out.Bytes(), &m); jerr != nil || m["error"] != tc.code || m["message"] != tc.openErr.Error() {
+			t.Errorf("%v: stdout %q, want %s", tc.openErr, out.String(), tc.code)
+		}
+		if !errors.Is(err, ErrFailed) || errors.Is(err, ErrUsage) || errOut.Len() != 0 {
+			t.Errorf("%v: err %v, stderr %q; want a failure (exit 1) without usage", tc.openErr, err, errOut.String())
+		}
+	}
+	opened := false
+	open := func(context.Context) (*account.Store, func(), error) { opened = true; return nil, nil, ErrConfig }
+	for _, args := range [][]string{{"help"}, {"set-tier", "-h"}} {
+		if err := Main(context.Background(), args, open, &bytes.Buffer{}, &bytes.Buffer{}); err != nil || opened {
+			t.Errorf("%v: err %v, store opened %v", args, err, opened)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -79,7 +80,7 @@ func setTierFlags(fs *flag.FlagSet, o *options) {
 
 func setSpendCapFlags(fs *flag.FlagSet, o *options) {
 	accountFlag(fs, o)
-	fs.StringVar(&o.eur, "eur", "", "hard cap in EUR per billing period, `N` from 0 to 1000000000")
+	fs.StringVar(&o.eur, "eur", "", "hard cap in EUR per billing period, `N` from 0 to 1000000000 with at most 2 decimals")
 	fs.BoolVar(&o.none, "none", false, "remove the cap")
 }
 
@@ -290,13 +291,35 @@ func checkSetSpendCap(o *options) error {
 	if o.none {
 		return nil
 	}
-	v, err := strconv.ParseFloat(o.eur, 64)
-	if err != nil || v < 0 || v > 1e9 {
-		return fmt.Errorf("--eur %q is not an amount from 0 to 1000000000", o.eur)
+	v, err := parseEUR(o.eur)
+	if err != nil {
+		return err
 	}
 	o.spendCap = &v
 	return nil
 }
+
+// eurAmount is what --eur accepts: digits with at most two decimals, the scale of the
+// numeric(12,2) column. A third decimal would be rounded away silently by Postgres, and what
+// ParseFloat also takes (NaN, Inf, exponents, hex, a sign) is no amount an operator means.
+var eurAmount = regexp.MustCompile(`^[0-9]+(\.[0-9]{1,2})?$`)
+
+// parseEUR reads the value of --eur: an amount in EUR with at most two decimals, from 0 to
+// maxSpendCapEUR.
+func parseEUR(s string) (float64, error) {
+	if !eurAmount.MatchString(s) {
+		return 0, fmt.Errorf("--eur %q is not an amount in EUR like 250 or 49.90 (digits, at most 2 decimals)", s)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v > maxSpendCapEUR {
+		return 0, fmt.Errorf("--eur %q is not an amount from 0 to 1000000000", s)
+	}
+	return v, nil
+}
+
+// maxSpendCapEUR is account.SetSpendCap's upper bound, checked here so that a larger amount is a
+// mistake on the command line rather than a failure of the store.
+const maxSpendCapEUR = 1e9
 
 func createAccount(ctx context.Context, store *account.Store, o options) (any, error) {
 	a, err := store.Create(ctx, account.NewAccount{Tier: o.parsedTier, Email: o.email, StripeCustomerID: o.customer})
@@ -357,9 +380,15 @@ func setTier(ctx context.Context, store *account.Store, o options) (any, error) 
 	return map[string]any{"account_id": o.account, "tier": o.parsedTier}, nil
 }
 
+// setSpendCap prints the cap as read back from the account, so that the output is what admission
+// will use, never merely what was asked for.
 func setSpendCap(ctx context.Context, store *account.Store, o options) (any, error) {
 	if err := store.SetSpendCap(ctx, o.account, o.spendCap); err != nil {
 		return nil, err
 	}
-	return map[string]any{"account_id": o.account, "hard_cap_eur": o.spendCap}, nil
+	a, err := store.Get(ctx, o.account)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"account_id": a.ID, "hard_cap_eur": a.HardCapEUR}, nil
 }

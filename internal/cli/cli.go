@@ -46,6 +46,7 @@ Usage:
   mailvet usage [--json]                  this month's usage and the last 30 days
   mailvet version                         the version
   mailvet help                            this text
+  mailvet COMMAND -h                      one command's usage and flags (also --help)
 
 Environment:
   MAILVET_API_KEY   the API key: a standard key (sk_live_…) for verify, a provisioning key
@@ -75,6 +76,55 @@ func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
+// helpRequest is a command's -h or --help: Run prints that command's usage on standard output
+// and exits ExitOK, as `mailvet help` does for the whole tool.
+type helpRequest struct {
+	command string        // the first word of the command line: verify, keys, lists, usage
+	flags   *flag.FlagSet // its flags, listed under the usage
+}
+
+func (h *helpRequest) Error() string { return "help requested" }
+
+// commandUsage is the part of helpText's Usage section about command (its "mailvet command"
+// lines and their continuation lines), so that a command's help and the tool's can never
+// disagree.
+func commandUsage(command string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(helpText, "\n") {
+		switch {
+		case line == "" || !strings.HasPrefix(line, "  "):
+			in = false
+		case strings.HasPrefix(line, "  mailvet "):
+			in = strings.HasPrefix(line, "  mailvet "+command+" ")
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// writeHelp prints the usage of the command h asks about, then its flags, written with two
+// dashes as the usage lines write them.
+func writeHelp(w io.Writer, h *helpRequest) {
+	fmt.Fprintf(w, "Usage:\n%s", commandUsage(h.command))
+	var flags strings.Builder
+	if h.flags != nil {
+		h.flags.VisitAll(func(f *flag.Flag) {
+			arg, text := flag.UnquoteUsage(f)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				text += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(&flags, "  --%-16s %s\n", strings.TrimSpace(f.Name+" "+arg), text)
+		})
+	}
+	if flags.Len() > 0 {
+		fmt.Fprintf(w, "\nFlags:\n%s", flags.String())
+	}
+	fmt.Fprintln(w, "\nRun 'mailvet help' for the environment and the exit codes.")
+}
+
 // env is what a command runs with.
 type env struct {
 	getenv         func(string) string
@@ -86,8 +136,12 @@ type env struct {
 func Run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
 	err := e.dispatch(ctx, args)
+	var help *helpRequest
 	switch {
 	case err == nil:
+		return ExitOK
+	case errors.As(err, &help):
+		writeHelp(stdout, help)
 		return ExitOK
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "mailvet: %s\nRun 'mailvet help' for usage.\n", strings.TrimPrefix(err.Error(), "usage: "))
@@ -108,8 +162,7 @@ func (e env) dispatch(ctx context.Context, args []string) error {
 		fmt.Fprint(e.stdout, helpText)
 		return nil
 	case "version", "--version":
-		fmt.Fprintf(e.stdout, "mailvet %s\n", client.Version)
-		return nil
+		return e.version(rest)
 	case "verify":
 		return e.verify(ctx, rest)
 	case "keys":
@@ -121,6 +174,19 @@ func (e env) dispatch(ctx context.Context, args []string) error {
 	default:
 		return usagef("unknown command %q", cmd)
 	}
+}
+
+// version prints the client's version; it takes no arguments but -h.
+func (e env) version(args []string) error {
+	rest, err := parse(flag.NewFlagSet("version", flag.ContinueOnError), args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("version: unexpected argument %q", rest[0])
+	}
+	fmt.Fprintf(e.stdout, "mailvet %s\n", client.Version)
+	return nil
 }
 
 // client builds the API client from the environment.
@@ -138,12 +204,17 @@ func (e env) client() (*client.Client, error) {
 }
 
 // parse parses flags that may come before, between or after the positional arguments, and
-// returns the positional ones.
+// returns the positional ones. -h or --help anywhere before a "--" is a helpRequest for the
+// command, whose first word is the flag set's name.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, &helpRequest{command: strings.Fields(fs.Name())[0], flags: fs}
+		}
+		if err != nil {
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}
 		args = fs.Args()

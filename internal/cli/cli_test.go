@@ -39,6 +39,7 @@ func TestUsageErrors(t *testing.T) {
 		{"verify", "--out", "o.csv", "a@b.example"}, {"keys"}, {"keys", "rotate"}, {"keys", "revoke"}, {"usage", "extra"},
 		{"lists", "show"}, {"lists", "frob", "x"}, {"lists", "list", "extra"}, {"lists", "results", "a", "b"},
 		{"lists", "results", "x", "--format", "xml"}, {"lists", "show", "x", "--status", "deliverable"}, {"lists", "cancel", "x", "--limit", "3"},
+		{"keys", "--json"}, {"version", "extra"},
 	} {
 		if code, _, stderr := run(t, key, "", args...); code != ExitUsage || !strings.Contains(stderr, "mailvet help") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
@@ -57,6 +58,43 @@ func TestUsageErrors(t *testing.T) {
 	if code, _, stderr := run(t, key, "", "verify", "a@b.example"); code != ExitError || !strings.Contains(stderr, "127.0.0.1:1") ||
 		strings.Count(stderr, "mailvet:") != 1 {
 		t.Errorf("unreachable: exit %d, %q (one mailvet: prefix)", code, stderr)
+	}
+}
+
+// Every command's -h or --help, wherever it stands before a "--", prints that command's usage
+// and flags on standard output and exits 0, with no key and no request.
+func TestCommandHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string // in the output
+	}{
+		{[]string{"verify", "-h"}, []string{"mailvet verify [--json] ADDRESS...", "mailvet verify --file LIST.csv", "--column string", "--out string"}},
+		{[]string{"verify", "--help"}, []string{"mailvet verify --file LIST.csv", "--json"}},
+		{[]string{"verify", "a@b.example", "-h"}, []string{"mailvet verify [--json] ADDRESS..."}},
+		{[]string{"keys", "-h"}, []string{"mailvet keys list", "mailvet keys revoke ID", "--label string"}},
+		{[]string{"keys", "create", "--help"}, []string{"mailvet keys create [--label LABEL]", "(default mailvet-cli)"}},
+		{[]string{"lists", "-h"}, []string{"mailvet lists show ID", "mailvet lists delete ID", "--format string", "(default csv)"}},
+		{[]string{"lists", "results", "x", "-h"}, []string{"mailvet lists results ID", "--status string"}},
+		{[]string{"usage", "-h"}, []string{"mailvet usage [--json]", "--json"}},
+		{[]string{"version", "--help"}, []string{"mailvet version"}},
+	} {
+		code, stdout, stderr := run(t, nil, "", tc.args...)
+		if code != ExitOK || stderr != "" {
+			t.Errorf("%q: exit %d, stderr %q", tc.args, code, stderr)
+		}
+		for _, want := range append(tc.want, "Usage:", "mailvet help") {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%q: help lacks %q:\n%s", tc.args, want, stdout)
+			}
+		}
+		if strings.Contains(stdout, "Exit codes:") {
+			t.Errorf("%q: printed the whole help, not the command's:\n%s", tc.args, stdout)
+		}
+	}
+	// After "--", -h is an address; here a request the missing key refuses.
+	if code, _, stderr := run(t, nil, "", "verify", "--", "-h"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
+		t.Errorf("verify -- -h: exit %d, %q", code, stderr)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -14,7 +15,10 @@ func (e env) keys(ctx context.Context, args []string) error {
 		return usagef("keys: give list, create or revoke")
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	if strings.HasPrefix(sub, "-") { // a flag before the subcommand: parsed so that -h is help
+		sub, args = "", append([]string{sub}, args...)
+	}
+	fs := flag.NewFlagSet(strings.TrimSpace("keys "+sub), flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "JSON output even on a terminal")
 	label := fs.String("label", "mailvet-cli", "the new key's label (keys create)")
 	rest, err := parse(fs, args)
@@ -22,6 +26,8 @@ func (e env) keys(ctx context.Context, args []string) error {
 		return err
 	}
 	switch {
+	case sub == "":
+		return usagef("keys: give list, create or revoke")
 	case sub == "revoke" && len(rest) != 1:
 		return usagef("keys revoke: give one key ID")
 	case sub != "revoke" && len(rest) != 0:
