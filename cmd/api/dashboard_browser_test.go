@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,74 +22,11 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stripe/stripe-go/v76/webhook"
 
+	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
 )
-
-// chromiumPath finds Debian's chromium. Without it the browser tests skip on a developer's
-// machine, but fail under CI (CI set), where `.ci/run` installs it: a missing browser must never
-// turn the suite green by skipping it.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("MAILVET_CHROMIUM"), "/usr/bin/chromium"} {
-		if p != "" {
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium is not installed; .ci/run installs it (apt-get install chromium)")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium, or `make chromium`)")
-	return ""
-}
-
-// browser starts headless Chromium with a fresh profile. Background networking is off (this is
-// a closed network, and Chromium would keep trying), and every host name but loopback fails to
-// resolve at once, so that a redirect to Stripe's hosted pages ends quickly and visibly.
-func browser(t *testing.T, bin string) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancel := chromedp.NewContext(actx)
-	// The first call starts the browser, for as long as bctx lives; the steps then run under a
-	// deadline derived from it (chromedp.Run's rule).
-	if err := chromedp.Do(bctx); err != nil {
-		cancel()
-		cancelAlloc()
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
-	// On failure, the page as it was goes to the test's artifact directory (under its temp
-	// directory, or kept with go test -artifacts).
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		sctx, cancel := context.WithTimeout(bctx, 5*time.Second)
-		defer cancel()
-		if png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100)); err == nil {
-			p := filepath.Join(t.ArtifactDir(), "failure.png")
-			if os.WriteFile(p, png, 0o644) == nil {
-				t.Logf("screenshot of the failure: %s", p)
-			}
-		}
-	})
-	return ctx
-}
 
 // dashboardServer runs `api -dev -demo` as `make demo` does, with stripe-mock as Stripe, and
 // returns its base URL and database.
@@ -126,7 +62,7 @@ const stripeSigningSecret = "whsec_dashboard_test"
 // TestDashboardInBrowser walks a new customer from nothing to a verified address and through
 // every dashboard flow, in headless Chromium against a real API process (docs/dashboard.md).
 func TestDashboardInBrowser(t *testing.T) {
-	bin := chromiumPath(t)
+	bin := chromiumtest.Path(t)
 	shots := os.Getenv("MAILVET_SCREENSHOT_DIR")
 	if shots != "" {
 		var err error
@@ -136,7 +72,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	receiver, hits := failingReceiver(t)
 	base, db := dashboardServer(t)
-	ctx := browser(t, bin)
+	ctx := chromiumtest.Start(t, bin, 90*time.Second, chromedp.WindowSize(1280, 900))
 
 	// Every request the browser makes to a host other than the API (Stripe's hosted pages).
 	external := make(chan string, 8)

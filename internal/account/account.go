@@ -24,6 +24,7 @@ var (
 	ErrKeyNotFound            = errors.New("no active standard key with this id for the account")
 	ErrKeyLimitReached        = errors.New("active standard keys are at the plan maximum")
 	ErrProvisioningKeyExists  = errors.New("the account already has an active provisioning key; revoke it first")
+	ErrKeyAlreadyCreated      = errors.New("a key was already created with this form token")
 	ErrCustomerTaken          = errors.New("another account already has this Stripe customer id")
 	ErrDatastore              = errors.New("datastore request failed")
 	errUniqueViolation        = "23505"

@@ -44,6 +44,16 @@ func (e *KeyLimitError) Error() string {
 // Unwrap makes errors.Is(err, ErrKeyLimitReached) true.
 func (e *KeyLimitError) Unwrap() error { return ErrKeyLimitReached }
 
+// KeyCreatedError is ErrKeyAlreadyCreated with the key the form token created (never its secret).
+type KeyCreatedError struct{ Key Key }
+
+func (e *KeyCreatedError) Error() string {
+	return fmt.Sprintf("key %s (%s) was already created with this form", e.Key.Label, e.Key.Prefix)
+}
+
+// Unwrap makes errors.Is(err, ErrKeyAlreadyCreated) true.
+func (e *KeyCreatedError) Unwrap() error { return ErrKeyAlreadyCreated }
+
 // CheckLabel validates a key label: 1 to 100 characters, no control characters. An empty label
 // is refused rather than defaulted, because the label is the only thing that tells keys apart
 // in listings.
@@ -88,6 +98,14 @@ func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, 
 // plan maximum, maxKeys of its tier (a *KeyLimitError). The account row is locked for the check
 // and the insert, so two concurrent creates at max−1 cannot both succeed.
 func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
+	return s.CreateStandardKeyOnce(ctx, accountID, label, "", maxKeys)
+}
+
+// CreateStandardKeyOnce is CreateStandardKey for a form that may be sent twice (a reload of the
+// dashboard's answer page): formToken, unless empty, is recorded with the key, and a second
+// create with the same token creates nothing and fails with a *KeyCreatedError naming the key
+// the first one created. The account row lock makes the token check and the insert one step.
+func (s *Store) CreateStandardKeyOnce(ctx context.Context, accountID, label, formToken string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
 	if err := CheckLabel(label); err != nil {
 		return CreatedKey{}, err
 	}
@@ -104,6 +122,9 @@ func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, 
 		if err != nil {
 			return datastore("lock account", err)
 		}
+		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
+			return err
+		}
 		max = maxKeys(tier)
 		if err := tx.QueryRow(ctx, `
 			SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL`,
@@ -113,7 +134,7 @@ func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, 
 		if active >= max {
 			return &KeyLimitError{Active: active, Max: max}
 		}
-		out, err = insertKey(ctx, tx, accountID, auth.KindStandard, label)
+		out, err = insertKey(ctx, tx, accountID, auth.KindStandard, label, formToken)
 		return err
 	})
 	return out, err
@@ -137,15 +158,35 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) erro
 	return nil
 }
 
-func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, label string) (CreatedKey, error) {
+// createdBefore fails with a *KeyCreatedError when a key of the account was created with
+// formToken; an empty token never matches. The caller holds the account's row lock, so a create
+// with the same token that committed meanwhile is seen.
+func createdBefore(ctx context.Context, tx pgx.Tx, accountID, formToken string) error {
+	if formToken == "" {
+		return nil
+	}
+	var k Key
+	err := tx.QueryRow(ctx, `
+		SELECT id, kind, label, prefix, created_at FROM api_keys WHERE account_id = $1 AND form_token = $2`,
+		accountID, formToken).Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return datastore("read form token", err)
+	}
+	return &KeyCreatedError{Key: k}
+}
+
+func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, label, formToken string) (CreatedKey, error) {
 	nk, err := auth.Generate(kind)
 	if err != nil {
 		return CreatedKey{}, err
 	}
 	k := CreatedKey{Key: Key{ID: uuid.NewString(), Kind: kind, Label: label, Prefix: nk.Display}, Raw: nk.Raw}
 	err = tx.QueryRow(ctx, `
-		INSERT INTO api_keys (id, account_id, kind, label, key_hash, prefix) VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING created_at`, k.ID, accountID, kind, label, nk.Hash, nk.Display).Scan(&k.CreatedAt)
+		INSERT INTO api_keys (id, account_id, kind, label, key_hash, prefix, form_token) VALUES ($1, $2, $3, $4, $5, $6, $7)
+		RETURNING created_at`, k.ID, accountID, kind, label, nk.Hash, nk.Display, nullable(formToken)).Scan(&k.CreatedAt)
 	if isUnique(err, provisioningUniqueIndex) {
 		return CreatedKey{}, ErrProvisioningKeyExists
 	}
@@ -177,20 +218,35 @@ func (s *Store) RevokeStandardKey(ctx context.Context, accountID, keyID string) 
 // CreateProvisioningKey creates the account's provisioning key. A second active one fails with
 // ErrProvisioningKeyExists; the partial unique index decides, so concurrent bootstraps are safe.
 func (s *Store) CreateProvisioningKey(ctx context.Context, accountID string) (CreatedKey, error) {
+	return s.CreateProvisioningKeyOnce(ctx, accountID, "")
+}
+
+// CreateProvisioningKeyOnce is CreateProvisioningKey with a form token, as CreateStandardKeyOnce:
+// a second create with the same token fails with a *KeyCreatedError, before the one-key rule
+// is asked, so that a reload is told its key was created rather than that one exists. With a
+// token the account row is locked, so that a concurrent create with it has committed or not.
+func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formToken string) (CreatedKey, error) {
 	if uuid.Validate(accountID) != nil {
 		return CreatedKey{}, ErrNotFound
 	}
+	lock := ""
+	if formToken != "" {
+		lock = " FOR UPDATE"
+	}
 	var out CreatedKey
 	err := s.inTx(ctx, "create provisioning key", func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, accountID).Scan(&exists); err != nil {
-			return datastore("read account", err)
-		}
-		if !exists {
+		var id string
+		err := tx.QueryRow(ctx, `SELECT id FROM accounts WHERE id = $1`+lock, accountID).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
-		var err error
-		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, "provisioning")
+		if err != nil {
+			return datastore("read account", err)
+		}
+		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
+			return err
+		}
+		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, "provisioning", formToken)
 		return err
 	})
 	return out, err

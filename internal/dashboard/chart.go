@@ -8,11 +8,13 @@ import (
 )
 
 // chart is the 30-day bar chart of daily calls, laid out on the server so that it is plain SVG
-// with no script (docs/dashboard.md, "Overview").
+// with no script (docs/dashboard.md, "Overview"). The SVG holds only the bars and the baseline,
+// which may stretch to any width; its labels (Max, First, Last) are HTML around it, so that text
+// is never stretched with the bars on a narrow screen.
 type chart struct {
 	Width, Height int
 	Bars          []bar
-	Max           int
+	Max           int // the busiest day's calls
 	Total         int
 	First, Last   string // the dates under the first and last bars
 	Label         string // the chart's text alternative
@@ -25,8 +27,8 @@ type bar struct {
 
 const (
 	chartWidth  = 600
-	chartHeight = 160
-	chartBottom = 140 // the baseline; the dates go below it
+	chartHeight = 140 // the baseline is at the bottom edge
+	chartTop    = 4   // room above the tallest bar
 )
 
 func newChart(days []usage.Day) chart {
@@ -43,17 +45,17 @@ func newChart(days []usage.Day) chart {
 	for i, d := range days {
 		h := 0.0
 		if c.Max > 0 {
-			h = float64(d.Calls) / float64(c.Max) * (chartBottom - 10)
+			h = float64(d.Calls) / float64(c.Max) * (chartHeight - chartTop)
 		}
 		if d.Calls > 0 && h < 2 {
 			h = 2 // a day with calls stays visible next to a busy one
 		}
-		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 1, Y: chartBottom - h, W: slot - 2, H: h,
-			Title: fmt.Sprintf("%s: %d calls", d.Date, d.Calls)})
+		c.Bars = append(c.Bars, bar{X: float64(i)*slot + 1, Y: chartHeight - h, W: slot - 2, H: h,
+			Title: fmt.Sprintf("%s: %s calls", d.Date, num(d.Calls))})
 	}
 	c.First, c.Last = shortDate(days[0].Date), shortDate(days[len(days)-1].Date)
-	c.Label = fmt.Sprintf("Daily billable calls from %s to %s: %d in total, at most %d on one day.",
-		c.First, c.Last, c.Total, c.Max)
+	c.Label = fmt.Sprintf("Daily billable calls from %s to %s: %s in total, at most %s on one day.",
+		c.First, c.Last, num(c.Total), num(c.Max))
 	return c
 }
 

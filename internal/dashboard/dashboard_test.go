@@ -272,7 +272,7 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	pgtest.Exec(t, f.pool, `UPDATE dashboard_sessions SET expires_at = now() - interval '1 second'`)
 	resp, _ := b.get("/dashboard/")
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/signin" {
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/signin?ended=1" {
 		t.Fatalf("expired session: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	var n int

@@ -12,8 +12,10 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
@@ -54,6 +56,38 @@ type listView struct {
 // Percent is the progress for the progress bar, 0 to 100.
 func (l listView) Percent() float64 { return l.Progress * 100 }
 
+// Created, Finished and Expires are the list's times as every dashboard page shows a time
+// ("2026-11-23 08:41 UTC"); the API gives them in RFC 3339. Finished and Expires are "" while
+// the list has none.
+func (l listView) Created() string  { return timeText(l.CreatedAt) }
+func (l listView) Finished() string { return timeText(orEmpty(l.FinishedAt)) }
+func (l listView) Expires() string  { return timeText(orEmpty(l.ExpiresAt)) }
+
+// ETA is the estimated time left in words ("12 min"), "" when the API gives none.
+func (l listView) ETA() string {
+	if l.ETASeconds == nil {
+		return ""
+	}
+	return durationText(*l.ETASeconds)
+}
+
+func orEmpty(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// timeText formats an RFC 3339 time of the API as dateText does; anything else is shown as it
+// came, rather than hidden.
+func timeText(v string) string {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return v
+	}
+	return dateText(t)
+}
+
 // Running says whether the list is still moving, so the page refreshes itself.
 func (l listView) Running() bool { return l.State == "queued" || l.State == "running" }
 
@@ -72,12 +106,19 @@ type statusCount struct {
 	N      int
 }
 
+// listsData is the lists page. KeyID, Name, Format and Column are what the upload form was
+// sent with, so that a refused upload shows the form as the user filled it in.
 type listsData struct {
-	Keys  []account.Key
-	Lists []listView
-	Next  string
-	KeyID string
-	Name  string
+	Keys   []account.Key
+	Lists  []listView
+	Next   string
+	KeyID  string
+	Name   string
+	Format string
+	Column string
+	// Token is the form's one-time upload token (claimUpload): a second POST of the same form
+	// goes to the list the first one created.
+	Token string
 	// The list limits (MAILVET_LIST_MAX_BYTES, MAILVET_LIST_MAX_ROWS) the form states.
 	MaxSize string
 	MaxRows int
@@ -103,6 +144,7 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	d.Keys = keys
+	d.Token, _ = randomToken()
 	d.MaxSize, d.MaxRows = sizeText(h.cfg.Lists.MaxBytes), h.cfg.Lists.MaxRows
 	target := "/v1/email/lists?limit=20"
 	if c := r.URL.Query().Get("cursor"); c != "" {
@@ -182,64 +224,193 @@ func readUploadForm(r *http.Request) (url.Values, *multipart.Part, error) {
 
 // uploadList streams the chosen file to POST /v1/email/lists with the chosen key, as it
 // arrives: the dashboard never holds the file, and the API applies the list limits to it
-// (docs/lists.md, "Limits"), so a file as large as the API takes can be uploaded here too.
+// (docs/lists.md, "Limits"), so a file as large as the API takes can be uploaded here too. A
+// refusal reads the rest of the file first (discardBody), so that the browser, still sending,
+// gets the page instead of a connection reset.
 func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	form, file, err := readUploadForm(r)
 	if err != nil {
+		discardBody(w, r)
 		h.badForm(w, r, s)
 		return
 	}
 	if !sameToken(form.Get(csrfField), s.CSRF) {
+		discardBody(w, r)
 		h.csrfFailure(w, r, s)
 		return
 	}
-	d := listsData{KeyID: form.Get("key_id"), Name: form.Get("name")}
+	d := listsData{KeyID: form.Get("key_id"), Name: form.Get("name"), Format: form.Get("format"), Column: form.Get("column")}
+	refuse := func(status int, msg string) {
+		discardBody(w, r)
+		h.listsAnswer(w, r, s, status, msg, d)
+	}
 	p, _, ok, err := h.principal(ctx, s, d.KeyID)
 	if err != nil {
+		discardBody(w, r)
 		h.failure(w, r, s, err)
 		return
 	}
 	if !ok || d.KeyID == "" {
-		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose one of your active standard keys (create one on the Keys page).", d)
+		refuse(http.StatusUnprocessableEntity, "Choose one of your active standard keys (create one on the Keys page).")
 		return
 	}
 	if file == nil || file.FileName() == "" {
-		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file to upload.", d)
+		refuse(http.StatusUnprocessableEntity, "Choose the file to upload.")
 		return
 	}
-	ct, ok := formatOf(form.Get("format"), file.FileName())
+	ct, ok := formatOf(d.Format, file.FileName())
 	if !ok {
-		h.listsAnswer(w, r, s, http.StatusUnprocessableEntity, "Choose the file's format: CSV, NDJSON or one address a line.", d)
+		refuse(http.StatusUnprocessableEntity, "Choose the file's format: CSV, NDJSON or one address a line.")
 		return
 	}
-	q := url.Values{}
-	if d.Name != "" {
-		q.Set("name", d.Name)
+	claim, err := h.claimUpload(ctx, s.AccountID, form.Get(uploadTokenField))
+	switch {
+	case errors.Is(err, errUploadPending):
+		refuse(http.StatusConflict, "This form was already sent, and that upload is still on its way: it appears below once it has arrived.")
+		return
+	case err != nil:
+		discardBody(w, r)
+		h.failure(w, r, s, err)
+		return
+	case claim.listID != "":
+		// A second POST of the same form: the first one's list, not a second upload or charge.
+		discardBody(w, r)
+		http.Redirect(w, r, Prefix+"/lists/"+claim.listID+"?done=uploaded", http.StatusSeeOther)
+		return
 	}
-	if c := form.Get("column"); c != "" {
-		q.Set("column", c)
-	}
-	target := "/v1/email/lists"
-	if len(q) > 0 {
-		target += "?" + q.Encode()
-	}
-	ans := h.call(ctx, p, http.MethodPost, target, ct, file)
+	ans := h.call(ctx, p, http.MethodPost, uploadTarget(d), ct, file)
 	if ans.status != http.StatusAccepted {
+		h.releaseUpload(ctx, claim)
 		status := ans.status
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
 		passRetryAfter(w, ans)
-		h.listsAnswer(w, r, s, status, ans.problemText(), d)
+		refuse(status, ans.problemText())
 		return
 	}
 	var l listView
 	if err := json.Unmarshal(ans.body, &l); err != nil || uuid.Validate(l.ID) != nil {
+		h.releaseUpload(ctx, claim)
 		h.failure(w, r, s, errors.New("upload answer without a list id"))
 		return
 	}
+	h.recordUpload(ctx, claim, l.ID)
 	http.Redirect(w, r, Prefix+"/lists/"+l.ID+"?done=uploaded", http.StatusSeeOther)
+}
+
+// uploadTarget is the API's upload route with the form's name and column.
+func uploadTarget(d listsData) string {
+	q := url.Values{}
+	if d.Name != "" {
+		q.Set("name", d.Name)
+	}
+	if d.Column != "" {
+		q.Set("column", d.Column)
+	}
+	if len(q) == 0 {
+		return "/v1/email/lists"
+	}
+	return "/v1/email/lists?" + q.Encode()
+}
+
+// The upload form's one-time token (migrations/00016): the page puts a fresh one in every form
+// it renders, and the upload claims it before it sends the file to the API.
+const uploadTokenField = "upload_token"
+
+// uploadWait bounds how long a second POST of a form waits for the first one's list, and
+// uploadPoll is how often it looks.
+const (
+	uploadWait = 60 * time.Second
+	uploadPoll = 200 * time.Millisecond
+)
+
+var errUploadPending = errors.New("the form's first upload is still on its way")
+
+// uploadClaim is this request's hold on a form's token: held (this request uploads, and records
+// its list or gives the token back), or the list an earlier POST of the form created.
+type uploadClaim struct {
+	account string
+	sum     []byte // the token's SHA-256; nil for a form without a token
+	listID  string
+}
+
+// claimUpload claims the form's token for this request. If an earlier POST of the same form
+// holds it, it waits (up to uploadWait) for that one to finish: its list is the answer, and if
+// it failed, it gave the token back and this request claims it and uploads its own copy of the
+// file. A form without a token (one rendered before tokens existed) uploads unguarded.
+func (h *Handler) claimUpload(ctx context.Context, accountID, token string) (uploadClaim, error) {
+	c := uploadClaim{account: accountID}
+	if token == "" {
+		return c, nil
+	}
+	c.sum = tokenHash(token)
+	if _, err := h.pool.Exec(ctx, `
+		DELETE FROM dashboard_upload_tokens WHERE (account_id, token_hash) IN (
+			SELECT account_id, token_hash FROM dashboard_upload_tokens
+			WHERE created_at < now() - interval '1 day' LIMIT 100)`); err != nil {
+		h.log.Warn("dashboard: clear old upload tokens", "err", err)
+	}
+	deadline := time.Now().Add(uploadWait)
+	for {
+		tag, err := h.pool.Exec(ctx, `INSERT INTO dashboard_upload_tokens (account_id, token_hash) VALUES ($1, $2)
+			ON CONFLICT DO NOTHING`, accountID, c.sum)
+		if err != nil {
+			return c, err
+		}
+		if tag.RowsAffected() == 1 {
+			return c, nil
+		}
+		var listID *string
+		err = h.pool.QueryRow(ctx, `SELECT list_id::text FROM dashboard_upload_tokens WHERE account_id = $1 AND token_hash = $2`,
+			accountID, c.sum).Scan(&listID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // given back a moment ago: claim it
+		case err != nil:
+			return c, err
+		case listID != nil:
+			c.listID = *listID
+			return c, nil
+		case time.Now().After(deadline):
+			return c, errUploadPending
+		}
+		select {
+		case <-ctx.Done():
+			return c, ctx.Err()
+		case <-time.After(uploadPoll):
+		}
+	}
+}
+
+// recordUpload notes the list the claimed upload created, for a second POST of its form to find.
+// It runs even if the browser has gone (a double click cancels the first request): the list
+// exists, and the second request is waiting for it.
+func (h *Handler) recordUpload(ctx context.Context, c uploadClaim, listID string) {
+	if c.sum == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := h.pool.Exec(ctx, `UPDATE dashboard_upload_tokens SET list_id = $3 WHERE account_id = $1 AND token_hash = $2`,
+		c.account, c.sum, listID); err != nil {
+		h.log.Warn("dashboard: record upload token", "err", err)
+	}
+}
+
+// releaseUpload gives back the token of an upload that created no list, so that a second POST of
+// the form, waiting in claimUpload, uploads its own copy.
+func (h *Handler) releaseUpload(ctx context.Context, c uploadClaim) {
+	if c.sum == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := h.pool.Exec(ctx, `DELETE FROM dashboard_upload_tokens WHERE account_id = $1 AND token_hash = $2 AND list_id IS NULL`,
+		c.account, c.sum); err != nil {
+		h.log.Warn("dashboard: release upload token", "err", err)
+	}
 }
 
 // getList fetches the list id as the account sees it through the API: another account's list,
@@ -253,13 +424,28 @@ func (h *Handler) getList(ctx context.Context, p auth.Principal, id uuid.UUID) (
 	return l, ans
 }
 
+// listPageData is a list's page: the list, and whether it asks to confirm its deletion.
+type listPageData struct {
+	listView
+	ConfirmDelete bool
+}
+
+// Refresh says whether the page reloads itself: while the list runs, but not while it asks
+// whether to delete it.
+func (d listPageData) Refresh() bool { return d.Running() && !d.ConfirmDelete }
+
+// listPage shows a list; with ?confirm=delete it asks whether to delete it (listAction).
 func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
-	ctx := r.Context()
 	p, id, ok := h.listTarget(w, r, s)
 	if !ok {
 		return
 	}
-	l, ans := h.getList(ctx, p, id)
+	h.listAnswer(w, r, s, p, id, http.StatusOK, "", r.URL.Query().Get("confirm") == "delete")
+}
+
+// listAnswer renders list id's page with status and msg, an error of an action on it.
+func (h *Handler) listAnswer(w http.ResponseWriter, r *http.Request, s *session, p auth.Principal, id uuid.UUID, status int, msg string, confirm bool) {
+	l, ans := h.getList(r.Context(), p, id)
 	if ans.status == http.StatusNotFound {
 		h.listNotFound(w, r, s)
 		return
@@ -279,7 +465,11 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
 	if r.URL.Query().Get("done") == "uploaded" && !l.Running() {
 		n = "The list was uploaded, and its verification is over."
 	}
-	h.render(w, r, http.StatusOK, "list", &view{Title: title, Nav: "lists", Session: s, Data: l, Notice: n})
+	if msg != "" {
+		n = ""
+	}
+	h.render(w, r, status, "list", &view{Title: title, Nav: "lists", Session: s, Error: msg, Notice: n,
+		Data: listPageData{listView: l, ConfirmDelete: confirm}})
 }
 
 func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *session) {
@@ -328,7 +518,9 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 	h.api.ServeAs(w, req, p)
 }
 
-// listAction cancels or deletes a list through the API.
+// listAction cancels or deletes a list through the API. A deletion must be confirmed: a POST
+// without the confirmation form's field goes to the page that asks, so no single click deletes.
+// A refusal (a list that finished meanwhile, in another tab) is shown on the list's page.
 func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, s *session) {
 		ctx := r.Context()
@@ -336,17 +528,28 @@ func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWrit
 		if !ok {
 			return
 		}
+		page := Prefix + "/lists/" + id.String()
+		if method == http.MethodDelete && r.PostForm.Get("confirm") != "yes" {
+			// Another account's list, like a missing one, is not found at this step either.
+			if _, ans := h.getList(ctx, p, id); ans.status == http.StatusNotFound {
+				h.listNotFound(w, r, s)
+				return
+			}
+			http.Redirect(w, r, page+"?confirm=delete", http.StatusSeeOther)
+			return
+		}
 		ans := h.call(ctx, p, method, "/v1/email/lists/"+id.String()+suffix, "", nil)
 		switch {
 		case ans.status == http.StatusNotFound:
 			h.listNotFound(w, r, s)
+		case h.unavailable(w, r, s, ans):
 		case ans.status >= 400:
 			passRetryAfter(w, ans)
-			h.render(w, r, ans.status, "message", &view{Title: "Lists", Nav: "lists", Session: s, Error: ans.problemText()})
+			h.listAnswer(w, r, s, p, id, ans.status, ans.problemText(), false)
 		case suffix == "":
 			http.Redirect(w, r, Prefix+"/lists?done="+done, http.StatusSeeOther)
 		default:
-			http.Redirect(w, r, Prefix+"/lists/"+id.String()+"?done="+done, http.StatusSeeOther)
+			http.Redirect(w, r, page+"?done="+done, http.StatusSeeOther)
 		}
 	}
 }

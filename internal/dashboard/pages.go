@@ -2,12 +2,15 @@ package dashboard
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +33,7 @@ type overviewData struct {
 	Summary usage.Summary
 	Percent float64 // of the included volume used, capped at 100 for the bar
 	Chart   chart
+	Period  string // the month, with its last day included (periodText)
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -52,11 +56,23 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		h.failure(w, r, s, err)
 		return
 	}
-	d := overviewData{Account: a, Status: subscriptionStatus(a), Limits: limits, Free: free, Summary: sum, Chart: newChart(days)}
+	d := overviewData{Account: a, Status: subscriptionStatus(a), Limits: limits, Free: free, Summary: sum, Chart: newChart(days),
+		Period: periodText(sum.Period.Start, sum.Period.End)}
 	if sum.CallsIncluded > 0 {
 		d.Percent = math.Min(100, math.Round(float64(sum.CallsUsed)/float64(sum.CallsIncluded)*1000)/10)
 	}
 	h.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview", Session: s, Data: d})
+}
+
+// periodText shows a usage period by the days it includes: its end is exclusive, the first
+// instant of the next month (docs/api.md, "GET /v1/management/usage/summary"), so "1 Nov – 1 Dec"
+// would claim a day that is not in it. November 2026 reads "1 Nov – 30 Nov 2026".
+func periodText(start, end time.Time) string {
+	start, last := start.UTC(), end.UTC().Add(-time.Nanosecond)
+	if start.Year() == last.Year() {
+		return start.Format("2 Jan") + " – " + last.Format("2 Jan 2006")
+	}
+	return start.Format("2 Jan 2006") + " – " + last.Format("2 Jan 2006")
 }
 
 func subscriptionStatus(a account.Account) string {
@@ -66,13 +82,24 @@ func subscriptionStatus(a account.Account) string {
 	return *a.SubscriptionStatus
 }
 
-// keysData is the keys page. New is the key just created, shown this once.
+// keysData is the keys page. New is the key just created, shown this once. KeyToken and ProvToken
+// are the one-time tokens of the two create forms (newFormToken). Confirm, when set, makes the page
+// the confirmation of a revocation, and nothing else.
 type keysData struct {
 	Keys         []account.Key
 	Max          int
 	Provisioning *account.Key
 	New          *account.CreatedKey
 	Label        string
+	KeyToken     string
+	ProvToken    string
+	Confirm      *revokeConfirm
+}
+
+// revokeConfirm is the question asked before a key is revoked: the form posts to Action.
+type revokeConfirm struct {
+	Key    account.Key
+	Action string
 }
 
 func (h *Handler) keysData(r *http.Request, s *session) (keysData, error) {
@@ -89,16 +116,86 @@ func (h *Handler) keysData(r *http.Request, s *session) (keysData, error) {
 	if err != nil {
 		return keysData{}, err
 	}
-	return keysData{Keys: keys, Max: h.cfg.Plans.MaxKeys(a.Tier), Provisioning: prov}, nil
+	return keysData{Keys: keys, Max: h.cfg.Plans.MaxKeys(a.Tier), Provisioning: prov,
+		KeyToken: newFormToken(), ProvToken: newFormToken()}, nil
 }
 
+// newFormToken is the one-time token of a rendered create-key form. The page that shows a new
+// key is the answer to a POST, so a reload sends the same form again: the token, recorded with
+// the key it created (account.Store.CreateStandardKeyOnce), makes that second POST create nothing.
+// It needs no secrecy: the CSRF token already ties the POST to the session.
+func newFormToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// formToken reads the create form's token. A form without one (a page rendered by an older
+// release) creates as before; one that is not a token is refused, so nothing odd is stored.
+func formToken(r *http.Request) (string, bool) {
+	t := r.PostForm.Get("form_token")
+	if len(t) > 64 {
+		return "", false
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return "", false
+		}
+	}
+	return t, true
+}
+
+const msgStaleForm = "This form is out of date. Reload the page and try again."
+
+// alreadyCreated is what a create form sent twice says: the key exists, its secret is gone.
+func alreadyCreated(k account.Key) string {
+	return "This key was already created (" + k.Label + ", " + k.Prefix + "); its secret was shown only once — " +
+		"if you did not copy it, revoke it and create another."
+}
+
+// keysPage is the keys page; ?revoke=<key id> or ?revoke=provisioning makes it the confirmation
+// of that revocation, so that a revocation takes two clicks and works without JavaScript.
 func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, s *session) {
 	d, err := h.keysData(r, s)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
+	if which := r.URL.Query().Get("revoke"); which != "" {
+		h.confirmRevoke(w, r, s, d, which)
+		return
+	}
 	h.render(w, r, http.StatusOK, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d, Notice: notice(r)})
+}
+
+// confirmRevoke renders the question for which, a standard key id of the account or
+// "provisioning"; any other key is "no such key", as on revocation itself.
+func (h *Handler) confirmRevoke(w http.ResponseWriter, r *http.Request, s *session, d keysData, which string) {
+	var c *revokeConfirm
+	if which == "provisioning" {
+		if d.Provisioning != nil {
+			c = &revokeConfirm{Key: *d.Provisioning, Action: Prefix + "/keys/provisioning/revoke"}
+		}
+	} else if id, err := uuid.Parse(which); err == nil {
+		for _, k := range d.Keys {
+			if k.ID == id.String() {
+				c = &revokeConfirm{Key: k, Action: Prefix + "/keys/" + k.ID + "/revoke"}
+			}
+		}
+	}
+	if c == nil {
+		h.render(w, r, http.StatusNotFound, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d,
+			Error: "There is no such active key in your account."})
+		return
+	}
+	d.Confirm = c
+	h.render(w, r, http.StatusOK, "keys", &view{Title: "Revoke key", Nav: "keys", Session: s, Data: d})
+}
+
+// toConfirmation sends a revocation posted without the confirmation's confirm=yes (a page of an
+// older release, a crafted form) to the confirmation instead of revoking in one click.
+func toConfirmation(w http.ResponseWriter, r *http.Request, which string) {
+	http.Redirect(w, r, Prefix+"/keys?"+url.Values{"revoke": {which}}.Encode(), http.StatusSeeOther)
 }
 
 // keysAnswer renders the keys page after a POST: with the new key shown once, or with an error.
@@ -114,32 +211,45 @@ func (h *Handler) keysAnswer(w http.ResponseWriter, r *http.Request, s *session,
 
 func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, s *session) {
 	label := strings.TrimSpace(r.PostForm.Get("label"))
+	token, ok := formToken(r)
+	if !ok {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, label)
+		return
+	}
 	if err := account.CheckLabel(label); err != nil {
 		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, "The label "+strings.TrimPrefix(err.Error(), "label ")+".", label)
 		return
 	}
-	k, err := h.accounts.CreateStandardKey(r.Context(), s.AccountID, label, h.cfg.Plans.MaxKeys)
-	var limit *account.KeyLimitError
-	if errors.As(err, &limit) {
+	k, err := h.accounts.CreateStandardKeyOnce(r.Context(), s.AccountID, label, token, h.cfg.Plans.MaxKeys)
+	var (
+		limit *account.KeyLimitError
+		dup   *account.KeyCreatedError
+	)
+	switch {
+	case errors.As(err, &dup):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
+	case errors.As(err, &limit):
 		h.keysAnswer(w, r, s, http.StatusConflict, nil, "Your plan allows "+strconv.Itoa(limit.Max)+
 			" active standard keys. Revoke one before creating another, or upgrade your plan.", label)
-		return
-	}
-	if err != nil {
+	case err != nil:
 		h.failure(w, r, s, err)
-		return
+	default:
+		h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
 	}
-	h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
 }
 
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, s *session) {
 	// The id is parsed to its canonical form first, as the management API does (internal/api/keys.go).
 	id, err := uuid.Parse(r.PathValue("id"))
-	if err == nil {
-		err = h.accounts.RevokeStandardKey(r.Context(), s.AccountID, id.String())
-	} else {
-		err = account.ErrKeyNotFound
+	if err != nil {
+		h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
+		return
 	}
+	if r.PostForm.Get("confirm") != "yes" {
+		h.confirmRevokePost(w, r, s, id.String())
+		return
+	}
+	err = h.accounts.RevokeStandardKey(r.Context(), s.AccountID, id.String())
 	if errors.Is(err, account.ErrKeyNotFound) {
 		h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
 		return
@@ -151,20 +261,56 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, s *session) 
 	http.Redirect(w, r, Prefix+"/keys?done=revoked", http.StatusSeeOther)
 }
 
-func (h *Handler) createProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
-	k, err := h.accounts.CreateProvisioningKey(r.Context(), s.AccountID)
-	if errors.Is(err, account.ErrProvisioningKeyExists) {
-		h.keysAnswer(w, r, s, http.StatusConflict, nil, "Your account already has an active provisioning key. Revoke it first to create a new one.", "")
-		return
-	}
+// confirmRevokePost answers a standard key's revocation posted without the confirmation: another
+// account's or an unknown key is 404 at once, as before; the account's own key goes to the
+// confirmation.
+func (h *Handler) confirmRevokePost(w http.ResponseWriter, r *http.Request, s *session, id string) {
+	keys, err := h.accounts.ListStandardKeys(r.Context(), s.AccountID)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
-	h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
+	for _, k := range keys {
+		if k.ID == id {
+			toConfirmation(w, r, id)
+			return
+		}
+	}
+	h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
+}
+
+func (h *Handler) createProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
+	token, ok := formToken(r)
+	if !ok {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, "")
+		return
+	}
+	k, err := h.accounts.CreateProvisioningKeyOnce(r.Context(), s.AccountID, token)
+	var dup *account.KeyCreatedError
+	switch {
+	case errors.As(err, &dup):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
+	case errors.Is(err, account.ErrProvisioningKeyExists):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, "Your account already has an active provisioning key. Revoke it first to create a new one.", "")
+	case err != nil:
+		h.failure(w, r, s, err)
+	default:
+		h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
+	}
 }
 
 func (h *Handler) revokeProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
+	if r.PostForm.Get("confirm") != "yes" {
+		prov, err := h.accounts.ProvisioningKey(r.Context(), s.AccountID)
+		if err != nil {
+			h.failure(w, r, s, err)
+			return
+		}
+		if prov != nil {
+			toConfirmation(w, r, "provisioning")
+			return
+		}
+	}
 	n, err := h.accounts.RevokeProvisioningKey(r.Context(), s.AccountID)
 	if err != nil {
 		h.failure(w, r, s, err)
@@ -226,7 +372,7 @@ func (h *Handler) deliveriesAnswer(w http.ResponseWriter, r *http.Request, s *se
 		d.Retention = "24 hours"
 	}
 	if err := webhook.ReplayAllowed(a.Tier); err != nil {
-		d.RetryWhy = "Retrying failed deliveries is available on the builder and scale plans; upgrade on the Billing page."
+		d.RetryWhy = h.retryWhy()
 	} else {
 		d.CanRetry = true
 	}
@@ -237,6 +383,15 @@ func (h *Handler) deliveriesAnswer(w http.ResponseWriter, r *http.Request, s *se
 		Error: msg, Notice: notice(r)})
 }
 
+// retryWhy tells a free account why it has no Retry button, and points only to an upgrade this
+// deployment sells: without Stripe prices the billing page has no Upgrade button.
+func (h *Handler) retryWhy() string {
+	if len(h.upgrades()) > 0 {
+		return "Retrying failed deliveries is available on the builder and scale plans; upgrade on the Billing page."
+	}
+	return "Retrying failed deliveries is available on the builder and scale plans, which are not sold online on this deployment; ask its operator."
+}
+
 func (h *Handler) retryDelivery(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	a, err := h.accounts.Get(ctx, s.AccountID)
@@ -245,7 +400,7 @@ func (h *Handler) retryDelivery(w http.ResponseWriter, r *http.Request, s *sessi
 		return
 	}
 	if err := webhook.ReplayAllowed(a.Tier); err != nil {
-		h.deliveriesAnswer(w, r, s, http.StatusForbidden, "Retrying failed deliveries is available on the builder and scale plans; upgrade on the Billing page.")
+		h.deliveriesAnswer(w, r, s, http.StatusForbidden, h.retryWhy())
 		return
 	}
 	acct, _ := uuid.Parse(a.ID)
@@ -278,8 +433,10 @@ type billingData struct {
 	Account  account.Account
 	Status   string
 	Limits   plan.Limits
-	Upgrades []upgrade
-	Cap      string // the spend cap as the form shows it
+	Free     bool
+	Upgrades []upgrade // the plans a free account can buy here; none when Stripe sells none
+	Cap      string    // the saved spend cap, with thousands separators; empty: none
+	CapInput string    // what the cap input shows: the saved cap, or what was typed if refused
 }
 
 type upgrade struct {
@@ -292,29 +449,51 @@ func (h *Handler) billingPage(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (h *Handler) billingAnswer(w http.ResponseWriter, r *http.Request, s *session, status int, msg string) {
+	h.billingAnswerTyped(w, r, s, status, msg, nil)
+}
+
+// billingAnswerTyped is billingAnswer with the cap input showing typed (a refused cap) rather
+// than the saved cap, so that the user corrects what they wrote instead of retyping it.
+func (h *Handler) billingAnswerTyped(w http.ResponseWriter, r *http.Request, s *session, status int, msg string, typed *string) {
 	a, err := h.accounts.Get(r.Context(), s.AccountID)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
-	d := billingData{Account: a, Status: subscriptionStatus(a), Limits: h.cfg.Plans.Of(a.Tier)}
-	if a.Tier == plan.Free && h.checkout != nil {
-		for _, t := range []plan.Tier{plan.Builder, plan.Scale} {
-			if h.checkout.Sells(t) {
-				d.Upgrades = append(d.Upgrades, upgrade{Tier: t, Limits: h.cfg.Plans.Of(t)})
-			}
-		}
+	d := billingData{Account: a, Status: subscriptionStatus(a), Limits: h.cfg.Plans.Of(a.Tier), Free: a.Tier == plan.Free}
+	if d.Free {
+		d.Upgrades = h.upgrades()
 	}
 	if a.HardCapEUR != nil {
-		d.Cap = strconv.FormatFloat(*a.HardCapEUR, 'f', 2, 64)
+		d.Cap = formatEUR(*a.HardCapEUR)
+	}
+	d.CapInput = d.Cap
+	if typed != nil {
+		d.CapInput = *typed
 	}
 	h.render(w, r, status, "billing", &view{Title: "Billing", Nav: "billing", Session: s, Data: d, Error: msg, Notice: notice(r)})
+}
+
+// upgrades are the paid plans this deployment sells through Stripe Checkout (those with a
+// MAILVET_STRIPE_PRICE_*); none when Stripe is not set up.
+func (h *Handler) upgrades() []upgrade {
+	var ups []upgrade
+	if h.checkout == nil {
+		return nil
+	}
+	for _, t := range []plan.Tier{plan.Builder, plan.Scale} {
+		if h.checkout.Sells(t) {
+			ups = append(ups, upgrade{Tier: t, Limits: h.cfg.Plans.Of(t)})
+		}
+	}
+	return ups
 }
 
 // billingError turns a Stripe failure into what the page says; the log keeps the cause. Stripe
 // that cannot be reached (billing.Stripe gives up after billing.CallTimeout) is an outage the
 // customer can wait out: 503 with Retry-After. Stripe refusing the request is a 502; a deployment
-// without Stripe keys is a 500.
+// without Stripe keys is a 500; a plan the deployment has no price for is the request's fault,
+// not Stripe's: a 422, as startCheckout answers a plan it does not sell.
 func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	h.log.Warn("dashboard: billing", "err", err)
 	status, msg := http.StatusBadGateway, "The billing provider could not complete the request. Try again later; if it persists, contact support."
@@ -326,7 +505,7 @@ func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *sessio
 		// The deployment's fault, not Stripe's: a 500, as the API answers (docs/api.md).
 		status, msg = http.StatusInternalServerError, "Billing is not set up on this Mailvet deployment; ask its operator."
 	case errors.Is(err, billing.ErrNoPrice):
-		msg = "That plan cannot be bought online on this deployment; ask its operator."
+		status, msg = http.StatusUnprocessableEntity, msgNotSold
 	}
 	h.billingAnswer(w, r, s, status, msg)
 }
@@ -348,6 +527,8 @@ func (h *Handler) openPortal(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	http.Redirect(w, r, u, http.StatusSeeOther)
 }
+
+const msgNotSold = "That plan is not sold online on this deployment; ask its operator."
 
 // startCheckout upgrades a free account through Stripe Checkout. The customer is recorded on the
 // account before the browser leaves, so the subscription events Stripe sends afterwards find the
@@ -374,7 +555,9 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 		req.CustomerID = *a.StripeCustomerID
 	}
 	if h.checkout == nil || !h.checkout.Sells(tier) {
-		h.billingError(w, r, s, billing.ErrNoPrice)
+		// A form the page never showed (the page offers only the plans sold): the request
+		// cannot be served, whatever Stripe says, so it is a 422 and Stripe is not called.
+		h.billingAnswer(w, r, s, http.StatusUnprocessableEntity, msgNotSold)
 		return
 	}
 	if req.CustomerID == "" {
@@ -422,16 +605,65 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 // maxCapEUR is account.SetSpendCap's upper bound, repeated here only for the form's message.
 const maxCapEUR = 1e9
 
+var (
+	// capThousands is an amount with commas between thousands and an optional decimal dot with
+	// at most 2 decimals: 5,000 or 1,000,000.50. The first group has no leading zero, so "0,125"
+	// (a European 0.125) is not read as 125.
+	capThousands = regexp.MustCompile(`^[1-9][0-9]{0,2}(,[0-9]{3})+(\.[0-9]{1,2})?$`)
+	// capPlain is digits with an optional decimal dot or comma and at most 2 decimals: 5000, 12.5,
+	// 12,50. A comma followed by 3 digits matched capThousands first, so a decimal comma is
+	// only ever ",d" or ",dd".
+	capPlain = regexp.MustCompile(`^[0-9]+([.,][0-9]{1,2})?$`)
+)
+
+const msgCapFormat = "Enter the cap in euros with at most 2 decimals, like 5,000 or 5000 or 1,000,000.50 or 49.90 (a comma " +
+	"before 1 or 2 decimals is read as a decimal point: 12,50 is 12.50), or leave it empty for no cap."
+
+// parseCap reads a spend cap as typed. The cap has at most 2 decimals, so a comma followed by 3
+// digits can only separate thousands ("5,000" is five thousand, never 5.000): the dashboard
+// itself writes the cap that way. Anything that could be read two ways ("1.000,50", "12.345",
+// "5,00,0") or is not a plain amount ("1e3", "NaN", "-5") is refused, not guessed.
+func parseCap(typed string) (float64, string) {
+	v := strings.TrimSpace(typed)
+	switch {
+	case capThousands.MatchString(v):
+		v = strings.ReplaceAll(v, ",", "")
+	case capPlain.MatchString(v):
+		v = strings.Replace(v, ",", ".", 1)
+	default:
+		return 0, msgCapFormat
+	}
+	eur, err := strconv.ParseFloat(v, 64)
+	if err != nil || eur > maxCapEUR {
+		return 0, "The cap can be at most €1,000,000,000.00; leave it empty for no cap."
+	}
+	return math.Round(eur*100) / 100, ""
+}
+
+// formatEUR writes an amount in euros with 2 decimals and commas between thousands, as the
+// cap form reads it back: 1000000000 is "1,000,000,000.00".
+func formatEUR(eur float64) string {
+	s := strconv.FormatFloat(eur, 'f', 2, 64)
+	whole, cents, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String() + "." + cents
+}
+
 func (h *Handler) setSpendCap(w http.ResponseWriter, r *http.Request, s *session) {
-	raw := strings.TrimSpace(strings.Replace(r.PostForm.Get("cap_eur"), ",", ".", 1))
+	typed := r.PostForm.Get("cap_eur")
 	var eur *float64
-	if r.PostForm.Get("action") != "clear" && raw != "" {
-		v, err := strconv.ParseFloat(raw, 64)
-		if err != nil || len(raw) > 20 || !(v >= 0 && v <= maxCapEUR) {
-			h.billingAnswer(w, r, s, http.StatusUnprocessableEntity, "Enter the cap in euros, like 50 or 49.90 (from 0 to 1,000,000,000), or leave it empty for no cap.")
+	if r.PostForm.Get("action") != "clear" && strings.TrimSpace(typed) != "" {
+		v, msg := parseCap(typed)
+		if msg != "" {
+			h.billingAnswerTyped(w, r, s, http.StatusUnprocessableEntity, msg, &typed)
 			return
 		}
-		v = math.Round(v*100) / 100
 		eur = &v
 	}
 	if err := h.accounts.SetSpendCap(r.Context(), s.AccountID, eur); err != nil {

@@ -41,17 +41,7 @@ var funcs = template.FuncMap{
 	"day":  func(t time.Time) string { return t.UTC().Format("2 Jan 2006") },
 	"eur":  func(v float64) string { return fmt.Sprintf("€%.2f", v) },
 	"eur4": func(v float64) string { return fmt.Sprintf("€%.4f", v) },
-	"num": func(n int) string {
-		s := fmt.Sprint(n)
-		var b strings.Builder
-		for i, c := range s {
-			if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
-				b.WriteByte(',')
-			}
-			b.WriteRune(c)
-		}
-		return b.String()
-	},
+	"num":  num,
 	"deref": func(p *string) string {
 		if p == nil {
 			return ""
@@ -64,6 +54,20 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprint(*p)
 	},
+}
+
+// num writes n with thousands separators ("84,005"), as every count on the dashboard is written:
+// the templates (as "num") and the chart's labels use it.
+func num(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // parsePages parses every page with the layout; a broken template is a build error, caught by

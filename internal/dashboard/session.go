@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -141,8 +143,7 @@ func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *htt
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.loadSession(r.Context(), r)
 		if errors.Is(err, errNoSession) {
-			h.setCookie(w, r, SessionCookie, "", -1)
-			http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
+			h.signinAgain(w, r, !readForm)
 			return
 		}
 		if err != nil {
@@ -161,6 +162,140 @@ func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *htt
 		}
 		next(w, r, s)
 	}
+}
+
+// signinAgain sends a browser without a valid session to the sign-in page, with the page it
+// was on to come back to (returnPath). One whose cookie the dashboard issued (a session that
+// expired, or was signed out in this tab or another) is told that its session ended; an upload
+// from such a tab (bodyUnread) is read to its end first, as far as discardBody allows: answering
+// while the browser is still sending a large file closes the connection under it, and the
+// browser shows a connection reset instead of the sign-in page. Without such a cookie the body is
+// left unread, as nothing of ours ever asked for it.
+func (h *Handler) signinAgain(w http.ResponseWriter, r *http.Request, bodyUnread bool) {
+	ended := issuedCookie(r)
+	if ended && bodyUnread {
+		discardBody(w, r)
+	}
+	h.setCookie(w, r, SessionCookie, "", -1)
+	http.Redirect(w, r, signinURL(ended, returnPath(r)), http.StatusSeeOther)
+}
+
+// issuedCookie says whether r carries a session cookie of the shape the dashboard issues
+// (randomToken). Its row is gone once the session ended, so the shape is all that can be
+// checked; a forged one gains nothing more than the body bounds any upload gets.
+func issuedCookie(r *http.Request) bool {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || len(c.Value) != 43 {
+		return false
+	}
+	_, err = base64.RawURLEncoding.DecodeString(c.Value)
+	return err == nil
+}
+
+// drainTimeout bounds how long discardBody reads a refused upload.
+const drainTimeout = 20 * time.Second
+
+// drainSlots bounds the refused uploads a replica reads at once (discardBody).
+var drainSlots = make(chan struct{}, 8)
+
+// discardBody reads and discards what is left of r's body, so that the answer to a refused
+// upload reaches the browser instead of a connection reset. ServeHTTP bounds the body at the
+// list byte limit (plus the form's slack); the reading also stops after drainTimeout, also
+// interrupting a read that waits, and the connection is then closed with the answer.
+func discardBody(w http.ResponseWriter, r *http.Request) {
+	// The cookie's shape is all that admits a request here, so at most drainSlots bodies are
+	// read at once on a replica; past that the answer goes at once, as it did for every one.
+	select {
+	case drainSlots <- struct{}{}:
+		defer func() { <-drainSlots }()
+	default:
+		return
+	}
+	end := time.Now().Add(drainTimeout)
+	stop := time.AfterFunc(drainTimeout, func() {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	})
+	defer stop.Stop()
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) {
+		if _, err := r.Body.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// signinURL is the sign-in page that says the session ended (ended) and returns to next.
+func signinURL(ended bool, next string) string {
+	q := url.Values{}
+	if ended {
+		q.Set("ended", "1")
+	}
+	if next != "" && next != Prefix+"/" {
+		q.Set("next", next)
+	}
+	if len(q) == 0 {
+		return Prefix + "/signin"
+	}
+	return Prefix + "/signin?" + q.Encode()
+}
+
+// returnPath is the dashboard page r was made from: a GET's own path and query, a form's page
+// (its Referer, which Referrer-Policy same-origin sends only within the site). Only a local page
+// path is kept (safeReturn), so the sign-in's redirect can never leave the dashboard.
+func returnPath(r *http.Request) string {
+	if r.Method == http.MethodGet {
+		return safeReturn(r.URL.RequestURI())
+	}
+	ref, err := url.Parse(r.Referer())
+	if err != nil || ref.Path == "" {
+		return ""
+	}
+	return safeReturn(ref.RequestURI())
+}
+
+// notReturnable are the dashboard paths that are not pages to come back to.
+var notReturnable = []string{Prefix + "/signin", Prefix + "/signup", Prefix + "/signout", Prefix + "/static/"}
+
+// safeReturn returns p if it is a path of a dashboard page, and "" otherwise: no scheme, host or
+// fragment, nothing that a browser could read as another origin ("//host", a backslash), no dot
+// segment or doubled slash that would step out of /dashboard, and not the sign-in pages.
+func safeReturn(p string) string {
+	if len(p) > 1000 || !strings.HasPrefix(p, Prefix+"/") || strings.ContainsAny(p, "\\#") ||
+		strings.IndexFunc(p, func(c rune) bool { return c < 0x20 || c == 0x7f }) >= 0 {
+		return ""
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return ""
+	}
+	clean := path.Clean(u.Path)
+	if (u.Path != clean && u.Path != clean+"/") || !strings.HasPrefix(clean+"/", Prefix+"/") {
+		return ""
+	}
+	for _, n := range notReturnable {
+		if strings.HasPrefix(u.Path, n) {
+			return ""
+		}
+	}
+	return p
+}
+
+// signinNotice is what the sign-in page says above its form: why it is shown, if it is because
+// a session ended (signinURL).
+func signinNotice(r *http.Request) string {
+	if r.URL.Query().Get("ended") == "1" {
+		return "Your session ended; sign in again."
+	}
+	return ""
+}
+
+// afterSignin is where a successful sign-in goes: the page the form was opened from (its
+// "next" field, checked again here, as anyone can post it), else the overview.
+func afterSignin(r *http.Request) string {
+	if p := safeReturn(r.PostForm.Get("next")); p != "" {
+		return p
+	}
+	return Prefix + "/"
 }
 
 // anonymous wraps the sign-in and sign-up pages. A signed-in browser goes to the overview; forms

@@ -42,6 +42,7 @@ func checkEmail(e string) (string, error) {
 
 type credentialsForm struct {
 	Email string
+	Next  string // the sign-in form's page to return to (safeReturn), kept through a failed attempt
 }
 
 func (h *Handler) signupPage(w http.ResponseWriter, r *http.Request, csrf string) {
@@ -49,7 +50,8 @@ func (h *Handler) signupPage(w http.ResponseWriter, r *http.Request, csrf string
 }
 
 func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request, csrf string) {
-	h.render(w, r, http.StatusOK, "signin", &view{Title: "Sign in", CSRF: csrf, Data: credentialsForm{}})
+	h.render(w, r, http.StatusOK, "signin", &view{Title: "Sign in", CSRF: csrf, Notice: signinNotice(r),
+		Data: credentialsForm{Next: safeReturn(r.URL.Query().Get("next"))}})
 }
 
 // signup creates a free account and its dashboard user, and signs the user in. An email that is
@@ -157,7 +159,7 @@ func (h *Handler) checkCredentials(ctx context.Context, email, password string) 
 
 func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 	ctx := r.Context()
-	form := credentialsForm{Email: r.PostForm.Get("email")}
+	form := credentialsForm{Email: r.PostForm.Get("email"), Next: safeReturn(r.PostForm.Get("next"))}
 	fail := func(status int, msg string) {
 		h.render(w, r, status, "signin", &view{Title: "Sign in", CSRF: csrf, Error: msg, Data: form})
 	}
@@ -197,7 +199,7 @@ func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID, a
 		h.failure(w, r, nil, err)
 		return
 	}
-	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+	http.Redirect(w, r, afterSignin(r), http.StatusSeeOther)
 }
 
 func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *session) {

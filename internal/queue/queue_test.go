@@ -1,11 +1,9 @@
 package queue_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 )
 
@@ -67,7 +66,7 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 // returns it in its error (docs/operations.md, "Secrets").
 func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf logtest.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
@@ -84,22 +83,4 @@ func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
 			t.Errorf("%q leaked:\n%s", secret, out)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's read.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
