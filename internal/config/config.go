@@ -22,6 +22,7 @@ import (
 	"github.com/mailvet/mailvet/internal/dnsname"
 	"github.com/mailvet/mailvet/internal/netguard"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/verify/disposable"
 )
 
@@ -505,21 +506,13 @@ func validNATSURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%q is not a URL like nats://host:4222 (several are separated by commas)", redactedURL(s))
+		return fmt.Errorf("%q is not a URL like nats://host:4222 (several are separated by commas)", redact.URL(s))
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":
 		return nil
 	}
-	return fmt.Errorf("%q: the scheme must be nats, tls, ws or wss", redactedURL(s))
-}
-
-// redactedURL is s without its password, for error messages.
-func redactedURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
+	return fmt.Errorf("%q: the scheme must be nats, tls, ws or wss", redact.URL(s))
 }
 
 func validPostgresURL(s string) error {

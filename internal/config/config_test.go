@@ -262,3 +262,17 @@ func TestLoadRefusesWhatWouldMatchNothing(t *testing.T) {
 		t.Errorf("blocked domains %q, want %q", c.SMTPBlockedDomains, want)
 	}
 }
+
+// A refused NATS_URL is named in the error without its credentials, a bare token included.
+func TestLoadErrorsDoNotEchoCredentials(t *testing.T) {
+	t.Parallel()
+	for secret, url := range map[string]string{"s3cr3ttoken": "http://s3cr3ttoken@h:4222", "hunter2": "mqtt://ann:hunter2@h"} {
+		_, err := Load(RoleAPI, false, envOf(map[string]string{"NATS_URL": url}))
+		if err == nil || !strings.Contains(err.Error(), "NATS_URL:") {
+			t.Fatalf("NATS_URL=%s: error %v, want one naming NATS_URL", url, err)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("the error carries %q: %v", secret, err)
+		}
+	}
+}
