@@ -267,7 +267,8 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 	claim, err := h.claimUpload(ctx, s.AccountID, form.Get(uploadTokenField))
 	switch {
 	case errors.Is(err, errUploadPending):
-		refuse(http.StatusConflict, "This form was already sent, and that upload is still on its way: it appears below once it has arrived.")
+		refuse(http.StatusConflict, "This form was already sent, and that upload has not arrived yet: it appears below once it has. "+
+			"If it is not there within half an hour, it was lost on the way: reload this page and upload the file again.")
 		return
 	case err != nil:
 		discardBody(w, r)
@@ -324,6 +325,9 @@ const uploadTokenField = "upload_token"
 const (
 	uploadWait = 60 * time.Second
 	uploadPoll = 200 * time.Millisecond
+	// uploadAbandoned is past the longest an upload can be on its way: the API's 10 minutes to
+	// receive the file and 10 to import it (docs/lists.md, "Limits"), with a margin.
+	uploadAbandoned = 25 * time.Minute
 )
 
 var errUploadPending = errors.New("the form's first upload is still on its way")
@@ -373,7 +377,18 @@ func (h *Handler) claimUpload(ctx context.Context, accountID, token string) (upl
 		case listID != nil:
 			c.listID = *listID
 			return c, nil
-		case time.Now().After(deadline):
+		}
+		// A claim older than any upload can take (received, then imported) belongs to one that
+		// died on the way (a replica killed mid-upload): this POST takes it over.
+		tag, err = h.pool.Exec(ctx, `DELETE FROM dashboard_upload_tokens WHERE account_id = $1 AND token_hash = $2
+			AND list_id IS NULL AND created_at < now() - make_interval(secs => $3)`, accountID, c.sum, uploadAbandoned.Seconds())
+		if err != nil {
+			return c, err
+		}
+		if tag.RowsAffected() == 1 {
+			continue
+		}
+		if time.Now().After(deadline) {
 			return c, errUploadPending
 		}
 		select {

@@ -20,6 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // listsAPI is fakeAPI with one list: its page, its cancel (refused: it has finished) and its
@@ -123,6 +124,20 @@ func TestUploadFormIsIdempotent(t *testing.T) {
 	if n := f.api.uploads.Load(); n != 2 {
 		t.Fatalf("the API got %d uploads of two forms, want 2", n)
 	}
+
+	// A claim left by an upload that died on the way (its replica killed: no list, no release)
+	// is taken over once it is older than any upload can take, not waited for forever.
+	_, page = b.get("/dashboard/lists")
+	fields[1][1] = uploadTokenRE.FindStringSubmatch(page)[1]
+	pgtest.Exec(t, f.pool, `INSERT INTO dashboard_upload_tokens (account_id, token_hash, created_at) VALUES ($1, $2, now() - interval '26 minutes')`,
+		f.accountOf(t, "ann@example.com"), tokenHash(fields[1][1]))
+	if resp, body := b.uploadParts(fields, "email\nann@acme.example\n"); resp.StatusCode != http.StatusSeeOther ||
+		!strings.HasPrefix(resp.Header.Get("Location"), "/dashboard/lists/") {
+		t.Fatalf("a POST of a form whose first upload died: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	if n := f.api.uploads.Load(); n != 3 {
+		t.Fatalf("the API got %d uploads, want 3", n)
+	}
 }
 
 // A refused upload keeps what the user chose in the form: format, column, name and key.
@@ -151,13 +166,17 @@ func TestUploadAfterSignoutRedirects(t *testing.T) {
 	f, _, b, key := listsFixture(t, nil)
 	csrf := b.csrf("/dashboard/lists")
 	u, _ := url.Parse(f.srv.URL + "/dashboard/")
+	b.post("/dashboard/signout", url.Values{"csrf": {csrf}})
+	// What the browser holds after signing out in this tab or another: what the sign-out set.
 	var cookie *http.Cookie
 	for _, c := range b.c.Jar.Cookies(u) {
 		if c.Name == SessionCookie {
 			cookie = c
 		}
 	}
-	b.post("/dashboard/signout", url.Values{"csrf": {csrf}})
+	if cookie == nil {
+		t.Fatal("after sign-out the browser holds no session cookie: another tab's request could not be told from a stranger's")
+	}
 
 	var form bytes.Buffer
 	mw := multipart.NewWriter(&form)

@@ -60,6 +60,19 @@ func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, name, value 
 		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteLaxMode})
 }
 
+// sessionTTL is how long a session lasts (MAILVET_DASHBOARD_SESSION_TTL).
+func (h *Handler) sessionTTL() time.Duration {
+	if h.cfg.DashboardSessionTTL <= 0 {
+		return 12 * time.Hour
+	}
+	return h.cfg.DashboardSessionTTL
+}
+
+// endedCookie is the session cookie's value after a sign-out. A deleted cookie is gone for every
+// tab of the browser, and a request from another tab would then look like a stranger's: with
+// this value it is known as a session that ended (signinAgain).
+const endedCookie = "ended"
+
 // startSession signs userID in: a new random token in the cookie, its hash and a fresh CSRF
 // secret in the table. Expired sessions are cleared a batch at a time on the way, so the table
 // stays bounded without a separate job.
@@ -67,10 +80,7 @@ func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *ht
 	raw, sum := randomToken()
 	csrf := make([]byte, 32)
 	_, _ = rand.Read(csrf)
-	ttl := h.cfg.DashboardSessionTTL
-	if ttl <= 0 {
-		ttl = 12 * time.Hour
-	}
+	ttl := h.sessionTTL()
 	if _, err := h.pool.Exec(ctx, `
 		DELETE FROM dashboard_sessions WHERE token_hash IN (
 			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)`); err != nil {
@@ -117,7 +127,7 @@ func (h *Handler) loadSession(ctx context.Context, r *http.Request) (*session, e
 }
 
 func (h *Handler) endSession(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session) error {
-	h.setCookie(w, r, SessionCookie, "", -1)
+	h.setCookie(w, r, SessionCookie, endedCookie, int(h.sessionTTL().Seconds()))
 	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, s.tokenHash)
 	return err
 }
@@ -174,7 +184,14 @@ func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *htt
 func (h *Handler) signinAgain(w http.ResponseWriter, r *http.Request, bodyUnread bool) {
 	ended := issuedCookie(r)
 	if ended && bodyUnread {
-		discardBody(w, r)
+		// Only the cookie's shape admits a request here, so at most len(endedDrains) bodies
+		// are read at once on a replica; past that the answer goes at once.
+		select {
+		case endedDrains <- struct{}{}:
+			discardBody(w, r)
+			<-endedDrains
+		default:
+		}
 	}
 	h.setCookie(w, r, SessionCookie, "", -1)
 	http.Redirect(w, r, signinURL(ended, returnPath(r)), http.StatusSeeOther)
@@ -185,6 +202,9 @@ func (h *Handler) signinAgain(w http.ResponseWriter, r *http.Request, bodyUnread
 // checked; a forged one gains nothing more than the body bounds any upload gets.
 func issuedCookie(r *http.Request) bool {
 	c, err := r.Cookie(SessionCookie)
+	if err == nil && c.Value == endedCookie {
+		return true
+	}
 	if err != nil || len(c.Value) != 43 {
 		return false
 	}
@@ -195,22 +215,15 @@ func issuedCookie(r *http.Request) bool {
 // drainTimeout bounds how long discardBody reads a refused upload.
 const drainTimeout = 20 * time.Second
 
-// drainSlots bounds the refused uploads a replica reads at once (discardBody).
-var drainSlots = make(chan struct{}, 8)
+// endedDrains bounds the uploads of ended sessions a replica reads at once (signinAgain). A
+// signed-in account's own refused uploads do not count against it.
+var endedDrains = make(chan struct{}, 8)
 
 // discardBody reads and discards what is left of r's body, so that the answer to a refused
 // upload reaches the browser instead of a connection reset. ServeHTTP bounds the body at the
 // list byte limit (plus the form's slack); the reading also stops after drainTimeout, also
 // interrupting a read that waits, and the connection is then closed with the answer.
 func discardBody(w http.ResponseWriter, r *http.Request) {
-	// The cookie's shape is all that admits a request here, so at most drainSlots bodies are
-	// read at once on a replica; past that the answer goes at once, as it did for every one.
-	select {
-	case drainSlots <- struct{}{}:
-		defer func() { <-drainSlots }()
-	default:
-		return
-	}
 	end := time.Now().Add(drainTimeout)
 	stop := time.AfterFunc(drainTimeout, func() {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())

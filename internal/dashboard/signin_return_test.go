@@ -45,3 +45,20 @@ func TestSigninReturnsToThePageAfterSessionEnded(t *testing.T) {
 		t.Fatal("the plain sign-in page says the session ended")
 	}
 }
+
+// Signing out in one tab leaves the ended-session cookie, so another tab's next request is told
+// that its session ended (and sent back to its page after signing in), not greeted as a stranger.
+func TestOtherTabAfterSignoutIsToldTheSessionEnded(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	b.post("/dashboard/signout", url.Values{"csrf": {b.csrf("/dashboard/keys")}})
+	resp, _ := b.get("/dashboard/keys")
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/dashboard/signin?ended=1&next=%2Fdashboard%2Fkeys" {
+		t.Fatalf("another tab after sign-out: %d %q", resp.StatusCode, loc)
+	}
+	// The notice is said once: that redirect deleted the cookie.
+	if resp, _ := b.get("/dashboard/keys"); resp.Header.Get("Location") != "/dashboard/signin?next=%2Fdashboard%2Fkeys" {
+		t.Fatalf("second request: %q", resp.Header.Get("Location"))
+	}
+}
