@@ -3,7 +3,6 @@ package billing
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,11 +16,7 @@ import (
 // proxiedStripe is a client of stripe-mock through a tcpproxy, for outage tests.
 func proxiedStripe(t *testing.T) (*Stripe, *tcpproxy.Proxy) {
 	t.Helper()
-	p, err := tcpproxy.Start(strings.TrimPrefix(stripetest.URL(t), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := stripetest.Proxied(t)
 	return NewStripe(config.Config{StripeSecretKey: stripetest.SecretKey, StripeAPIBase: "http://" + p.Addr(),
 		StripePrices: map[string]plan.Tier{"price_b": plan.Builder}}), p
 }

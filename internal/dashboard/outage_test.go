@@ -16,7 +16,6 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
-	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 )
 
 // wantUnavailable checks a page refused for an outage: 503, Retry-After 2, the page's words, and
@@ -111,11 +110,7 @@ func TestPostgresOutageAnswers503(t *testing.T) {
 // a 502 after two 10 s timeouts; with Stripe refusing connections, at once.
 func TestStripeOutageAnswers503(t *testing.T) {
 	t.Parallel()
-	proxy, err := tcpproxy.Start(strings.TrimPrefix(stripetest.URL(t), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := stripetest.Proxied(t)
 	env := map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": "http://" + proxy.Addr(),
 		"MAILVET_STRIPE_PRICE_BUILDER": "price_b"}
 	f := newFixture(t, env)
@@ -146,20 +141,13 @@ func TestStripeOutageAnswers503(t *testing.T) {
 	}
 
 	const words = "Billing is temporarily unreachable"
-	for _, outage := range []struct {
-		name   string
-		start  func()
-		within time.Duration
-	}{
-		{"black-holed", proxy.Hold, billing.CallTimeout + 2*time.Second},
-		{"refused", proxy.Cut, 2 * time.Second},
-	} {
-		outage.start()
+	for _, outage := range stripetest.Outages(proxy, billing.CallTimeout) {
+		outage.Start()
 		var wg sync.WaitGroup
 		for name, do := range upgrades {
 			wg.Go(func() {
 				resp, body, took := timed(do)
-				wantUnavailable(t, outage.name+": "+name, resp, body, words, took, outage.within)
+				wantUnavailable(t, outage.Name+": "+name, resp, body, words, took, outage.Within)
 			})
 		}
 		wg.Wait()
