@@ -35,11 +35,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(fs.Output(), usageText)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage, which is printed: no failure
-			return nil
-		}
-		return app.ErrUsage
+	if help, err := app.Parse(fs, args); help || err != nil {
+		return err // -h printed the usage and is no failure; a bad flag is a usage error
 	}
 	// The configuration is loaded by the command that needs it, after its own command line is
 	// checked: help and usage errors must not depend on the environment.
@@ -80,11 +77,8 @@ func migrate(ctx context.Context, args []string, load func() (config.Config, err
 	fs := flag.NewFlagSet("api migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), migrateUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return app.ErrUsage
+	if help, err := app.Parse(fs, args); help || err != nil {
+		return err // -h printed the usage and is no failure; a bad flag is a usage error
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

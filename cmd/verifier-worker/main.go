@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,11 +29,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 Configuration comes from the environment (docs/operations.md, "Configuration").
 `)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage, which is printed: no failure
-			return nil
-		}
-		return app.ErrUsage
+	if help, err := app.Parse(fs, args); help || err != nil {
+		return err // -h printed the usage and is no failure; a bad flag is a usage error
 	}
 	switch cmd := fs.Arg(0); cmd {
 	case "":
@@ -103,11 +99,8 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("verifier-worker check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return app.ErrUsage
+	if help, err := app.Parse(fs, args); help || err != nil {
+		return err // -h printed the usage and is no failure; a bad flag is a usage error
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

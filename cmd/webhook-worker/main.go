@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,11 +27,8 @@ flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage, which is printed: no failure
-			return nil
-		}
-		return app.ErrUsage
+	if help, err := app.Parse(fs, args); help || err != nil {
+		return err // -h printed the usage and is no failure; a bad flag is a usage error
 	}
 	if fs.NArg() > 0 { // the worker has no subcommands: a stray word must not start it
 		fs.Usage()

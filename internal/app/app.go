@@ -6,6 +6,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -198,4 +199,17 @@ func Main(name string, run RunFunc) {
 		}
 		os.Exit(1)
 	}
+}
+
+// Parse parses a command line for a binary or one of its commands. help is true when -h asked
+// for the usage, which fs has printed: the caller stops and it is no failure. A bad flag (fs
+// has printed the usage and the reason) is ErrUsage.
+func Parse(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, ErrUsage
+	}
+	return false, nil
 }
