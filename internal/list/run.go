@@ -3,6 +3,7 @@ package list
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -119,6 +120,16 @@ func (s *Store) Work(ctx context.Context, c Chunk) (Work, error) {
 		return a, r.Scan(&a.Idx, &a.Email)
 	})
 	return w, err
+}
+
+// Running reports whether list id is still running; a deleted list is not.
+func (s *Store) Running(ctx context.Context, id uuid.UUID) (bool, error) {
+	var st State
+	err := s.db.QueryRow(ctx, `SELECT state FROM lists WHERE id = $1`, id).Scan(&st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return st == Running, err
 }
 
 // Written is what writing a chunk led to, for the caller to act on after the commit.

@@ -55,6 +55,10 @@ type ListRunner struct {
 	// MaxFailures is how often one chunk may fail, for a reason that is not an outage, before its
 	// list is given up as failed (docs/lists.md, "States").
 	MaxFailures int
+	// WatchEvery is how often a runner verifying a chunk checks that its list still runs: the
+	// chunk of a list canceled or deleted meanwhile stops probing within WatchEvery, and what it
+	// verified is dropped unbilled (docs/lists.md, "States").
+	WatchEvery time.Duration
 	// OutageRetry is how long a chunk that met an outage (Postgres unreachable, NATS unavailable)
 	// waits before it is tried again. Such a try does not count toward MaxFailures.
 	OutageRetry time.Duration
@@ -72,7 +76,7 @@ type ListRunner struct {
 func NewListRunner(store *list.Store, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *ListRunner {
 	return &ListRunner{store: store, js: js, pipe: pipe, log: log, Concurrency: 8, AckWait: 30 * time.Second,
 		ChunkBudget: 3 * time.Minute, WriteBudget: 30 * time.Second, SweepEvery: 10 * time.Second,
-		StallAfter: 5 * time.Minute, MaxFailures: 20, OutageRetry: 5 * time.Second}
+		StallAfter: 5 * time.Minute, MaxFailures: 20, WatchEvery: 5 * time.Second, OutageRetry: 5 * time.Second}
 }
 
 // stallFloor is the longest a running list can legitimately go without progress while a chunk of
@@ -218,7 +222,9 @@ func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk, again bool) error {
 		return nil // written already (a copy published by the sweep)
 	}
 	vctx, cancel := context.WithTimeout(context.Background(), r.ChunkBudget)
+	unwatch := every(r.WatchEvery, func() { r.watch(c, cancel) })
 	results, err := r.verify(vctx, w.Addresses)
+	unwatch()
 	cancel()
 	if err != nil {
 		return err
@@ -226,11 +232,25 @@ func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk, again bool) error {
 	wctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
 	defer cancel()
 	out, err := r.store.Write(wctx, c, w, results, r.PublicURL)
-	if err != nil {
+	switch {
+	case errors.Is(err, list.ErrNotFound):
+		return nil // deleted while it was verified: nothing to write, nothing billed
+	case err != nil:
 		return err
 	}
 	r.publish(wctx, out)
 	return nil
+}
+
+// watch stops the chunk's verification (stop) once its list is canceled, finished or deleted:
+// its results would be dropped by the write anyway, so probing on would only cost the mail
+// servers' patience and the fleet's sessions. A failed look-up stops nothing; the write decides.
+func (r *ListRunner) watch(c list.Chunk, stop context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(r.WatchEvery, r.WriteBudget))
+	defer cancel()
+	if running, err := r.store.Running(ctx, c.ListID); err == nil && !running {
+		stop()
+	}
 }
 
 // work reads the chunk's unwritten addresses.

@@ -444,3 +444,95 @@ func TestListResumesAfterAWorkerDiesBetweenWriteAndPublish(t *testing.T) {
 		t.Fatalf("list %s with %d of 15 verified, want completed", got.State, got.Verified)
 	}
 }
+
+// heldPipeline probes until its context ends (a mail server that takes its time), reporting when
+// it took a batch and handing back, when it is done, the error its context ended with.
+type heldPipeline struct {
+	took  chan struct{}
+	ended chan error
+}
+
+func (p *heldPipeline) Verify(context.Context, string) verify.Result { panic("not used") }
+
+func (p *heldPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
+	p.took <- struct{}{}
+	<-ctx.Done()
+	p.ended <- ctx.Err()
+	return resultsOf(emails, verify.OutcomeUnknown)
+}
+
+// A list canceled or deleted while a chunk of it is being verified stops that chunk's probing
+// within WatchEvery, not at the end of its budget; the chunk is acknowledged once, not counted as
+// a failure and published again, and nothing is billed.
+func TestListStoppedMidChunkStopsProbing(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"cancel", "delete"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			pool := pgtest.New(t)
+			ctx := context.Background()
+			cfg := list.Defaults()
+			store := list.NewStore(pool, cfg)
+			l, acct := startList(t, b, pool, cfg, 10, "slow.test")
+
+			p := &heldPipeline{took: make(chan struct{}, 4), ended: make(chan error, 4)}
+			runLists(t, b.url, store, p, func(r *verifyworker.ListRunner) {
+				r.ChunkBudget, r.WatchEvery, r.OutageRetry = time.Minute, 50*time.Millisecond, 20*time.Millisecond
+			})
+			select {
+			case <-p.took:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no runner took the chunk")
+			}
+			var err error
+			if how == "cancel" {
+				_, _, err = store.Cancel(ctx, acct, l.ID)
+			} else {
+				_, err = store.Delete(ctx, acct, l.ID)
+			}
+			pgtest.Must(t, err, how)
+			stopped := time.Now()
+			select {
+			case err := <-p.ended:
+				if err != context.Canceled {
+					t.Fatalf("verification ended with %v, want it canceled", err)
+				}
+				if d := time.Since(stopped); d > 5*time.Second {
+					t.Errorf("probing went on %v after the %s", d, how)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the chunk was still being verified 20 s after its list's %s", how)
+			}
+
+			// The message is acknowledged, and neither redelivered nor published again as failed.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				cons, err := b.js.Consumer(ctx, queue.StreamLists, queue.ConsumerListChunks)
+				pgtest.Must(t, err, "consumer")
+				info, err := cons.Info(ctx)
+				pgtest.Must(t, err, "consumer info")
+				if info.NumAckPending == 0 && info.NumPending == 0 {
+					if info.Delivered.Consumer != 1 {
+						t.Errorf("%d chunk deliveries, want 1", info.Delivered.Consumer)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("chunk not settled: %d pending ack, %d pending", info.NumAckPending, info.NumPending)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case <-p.took:
+				t.Error("the chunk of a stopped list was verified again")
+			case <-time.After(300 * time.Millisecond):
+			}
+			var billed int
+			pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct).Scan(&billed), "usage")
+			if billed != 0 {
+				t.Errorf("%d usage rows for a list stopped before any result, want 0", billed)
+			}
+		})
+	}
+}
