@@ -341,7 +341,8 @@ func (c *Client) call(ctx context.Context, r request, want int, out any) error {
 // decodeJSON decodes the JSON answer of attempt a to r into out.
 func decodeJSON(a *attempt, r request, out any) error {
 	if err := json.NewDecoder(a.resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("mailvet: %s %s: decode the %d response: %w", r.method, r.path, a.resp.StatusCode, timeoutCause(a.ctx, err))
+		return fmt.Errorf("mailvet: %s %s%s: decode the %d response: %w", r.method, r.path,
+			requestIDNote(a.resp.Header.Get("X-Request-Id")), a.resp.StatusCode, timeoutCause(a.ctx, err))
 	}
 	return nil
 }

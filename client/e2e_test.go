@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +174,9 @@ func TestE2EManagement(t *testing.T) {
 	var e *client.Error
 	if _, err := v.Verify(ctx, "ann@acme.example"); !errors.As(err, &e) || e.Status != 401 || e.Code != client.CodeInvalidAPIKey {
 		t.Errorf("revoked key: %v", err)
+	} else if len(e.RequestID) < 16 || !strings.Contains(e.Error(), "[request id "+e.RequestID+"]") {
+		// The id a user quotes to support: the API's X-Request-Id, in the error and its text.
+		t.Errorf("revoked key: request id %q in %q", e.RequestID, e.Error())
 	}
 	if err := m.RevokeKey(ctx, created.ID); !errors.As(err, &e) || e.Code != client.CodeKeyNotFound {
 		t.Errorf("revoking twice: %v", err)

@@ -47,6 +47,10 @@ type Error struct {
 	// RetryAfter is the Retry-After header (429 and 503 answers); 0 when absent.
 	RetryAfter time.Duration
 
+	// RequestID is the answer's X-Request-Id: quote it when you ask for help, it finds the
+	// request in the service's logs (docs/errors.md). Empty only when a proxy answered instead.
+	RequestID string
+
 	// Extras of rate_limit_exceeded (Limit, Window, ResetAt), monthly_quota_exceeded (Limit,
 	// Used, ResetAt) and payment_required (HardCapEUR, CurrentOverageEUR); zero when absent.
 	Limit             int
@@ -72,6 +76,9 @@ func (e *Error) Error() string {
 	s := fmt.Sprintf("mailvet: %d %s: %s", e.Status, e.Code, e.Message)
 	if e.Action != "" {
 		s += " (" + e.Action + ")"
+	}
+	if e.RequestID != "" {
+		s += " [request id " + e.RequestID + "]"
 	}
 	return s
 }
@@ -117,8 +124,18 @@ func readError(resp *http.Response) *Error {
 			Message: fmt.Sprintf("HTTP %d without an error envelope: %q", resp.StatusCode, text)}
 	}
 	e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
-
+	e.RequestID = resp.Header.Get("X-Request-Id")
 	return e
+}
+
+// requestIDNote is " (request id X)" for an answer's X-Request-Id, or "" without one: the
+// client's own errors about an answer (a stream cut short, a body it cannot decode) carry it too,
+// so that every failure can be found in the service's logs.
+func requestIDNote(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " (request id " + id + ")"
 }
 
 // retryAfter reads a Retry-After header: seconds, as the API sends, or an HTTP date, as a proxy

@@ -129,14 +129,15 @@ func (c *Client) ListResults(ctx context.Context, id string, opts ResultsOptions
 	return &download{a: a}, nil
 }
 
-// download is a results body: closing it releases the attempt, and a read ended by WithTimeout
-// says so.
+// download is a results body: closing it releases the attempt, and a read that fails (the
+// connection cut, WithTimeout) says so with the response's request id; the cause stays
+// reachable with errors.Is (io.ErrUnexpectedEOF, ErrTimeout).
 type download struct{ a *attempt }
 
 func (d *download) Read(p []byte) (int, error) {
 	n, err := d.a.resp.Body.Read(p)
 	if err != nil && err != io.EOF {
-		err = timeoutCause(d.a.ctx, err)
+		err = fmt.Errorf("mailvet: results download%s: %w", requestIDNote(d.a.resp.Header.Get("X-Request-Id")), timeoutCause(d.a.ctx, err))
 	}
 	return n, err
 }

@@ -297,6 +297,7 @@ func TestListResultsTruncated(t *testing.T) {
 	t.Parallel()
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/csv")
+		w.Header().Set("X-Request-Id", "req-cut")
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprint(w, "email,status\nann@acme.example,deliverable\n")
 		w.(http.Flusher).Flush()
@@ -311,5 +312,8 @@ func TestListResultsTruncated(t *testing.T) {
 	b, err := io.ReadAll(rc)
 	if err == nil || !strings.HasPrefix(string(b), "email,status\n") {
 		t.Errorf("read %q, %v: want the rows so far and an error", b, err)
+	}
+	if err != nil && (!errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "(request id req-cut)")) {
+		t.Errorf("error %v: want io.ErrUnexpectedEOF, with the request id", err)
 	}
 }

@@ -351,6 +351,7 @@ func TestStreamErrorLine(t *testing.T) {
 	t.Parallel()
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("X-Request-Id", fmt.Sprintf("req-%d", i))
 		fmt.Fprintln(w, deliverable)
 		if i == 0 {
 			fmt.Fprintln(w, `{"error":"service_unavailable","message":"1 of 2 addresses were not verified: the fleet did not answer.","action":"Send the addresses listed in emails again; nothing was charged for them.","docs":"d","emails":["bob@initech.example"]}`)
@@ -367,8 +368,8 @@ func TestStreamErrorLine(t *testing.T) {
 		got = append(got, r.Email)
 	}
 	var e *client.Error
-	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" {
-		t.Fatalf("stream error = %v", streamErr)
+	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" || e.RequestID != "req-0" {
+		t.Fatalf("stream error = %v (request id %q)", streamErr, e.RequestID)
 	}
 	if fmt.Sprint(got) != "[ann@acme.example]" {
 		t.Errorf("results %v", got)
@@ -380,7 +381,7 @@ func TestStreamErrorLine(t *testing.T) {
 			streamErr = err
 		}
 	}
-	if streamErr == nil || !strings.Contains(streamErr.Error(), "ended after 1 of 2") {
+	if streamErr == nil || !strings.Contains(streamErr.Error(), "(request id req-1): the stream ended after 1 of 2") {
 		t.Errorf("truncated stream: %v", streamErr)
 	}
 }

@@ -134,6 +134,7 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 		return true, err
 	}
 	defer a.release()
+	id := a.resp.Header.Get("X-Request-Id")
 	sc := bufio.NewScanner(a.resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
 	n := 0
@@ -143,11 +144,12 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 			continue
 		}
 		if e, isErr := decodeEnvelope(line, http.StatusServiceUnavailable); isErr {
+			e.RequestID = id
 			return true, e
 		}
 		var r Result
 		if err := json.Unmarshal(line, &r); err != nil {
-			return true, fmt.Errorf("mailvet: POST %s: line %d: %w", path, n+1, err)
+			return true, fmt.Errorf("mailvet: POST %s%s: line %d: %w", path, requestIDNote(id), n+1, err)
 		}
 		n++
 		if !yield(r, nil) {
@@ -155,12 +157,12 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return true, fmt.Errorf("mailvet: POST %s: after %d of %d results: %w", path, n, len(chunk), timeoutCause(a.ctx, err))
+		return true, fmt.Errorf("mailvet: POST %s%s: after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), timeoutCause(a.ctx, err))
 	}
 	if n != len(chunk) {
 		// A complete stream has one line per address (docs/api.md); fewer without an error line
 		// means the connection ended early.
-		return true, fmt.Errorf("mailvet: POST %s: the stream ended after %d of %d results", path, n, len(chunk))
+		return true, fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results", path, requestIDNote(id), n, len(chunk))
 	}
 	return true, nil
 }

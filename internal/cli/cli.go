@@ -237,6 +237,9 @@ func describe(err error) string {
 		if apiErr.Action != "" {
 			s += "\n  " + apiErr.Action
 		}
+		if apiErr.RequestID != "" {
+			s += "\n  request id: " + apiErr.RequestID
+		}
 		return s
 	}
 	// The client's own errors already say where they come from; the caller adds the prefix.

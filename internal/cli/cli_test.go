@@ -288,6 +288,31 @@ func TestAgainstServer(t *testing.T) {
 		if code, _, stderr := run(t, std, "", "lists", "show", l.ID); code != ExitError || !strings.Contains(stderr, "list_not_found") {
 			t.Errorf("show a deleted list: exit %d, %s", code, stderr)
 		}
+		// A command that fails leaves an --out file it would have written as it was: the first
+		// run's results are still there, and no temporary file is left beside them.
+		before, err := os.ReadFile(out)
+		if err != nil || len(before) == 0 {
+			t.Fatalf("results file: %d bytes, %v", len(before), err)
+		}
+		if code, _, stderr := run(t, std, "", "lists", "results", l.ID, "--out", out); code != ExitError || !strings.Contains(stderr, "list_not_found") {
+			t.Errorf("results of a deleted list: exit %d, %s", code, stderr)
+		}
+		if code, _, stderr := run(t, std, "name,email\nAnn,ann@acme.example\nZoe\n", "verify", "--file", "-", "--out", out); code != ExitError || !strings.Contains(stderr, "line 3") {
+			t.Errorf("ragged CSV to --out: exit %d, %s", code, stderr)
+		}
+		if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
+			t.Errorf("a failed command changed the --out file: %d bytes, was %d", len(after), len(before))
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+			t.Errorf("%d files in the folder, want list.csv and results.csv: %v", len(entries), entries)
+		}
+		// An unwritable --out is refused before anything is uploaded.
+		if code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", filepath.Join(dir, "no", "such", "dir.csv")); code != ExitError || !strings.Contains(stderr, "dir.csv") {
+			t.Errorf("unwritable --out: exit %d, %s", code, stderr)
+		}
+		if _, stdout, _ := run(t, std, "", "lists"); strings.Count(stdout, `"id"`) != 0 {
+			t.Errorf("an unwritable --out uploaded a list: %s", stdout)
+		}
 
 		// Standard input, a plain list of addresses, to standard output.
 		code, stdout, stderr = run(t, std, "zoe@acme.example\nanyone@globex.example\n", "verify", "--file", "-")
@@ -320,6 +345,9 @@ func TestAgainstServer(t *testing.T) {
 		dir := t.TempDir()
 		src, out := filepath.Join(dir, "big.txt"), filepath.Join(dir, "out.csv")
 		if err := os.WriteFile(src, []byte(in.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, []byte("previous results\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -357,8 +385,8 @@ func TestAgainstServer(t *testing.T) {
 		if r.code != ExitError || !strings.Contains(r.stderr, "list "+id+" was canceled") {
 			t.Errorf("verify of a canceled list: exit %d, %s", r.code, r.stderr)
 		}
-		if b, _ := os.ReadFile(out); len(b) != 0 {
-			t.Errorf("a canceled list wrote %d bytes of results", len(b))
+		if b, _ := os.ReadFile(out); string(b) != "previous results\n" {
+			t.Errorf("a canceled list changed the --out file: %q", b)
 		}
 	})
 
@@ -381,7 +409,8 @@ func TestAgainstServer(t *testing.T) {
 		}
 		// The API's refusal is exit 1 with its message and action.
 		code, _, stderr = run(t, mgmt, "", "keys", "revoke", k.ID)
-		if code != ExitError || !strings.Contains(stderr, "key_not_found (HTTP 404)") || !strings.Contains(stderr, "GET /v1/management/keys") {
+		if code != ExitError || !strings.Contains(stderr, "key_not_found (HTTP 404)") || !strings.Contains(stderr, "GET /v1/management/keys") ||
+			!strings.Contains(stderr, "\n  request id: ") {
 			t.Errorf("revoke twice: exit %d, %s", code, stderr)
 		}
 		code, stdout, _ = run(t, mgmt, "", "usage")

@@ -39,15 +39,15 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	if err != nil {
 		return err
 	}
-	// Create the output before uploading, so that an unwritable --out costs nothing.
+	// Check the output before uploading, so that an unwritable --out costs nothing.
 	var out io.Writer = e.stdout
+	var outF *outFile
 	if outPath != "" {
-		f, err := os.Create(outPath)
-		if err != nil {
+		if outF, err = createOut(outPath); err != nil {
 			return err
 		}
-		defer f.Close()
-		out = f
+		defer outF.discard()
+		out = outF
 	}
 	name := "mailvet-cli"
 	if path != "-" {
@@ -77,6 +77,11 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	}
 	if err := e.download(ctx, c, l.ID, client.ResultsOptions{}, out); err != nil {
 		return err
+	}
+	if outF != nil {
+		if err := outF.commit(); err != nil {
+			return err
+		}
 	}
 	if isTerminal(e.stderr) {
 		fmt.Fprintf(e.stderr, "%d rows (%d unique addresses) verified in %s; list %s\n", l.Rows, l.Unique,
@@ -207,20 +212,23 @@ func (e env) lists(ctx context.Context, args []string) error {
 		}
 		writeList(e.stdout, l)
 	case "results":
-		w := e.stdout
-		if *out != "" {
-			f, err := os.Create(*out)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			w = f
-		}
 		var statuses []string
 		if *status != "" {
 			statuses = strings.Split(*status, ",")
 		}
-		return e.download(ctx, c, rest[0], client.ResultsOptions{Format: *format, Statuses: statuses}, w)
+		opts := client.ResultsOptions{Format: *format, Statuses: statuses}
+		if *out == "" {
+			return e.download(ctx, c, rest[0], opts, e.stdout)
+		}
+		f, err := createOut(*out)
+		if err != nil {
+			return err
+		}
+		defer f.discard()
+		if err := e.download(ctx, c, rest[0], opts, f); err != nil {
+			return err
+		}
+		return f.commit()
 	case "cancel":
 		l, err := c.CancelList(ctx, rest[0])
 		if err != nil {

@@ -385,14 +385,15 @@ export class Mailvet {
     const { format = "csv", status, ...call } = options;
     const q = new URLSearchParams({ format });
     if (status !== undefined) q.set("status", typeof status === "string" ? status : status.join(","));
-    const { res, deadline } = await this.#send({ ...call, method: "GET", path: `/v1/email/lists/${encodeURIComponent(id)}/results?${q}`, key: "standard" });
+    const get: Call = { ...call, method: "GET", path: `/v1/email/lists/${encodeURIComponent(id)}/results?${q}`, key: "standard" };
+    const { res, deadline } = await this.#send(get);
     deadline.stopTimer();
     if (!res.body) {
       deadline.done();
       throw clientError("invalid_response", "the results response has no body", res.status, requestIdOf(res));
     }
     const reader = res.body.getReader();
-    const fail = (err: unknown) => this.#transportError(err, call.signal, deadline);
+    const fail = (err: unknown) => this.#transportError(err, call.signal, deadline, this.#what(get));
     return new ReadableStream<Uint8Array>({
       async pull(ctl) {
         let chunk: ReadableStreamReadResult<Uint8Array>;
@@ -439,7 +440,7 @@ export class Mailvet {
     try {
       text = await res.text();
     } catch (err) {
-      throw this.#transportError(err, call.signal, deadline);
+      throw this.#transportError(err, call.signal, deadline, this.#what(call));
     } finally {
       deadline.done();
     }
@@ -485,14 +486,14 @@ export class Mailvet {
         res = await this.#fetch(this.#base + call.path, init);
       } catch (err) {
         deadline.done();
-        throw this.#transportError(err, call.signal, deadline);
+        throw this.#transportError(err, call.signal, deadline, this.#what(call));
       }
       if (res.ok) return { res, deadline };
       let err: MailvetError;
       try {
         err = await errorFrom(res);
       } catch (readErr) {
-        throw this.#transportError(readErr, call.signal, deadline);
+        throw this.#transportError(readErr, call.signal, deadline, this.#what(call));
       } finally {
         deadline.done();
       }
@@ -521,11 +522,17 @@ export class Mailvet {
     return undefined;
   }
 
-  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline): unknown {
+  // #transportError is the error of a request that got no complete answer; what names the
+  // request ("POST https://…/v1/email/verify") for the message.
+  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline, what: string): unknown {
     if (signal?.aborted) return signal.reason;
-    if (deadline.timedOut()) return clientError("timeout", "The request timed out.", 0, { cause: err });
+    if (deadline.timedOut()) return clientError("timeout", `${what} timed out.`, 0, { cause: err });
     if (err instanceof MailvetError) return err;
-    return clientError("network_error", `The request failed: ${err instanceof Error ? err.message : String(err)}`, 0, { cause: err });
+    return clientError("network_error", `${what} failed: ${causes(err)}`, 0, { cause: err });
+  }
+
+  #what(call: Pick<Call, "method" | "path">): string {
+    return `${call.method} ${this.#base}${call.path}`;
   }
 
   // #lines yields the results of one stream response as their lines arrive. rest are the
@@ -563,7 +570,7 @@ export class Mailvet {
         try {
           chunk = await reader.read();
         } catch (err) {
-          throw this.#transportError(err, signal, deadline);
+          throw this.#transportError(err, signal, deadline, `POST ${this.#base}/v1/email/verify/stream`);
         }
         if (chunk.done) break;
         buffered += decoder.decode(chunk.value, { stream: true });
@@ -591,6 +598,19 @@ export class Mailvet {
       if (!finished) await reader.cancel().catch(() => undefined);
     }
   }
+}
+
+// causes is an error's message followed by those of its causes: Node's fetch says only "fetch
+// failed" or "terminated", and the reason (ECONNREFUSED and the address, a reset) is one or two
+// causes down, where a log line would never show it.
+function causes(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
+    const msg = e instanceof Error ? e.message : String(e);
+    if (msg && !parts.includes(msg)) parts.push(msg);
+    e = e instanceof Error ? e.cause : undefined;
+  }
+  return parts.join(": ") || "unknown error";
 }
 
 function requestIdOf(res: Response): { requestId?: string } {

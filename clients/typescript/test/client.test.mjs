@@ -252,6 +252,8 @@ describe("timeouts and aborts", () => {
     await f.close();
     const err = await new Mailvet({ baseUrl: url, ...keys }).verify("a@acme.example").catch((e) => e);
     assert.equal(err.error, "network_error");
+    // The message says what was asked and why it failed, not only fetch's "fetch failed".
+    assert.match(err.message, /^POST http:\/\/127\.0\.0\.1:\d+\/v1\/email\/verify failed: fetch failed: .*ECONNREFUSED/);
   });
 });
 
