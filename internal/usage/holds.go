@@ -86,23 +86,25 @@ func NewHolds(db DB, log *slog.Logger, o HoldOptions) *Holds {
 // Replica is the id this replica's rows are held by (usage_log.held_by, api_replicas.id).
 func (h *Holds) Replica() string { return h.id }
 
-// start runs the heartbeat, the confirmations and the sweep, once; not after Close.
+// start runs the heartbeat, the confirmations and the sweep, once; not after Close. The first
+// heartbeat is written before start returns, so before the first row this replica holds: until
+// it lands, another replica's sweep would take a row with an occurred_at older than the grace
+// for one of a replica that died before its first heartbeat, and withdraw it while its request
+// is still running.
 func (h *Holds) start() {
 	h.once.Do(func() {
 		h.started = true
+		h.heartbeat()
 		h.loops.Add(3)
-		go h.every(h.grace/heartbeatsPerGrace, true, h.heartbeat)
-		go h.every(confirmEvery, false, h.flush)
-		go h.every(sweepEvery, false, h.sweep)
+		go h.every(h.grace/heartbeatsPerGrace, h.heartbeat)
+		go h.every(confirmEvery, h.flush)
+		go h.every(sweepEvery, h.sweep)
 	})
 }
 
-// every runs task every interval (first at once when now) until Close or Abandon.
-func (h *Holds) every(interval time.Duration, now bool, task func()) {
+// every runs task every interval until Close or Abandon.
+func (h *Holds) every(interval time.Duration, task func()) {
 	defer h.loops.Done()
-	if now {
-		task()
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -258,3 +258,29 @@ func TestLateRefundAfterTheSweepGivesQuotaOnce(t *testing.T) {
 		t.Fatalf("quota units %d after the late refund, want 5: the rowless email's unit back, the rows' not twice", q)
 	}
 }
+
+// A new replica's first held row is protected from the moment it is written: the replica's
+// heartbeat lands before it, so a sweep that runs at once (another replica's) does not take the
+// row for one of a replica that died before its first heartbeat, even when the row's time is
+// older than the grace (a row of a long request, or this test's fixed clock).
+func TestFirstHeldRowOfANewReplicaIsNotSwept(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "free")
+	for i := range 20 {
+		l, _ := heldLedger(pool, pool)
+		req := freeReq(acct, 1)
+		req.RatePerMin = 100
+		charge, _, err := l.Admit(ctx, req)
+		pgtest.Must(t, err, "admit")
+		pgtest.Must(t, charge.Record(ctx, []usage.Row{streamRow(acct, fmt.Sprintf("first:%d", i))}), "record")
+		n, err := usage.SweepHeld(ctx, pool, testGrace)
+		pgtest.Must(t, err, "sweep")
+		charge.Settle()
+		charge.Close()
+		l.Close()
+		if n != 0 {
+			t.Fatalf("replica %d: the sweep withdrew %d rows of a live request", i, n)
+		}
+	}
+}
