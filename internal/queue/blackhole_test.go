@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +236,55 @@ func TestStalledNATSLinkComesBackWithoutReconnect(t *testing.T) {
 	}
 	if r, _, err := p.verifyOne("a@example.com"); err != nil || r.Email != "a@example.com" {
 		t.Errorf("after the stall: %+v, %v", r, err)
+	}
+}
+
+// A consumer stops within its drain bound when NATS stops answering (a black hole, a stopped
+// server: the connection still looks up): its pending pull is left behind instead of waited for
+// until the client declares the connection stale, and nothing is handled after Run returned.
+func TestConsumerStopsPromptlyWhileNATSIsBlackHoled(t *testing.T) {
+	t.Parallel()
+	p := startProxied(t)
+	js, _ := jetstream.New(p.worker)
+	c := queue.NewConsumer(js, queue.JobsConsumer(4, 5*time.Second), queue.Layout{}, 4, quiet)
+	var afterStop atomic.Bool
+	var stopped atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(m jetstream.Msg) {
+			if stopped.Load() {
+				afterStop.Store(true)
+			}
+			_ = m.Ack()
+		})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Check(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("consumer not running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.proxy.Hold()
+	time.Sleep(200 * time.Millisecond) // the pull in flight is now waiting on a silent server
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		stopped.Store(true)
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if d := time.Since(start); d > 2500*time.Millisecond {
+			t.Errorf("Run took %v to stop, want about the 1 s drain bound", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return 15 s after its context ended")
+	}
+	p.proxy.Restore()
+	time.Sleep(300 * time.Millisecond)
+	if afterStop.Load() {
+		t.Error("a message was handled after Run returned")
 	}
 }

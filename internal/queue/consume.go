@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,56 +116,71 @@ func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // pump reads it until it fails or ctx ends.
+//
+// The reads run in their own goroutine, so that stopping never waits for NATS: a Next waiting on
+// a server that stopped answering (a black hole, a SIGSTOPped server: the connection still looks
+// up) returns only when the connection is closed, and the iterator's Stop does nothing once Drain
+// was called. So when ctx ends, pump drains for at most drainWait, then stops the iterator and
+// returns as soon as the message being handed to handle, if any, is done; a read left behind
+// hands back (Nak) whatever it still gets and ends when the process closes its connection.
 func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesContext, handle func(jetstream.Msg)) error {
 	defer it.Stop()
-	stopped := make(chan struct{})
-	defer close(stopped)
+	// handling is held while a message is checked against ctx and handed to handle: once pump
+	// has taken it after ctx ended, no read hands a message to handle any more.
+	var handling sync.Mutex
+	done := make(chan error, 1)
 	go func() {
 		for {
-			changed := link.Changed()
-			select {
-			case <-ctx.Done():
-				// Drain: Next returns what is buffered, then ErrMsgIteratorClosed. Draining needs
-				// the server, so with the connection down (or a drain that does not finish) the
-				// iterator is stopped instead; a stop must never wait for NATS.
-				if !link.Up() {
-					it.Stop()
-					return
+			m, err := it.Next()
+			if err != nil {
+				if ctx.Err() != nil {
+					err = nil
 				}
-				it.Drain()
-				select {
-				case <-stopped:
-				case <-time.After(drainWait):
-					it.Stop()
-				}
+				done <- err
 				return
-			case <-stopped:
-				return
-			case <-changed:
-				// Back from a disconnect: the server may have lost the consumer (or the whole
-				// store). Re-creating it under the running iterator lets the iterator's next pull
-				// find it, instead of waiting for missed heartbeats.
-				if link.Up() {
-					if _, err := c.ensure(ctx); err != nil && ctx.Err() == nil {
-						c.log.Warn("re-create consumer after reconnect", "consumer", c.Name(), "err", err)
-					}
-				}
 			}
+			handling.Lock()
+			if ctx.Err() != nil {
+				handling.Unlock()
+				_ = m.Nak() // stopping: another replica takes it now rather than after AckWait
+				continue
+			}
+			handle(m)
+			handling.Unlock()
 		}
 	}()
 	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		changed := link.Changed()
+		select {
+		case err := <-done:
 			return err
+		case <-changed:
+			// Back from a disconnect: the server may have lost the consumer (or the whole
+			// store). Re-creating it under the running iterator lets the iterator's next pull
+			// find it, instead of waiting for missed heartbeats.
+			if link.Up() {
+				if _, err := c.ensure(ctx); err != nil && ctx.Err() == nil {
+					c.log.Warn("re-create consumer after reconnect", "consumer", c.Name(), "err", err)
+				}
+			}
+		case <-ctx.Done():
+			// Drain: Next returns what is buffered (handed back), then ErrMsgIteratorClosed.
+			// Draining needs the server, so with the connection down the iterator is stopped.
+			if link.Up() {
+				it.Drain()
+			} else {
+				it.Stop()
+			}
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(drainWait):
+			}
+			it.Stop()
+			handling.Lock()
+			defer handling.Unlock()
+			return nil
 		}
-		if ctx.Err() != nil {
-			_ = m.Nak() // stopping: another replica takes it now rather than after AckWait
-			continue
-		}
-		handle(m)
 	}
 }
 
