@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,7 +57,14 @@ type Infra struct {
 	// Streams re-creates streams a NATS server lost; Run keeps it going.
 	Streams *queue.Keeper
 
-	ops *HTTPServer
+	// The ops listener serves from the start of Start, so that /healthz answers while the
+	// process waits for its dependencies; stopOps ends it, once.
+	ops      *HTTPServer
+	opsStop  context.CancelFunc
+	opsDone  chan error
+	opsOnce  sync.Once
+	opsErr   error
+	starting atomic.Pointer[string] // what Start waits for; nil once it has returned
 }
 
 // DevDataDir is where dev mode keeps the embedded NATS store; it is git-ignored.
@@ -66,8 +75,10 @@ const DevDataDir = ".data"
 //
 // A Postgres or a NATS cluster that is not ready yet is waited for, with backoff and a log line
 // for each wait, until ctx ends: in a deployment the processes often start before their
-// dependencies. Mistakes that waiting cannot fix (bad credentials, a database that does not exist)
-// fail at once and say what to do.
+// dependencies. So is a database not migrated yet. Mistakes that waiting cannot fix (bad
+// credentials, a database that does not exist) fail at once and say what to do. The ops listener
+// serves from the start: /healthz answers 200 while the process waits, and /readyz 503 with a
+// "startup" check that says what it waits for.
 func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger) (_ *Infra, err error) {
 	in := &Infra{Config: cfg, Log: log, Layout: Layout(cfg), Ready: health.NewChecker(2 * time.Second), Metrics: health.NewRegistry()}
 	defer func() {
@@ -75,6 +86,13 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 			in.Close()
 		}
 	}()
+	if in.ops, err = Listen(cfg.MetricsAddr, health.Handler(in.Ready, in.Metrics)); err != nil {
+		return nil, fmt.Errorf("MAILVET_METRICS_ADDR: %w", err)
+	}
+	in.serveOps()
+	in.Ready.Add("startup", in.startupCheck)
+	defer in.Ready.Remove("startup")
+	in.waitingFor("Postgres")
 
 	if cfg.Dev {
 		if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
@@ -87,6 +105,11 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	if in.Pool, err = database.OpenWait(ctx, cfg.DatabaseURL, log); err != nil {
 		return nil, err
 	}
+	in.waitingFor("the database schema (run `bin/api migrate`)")
+	if err := database.WaitSchema(ctx, in.Pool, log); err != nil {
+		return nil, err
+	}
+	in.waitingFor("NATS")
 
 	natsURL := cfg.NatsURL
 	if natsURL == "" {
@@ -106,6 +129,7 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	if in.JS, err = jetstream.New(in.NATS); err != nil {
 		return nil, err
 	}
+	in.waitingFor("the JetStream streams")
 	if err := queue.EnsureStreams(ctx, in.JS, in.Layout, log); err != nil {
 		return nil, err
 	}
@@ -116,11 +140,38 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, link, js) })
 	in.Ready.Add("streams", in.Streams.Check)
-
-	if in.ops, err = Listen(cfg.MetricsAddr, health.Handler(in.Ready, in.Metrics)); err != nil {
-		return nil, fmt.Errorf("MAILVET_METRICS_ADDR: %w", err)
-	}
+	in.starting.Store(nil)
 	return in, nil
+}
+
+// waitingFor records what Start waits for now, for /readyz's "startup" check.
+func (in *Infra) waitingFor(what string) { in.starting.Store(&what) }
+
+// startupCheck fails while Start is still waiting for a dependency, saying for which.
+func (in *Infra) startupCheck(context.Context) error {
+	if what := in.starting.Load(); what != nil {
+		return fmt.Errorf("starting: waiting for %s", *what)
+	}
+	return nil
+}
+
+// serveOps serves the ops listener in the background until stopOps.
+func (in *Infra) serveOps() {
+	ctx, cancel := context.WithCancel(context.Background())
+	in.opsStop, in.opsDone = cancel, make(chan error, 1)
+	go func() { in.opsDone <- in.ops.Serve(ctx, time.Second, in.Log) }()
+}
+
+// stopOps shuts the ops listener down (in-flight requests get a second) and returns how its
+// serving ended; only the first call does anything.
+func (in *Infra) stopOps() error {
+	in.opsOnce.Do(func() {
+		if in.opsStop != nil {
+			in.opsStop()
+			in.opsErr = <-in.opsDone
+		}
+	})
+	return in.opsErr
 }
 
 // Layout is the NATS layout cfg describes (MAILVET_NATS_PREFIX, MAILVET_STREAM_REPLICAS).
@@ -136,14 +187,23 @@ func NATSAuth(cfg config.Config) queue.Auth {
 // OpsAddr is the address the ops listener is bound to.
 func (in *Infra) OpsAddr() string { return in.ops.Addr() }
 
-// ServeOps runs the ops listener until ctx ends.
+// ServeOps keeps the ops listener (serving since Start) until ctx ends, then shuts it down; it
+// returns early with the error of a listener that failed.
 func (in *Infra) ServeOps(ctx context.Context) error {
-	return in.ops.Serve(ctx, time.Second, in.Log)
+	select {
+	case <-ctx.Done():
+		return in.stopOps()
+	case err := <-in.opsDone:
+		in.opsDone <- err // for stopOps
+		_ = in.stopOps()
+		return err
+	}
 }
 
 // Close releases everything Start acquired, in reverse order. NATS is drained so that messages
 // already published by this process reach the server before it goes away.
 func (in *Infra) Close() {
+	_ = in.stopOps()
 	if in.NATS != nil {
 		done := make(chan struct{})
 		in.NATS.SetClosedHandler(func(*nats.Conn) { close(done) })

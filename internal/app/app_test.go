@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
@@ -136,8 +138,9 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 	natsURL, natsProxy := throughProxy(t, natstest.URL(t))
 	pgProxy.Cut()
 	natsProxy.Cut()
+	ops := freeAddr(t)
 	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
-		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": "127.0.0.1:0"}[k]
+		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,12 +164,26 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 		t.Fatalf("Start returned while Postgres was down: %v", s.err)
 	case <-time.After(1500 * time.Millisecond):
 	}
+	// While it waits, the ops listener answers: alive, not ready, and why.
+	waitingFor := func(what string) {
+		t.Helper()
+		resp, err := http.Get("http://" + ops + "/healthz")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthz while waiting for %s: %v %v", what, resp, err)
+		}
+		resp.Body.Close()
+		if code, rep := readyz(t, ops); code != http.StatusServiceUnavailable || rep.Checks["startup"] != "starting: waiting for "+what {
+			t.Errorf("/readyz while waiting for %s: %d %+v", what, code, rep)
+		}
+	}
+	waitingFor("Postgres")
 	pgProxy.Restore()
 	select {
 	case s := <-done:
 		t.Fatalf("Start returned while NATS was down: %v", s.err)
 	case <-time.After(1500 * time.Millisecond):
 	}
+	waitingFor("NATS")
 	natsProxy.Restore()
 	var s started
 	select {
@@ -181,8 +198,8 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 	go func() { runDone <- s.in.Run(ctx) }()
 	defer func() { cancel(); <-runDone; s.in.Close() }()
 	rep := waitReady(t, s.in.OpsAddr(), http.StatusOK, 10*time.Second)
-	if rep.Checks["streams"] != "ok" {
-		t.Errorf("ready without the streams check: %+v", rep)
+	if _, waiting := rep.Checks["startup"]; rep.Checks["streams"] != "ok" || waiting {
+		t.Errorf("ready without the streams check, or with the start-up's: %+v", rep)
 	}
 	for _, want := range []string{"waiting for Postgres", "waiting for NATS"} {
 		if !strings.Contains(logs.String(), want) {
@@ -235,4 +252,67 @@ func TestStartSaysToMigrateAMissingDatabase(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("Start took %v to refuse a missing database", took)
 	}
+}
+
+// freeAddr is a loopback address with a port free a moment ago, for a listener whose address a
+// test must know before the code under test binds it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A database that exists but is not migrated yet (a managed database, the migrate job still
+// running) is waited for: the process neither reports ready nor answers every request with a 503
+// meanwhile, and starts once the migrations are in.
+func TestStartWaitsForTheSchema(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.EmptyURL(t)
+	ops := freeAddr(t)
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
+		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logtest.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type started struct {
+		in  *app.Infra
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		in, err := app.Start(ctx, cfg, "test", app.NewLogger(&logs, "test"))
+		done <- started{in, err}
+	}()
+	select {
+	case s := <-done:
+		t.Fatalf("Start returned before the database was migrated: %v", s.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if code, rep := readyz(t, ops); code != http.StatusServiceUnavailable || !strings.Contains(rep.Checks["startup"], "schema") {
+		t.Errorf("/readyz while the schema is missing: %d %+v", code, rep)
+	}
+	if !strings.Contains(logs.String(), "bin/api migrate") {
+		t.Errorf("the log does not say to migrate: %s", logs.String())
+	}
+	if _, err := database.Migrate(ctx, dbURL, nil); err != nil {
+		t.Fatal(err)
+	}
+	var s started
+	select {
+	case s = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Start did not return within 15 s of the migration")
+	}
+	if s.err != nil {
+		t.Fatalf("Start: %v", s.err)
+	}
+	s.in.Close()
 }

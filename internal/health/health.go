@@ -39,6 +39,13 @@ func (c *Checker) Add(name string, fn CheckFunc) {
 	c.checks[name] = fn
 }
 
+// Remove drops the check registered under name, if any.
+func (c *Checker) Remove(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.checks, name)
+}
+
 // Report is the body of /readyz.
 type Report struct {
 	Status string            `json:"status"` // "ready" or "not_ready"
