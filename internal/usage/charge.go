@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Ledger admits requests and settles what they owe. It is the one place where a failed or
@@ -29,6 +30,9 @@ type Ledger struct {
 	holds *Holds
 	// abandoned: the ledger writes nothing more (Abandon).
 	abandoned atomic.Bool
+	// closing is closed by Close: background removals stop waiting.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // HoldRows makes l write its rows held by h's replica and confirm them once delivered; the API
@@ -52,12 +56,14 @@ func (l *Ledger) Abandon() {
 }
 
 // NewLedger returns a ledger on db that admits each request alone (Admit).
-func NewLedger(db DB, log *slog.Logger) *Ledger { return &Ledger{db: db, log: log} }
+func NewLedger(db DB, log *slog.Logger) *Ledger {
+	return &Ledger{db: db, log: log, closing: make(chan struct{})}
+}
 
 // NewGroupedLedger returns a ledger on db that admits requests in groups collected for up to
 // window (Admitter); a window of zero admits each alone, as NewLedger's does.
 func NewGroupedLedger(db BatchDB, log *slog.Logger, window time.Duration) *Ledger {
-	return &Ledger{db: db, log: log, group: NewAdmitter(db, log, window)}
+	return &Ledger{db: db, log: log, group: NewAdmitter(db, log, window), closing: make(chan struct{})}
 }
 
 // Close waits for the groups in flight and the refunds still being retried.
@@ -65,6 +71,7 @@ func (l *Ledger) Close() {
 	if l.group != nil {
 		l.group.Close()
 	}
+	l.closeOnce.Do(func() { close(l.closing) })
 	l.background.Wait()
 	if l.holds != nil {
 		l.holds.Close() // after the refunds: what they could not withdraw is then swept
@@ -129,16 +136,24 @@ type Charge struct {
 	settled   bool
 	delivered int
 	pending   map[string]bool // rows recorded (Record) whose results have not reached the client
-	closed    bool
+	// doubtful are the rows of a Record whose outcome is unknown (its deadline passed, the
+	// connection broke): Postgres may still commit them later. Close refunds their quota units
+	// at once, like those of emails that never got a row, and removes the rows, now and again
+	// for a while after (Ledger.withdrawLate), without touching the units a second time.
+	doubtful []string
+	closed   bool
 }
 
 // Record writes result rows of this request (Record) and keeps them owed only until Close,
 // unless Deliver or Settle says the client got them.
 //
-// Rows are owed-until-delivered even when Record fails: a statement whose deadline expired may
-// still have committed (the cancel arrived after the commit), and Close must take such rows back
-// (test/cluster found batches answered 503 and billed). Withdrawing a row that was never written
-// is a no-op.
+// The write does not end when the request's context is cancelled (a client that hangs up is the
+// commonest reason): cut off mid-statement, it could still commit after Close had looked for its
+// rows, and leave them billed. It keeps the context's deadline, or gets database.QueryTimeout.
+// A failed write is one of two kinds. Postgres answered an error: the statement rolled back and
+// its rows do not exist, so Close refunds their emails' quota units like those of emails that
+// never had a row. Its outcome is unknown (the deadline passed, the connection broke): the rows
+// may still commit, so they are doubtful (see Charge.doubtful).
 func (c *Charge) Record(ctx context.Context, rows []Row) error {
 	if c.ledger.holds != nil {
 		rows = slices.Clone(rows) // held by this replica; the caller's rows stay as they were
@@ -146,25 +161,48 @@ func (c *Charge) Record(ctx context.Context, rows []Row) error {
 	}
 	err := errAbandoned
 	if !c.ledger.abandoned.Load() {
-		err = Record(ctx, c.ledger.db, rows)
+		rctx, cancel := detached(ctx)
+		err = Record(rctx, c.ledger.db, rows)
+		cancel()
+	}
+	keys := make([]string, len(rows))
+	for i, r := range rows {
+		keys[i] = r.ItemKey
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.settled { // recorded after Settle: owed at once
-		keys := make([]string, len(rows))
-		for i, r := range rows {
-			keys[i] = r.ItemKey
-		}
+	switch {
+	case err == nil && c.settled: // recorded after Settle: owed at once
 		c.ledger.confirm(keys)
-		return err
-	}
-	if c.pending == nil {
-		c.pending = make(map[string]bool, len(rows))
-	}
-	for _, r := range rows {
-		c.pending[r.ItemKey] = true
+	case err == nil || errors.Is(err, errAbandoned):
+		if c.pending == nil {
+			c.pending = make(map[string]bool, len(rows))
+		}
+		for _, k := range keys {
+			c.pending[k] = true
+		}
+	case !rolledBack(err) && c.settled: // no Close to come: remove them from here
+		c.ledger.withdrawLate(c.d.AccountID, keys)
+	case !rolledBack(err):
+		c.doubtful = append(c.doubtful, keys...)
 	}
 	return err
+}
+
+// detached is ctx without its cancellation, keeping its deadline if it has one.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), d)
+}
+
+// rolledBack reports whether a failed write certainly wrote nothing: Postgres answered an error
+// (the statement's implicit transaction rolled back), or the statement was never sent.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
 // refused reports whether err is admission refusing the request (nothing written), as opposed
@@ -227,14 +265,18 @@ func (c *Charge) Close() {
 	for k := range c.pending {
 		withdraw = append(withdraw, k)
 	}
+	doubtful := c.doubtful
 	// The quota units of recorded rows go back with the rows, one per row actually removed
 	// (settle): if another replica's sweep removed them first (this one was cut off from
 	// Postgres past its grace), their units are not given back twice. Refund gives back the
-	// units of the emails that never got a row.
+	// units of the emails that have no row: never written, rolled back, or doubtful.
 	refund := c.d
 	refund.QuotaCharged = min(c.d.QuotaCharged, max(0, c.units-c.delivered-len(withdraw)))
 	refund.RefundID = uuid.New() // the same for every retry of this refund (settle)
 	c.mu.Unlock()
+	if len(doubtful) > 0 {
+		c.ledger.withdrawLate(c.d.AccountID, doubtful)
+	}
 	if len(withdraw) == 0 && refund.QuotaCharged == 0 && len(refund.Logged) == 0 {
 		return
 	}
@@ -248,6 +290,43 @@ const (
 	refundWait     = 500 * time.Millisecond // on the response's path
 	refundPatience = 2 * time.Minute        // behind it
 )
+
+// lateWithdrawals are the waits, one after the other, between the removals of doubtful rows: a
+// write cut off by its deadline can still commit once what held it up (a lock, a stalled disk)
+// lets go, so the rows are looked for again over ten minutes.
+var lateWithdrawals = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 8 * time.Minute}
+
+// withdrawLate removes doubtful rows (Charge.doubtful) of account now, on the response's path,
+// and again after each of lateWithdrawals behind it, with their billable counts but not their
+// quota units, which Close refunded. Ledger.Close cuts the waits short and makes one last removal.
+func (l *Ledger) withdrawLate(account string, keys []string) {
+	if l.abandoned.Load() {
+		return
+	}
+	remove := func(wait time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := withdraw(ctx, l.db, account, keys, false); err != nil && l.log != nil {
+			l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
+		}
+	}
+	remove(refundWait)
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		for _, wait := range lateWithdrawals {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.closing:
+				t.Stop()
+				remove(2 * refundWait)
+				return
+			}
+			remove(2 * refundWait)
+		}
+	}()
+}
 
 func (l *Ledger) settle(d Decision, withdrawKeys []string) {
 	if l.abandoned.Load() {

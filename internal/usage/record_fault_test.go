@@ -1,0 +1,144 @@
+package usage_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verify"
+)
+
+// batchRows are n result rows of a batch, keyed prefix:i.
+func batchRows(acct, prefix string, n int) []usage.Row {
+	rows := make([]usage.Row, n)
+	for i := range rows {
+		rows[i] = usage.ResultRow(usage.Item{Key: fmt.Sprintf("%s:%d", prefix, i), AccountID: acct, Route: "verify_batch"},
+			verify.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verify.StatusDeliverable}, nil)
+		rows[i].OccurredAt = now
+	}
+	return rows
+}
+
+// lockMonthly holds the account's monthly usage row in another session for hold, as a slow or
+// contended Postgres would; it returns once the lock is taken.
+func lockMonthly(t *testing.T, pool *pgxpool.Pool, acct string, hold time.Duration) {
+	t.Helper()
+	taken := make(chan error, 1)
+	go func() {
+		tx, err := pool.Begin(context.Background())
+		if err != nil {
+			taken <- err
+			return
+		}
+		defer tx.Rollback(context.Background())
+		lctx, cancel := context.WithTimeout(context.Background(), hold+5*time.Second)
+		defer cancel()
+		if _, err := tx.Exec(lctx, `SELECT 1 FROM usage_monthly WHERE account_id = $1 FOR UPDATE`, acct); err != nil {
+			taken <- err
+			return
+		}
+		taken <- nil
+		time.Sleep(hold)
+		_ = tx.Commit(context.Background())
+	}()
+	if err := <-taken; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A write of a request's rows that Postgres refused (here its lock_timeout: the statement rolled
+// back) leaves no row, so Close gives the free tier's quota units of those emails back: the
+// 503's "nothing was charged" holds for the quota too (before, the units stayed spent).
+func TestRolledBackRecordGivesTheQuotaBack(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url)
+	impatient := pgtest.Pool(t, url+"&lock_timeout=200ms")
+	ledger := usage.NewLedger(impatient, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	defer ledger.Close()
+	acct := newAccount(t, pool, "free")
+
+	charge, _, err := ledger.Admit(ctx, freeReq(acct, 3))
+	pgtest.Must(t, err, "admit")
+	if q, _, _ := monthly(t, pool, acct); q != 3 {
+		t.Fatalf("admitted with %d quota units, want 3", q)
+	}
+	lockMonthly(t, pool, acct, 2*time.Second)
+	if err := charge.Record(ctx, batchRows(acct, "refused", 3)); err == nil {
+		t.Fatal("Record succeeded past the lock")
+	}
+	charge.Close() // its refund waits behind the response until the lock is gone
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, b, d := monthly(t, pool, acct)
+		if q == 0 && b == 0 && d == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the refused write: quota %d, billable %d, daily %d; want 0 of each", q, b, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A write whose deadline passes while Postgres still holds it (a lock) may commit after the
+// request has closed its charge: its rows are looked for again behind the response and removed,
+// with their billable counts, and the quota units are given back once. Before, such rows stayed
+// billed, held by the live replica, for as long as it ran.
+func TestRowsOfAWriteThatCommitsAfterCloseAreRemoved(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ledger := usage.NewLedger(pool, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	defer ledger.Close()
+	acct := newAccount(t, pool, "free")
+
+	charge, _, err := ledger.Admit(ctx, freeReq(acct, 3))
+	pgtest.Must(t, err, "admit")
+	lockMonthly(t, pool, acct, 1500*time.Millisecond) // longer than the write's 1 s deadline
+	if err := charge.Record(ctx, batchRows(acct, "late", 3)); err == nil {
+		t.Fatal("Record succeeded past the lock")
+	}
+	charge.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		rows := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct)
+		q, b, d := monthly(t, pool, acct)
+		if rows == 0 && q == 0 && b == 0 && d == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after Close: %d rows, quota %d, billable %d, daily %d; want 0 of each", rows, q, b, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A client that hangs up does not cut the write of its rows short (a statement cut off could
+// commit after Close looked for its rows): the rows are written, and Close takes them back.
+func TestRecordIsNotCutShortByTheClientLeaving(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ledger := usage.NewLedger(pool, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	defer ledger.Close()
+	acct := newAccount(t, pool, "free")
+
+	charge, _, err := ledger.Admit(ctx, freeReq(acct, 2))
+	pgtest.Must(t, err, "admit")
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	pgtest.Must(t, charge.Record(gone, batchRows(acct, "gone", 2)), "record for a client that left")
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != 2 {
+		t.Fatalf("%d rows written, want 2", n)
+	}
+	charge.Close()
+	if q, b, d := monthly(t, pool, acct); q != 0 || b != 0 || d != 0 {
+		t.Errorf("after Close: quota %d, billable %d, daily %d; want 0 of each", q, b, d)
+	}
+}
