@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/testkit/freeport"
+
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
@@ -33,7 +35,7 @@ import (
 func dashboardServer(t *testing.T) (string, string) {
 	t.Helper()
 	db := pgtest.URL(t)
-	s := &served{httpAddr: freeAddr(t), opsAddr: freeAddr(t), done: make(chan error, 1)}
+	s := &served{httpAddr: freeport.Addr(t), opsAddr: freeport.Addr(t), done: make(chan error, 1)}
 	base := "http://" + s.httpAddr
 	stripeURL := stripetest.URL(t) // before the Chdir: it finds stripe-mock from the working directory
 	// Dev mode keeps the embedded NATS's files in .data of the working directory.

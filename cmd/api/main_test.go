@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/freeport"
 
 	"github.com/mailvet/mailvet/internal/admin"
 	"github.com/mailvet/mailvet/internal/app"
@@ -18,16 +19,6 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func envFrom(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
@@ -94,7 +85,7 @@ type served struct {
 // and is ready.
 func startServing(t *testing.T, args []string, env map[string]string) *served {
 	t.Helper()
-	s := &served{httpAddr: freeAddr(t), opsAddr: freeAddr(t), done: make(chan error, 1)}
+	s := &served{httpAddr: freeport.Addr(t), opsAddr: freeport.Addr(t), done: make(chan error, 1)}
 	env["MAILVET_HTTP_ADDR"], env["MAILVET_METRICS_ADDR"] = s.httpAddr, s.opsAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -174,7 +165,7 @@ func missingDatabaseURL(t *testing.T) string {
 // `bin/api migrate`, at once, from the server and from an admin command alike.
 func TestMissingDatabaseSaysMigrate(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
-		"MAILVET_HTTP_ADDR": freeAddr(t), "MAILVET_METRICS_ADDR": freeAddr(t)}
+		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := run(ctx, nil, envFrom(env), &bytes.Buffer{}, &bytes.Buffer{})

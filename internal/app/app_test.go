@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/freeport"
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
@@ -138,7 +139,7 @@ func TestStartWaitsForPostgresAndNATS(t *testing.T) {
 	natsURL, natsProxy := throughProxy(t, natstest.URL(t))
 	pgProxy.Cut()
 	natsProxy.Cut()
-	ops := freeAddr(t)
+	ops := freeport.Addr(t)
 	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
 		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops}[k]
 	})
@@ -254,25 +255,13 @@ func TestStartSaysToMigrateAMissingDatabase(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a port free a moment ago, for a listener whose address a
-// test must know before the code under test binds it.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // A database that exists but is not migrated yet (a managed database, the migrate job still
 // running) is waited for: the process neither reports ready nor answers every request with a 503
 // meanwhile, and starts once the migrations are in.
 func TestStartWaitsForTheSchema(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.EmptyURL(t)
-	ops := freeAddr(t)
+	ops := freeport.Addr(t)
 	cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
 		return map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}[k]
 	})

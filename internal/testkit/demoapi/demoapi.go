@@ -11,7 +11,6 @@ package demoapi
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/freeport"
 
 	"github.com/mailvet/mailvet/internal/testkit/gobuild"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
@@ -86,7 +87,7 @@ var (
 func Start(t testing.TB, env map[string]string) *Server {
 	t.Helper()
 	bin := binary(t)
-	httpAddr, opsAddr := freeAddr(t), freeAddr(t)
+	httpAddr, opsAddr := freeport.Addr(t), freeport.Addr(t)
 	environ := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -158,15 +159,4 @@ func waitReady(t testing.TB, url string, deadline time.Time) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freeAddr is a loopback address with a port the kernel just handed out (and took back).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
