@@ -526,11 +526,26 @@ func validPostgresURL(s string) error {
 	return nil
 }
 
+// validListenAddr checks a listen address (MAILVET_HTTP_ADDR, MAILVET_METRICS_ADDR) here, with the
+// other variables, rather than when the listener binds it after the waits for Postgres and NATS.
+// The port is what net.Listen accepts: a number from 0 to 65535, a service name it resolves
+// (":http-alt"), or empty (any free port, like 0).
 func validListenAddr(s string) error {
-	if _, _, err := net.SplitHostPort(s); err != nil {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
 		return fmt.Errorf("%q is not host:port (like :8080)", s)
 	}
+	if port != "" && !validPort(port) {
+		return fmt.Errorf("%q: the port %q is not a number from 0 to 65535 or a known service name", s, port)
+	}
 	return nil
+}
+
+// validPort tells whether port is a number from 0 to 65535 or a service name, resolved the way the
+// listener and the dialer resolve it (net.LookupPort).
+func validPort(port string) bool {
+	_, err := net.LookupPort("tcp", port)
+	return err == nil
 }
 
 func validHostPort(s string) error {
@@ -538,13 +553,18 @@ func validHostPort(s string) error {
 	if err != nil || h == "" || p == "" {
 		return fmt.Errorf("%q is not host:port (like 127.0.0.1:53)", s)
 	}
+	if n, err := net.LookupPort("udp", p); err != nil || n == 0 {
+		return fmt.Errorf("%q: the port %q is not a number from 1 to 65535 or a known service name", s, p)
+	}
 	return nil
 }
 
+// validHTTPURL checks an http(s) base URL. A URL may carry a user and password, so the value is
+// echoed with its credentials masked (package redact), like NATS_URL's.
 func validHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", s)
+		return fmt.Errorf("%q is not an http(s) URL", redact.URL(s))
 	}
 	return nil
 }

@@ -263,16 +263,49 @@ func TestLoadRefusesWhatWouldMatchNothing(t *testing.T) {
 	}
 }
 
-// A refused NATS_URL is named in the error without its credentials, a bare token included.
+// A refused URL is named in the error without its credentials, a bare token included.
 func TestLoadErrorsDoNotEchoCredentials(t *testing.T) {
 	t.Parallel()
-	for secret, url := range map[string]string{"s3cr3ttoken": "http://s3cr3ttoken@h:4222", "hunter2": "mqtt://ann:hunter2@h"} {
-		_, err := Load(RoleAPI, false, envOf(map[string]string{"NATS_URL": url}))
-		if err == nil || !strings.Contains(err.Error(), "NATS_URL:") {
-			t.Fatalf("NATS_URL=%s: error %v, want one naming NATS_URL", url, err)
+	for _, tc := range []struct{ name, url, secret string }{
+		{"NATS_URL", "http://s3cr3ttoken@h:4222", "s3cr3ttoken"},
+		{"NATS_URL", "mqtt://ann:hunter2@h", "hunter2"},
+		{"MAILVET_STRIPE_API_BASE", "ftp://u:SECRETPW@h", "SECRETPW"},
+		{"MAILVET_STRIPE_API_BASE", "https://u:SECRETPW@", "SECRETPW"},
+		{"MAILVET_PUBLIC_URL", "https://u:SECRETPW@", "SECRETPW"},
+		{"MAILVET_PUBLIC_URL", "ftp://u:SECRETPW@api.example.com", "SECRETPW"},
+	} {
+		_, err := Load(RoleAPI, false, envOf(map[string]string{tc.name: tc.url}))
+		if err == nil || !strings.Contains(err.Error(), tc.name+":") {
+			t.Fatalf("%s=%s: error %v, want one naming %s", tc.name, tc.url, err, tc.name)
 		}
-		if strings.Contains(err.Error(), secret) {
-			t.Errorf("the error carries %q: %v", secret, err)
+		if strings.Contains(err.Error(), tc.secret) {
+			t.Errorf("%s: the error carries %q: %v", tc.name, tc.secret, err)
+		}
+	}
+}
+
+// A listen address whose port no listener could bind is refused with the other variables, before
+// the process waits for Postgres and NATS; named ports that resolve are kept.
+func TestLoadChecksListenPorts(t *testing.T) {
+	t.Parallel()
+	_, err := Load(RoleAPI, false, envOf(map[string]string{
+		"MAILVET_HTTP_ADDR":    "127.0.0.1:99999",
+		"MAILVET_METRICS_ADDR": "127.0.0.1:70000",
+		"MAILVET_DNS_RESOLVER": "127.0.0.1:65536",
+	}))
+	for _, name := range []string{"MAILVET_HTTP_ADDR:", "MAILVET_METRICS_ADDR:", "MAILVET_DNS_RESOLVER:"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v, want one naming %s", err, name)
+		}
+	}
+	for _, bad := range []string{":-1", ":nosuchservice", "[::1]:80000", "localhost:8o80"} {
+		if _, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_METRICS_ADDR": bad})); err == nil {
+			t.Errorf("MAILVET_METRICS_ADDR=%q accepted", bad)
+		}
+	}
+	for _, good := range []string{":0", ":65535", "127.0.0.1:", "[::1]:9090", "localhost:http-alt", ":https"} {
+		if _, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_HTTP_ADDR": good, "MAILVET_METRICS_ADDR": good})); err != nil {
+			t.Errorf("%q refused: %v", good, err)
 		}
 	}
 }

@@ -109,7 +109,10 @@ func openSQL(databaseURL string) (*sql.DB, error) {
 }
 
 // EnsureDatabase creates the database named in databaseURL when it does not exist yet, by
-// connecting to the server's "postgres" maintenance database. Used by dev mode and tests.
+// connecting to the server's "postgres" maintenance database. Used by `api migrate`, dev mode and
+// tests. Several processes may call it at once for the same missing database (every replica's
+// migrate job, docs/operations.md): whichever loses the race finds the database created and
+// returns nil.
 func EnsureDatabase(ctx context.Context, databaseURL string) error {
 	u, err := url.Parse(databaseURL)
 	if err != nil {
@@ -134,11 +137,29 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 		return nil
 	}
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created meanwhile by another process
+	if createdMeanwhile(err) {
 		return nil
 	}
 	return err
+}
+
+// createdMeanwhile tells whether CREATE DATABASE failed because another process created the same
+// database since the existence check. Postgres says so in one of two ways: duplicate_database
+// (42P04) when the other's database was already committed when ours began, or, when both
+// CREATE DATABASE statements ran at once, a unique violation (23505) on pg_database's name index:
+// the loser waited on the winner's catalog row and finds it committed. No other unique violation
+// is taken for "exists".
+//
+// This is preferred to serialising the creates with an advisory lock on the maintenance database:
+// it needs no lock key shared with every other tool that creates databases on the server, and it
+// also holds against a creator that does not take the lock (an older Mailvet, an operator's psql).
+func createdMeanwhile(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "42P04" ||
+		pgErr.Code == "23505" && pgErr.ConstraintName == "pg_database_datname_index"
 }
 
 // DB is what Mailvet's stores need of Postgres: a *pgxpool.Pool, a pgx.Tx or a *pgx.Conn. Every

@@ -116,3 +116,39 @@ func TestEnsureDatabaseCreatesMissing(t *testing.T) {
 		t.Fatalf("database %s: count %d, %v", name, n, err)
 	}
 }
+
+// Every replica's migrate job may create the missing database at the same moment
+// (docs/operations.md, "bin/api migrate"): all of them succeed, and the database exists once.
+func TestEnsureDatabaseConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := range 3 { // a race lost by nobody proves nothing: try a few fresh names
+		name := fmt.Sprintf("mailvet_ensure_race_%d_%d", time.Now().UnixNano(), round)
+		u, _ := url.Parse(pgtest.BaseURL())
+		u.Path = "/" + name
+		admin := pgtest.Pool(t, strings.Replace(u.String(), "/"+name, "/postgres", 1))
+		t.Cleanup(func() {
+			_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		})
+		const replicas = 8
+		start := make(chan struct{})
+		errs := make(chan error, replicas)
+		for range replicas {
+			go func() {
+				<-start
+				errs <- database.EnsureDatabase(ctx, u.String())
+			}()
+		}
+		close(start)
+		for range replicas {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("database %s: count %d, %v", name, n, err)
+		}
+	}
+}
