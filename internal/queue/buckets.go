@@ -72,7 +72,7 @@ func BucketConfigs(l Layout, leaseTTL time.Duration) []jetstream.KeyValueConfig 
 
 // EnsureBucket creates or updates the bucket base of layout l and returns it. A cluster that has
 // just formed answers "unavailable" until it has a JetStream leader, so errors are retried with
-// backoff, and logged, until ctx ends.
+// backoff, and logged, until ctx ends; one that waiting cannot cure (permanent) ends it at once.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream, l Layout, base string, leaseTTL time.Duration, log *slog.Logger) (jetstream.KeyValue, error) {
 	name := l.Name(base)
 	var cfg *jetstream.KeyValueConfig
@@ -92,7 +92,7 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, l Layout, base st
 		defer cancel()
 		var err error
 		kv, err = js.CreateOrUpdateKeyValue(cctx, *cfg)
-		return err
+		return permanent(err, l)
 	}, backoff.WithContext(policy, ctx), func(err error, next time.Duration) {
 		if log != nil {
 			log.Warn("waiting for JetStream to create a bucket", "bucket", name, "retry_in", next, "err", err)

@@ -104,7 +104,8 @@ func baseStreams(replicas int) []jetstream.StreamConfig {
 // call from every replica at start-up. A NATS cluster that has just formed answers "unavailable"
 // (or not at all) until it has elected its JetStream leader, so every error is retried with
 // exponential backoff, and logged, until ctx ends: a process started before its cluster is ready
-// waits for it instead of exiting.
+// waits for it instead of exiting. An answer that waiting cannot change (see permanent) ends the
+// wait at once with what to do.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, l Layout, log *slog.Logger) error {
 	for _, cfg := range StreamConfigs(l) {
 		policy := backoff.NewExponentialBackOff()
@@ -113,7 +114,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, l Layout, log *s
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			_, err := js.CreateOrUpdateStream(cctx, cfg)
-			return err
+			return permanent(err, l)
 		}, backoff.WithContext(policy, ctx), func(err error, next time.Duration) {
 			if log != nil {
 				log.Warn("waiting for JetStream to create a stream", "stream", cfg.Name, "retry_in", next, "err", err)
@@ -124,6 +125,41 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, l Layout, log *s
 		}
 	}
 	return nil
+}
+
+// JetStream API error codes (nats-server's errors.json) that no wait cures: the server or the
+// account is set up so that it will refuse the same request again.
+const (
+	// errReplicasNotSupported: replicas > 1 asked of a server that is not part of a JetStream
+	// cluster (JSStreamReplicasNotSupportedErr).
+	errReplicasNotSupported jetstream.ErrorCode = 10074
+	// errSubjectOverlap: another stream on the account already takes these subjects
+	// (JSStreamSubjectOverlapErr), such as another deployment's without a prefix.
+	errSubjectOverlap jetstream.ErrorCode = 10065
+	// errInvalidConfig: the server refuses the stream or bucket configuration itself
+	// (JSStreamInvalidConfigErr).
+	errInvalidConfig jetstream.ErrorCode = 10052
+)
+
+// permanent marks an error of creating a stream or bucket that waiting cannot cure, so that the
+// start-up retries (EnsureStreams, EnsureBucket) end at once with what to do instead of waiting
+// forever (docs/operations.md, "Start-up and shutdown"). Anything else, including "no suitable
+// peers" and "insufficient resources" from a cluster still forming, stays retryable.
+func permanent(err error, l Layout) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case errReplicasNotSupported:
+		return backoff.Permanent(fmt.Errorf("MAILVET_STREAM_REPLICAS=%d, but this NATS server is not part of a JetStream cluster, so it keeps one copy of each stream: set MAILVET_STREAM_REPLICAS=1, or run a cluster of at least %d servers (docs/operations.md, \"Running on a NATS cluster\"): %w",
+			l.replicas(), l.replicas(), err))
+	case errSubjectOverlap:
+		return backoff.Permanent(fmt.Errorf("another stream on this NATS account already takes these subjects (another deployment?): give each deployment its own MAILVET_NATS_PREFIX: %w", err))
+	case errInvalidConfig:
+		return backoff.Permanent(err)
+	}
+	return err
 }
 
 // How Connect's client tells a dead connection that stays open from a live one (see Connect).

@@ -84,3 +84,67 @@ func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
 		}
 	}
 }
+
+// Replicas that a single server cannot keep are a configuration mistake, not a cluster still
+// forming: EnsureStreams and EnsureBucket end at once with an error naming the variable instead of
+// waiting for ctx (docs/operations.md, "Start-up and shutdown").
+func TestEnsureStreamsRefusesReplicasWithoutCluster(t *testing.T) {
+	t.Parallel()
+	nc, err := nats.Connect(natstest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	l := queue.Layout{Replicas: 3}
+	for what, ensure := range map[string]func(context.Context) error{
+		"streams": func(ctx context.Context) error { return queue.EnsureStreams(ctx, js, l, nil) },
+		"bucket": func(ctx context.Context) error {
+			_, err := queue.EnsureBucket(ctx, js, l, queue.BucketCatchAll, time.Minute, nil)
+			return err
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		err := ensure(ctx)
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: created with 3 replicas on a single server", what)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s: gave up after %v; want at once", what, took)
+		}
+		if !strings.Contains(err.Error(), "MAILVET_STREAM_REPLICAS=3") {
+			t.Errorf("%s: error does not name MAILVET_STREAM_REPLICAS=3: %v", what, err)
+		}
+		t.Logf("%s: %v", what, err)
+	}
+}
+
+// Another stream that already takes Mailvet's subjects (another deployment on the account without
+// a prefix) is not cured by waiting either: EnsureStreams ends at once pointing at the prefix.
+func TestEnsureStreamsRefusesOverlappingSubjects(t *testing.T) {
+	t.Parallel()
+	nc, err := nats.Connect(natstest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{queue.SubjectJobs}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = queue.EnsureStreams(ctx, js, queue.Layout{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_NATS_PREFIX") {
+		t.Fatalf("error %v, want one naming MAILVET_NATS_PREFIX", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("gave up after %v; want at once", took)
+	}
+	if err := queue.EnsureStreams(ctx, js, queue.Layout{Prefix: "other"}, nil); err != nil {
+		t.Errorf("with a prefix: %v", err)
+	}
+}
