@@ -64,7 +64,7 @@ type Infra struct {
 	opsDone  chan error
 	opsOnce  sync.Once
 	opsErr   error
-	starting atomic.Pointer[string] // what Start waits for; nil once it has returned
+	starting atomic.Pointer[string] // what the start-up waits for; nil once Run has begun
 }
 
 // DevDataDir is where dev mode keeps the embedded NATS store; it is git-ignored.
@@ -91,7 +91,6 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	}
 	in.serveOps()
 	in.Ready.Add("startup", in.startupCheck)
-	defer in.Ready.Remove("startup")
 	in.waitingFor("Postgres")
 
 	if cfg.Dev {
@@ -140,14 +139,22 @@ func Start(ctx context.Context, cfg config.Config, name string, log *slog.Logger
 	in.Ready.Add("postgres", func(ctx context.Context) error { return pool.Ping(ctx) })
 	in.Ready.Add("nats", func(ctx context.Context) error { return queue.Ready(ctx, link, js) })
 	in.Ready.Add("streams", in.Streams.Check)
-	in.starting.Store(nil)
+	// Not ready yet: the binary still sets up its own parts (buckets, consumers, the API's
+	// listener) before Run, which ends the start-up.
+	in.waitingFor("the process's own set-up")
 	return in, nil
 }
 
 // waitingFor records what Start waits for now, for /readyz's "startup" check.
 func (in *Infra) waitingFor(what string) { in.starting.Store(&what) }
 
-// startupCheck fails while Start is still waiting for a dependency, saying for which.
+// started ends the start-up: /readyz's "startup" check goes away.
+func (in *Infra) started() {
+	in.starting.Store(nil)
+	in.Ready.Remove("startup")
+}
+
+// startupCheck fails while the process is still starting, saying what it waits for.
 func (in *Infra) startupCheck(context.Context) error {
 	if what := in.starting.Load(); what != nil {
 		return fmt.Errorf("starting: waiting for %s", *what)
@@ -232,6 +239,7 @@ var ErrUsage = errors.New("usage")
 // Run serves the ops listener and runs each of parts until ctx ends or one of them fails; then
 // it cancels the rest and waits for them, so in-flight work drains before the process exits.
 func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) error {
+	in.started()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return in.ServeOps(gctx) })
 	if in.Streams != nil {

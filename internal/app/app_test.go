@@ -303,5 +303,9 @@ func TestStartWaitsForTheSchema(t *testing.T) {
 	if s.err != nil {
 		t.Fatalf("Start: %v", s.err)
 	}
+	// Started, but the binary has not set up its own parts yet (Run not called): not ready.
+	if code, rep := readyz(t, ops); code != http.StatusServiceUnavailable || rep.Checks["startup"] != "starting: waiting for the process's own set-up" {
+		t.Errorf("/readyz between Start and Run: %d %+v", code, rep)
+	}
 	s.in.Close()
 }
