@@ -239,16 +239,27 @@ func (s *Server) verifyStream(c echo.Context) error {
 			cancel()
 			continue
 		}
-		for k, x := range pending {
-			if err := enc.Encode(x.r); err != nil {
+		// A line is owed once the flush that carries it to the connection has succeeded: the
+		// encoder only fills the response's buffer, and a client that is gone shows only when
+		// the buffer is written out. Lines of a failed flush are taken back, like those not
+		// written at all, even if some of their bytes left before the connection broke.
+		for _, x := range pending {
+			if enc.Encode(x.r) != nil {
 				gone = true
-				cancel() // stop verifying for a client that is not there
 				break
 			}
+		}
+		if !gone && http.NewResponseController(resp.Writer).Flush() != nil {
+			gone = true
+		}
+		if gone {
+			cancel() // stop verifying for a client that is not there
+			continue
+		}
+		for k, x := range pending {
 			delivered[x.i] = true
 			charge.Deliver(rows[k].ItemKey)
 		}
-		resp.Flush()
 	}
 
 	var undelivered []int

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -816,5 +817,50 @@ func TestSecondsUntilRoundsUp(t *testing.T) {
 		if got := secondsUntil(tt.reset, now); got != tt.want {
 			t.Errorf("secondsUntil(%v) = %d, want %d", tt.reset.Sub(now), got, tt.want)
 		}
+	}
+}
+
+// brokenAfterHeaders is a connection that takes the stream's 200 and then breaks: writes still
+// fill the response's buffer, but every later flush to the client fails.
+type brokenAfterHeaders struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (w *brokenAfterHeaders) FlushError() error {
+	w.flushes++
+	if w.flushes > 1 {
+		return errors.New("write: connection reset by peer")
+	}
+	w.ResponseRecorder.Flush()
+	return nil
+}
+
+// Stream lines are owed once the flush that carries them to the connection succeeds, not when
+// they are encoded into the response's buffer: a client whose connection broke is not charged
+// for lines that never left the server.
+func TestStreamLinesOfAFailedFlushAreNotCharged(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	acct, key := b.customer(plan.Free)
+	req := httptest.NewRequest(http.MethodPost, "/v1/email/verify/stream", strings.NewReader(`{"emails":["ann@acme.test","nobody@acme.test"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	w := &brokenAfterHeaders{ResponseRecorder: httptest.NewRecorder()}
+	b.srv.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusOK || w.flushes < 2 {
+		t.Fatalf("status %d after %d flushes", w.Code, w.flushes)
+	}
+	deadline := time.Now().Add(3 * time.Second) // the refund may land just after the response
+	for {
+		units := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct)
+		rows := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct)
+		if units == 0 && rows == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quota units + billable = %d and %d usage rows for lines that never reached the client, want 0 and 0", units, rows)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
