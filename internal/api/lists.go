@@ -57,6 +57,11 @@ func (s *Server) uploadList(c echo.Context) error {
 	if !ok {
 		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", mt)
 	}
+	// A compressed body would otherwise be read as the file's bytes: refused as "not UTF-8" for
+	// gzip, or silently taken as it is for an encoding that leaves text unchanged.
+	if enc := req.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return InvalidRequest("Content-Encoding %q is not supported: send the file uncompressed; nothing was stored or charged.", clip(enc))
+	}
 	q := c.QueryParams()
 	for k := range q {
 		switch k {
@@ -73,8 +78,10 @@ func (s *Server) uploadList(c echo.Context) error {
 		return err
 	}
 	hook := q.Get("webhook_url")
-	if hook == "" {
-		hook = q.Get("callback_url")
+	if alias := q.Get("callback_url"); hook == "" {
+		hook = alias
+	} else if alias != "" && alias != hook {
+		return InvalidRequest("Send the callback URL once, as webhook_url (callback_url is an alias).")
 	}
 	secret := req.Header.Get("Mailvet-Webhook-Secret")
 	if secret == "" {
@@ -209,10 +216,10 @@ func listTooLarge(format string, args ...any) *Error {
 
 func boundedText(field, v string, max int) error {
 	switch {
-	case len(v) > max:
-		return InvalidRequest("Field %s is longer than %d characters.", field, max)
 	case !utf8.ValidString(v):
 		return InvalidRequest("Field %s is not valid UTF-8 text.", field)
+	case utf8.RuneCountInString(v) > max:
+		return InvalidRequest("Field %s is longer than %d characters.", field, max)
 	case strings.IndexByte(v, 0) >= 0:
 		return InvalidRequest("Field %s contains a NUL character.", field)
 	}

@@ -252,6 +252,7 @@ func TestListBadInput(t *testing.T) {
 		{"NUL in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%00ij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret contains a NUL"},
 		{"bad bytes in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%FFij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret is not valid UTF-8"},
 		{"bad bytes in hook", "text/csv", "?webhook_url=https://hooks.example.com/%FF", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
+		{"two callback URLs", "text/csv", "?webhook_url=https://hooks.example.com/x&callback_url=https://127.0.0.1/", "email\nann@acme.test\n", 400, "invalid_request", 0, "callback_url is an alias"},
 	} {
 		r := b.upload(key, c.ct, c.query, c.file).want(t, c.status, c.code)
 		msg, _ := r.body["message"].(string)
@@ -265,6 +266,14 @@ func TestListBadInput(t *testing.T) {
 			if r.header.Get("Connection") != "close" {
 				t.Errorf("%s: a refused upload keeps the connection open", c.name)
 			}
+		}
+	}
+	// A compressed body is refused, whatever the encoding, instead of being read as the file.
+	for _, enc := range []string{"gzip", "br"} {
+		r := b.call(http.MethodPost, "/v1/email/lists", key, "email\nann@acme.test\n", "Content-Type", "text/csv", "Content-Encoding", enc).
+			want(t, http.StatusBadRequest, "invalid_request")
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, "Content-Encoding") {
+			t.Errorf("Content-Encoding %s: %q", enc, msg)
 		}
 	}
 	// A line over 100 KB within the byte limit is named too.

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 
@@ -54,7 +55,7 @@ func CheckURL(raw string) error {
 	if raw == "" {
 		return urlErr("syntax", "must not be empty")
 	}
-	if len(raw) > MaxURLLength {
+	if utf8.RuneCountInString(raw) > MaxURLLength {
 		return urlErr("length", "must be at most %d characters", MaxURLLength)
 	}
 	u, err := url.Parse(raw)

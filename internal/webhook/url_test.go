@@ -64,6 +64,9 @@ func TestCheckURL(t *testing.T) {
 		{"https://example.com:70000/", "port"},
 		{"https://example.com:http/", "syntax"},
 		{"https://example.com/" + strings.Repeat("a", MaxURLLength), "length"},
+		// The limit counts characters, as documented, not bytes: 2,048 of them in 4,076 bytes.
+		{"https://example.com/" + strings.Repeat("é", MaxURLLength-len("https://example.com/")), ""},
+		{"https://example.com/" + strings.Repeat("é", MaxURLLength-len("https://example.com/")+1), "length"},
 	}
 	for _, tt := range tests {
 		err := CheckURL(tt.url)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -411,10 +412,34 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 }
 
 // errorText shortens a client error for the log: the URL is already on the delivery.
+//
+// The text is shown to the customer (the deliveries API), so it names the receiver's host and
+// what went wrong, never Mailvet's own infrastructure: Go's DNS error names the resolver it
+// would have asked (the host's resolv.conf server, not even the one MAILVET_DNS_RESOLVER dials),
+// which is an internal address. A connect or TLS handshake that times out says so with its own
+// bound, not the whole attempt's.
 func errorText(err error, timeout time.Duration) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		why := "the name could not be resolved"
+		switch {
+		case dnsErr.IsNotFound:
+			why = "no such host"
+		case dnsErr.IsTimeout:
+			why = "the DNS lookup timed out"
+		}
+		return fmt.Sprintf("dns: %s: %s", dnsErr.Name, why)
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Timeout() {
+		return fmt.Sprintf("timeout: no connection within %s", DialTimeout)
+	}
+	if err != nil && strings.Contains(err.Error(), "TLS handshake timeout") {
+		return fmt.Sprintf("timeout: TLS handshake not complete within %s", DialTimeout)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Sprintf("timeout: no complete answer within %s", timeout)
