@@ -320,3 +320,80 @@ func TestSweptDuplicateIsNotAttemptedTwice(t *testing.T) {
 		t.Errorf("attempt log %+v, want 2 attempts", as)
 	}
 }
+
+// An attempt under way is shown as such: the delivery stays pending during its first attempt
+// (no attempt has finished), and the attempt's log entry reads "in progress", not the
+// "interrupted" its row holds in case the worker dies. Once a worker did die and the lease ran
+// out, the entry reads interrupted.
+func TestAttemptUnderWayIsShownInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	arrived := make(chan struct{})
+	var once sync.Once
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(arrived) })
+		<-r.Context().Done() // hang until the client goes away
+	})
+	o := Options{AttemptTimeout: time.Second, AckWait: 30 * time.Second, DrainTimeout: time.Millisecond,
+		Client: ClientOptions{AllowPrivate: true}}
+	w := b.startWorker(t, o)
+	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the attempt never arrived")
+	}
+	show := func() Delivery {
+		t.Helper()
+		page, err := ListDeliveries(context.Background(), b.pool, b.accountID, ListFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range page.Deliveries {
+			if d.ID == id {
+				return d
+			}
+		}
+		t.Fatalf("delivery %s not listed", id)
+		return Delivery{}
+	}
+	d := show()
+	if d.State != StatePending || d.Attempts != 1 || len(d.Log) != 1 || d.Log[0].Error == nil || *d.Log[0].Error != inProgressText {
+		t.Fatalf("during the first attempt: state %s, %d attempts, log %+v; want pending, 1, in progress", d.State, d.Attempts, d.Log)
+	}
+	w.stop() // DrainTimeout 1 ms: the attempt is abandoned as in a crash
+	waitFor(t, 10*time.Second, "the lease to end", func() bool {
+		d := show()
+		return len(d.Log) == 1 && d.Log[0].Error != nil && *d.Log[0].Error == interruptedError
+	})
+}
+
+// A delivery whose first attempt was cut off by a crash stays pending (no attempt finished) with
+// one attempt counted; if its message is lost too (a wiped NATS store), the sweep publishes it
+// again under a message id of its own (its first id may still be in the stream's duplicate
+// window), and it is delivered by its second attempt.
+func TestSweepRepublishesAPendingDeliveryWithACutOffAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rc := newReceiver(t, statuses(200))
+	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true) // its message id is taken
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET attempts = 1, next_attempt_at = now() - interval '40 seconds',
+		updated_at = now() - interval '40 seconds' WHERE id = $1`, id)
+	pgtest.Exec(t, b.pool, `INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error)
+		VALUES ($1, 1, now() - interval '45 seconds', 0, $2)`, id, interruptedError)
+	stream, err := b.js.Stream(ctx, queue.StreamWebhooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil { // the message is lost
+		t.Fatal(err)
+	}
+	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	b.startWorker(t, Options{Client: ClientOptions{AllowPrivate: true}})
+	if r := b.waitFinal(t, id, 15*time.Second); r.state != StateDelivered || r.attempts != 2 {
+		t.Fatalf("swept delivery %+v, want delivered by attempt 2", r)
+	}
+}

@@ -188,9 +188,17 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	for i, d := range page.Deliveries {
 		ids[i], index[d.ID] = d.ID, i
 	}
+	// The latest attempt of an unfinished delivery whose lease (next_attempt_at, set by claim)
+	// still runs is under way: its row says interruptedError only so that a crash leaves it
+	// counted, and is shown as in progress until the lease ends.
 	rows, err = db.Query(ctx, `
-		SELECT delivery_id, attempt, started_at, duration_ms, http_status, error, response_body
-		FROM delivery_attempts WHERE delivery_id = ANY($1) ORDER BY delivery_id, attempt`, ids)
+		SELECT a.delivery_id, a.attempt, a.started_at, a.duration_ms, a.http_status,
+		       CASE WHEN a.error = $2 AND a.attempt = d.attempts AND d.state IN ('pending', 'retrying')
+		                 AND d.next_attempt_at > now()
+		            THEN $3 ELSE a.error END,
+		       a.response_body
+		FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery_id
+		WHERE a.delivery_id = ANY($1) ORDER BY a.delivery_id, a.attempt`, ids, interruptedError, inProgressText)
 	if err != nil {
 		return Page{}, fmt.Errorf("list delivery attempts: %w", err)
 	}

@@ -94,8 +94,9 @@ const PublishTimeout = time.Second
 // worker replicas sweeping at once split the work instead of publishing the same rows, and a row
 // is published again only olderThan after its last sweep.
 //
-// A pending delivery keeps its message id (the delivery id), so that the sweep adds nothing while
-// the verifier's own publish is still queued. A retrying delivery had a message once, whose id the
+// A pending delivery never attempted keeps its message id (the delivery id), so that the sweep adds
+// nothing while the verifier's own publish is still queued. A delivery attempted before (retrying,
+// or pending after a first attempt cut off by a crash) had a message once, whose id the
 // stream may still hold within its duplicate window after the message itself was lost; it is
 // republished under an id of its own, keyed by this sweep's updated_at. If its old message was
 // not lost after all (a worker fleet that was down longer than olderThan), the duplicate is
@@ -109,23 +110,23 @@ func Sweep(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, o
 			SELECT id FROM deliveries
 			WHERE updated_at < now() - $1 * interval '1 millisecond'
 			  AND (state = 'pending' AND attempts = 0
-			       OR state = 'retrying'
+			       OR state IN ('pending', 'retrying') AND attempts > 0
 			          AND coalesce(next_attempt_at, updated_at) < now() - $1 * interval '1 millisecond')
 			ORDER BY updated_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
-		RETURNING id, state, updated_at`, olderThan.Milliseconds(), limit)
+		RETURNING id, attempts > 0, updated_at`, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
 	}
 	type swept struct {
 		id        uuid.UUID
-		state     string
+		attempted bool // it had a message once: pending with an attempt cut off by a crash, or retrying
 		updatedAt time.Time
 	}
 	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (swept, error) {
 		var s swept
-		err := r.Scan(&s.id, &s.state, &s.updatedAt)
+		err := r.Scan(&s.id, &s.attempted, &s.updatedAt)
 		return s, err
 	})
 	if err != nil {
@@ -134,7 +135,7 @@ func Sweep(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, o
 	n := 0
 	for _, s := range found {
 		msgID := s.id.String()
-		if s.state == StateRetrying {
+		if s.attempted {
 			msgID += ".sweep." + strconv.FormatInt(s.updatedAt.UnixMicro(), 10)
 		}
 		if err := publish(ctx, js, l, s.id, msgID); err != nil {

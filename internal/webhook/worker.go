@@ -32,6 +32,10 @@ import (
 // MaxStoredResponse is how much of a receiver's response body the delivery log keeps.
 const MaxStoredResponse = 4 << 10
 
+// inProgressText is what the deliveries API shows instead of interruptedError for the latest
+// attempt while its lease lasts: the attempt is still under way, not cut off (log.go).
+const inProgressText = "in progress: no outcome yet"
+
 // interruptedError is what an attempt's log row says until the attempt finishes. A worker that
 // dies mid-attempt leaves it there: the attempt counts (it may have reached the receiver), and
 // the log shows why it has no status.
@@ -294,7 +298,7 @@ func (w *Worker) claim(ctx context.Context, id uuid.UUID) (*claimed, time.Durati
 	err := w.db.QueryRow(ctx, `
 		WITH d AS (
 			UPDATE deliveries
-			SET attempts = attempts + 1, state = 'retrying', updated_at = now(),
+			SET attempts = attempts + 1, updated_at = now(),
 			    next_attempt_at = now() + $2 * interval '1 millisecond'
 			WHERE id = $1 AND state IN ('pending', 'retrying') AND attempts < $3
 			  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -488,7 +492,7 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 		SET state = $7::text, last_status = $4, last_error = $5, updated_at = now(),
 		    next_attempt_at = CASE WHEN $7::text = 'retrying' THEN now() + $8 * interval '1 millisecond' END,
 		    finished_at = CASE WHEN $7::text IN ('delivered', 'failed') THEN now() END
-		WHERE id = $1 AND attempts = $2 AND state = 'retrying'
+		WHERE id = $1 AND attempts = $2 AND state IN ('pending', 'retrying')
 		RETURNING created_at`,
 		c.id, c.attempt, res.duration.Milliseconds(), status, errText, body, state, max(wait.Milliseconds(), 0),
 	).Scan(&createdAt)
