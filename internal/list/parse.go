@@ -100,6 +100,7 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 	if err := lr.skipBOM(); err != nil {
 		return nil, err
 	}
+	lr.lineEnds()
 	switch f {
 	case NDJSON, Text:
 		if column != "" && !strings.EqualFold(column, "email") {
@@ -112,6 +113,7 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 		return nil, fmt.Errorf("unknown list format %q", f)
 	}
 	rd.csv = csv.NewReader(lr)
+	rd.csv.Comma = delimiter(lr.head())
 	rd.csv.FieldsPerRecord = 0 // every row must have as many fields as the header
 	header, err := rd.csv.Read()
 	if errors.Is(err, io.EOF) {
@@ -144,6 +146,33 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 		return nil, &InputError{Line: 1, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
 	}
 	return rd, nil
+}
+
+// delimiter is the field separator of a CSV upload, read from its header row, the first record
+// of head: a comma, unless the header splits on a semicolon or on a tab and on nothing else. A
+// spreadsheet saving CSV where the comma is the decimal separator (most of Europe) writes
+// semicolons, and a tab-separated export is often sent as CSV; read with commas, every row of
+// such a file would be one column of invalid addresses. Whether a candidate splits the header
+// depends on the quoting it implies, so each is tried as encoding/csv would read it: a ';'
+// inside a quoted header cell of a comma file does not count. A header that splits on a comma,
+// or on both of the others, keeps the comma (docs/lists.md, "Uploading").
+func delimiter(head []byte) rune {
+	splits := func(d rune) bool {
+		cr := csv.NewReader(bytes.NewReader(head))
+		cr.Comma, cr.FieldsPerRecord = d, -1
+		rec, err := cr.Read()
+		return err == nil && len(rec) > 1
+	}
+	if splits(',') {
+		return ','
+	}
+	switch semi, tab := splits(';'), splits('\t'); {
+	case semi && !tab:
+		return ';'
+	case tab && !semi:
+		return '\t'
+	}
+	return ','
 }
 
 // emailColumn is the first header that names an email column, else 0.
@@ -299,8 +328,66 @@ type lineReader struct {
 	lineLen int // bytes of the current line so far
 }
 
+// newLineReader buffers at least a whole line of max bytes and its line end, so that head sees
+// the whole first line of any file that is not refused for it.
 func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max, lineNo: 1}
+	size := 64 << 10
+	if size < max+8 {
+		size = max + 8
+	}
+	return &lineReader{r: bufio.NewReaderSize(r, size), max: max, lineNo: 1}
+}
+
+// head is the start of what is left of the file, as much as the buffer holds, without consuming
+// any of it.
+func (l *lineReader) head() []byte {
+	b, _ := l.r.Peek(l.r.Size())
+	return b
+}
+
+// lineEnds makes a file whose lines end in a lone CR (Excel's "CSV (Macintosh)", old Mac text
+// files) read as if they ended in LF: read as it is, all its lines are one, a line of joined
+// addresses. Such a file is known by its first line end: a CR not followed by LF before any LF.
+// In it every lone CR is a line end, one inside a quoted CSV cell too, which the cell then holds
+// as LF; encoding/csv already gives a cell's CRLF as LF, and a cell with a line break is no
+// address either way. A file whose first line ends in LF or CRLF is read unchanged.
+func (l *lineReader) lineEnds() {
+	head, err := l.r.Peek(l.r.Size())
+	i := bytes.IndexAny(head, "\r\n")
+	switch {
+	case i < 0 || head[i] == '\n':
+		return
+	case i+1 < len(head) && head[i+1] == '\n':
+		return
+	case i+1 == len(head) && err == nil:
+		return // the CR ends a full buffer: its line is over the limit, and refused as such
+	}
+	l.r = bufio.NewReaderSize(crToLF{l.r}, l.r.Size())
+}
+
+// crToLF turns each CR of r that is not followed by LF into LF.
+type crToLF struct{ r *bufio.Reader }
+
+func (c crToLF) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for i, b := range p[:n] {
+		if b != '\r' {
+			continue
+		}
+		if i+1 < n {
+			if p[i+1] != '\n' {
+				p[i] = '\n'
+			}
+			continue
+		}
+		// The CR ends this read: the next byte decides. A read error other than the end of the
+		// file leaves the CR as it is; the next Read returns the error.
+		next, perr := c.r.Peek(1)
+		if len(next) == 1 && next[0] != '\n' || len(next) == 0 && errors.Is(perr, io.EOF) {
+			p[i] = '\n'
+		}
+	}
+	return n, err
 }
 
 // skipBOM drops a UTF-8 byte-order mark (spreadsheets write one) and refuses UTF-16 files.
