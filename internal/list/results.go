@@ -41,7 +41,7 @@ func (s *Store) Export(ctx context.Context, l List, out Format, statuses []strin
 	}
 	defer rows.Close()
 	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := exporter{list: l, w: bw}
+	enc := exporter{list: l, w: bw, keys: jsonKeys(l)}
 	if out == CSV {
 		enc.csv = csv.NewWriter(bw)
 		header := append(append([]string{}, enc.inputColumns()...), ResultColumns...)
@@ -77,6 +77,50 @@ type exporter struct {
 	list List
 	w    *bufio.Writer
 	csv  *csv.Writer
+	keys []string // an NDJSON line's keys for a CSV upload's columns (jsonKeys)
+}
+
+// resultKey is the key of the verify result on an NDJSON line.
+const resultKey = "result"
+
+// jsonKeys are the keys an NDJSON download gives a CSV upload's columns: their names, made unique
+// so that every line is an object a JSON parser reads without losing a field — most keep the last
+// of two equal keys. An empty name becomes column_N (N its position from 1); a name used by an
+// earlier column, or result (the verify result's own key), gets the first free of _2, _3, … (docs/lists.md,
+// "Results"). A file exported from another verification service often has a
+// result column.
+func jsonKeys(l List) []string {
+	if l.Format != CSV {
+		return []string{"email"}
+	}
+	// A column keeps its own name where it can, so a name is taken before any made-up one.
+	used := map[string]bool{resultKey: true}
+	keys := make([]string, len(l.Columns))
+	for i, name := range l.Columns {
+		if name != "" && !used[name] {
+			keys[i], used[name] = name, true
+		}
+	}
+	for i, name := range l.Columns {
+		if keys[i] != "" {
+			continue
+		}
+		if name == "" {
+			name = "column_" + strconv.Itoa(i+1)
+		}
+		keys[i] = uniqueKey(name, used)
+		used[keys[i]] = true
+	}
+	return keys
+}
+
+// uniqueKey is name, or name_2, name_3, … : the first that used does not hold.
+func uniqueKey(name string, used map[string]bool) string {
+	key := name
+	for n := 2; used[key]; n++ {
+		key = name + "_" + strconv.Itoa(n)
+	}
+	return key
 }
 
 // inputColumns are the CSV columns of the input: a CSV's own header; "email" for the others.
@@ -145,16 +189,18 @@ func (e exporter) jsonRow(cols []string, doc []byte) error {
 	switch e.list.Format {
 	case NDJSON:
 		obj := strings.TrimSpace(cols[0])
+		if strings.Contains(obj, `"`+resultKey+`"`) {
+			obj = renameResultKey(obj)
+		}
 		obj = strings.TrimSpace(strings.TrimSuffix(obj, "}"))
 		b.WriteString(obj)
 		if obj != "{" {
 			b.WriteByte(',')
 		}
 	default:
-		names := e.inputColumns()
 		b.WriteByte('{')
 		for i, v := range cols {
-			k, _ := json.Marshal(names[i])
+			k, _ := json.Marshal(e.keys[i])
 			val, _ := json.Marshal(v)
 			b.Write(k)
 			b.WriteByte(':')
@@ -167,6 +213,61 @@ func (e exporter) jsonRow(cols []string, doc []byte) error {
 	b.WriteString("}\n")
 	_, err := e.w.WriteString(b.String())
 	return err
+}
+
+// renameResultKey gives an uploaded NDJSON object's own top-level result field the first free key
+// of result_2, result_3, …, so that the line's result key is the verify result's alone (as
+// jsonKeys does for a CSV column named result). The values, and every other field, are written
+// as uploaded; an object without such a field is returned unchanged.
+func renameResultKey(obj string) string {
+	type field struct {
+		key string
+		val json.RawMessage
+	}
+	var fields []field
+	dec := json.NewDecoder(strings.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return obj
+	}
+	found := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return obj
+		}
+		key, _ := t.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return obj // validated at upload; never expected
+		}
+		found = found || key == resultKey
+		fields = append(fields, field{key, val})
+	}
+	if !found {
+		return obj // "result" was a value, or inside a nested object
+	}
+	used := map[string]bool{}
+	for _, f := range fields {
+		used[f.key] = true
+	}
+	renamed := uniqueKey(resultKey, used)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key := f.key
+		if key == resultKey {
+			key = renamed
+		}
+		k, _ := json.Marshal(key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(f.val)
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // resultValues are a result's values for ResultColumns; empty for a row not verified yet.
