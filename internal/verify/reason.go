@@ -19,7 +19,7 @@ const (
 	ReasonCatchAll             Reason = "catch_all"               // any local part is accepted
 	ReasonGreylisted           Reason = "greylisted"              // a 4xx that asks to retry later
 	ReasonPolicyBlocked        Reason = "policy_blocked"          // 5.7.x, 554, other 5xx refusals
-	ReasonSenderRejected       Reason = "sender_rejected"         // our MAIL FROM was refused
+	ReasonSenderRejected       Reason = "sender_rejected"         // our MAIL FROM was refused, or our sender at RCPT
 	ReasonTimeout              Reason = "timeout"                 // the probe budget ran out
 	ReasonConnectionRefused    Reason = "connection_refused"      // no MX host accepted a connection
 	ReasonTLSFailed            Reason = "tls_failed"              // STARTTLS failed
@@ -86,6 +86,8 @@ func replyReason(v smtp.Verdict, rep smtp.Reply) Reason {
 	switch {
 	case rep.Code == 552, enh == "4.2.2", enh == "5.2.2":
 		return ReasonMailboxFull
+	case smtp.SenderRefused(rep) && rep.Code/100 == 5:
+		return ReasonSenderRejected
 	case v == smtp.Undeliverable:
 		return ReasonMailboxUnknown
 	case rep.Code/100 == 5:

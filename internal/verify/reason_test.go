@@ -58,6 +58,8 @@ func TestProbeReason(t *testing.T) {
 		{"banner timeout", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("banner: read tcp: i/o timeout"))), ReasonTimeout},
 		{"TLS handshake", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, fmt.Errorf("TLS handshake: %w", io.EOF))), ReasonTLSFailed},
 		{"STARTTLS refused", withErr(fmt.Errorf("STARTTLS: %s", smtp.Reply{Code: 454, Enhanced: "4.7.0", Text: "TLS not available"})), ReasonTLSFailed},
+		{"sender refused at RCPT (553 5.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 553, Enhanced: "5.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonSenderRejected},
+		{"sender deferred at RCPT (450 4.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 450, Enhanced: "4.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonTemporarilyUnavail},
 		{"MAIL FROM refused", withErr(fmt.Errorf("MAIL FROM: %s", smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"})), ReasonSenderRejected},
 		{"private MX", withErr(fmt.Errorf("%w: %w", smtp.ErrForbiddenAddress, errors.New("127.0.0.1 is loopback"))), ReasonMXPrivate},
 		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), ReasonMXPrivate},

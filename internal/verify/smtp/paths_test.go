@@ -118,6 +118,28 @@ func TestPaths(t *testing.T) {
 			},
 		},
 		{
+			// Postfix's reject_unknown_sender_domain, answered at RCPT time (smtpd_delay_reject):
+			// a 5.1.8 is about our sender, so no mailbox is called unknown, and no catch-all
+			// answer is cached from the probe's refusal.
+			name:    "sender's domain refused at RCPT (553 5.1.8): unknown, not undeliverable",
+			servers: []mailsim.ServerOptions{{RcptSenderReply: &mailsim.Reply{Code: 553, Enhanced: "5.1.8", Text: "<verify@probe.mailvet.test>: Sender address rejected: Domain not found"}}},
+			n:       12,
+			verdict: func(int) Verdict { return Unknown },
+			check: func(t *testing.T, s []*mailsim.Server, p *Prober, res []Result) {
+				for i, r := range res {
+					if r.Reply.Enhanced != "5.1.8" {
+						t.Errorf("u%d: reply %s, want the 5.1.8 sender refusal", i, r.Reply)
+					}
+				}
+				if known, _ := p.catchAllCached("paths.test"); known {
+					t.Error("a catch-all answer was cached from a refusal of our sender")
+				}
+				if st := s[0].Stats(); st.Throttled != 0 {
+					t.Errorf("%d replies throttled", st.Throttled)
+				}
+			},
+		},
+		{
 			name:    "sender refused at MAIL FROM: unknown",
 			servers: []mailsim.ServerOptions{{MailReply: &senderAtMail}},
 			n:       12,

@@ -565,11 +565,14 @@ func probeLocal(domain string) string {
 }
 
 // classify maps an RCPT reply to a verdict by the reply classes of docs/architecture.md, "The verification pipeline". Enhanced codes
-// decide first: a 550 5.7.1 is the server refusing us, not a missing mailbox.
+// decide first: a 550 5.7.1 is the server refusing us, not a missing mailbox, and so is a refusal
+// of our sender at RCPT time (SenderRefused).
 func classify(r Reply) Verdict {
 	switch {
 	case r.Code == 250 || r.Code == 251:
 		return Deliverable
+	case SenderRefused(r):
+		return Unknown
 	case strings.HasPrefix(r.Enhanced, "5.1."):
 		return Undeliverable
 	case strings.HasPrefix(r.Enhanced, "5.7."), r.Code == 554:
@@ -578,6 +581,24 @@ func classify(r Reply) Verdict {
 		return Undeliverable
 	}
 	return Unknown
+}
+
+// SenderRefused reports a reply to RCPT that refuses our envelope sender, not the recipient:
+// enhanced code X.1.7 (bad sender's mailbox address) or X.1.8 (bad sender's system address) of
+// RFC 3463, or Postfix's "Sender address rejected" without an enhanced code. Postfix checks the
+// sender at RCPT time by default (smtpd_delay_reject), so a 553 5.1.8 there says nothing about the
+// mailbox, and would say the same of every address of the server.
+func SenderRefused(r Reply) bool {
+	if r.Code/100 != 4 && r.Code/100 != 5 {
+		return false
+	}
+	switch r.Enhanced[min(len(r.Enhanced), 1):] {
+	case ".1.7", ".1.8":
+		return true
+	case "":
+		return strings.Contains(strings.ToLower(r.Text), "sender address rejected")
+	}
+	return false
 }
 
 // parseEnhanced splits "5.1.1 text" into the enhanced code and the rest, when the code's class

@@ -285,6 +285,12 @@ func TestClassify(t *testing.T) {
 		{Reply{Code: 450, Enhanced: "4.2.0"}, Unknown},
 		{Reply{Code: 421}, Unknown},
 		{Reply{Code: 252}, Unknown},
+		// Our sender refused at RCPT time (Postfix's smtpd_delay_reject): not about the mailbox.
+		{Reply{Code: 553, Enhanced: "5.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Unknown},
+		{Reply{Code: 550, Enhanced: "5.1.7", Text: "Bad sender's mailbox address syntax"}, Unknown},
+		{Reply{Code: 450, Enhanced: "4.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Unknown},
+		{Reply{Code: 553, Text: "<ann@x.test>: Sender address rejected: not owned by user"}, Unknown},
+		{Reply{Code: 550, Enhanced: "5.1.1", Text: "<ann@x.test>: Recipient address rejected: User unknown"}, Undeliverable},
 	} {
 		if got := classify(tc.r); got != tc.want {
 			t.Errorf("classify(%s) = %v, want %v", tc.r, got, tc.want)
