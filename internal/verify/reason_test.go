@@ -60,6 +60,8 @@ func TestProbeReason(t *testing.T) {
 		{"STARTTLS refused", withErr(fmt.Errorf("STARTTLS: %s", smtp.Reply{Code: 454, Enhanced: "4.7.0", Text: "TLS not available"})), ReasonTLSFailed},
 		{"sender refused at RCPT (553 5.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 553, Enhanced: "5.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonSenderRejected},
 		{"sender deferred at RCPT (450 4.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 450, Enhanced: "4.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonTemporarilyUnavail},
+		{"421 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"}, Err: fmt.Errorf("%w: banner: 421 4.3.2 Service not available", smtp.ErrNoHost)}, ReasonTemporarilyUnavail},
+		{"554 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Client host blocked"}, Err: fmt.Errorf("%w: banner: 554 5.7.1 Client host blocked", smtp.ErrNoHost)}, ReasonPolicyBlocked},
 		{"MAIL FROM refused", withErr(fmt.Errorf("MAIL FROM: %s", smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"})), ReasonSenderRejected},
 		{"private MX", withErr(fmt.Errorf("%w: %w", smtp.ErrForbiddenAddress, errors.New("127.0.0.1 is loopback"))), ReasonMXPrivate},
 		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), ReasonMXPrivate},

@@ -2,6 +2,7 @@ package smtp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -45,6 +46,25 @@ func TestPaths(t *testing.T) {
 				hostIs(t, res, s[1].Name())
 				if st := s[0].Stats(); st.Sessions > 1 {
 					t.Errorf("the 554 server saw %d connections, want 1", st.Sessions)
+				}
+			},
+		},
+		{
+			// Every MX greets with a refusal: the last greeting is the answer (its reason is the
+			// reply's: temporarily_unavailable for a 421, policy_blocked for a 554), not
+			// "connection refused" — the connection was taken.
+			name: "refusing banners on every MX: the last banner is the answer",
+			servers: []mailsim.ServerOptions{
+				{Banner: &mailsim.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"}},
+				{Banner: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Client host blocked"}},
+			},
+			n:       6,
+			verdict: func(int) Verdict { return Unknown },
+			check: func(t *testing.T, s []*mailsim.Server, _ *Prober, res []Result) {
+				for i, r := range res {
+					if r.Reply.Code != 554 || r.Reply.Enhanced != "5.7.1" || r.Host != s[1].Name() || !errors.Is(r.Err, ErrNoHost) {
+						t.Errorf("u%d: reply %s from %q (%v), want the 554 banner of %s", i, r.Reply, r.Host, r.Err, s[1].Name())
+					}
 				}
 			},
 		},

@@ -387,7 +387,15 @@ func (p *Prober) failover(j *job, err error) {
 			j.finish(Result{Verdict: Unknown, Host: j.targets[len(j.targets)-1].host, Err: err})
 			return
 		}
-		j.finish(Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrNoHost, err)})
+		r := Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrNoHost, err)}
+		var be *bannerError
+		if errors.As(err, &be) {
+			// The last host took the connection and greeted with a refusal (421 busy, 554 no
+			// service for us): that reply is the answer, so its reason is the reply's, not
+			// "connection refused".
+			r.Host, r.Reply = j.targets[len(j.targets)-1].host, be.r
+		}
+		j.finish(r)
 		return
 	}
 	p.pool(j.targets[j.next].ip).enqueue(j)
