@@ -495,3 +495,47 @@ func TestCloseWaitsForSessionsToEnd(t *testing.T) {
 		t.Errorf("%d connections still open after Close returned", n)
 	}
 }
+
+// A domain's catch-all probe that meets the server's recipient limit (not advertised, so learnt
+// from the 452 4.5.3) is asked again, like an address: that 452 says nothing about the domain.
+// It was taken for a deferral, and every accepted address of the domain that another session had
+// sent while the probe was on its way was answered unknown with it. Sessions race here, so each
+// trial is a fresh prober on a fresh world; the old code failed about one trial in three.
+func TestCatchAllProbeOverTheRecipientLimit(t *testing.T) {
+	t.Parallel()
+	for trial := range 20 {
+		b := setup(t, 0, Config{})
+		s := b.server(t, mailsim.ServerOptions{Name: "mx.one.test", MaxRecipientsPerTransaction: 1})
+		mx := []mailsim.MX{{Pref: 10, Host: "mx.one.test"}}
+		domains := []string{"a.one.test", "b.one.test", "c.one.test"}
+		for _, d := range domains[:2] {
+			b.w.AddDomain(d, mailsim.Domain{MX: mx, Users: []string{"u0", "u2"}})
+		}
+		b.w.AddDomain("c.one.test", mailsim.Domain{MX: mx, CatchAll: true})
+		var reqs []Request
+		var want []Verdict
+		for i := range 4 {
+			for _, d := range domains {
+				reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@%s", i, d), Domain: d, Hosts: hosts(s)})
+				switch {
+				case d == "c.one.test":
+					want = append(want, CatchAll)
+				case i%2 == 0:
+					want = append(want, Deliverable)
+				default:
+					want = append(want, Undeliverable)
+				}
+			}
+		}
+		for i, r := range probeAll(t, b.p, reqs) {
+			if r.Verdict != want[i] {
+				t.Errorf("trial %d, %s: %v (%s, %v), want %v", trial, reqs[i].Addr, r.Verdict, r.Reply, r.Err, want[i])
+			}
+		}
+		if st := s.Stats(); st.MaxRejected >= 10 || st.Throttled != 0 {
+			t.Errorf("trial %d: max rejected %d, throttled %d", trial, st.MaxRejected, st.Throttled)
+		}
+		b.p.Close()
+		b.w.Close()
+	}
+}

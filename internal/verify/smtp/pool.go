@@ -32,7 +32,8 @@ type pool struct {
 
 	mu        sync.Mutex
 	queue     []*job
-	sessions  int // open or opening
+	probes    []rcpt // catch-all probes to ask again after a recipient limit (reask), ahead of the queue
+	sessions  int    // open or opening
 	opening   int
 	idle      []*session
 	returning int // sessions that have their replies and are on their way back to take
@@ -134,12 +135,7 @@ func (pl *pool) requeueJobs(js []*job, penalty bool) {
 // open session can still take at the rejection rate seen at this address (expectedRcpts) rather
 // than assuming that every open session is spent by its current exchange.
 func (pl *pool) dispatchLocked() {
-	pending := 0
-	for _, j := range pl.queue {
-		if !j.finished.Load() {
-			pending++
-		}
-	}
+	pending := pl.pendingLocked()
 	// Idle sessions are paid for: wake as many as the queue has work for now. A session that has
 	// just read its replies finishes its callers' jobs before it reaches take; work that arrives
 	// in that moment is its to serve, not a reason to wake another.
@@ -187,13 +183,47 @@ func (pl *pool) lastLocked(s *session, budget int) bool {
 	if budget > 1 || !s.pipelining || pl.sessions < pl.maxSessionsLocked() {
 		return false
 	}
-	pending := 0
+	return pl.shortfallLocked(pl.pendingLocked(), s) >= expectedRcpts(maxErrors, pl.rejectRateLocked())
+}
+
+// pendingLocked is the number of RCPTs waiting for a session: unfinished jobs and probes to ask
+// again.
+func (pl *pool) pendingLocked() int {
+	pending := len(pl.probes)
 	for _, j := range pl.queue {
 		if !j.finished.Load() {
 			pending++
 		}
 	}
-	return pl.shortfallLocked(pending, s) >= expectedRcpts(maxErrors, pl.rejectRateLocked())
+	return pending
+}
+
+// maxReasks bounds how often one catch-all probe is asked again after a recipient limit.
+const maxReasks = 3
+
+// reask hands a catch-all probe that met the server's recipient limit back, to go ahead of the
+// queue in the next exchange (fillLocked). Its accepted addresses wait for its answer
+// (Prober.accepted) within their own deadlines; past its deadline, or asked too often, it is
+// inconclusive.
+func (pl *pool) reask(it rcpt) {
+	pl.mu.Lock()
+	it.probe.reasks++
+	if it.probe.reasks > maxReasks || !time.Now().Before(it.deadline) {
+		pl.mu.Unlock()
+		pl.p.resolveCatchAll(it.probe, caInconclusive)
+		return
+	}
+	pl.probes = append(pl.probes, it)
+	pl.dispatchLocked()
+	pl.mu.Unlock()
+}
+
+// dropProbesLocked ends the probes waiting to be asked again: nobody can reach this address.
+func (pl *pool) dropProbesLocked() {
+	for _, it := range pl.probes {
+		pl.p.resolveCatchAll(it.probe, caInconclusive)
+	}
+	pl.probes = nil
 }
 
 // horizon is the number of further exchanges over which an open session is counted on to take
@@ -284,6 +314,7 @@ func (pl *pool) run() {
 				}
 			}
 			pl.queue = keep
+			pl.dropProbesLocked()
 			time.AfterFunc(pause, pl.halfOpen)
 		}
 		pl.mu.Unlock()
@@ -351,7 +382,7 @@ func (pl *pool) take(s *session) []rcpt {
 			pl.mu.Unlock()
 			return nil
 		}
-		if len(pl.queue) > 0 {
+		if len(pl.queue) > 0 || len(pl.probes) > 0 {
 			batch := pl.fillLocked(s)
 			pl.mu.Unlock()
 			return batch
@@ -460,6 +491,15 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 	}
 	now := time.Now()
 	var batch []rcpt
+	for len(pl.probes) > 0 && len(batch) < window {
+		it := pl.probes[0]
+		pl.probes = pl.probes[1:]
+		if !now.Before(it.deadline) {
+			pl.p.resolveCatchAll(it.probe, caInconclusive)
+			continue
+		}
+		batch = append(batch, it)
+	}
 	keep := pl.queue[:0:0]
 	for i, j := range pl.queue {
 		if j.finished.Load() {

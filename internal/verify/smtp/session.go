@@ -309,6 +309,10 @@ func (s *session) settle(it rcpt, rep Reply) {
 		s.errors++
 		s.rejected++
 	}
+	if limit {
+		s.overLimit(it, rep)
+		return
+	}
 	if it.probe != nil {
 		o := caInconclusive
 		switch {
@@ -327,26 +331,6 @@ func (s *session) settle(it rcpt, rep Reply) {
 	}
 	j := it.j
 	switch {
-	case limit:
-		// Too many recipients: not an answer about the mailbox. When the transaction had taken
-		// some, that is the server's limit per transaction: the session goes on in a new one
-		// (RSET, MAIL FROM) no larger. When it had taken none but the session had, earlier, that
-		// is a limit per session: the session is spent, and the address goes to a fresh one.
-		// Said before the session took any recipient, it is no limit a new session can work
-		// around (sending it to one would open session after session): the answer is unknown.
-		switch {
-		case s.txnTaken > 0:
-			s.rcptMax = min(s.rcptMax, s.txnTaken)
-			s.pl.learnTxnMax(s.txnTaken)
-		case s.taken > 0:
-			s.full = true
-		default:
-			s.full = true
-			j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: rep})
-			return
-		}
-		s.pl.requeueJobs([]*job{j}, false)
-		return
 	case rep.Code == 421:
 		s.broken = true
 		j.lastReply = rep
@@ -360,6 +344,37 @@ func (s *session) settle(it rcpt, rep Reply) {
 		j.finish(Result{Verdict: Undeliverable, Host: j.host(), Reply: rep})
 	default:
 		j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: rep})
+	}
+}
+
+// overLimit acts on "too many recipients" to one RCPT: not an answer about the mailbox, nor, for a
+// catch-all probe, about the domain. When the transaction had taken some, that is the server's
+// limit per transaction: the session goes on in a new one (RSET, MAIL FROM) no larger. When it
+// had taken none but the session had, earlier, that is a limit per session: the session is spent,
+// and the RCPT goes to a fresh one. Either way the RCPT is asked again — a probe too, since the
+// accepted addresses of its domain wait for its answer. Said before the session took any
+// recipient, it is no limit a new session can work around (sending it to one would open session
+// after session): an address's answer is unknown, a probe's inconclusive.
+func (s *session) overLimit(it rcpt, rep Reply) {
+	switch {
+	case s.txnTaken > 0:
+		s.rcptMax = min(s.rcptMax, s.txnTaken)
+		s.pl.learnTxnMax(s.txnTaken)
+	case s.taken > 0:
+		s.full = true
+	default:
+		s.full = true
+		if it.probe != nil {
+			s.pl.p.resolveCatchAll(it.probe, caInconclusive)
+		} else {
+			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Reply: rep})
+		}
+		return
+	}
+	if it.probe != nil {
+		s.pl.reask(it)
+	} else {
+		s.pl.requeueJobs([]*job{it.j}, false)
 	}
 }
 

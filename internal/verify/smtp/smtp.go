@@ -446,6 +446,7 @@ type caProbe struct {
 	outcome caOutcome
 	// deferred is the probe's 4xx reply when it was deferred; written before done is closed.
 	deferred Reply
+	reasks   int // times asked again after a recipient limit (pool.reask); guarded by the pool's mu
 }
 
 type caOutcome int
