@@ -71,6 +71,8 @@ const (
 	sweepRuns  = 20  // transactions per sweep, so one sweep is bounded
 	// holdTimeout bounds each background statement.
 	holdTimeout = 5 * time.Second
+	// firstBeatTimeout bounds the first heartbeat, which a request waits for (start).
+	firstBeatTimeout = time.Second
 	// closePatience bounds the retries of the last confirmations at shutdown.
 	closePatience = 5 * time.Second
 )
@@ -91,10 +93,15 @@ func (h *Holds) Replica() string { return h.id }
 // it lands, another replica's sweep would take a row with an occurred_at older than the grace
 // for one of a replica that died before its first heartbeat, and withdraw it while its request
 // is still running.
+//
+// That first heartbeat is on the first request's path, so it is bounded like the request's own
+// statements (firstBeatTimeout), not like the background ones: on a Postgres that stops
+// answering, the first request still gets its 503 within two seconds. If it fails, so does the
+// request's write, most likely; the loop's next heartbeat follows a grace/6 later.
 func (h *Holds) start() {
 	h.once.Do(func() {
 		h.started = true
-		h.heartbeat()
+		h.heartbeatWithin(firstBeatTimeout)
 		h.loops.Add(3)
 		go h.every(h.grace/heartbeatsPerGrace, h.heartbeat)
 		go h.every(confirmEvery, h.flush)
@@ -117,8 +124,10 @@ func (h *Holds) every(interval time.Duration, task func()) {
 	}
 }
 
-func (h *Holds) heartbeat() {
-	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
+func (h *Holds) heartbeat() { h.heartbeatWithin(holdTimeout) }
+
+func (h *Holds) heartbeatWithin(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := Heartbeat(ctx, h.db, h.id, h.grace); err != nil {
 		h.log.Warn("usage holds: heartbeat", "replica", h.id, "err", err)

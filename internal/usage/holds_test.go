@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
 )
@@ -282,5 +284,38 @@ func TestFirstHeldRowOfANewReplicaIsNotSwept(t *testing.T) {
 		if n != 0 {
 			t.Fatalf("replica %d: the sweep withdrew %d rows of a live request", i, n)
 		}
+	}
+}
+
+// That first heartbeat is on the first request's path, so it is bounded like the request's own
+// write: on a Postgres that stops answering, the first Record returns within about two seconds
+// (the heartbeat's 1 s and the write's 1 s), as the 503 promises, not after the 5 s of a
+// background statement as well.
+func TestFirstHeartbeatIsBoundedLikeTheRequest(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	pool := pgtest.Pool(t, dbURL)
+	u, err := url.Parse(dbURL)
+	pgtest.Must(t, err, "database URL")
+	link, err := tcpproxy.Start(u.Host)
+	pgtest.Must(t, err, "proxy")
+	defer link.Close()
+	u.Host = link.Addr()
+	l, _ := heldLedger(pgtest.Pool(t, u.String()), pgtest.Pool(t, u.String()))
+	defer l.Close()
+	acct := newAccount(t, pool, "free")
+	charge, _, err := l.Admit(ctx, freeReq(acct, 1))
+	pgtest.Must(t, err, "admit")
+	link.Hold()
+	start := time.Now()
+	err = charge.Record(ctx, []usage.Row{streamRow(acct, "silent:0")})
+	took := time.Since(start)
+	link.Restore()
+	charge.Close()
+	if err == nil {
+		t.Error("Record succeeded on a silent Postgres")
+	}
+	if took > 3500*time.Millisecond {
+		t.Errorf("the first Record took %v on a silent Postgres, want about 2 s (at most 3.5 s on a busy machine; it was 6 s)", took)
 	}
 }

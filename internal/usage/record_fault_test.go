@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
 )
@@ -91,30 +93,52 @@ func TestRolledBackRecordGivesTheQuotaBack(t *testing.T) {
 // A write whose deadline passes while Postgres still holds it (a lock) may commit after the
 // request has closed its charge: its rows are looked for again behind the response and removed,
 // with their billable counts, and the quota units are given back once. Before, such rows stayed
-// billed, held by the live replica, for as long as it ran.
+// billed, held by the live replica, for as long as it ran. The link to Postgres is black-holed
+// once the write is sent, so the cancel request pgx sends at the deadline is lost, as in a
+// partition, and the write really commits, after Close, when the lock lets go.
 func TestRowsOfAWriteThatCommitsAfterCloseAreRemoved(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	ledger := usage.NewLedger(pool, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	dbURL := pgtest.URL(t)
+	pool := pgtest.Pool(t, dbURL)
+	u, err := url.Parse(dbURL)
+	pgtest.Must(t, err, "database URL")
+	link, err := tcpproxy.Start(u.Host)
+	pgtest.Must(t, err, "proxy")
+	defer link.Close()
+	u.Host = link.Addr()
+	ledger := usage.NewLedger(pgtest.Pool(t, u.String()), slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	defer ledger.Close()
 	acct := newAccount(t, pool, "free")
+	earlier, _, err := ledger.Admit(ctx, freeReq(acct, 5)) // units that stay spent
+	pgtest.Must(t, err, "admit earlier usage")
+	earlier.Settle()
+	earlier.Close()
 
 	charge, _, err := ledger.Admit(ctx, freeReq(acct, 3))
 	pgtest.Must(t, err, "admit")
-	lockMonthly(t, pool, acct, 1500*time.Millisecond) // longer than the write's 1 s deadline
+	lockMonthly(t, pool, acct, 2500*time.Millisecond) // longer than the write's 1 s deadline
+	go func() { time.Sleep(300 * time.Millisecond); link.Hold() }()
 	if err := charge.Record(ctx, batchRows(acct, "late", 3)); err == nil {
 		t.Fatal("Record succeeded past the lock")
 	}
 	charge.Close()
+	late := time.Now().Add(5 * time.Second)
+	for count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key LIKE 'late:%'`, acct) != 3 {
+		if time.Now().After(late) {
+			t.Fatal("the write never committed: the test no longer makes a late commit")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	link.Restore()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		rows := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct)
-		q, b, d := monthly(t, pool, acct)
-		if rows == 0 && q == 0 && b == 0 && d == 0 {
+		rows := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key LIKE 'late:%'`, acct)
+		q, b, _ := monthly(t, pool, acct)
+		if rows == 0 && q == 5 && b == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("15 s after Close: %d rows, quota %d, billable %d, daily %d; want 0 of each", rows, q, b, d)
+			t.Fatalf("15 s after the late commit: %d of its rows, quota %d, billable %d; want 0 rows, the earlier request's 5 units, 0 billable", rows, q, b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
