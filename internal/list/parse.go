@@ -154,14 +154,20 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 // semicolons, and a tab-separated export is often sent as CSV; read with commas, every row of
 // such a file would be one column of invalid addresses. Whether a candidate splits the header
 // depends on the quoting it implies, so each is tried as encoding/csv would read it: a ';'
-// inside a quoted header cell of a comma file does not count. A header that splits on a comma,
-// or on both of the others, keeps the comma (docs/lists.md, "Uploading").
+// inside a quoted header cell of a comma file does not count. Nor does one that the first data
+// row does not split on as many times: a one-column comma file whose header is "Email (work;
+// home)" or ends in a stray ';' stays a comma file. A header that splits on a comma, or on both of
+// the others, keeps the comma (docs/lists.md, "Uploading").
 func delimiter(head []byte) rune {
 	splits := func(d rune) bool {
 		cr := csv.NewReader(bytes.NewReader(head))
 		cr.Comma, cr.FieldsPerRecord = d, -1
-		rec, err := cr.Read()
-		return err == nil && len(rec) > 1
+		header, err := cr.Read()
+		if err != nil || len(header) < 2 {
+			return false
+		}
+		row, err := cr.Read()
+		return err != nil || len(row) == len(header) // no data row in head: the header decides
 	}
 	if splits(',') {
 		return ','

@@ -88,6 +88,13 @@ func TestCSVSeparatorFromTheHeader(t *testing.T) {
 			[]string{"last;first", "email"}, []string{"ann@acme.example"}, "Doe;Ann"},
 		{"';' and tab: ambiguous, the comma", "email;x\ty\nann@acme.example;1\t2\n",
 			[]string{"email;x\ty"}, []string{"ann@acme.example;1\t2"}, "ann@acme.example;1\t2"},
+		// One-column comma files whose header holds a ';' or a tab that the rows do not.
+		{"one column, ';' in its name", "Email (work; home)\nann@acme.example\n",
+			[]string{"Email (work; home)"}, []string{"ann@acme.example"}, "ann@acme.example"},
+		{"one column, a stray ';'", "email;\r\nann@acme.example\r\nzoe@acme.example\r\n",
+			[]string{"email;"}, []string{"ann@acme.example", "zoe@acme.example"}, "ann@acme.example"},
+		{"one column, a stray tab", "email\t\nann@acme.example\n",
+			[]string{"email\t"}, []string{"ann@acme.example"}, "ann@acme.example"},
 	} {
 		rd, rows, err := readAll(t, list.CSV, "", c.file)
 		if err != nil {
