@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,7 +17,8 @@ import (
 type outFile struct {
 	*os.File
 	path string
-	mode fs.FileMode
+	mode fs.FileMode // an existing file's permissions, which the new one takes
+	keep bool        // mode is set: path existed
 	// direct is set for a path that is not a regular file (/dev/stdout, a pipe): it is written
 	// as it is, since nothing can be renamed over it.
 	direct bool
@@ -23,9 +26,11 @@ type outFile struct {
 
 // createOut checks that path can be written, before anything is uploaded or charged, and opens
 // the temporary file beside it. An existing file keeps its permissions (a symbolic link stays
-// one: its target is replaced); a new one is 0644.
+// one: its target is replaced); a new one gets those os.Create gives, 0666 less the umask — results
+// files hold customers' addresses, and a umask of 077 keeps them the user's own.
 func createOut(path string) (*outFile, error) {
-	mode := fs.FileMode(0o644)
+	var mode fs.FileMode
+	keep := false
 	if st, err := os.Stat(path); err == nil {
 		// Opened without truncation: for a regular file only to know that writing it is allowed.
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -39,15 +44,30 @@ func createOut(path string) (*outFile, error) {
 		if path, err = filepath.EvalSymlinks(path); err != nil {
 			return nil, err
 		}
-		mode = st.Mode().Perm()
+		mode, keep = st.Mode().Perm(), true
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.part")
+	f, err := createPart(path)
 	if err != nil {
 		return nil, err
 	}
-	return &outFile{File: f, path: path, mode: mode}, nil
+	return &outFile{File: f, path: path, mode: mode, keep: keep}, nil
+}
+
+// createPart creates a new temporary file beside path, with mode 0666 less the umask (os.CreateTemp
+// would make it 0600 whatever the umask).
+func createPart(path string) (*os.File, error) {
+	for range 100 {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+hex.EncodeToString(b[:])+".part")
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("%s: no free temporary name beside it", path)
 }
 
 // commit puts the complete file in place.
@@ -56,7 +76,11 @@ func (o *outFile) commit() error {
 		return o.Close()
 	}
 	name := o.Name()
-	err := errors.Join(o.Sync(), o.Chmod(o.mode), o.Close())
+	var chmod error
+	if o.keep {
+		chmod = o.Chmod(o.mode)
+	}
+	err := errors.Join(o.Sync(), chmod, o.Close())
 	if err == nil {
 		err = os.Rename(name, o.path)
 	}

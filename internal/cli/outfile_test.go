@@ -1,0 +1,54 @@
+//go:build unix
+
+package cli
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// A new --out file gets the permissions os.Create would give it (0666 less the umask), not a
+// fixed 0644: results hold customers' addresses, and a user whose umask is 077 keeps them
+// private. An existing file keeps its own. Not parallel: the umask is the process's.
+func TestOutFileModes(t *testing.T) {
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	write := func(path string) fs.FileMode {
+		t.Helper()
+		o, err := createOut(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.WriteString("email,status\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.commit(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode().Perm()
+	}
+	if m := write(filepath.Join(dir, "new.csv")); m != 0o640 {
+		t.Errorf("a new file under umask 027 is %v, want -rw-r-----", m)
+	}
+	existing := filepath.Join(dir, "old.csv")
+	if err := os.WriteFile(existing, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(existing, 0o604); err != nil {
+		t.Fatal(err)
+	}
+	if m := write(existing); m != 0o604 {
+		t.Errorf("an existing 0604 file became %v", m)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*.part")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
