@@ -539,3 +539,35 @@ func TestCatchAllProbeOverTheRecipientLimit(t *testing.T) {
 		b.w.Close()
 	}
 }
+
+// A batch's address has the probe budget from its first try even when that try is a dial that
+// fails: silent MX hosts (tarpits: they take the connection and never greet), tried one after
+// the other, each for half the budget, and the half-open retry of the last one, stretched it
+// before — (n+1) half-budgets and a pause for n of them, 2.25 s for three at a 1 s budget.
+func TestSilentMXHostsKeepToTheBudget(t *testing.T) {
+	t.Parallel()
+	const budget = time.Second
+	for _, n := range []int{1, 3} {
+		b := setup(t, 0, Config{Timeout: budget})
+		var servers []*mailsim.Server
+		for i := range n {
+			servers = append(servers, b.server(t, mailsim.ServerOptions{Name: fmt.Sprintf("tp%d.silent%d.test", i, n), Tarpit: true}))
+		}
+		domain := fmt.Sprintf("silent%d.test", n)
+		var reqs []Request
+		for i := range 4 {
+			reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@%s", i, domain), Domain: domain, Hosts: hosts(servers...)})
+		}
+		start := time.Now()
+		res := probeAll(t, b.p, reqs)
+		took := time.Since(start)
+		for i, r := range res {
+			if r.Verdict != Unknown || !errors.Is(r.Err, ErrTimeout) {
+				t.Errorf("%d silent hosts, u%d: %v (%v), want unknown, timeout", n, i, r.Verdict, r.Err)
+			}
+		}
+		if took > budget+150*time.Millisecond {
+			t.Errorf("%d silent hosts: answered after %v, want the %v budget", n, took, budget)
+		}
+	}
+}

@@ -276,6 +276,7 @@ func (pl *pool) run() {
 	if !ok {
 		return
 	}
+	dialed := time.Now()
 	s, err := pl.open()
 	if err != nil {
 		release(lease)
@@ -306,9 +307,21 @@ func (pl *pool) run() {
 			}
 			pl.downUntil, pl.downErr = time.Now().Add(pause), err
 			keep := pl.queue[:0:0]
+			var expiry time.Time
 			for _, j := range pl.queue {
+				if j.deadline.IsZero() {
+					// The failed dial was this address's first try: its budget runs from there,
+					// so that the next MX host, or the half-open try, fits in it.
+					j.deadline = dialed.Add(pl.p.cfg.Timeout)
+					if j.queued.After(dialed) {
+						j.deadline = j.queued.Add(pl.p.cfg.Timeout)
+					}
+				}
 				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
 					keep = append(keep, j)
+					if expiry.IsZero() || j.deadline.Before(expiry) {
+						expiry = j.deadline
+					}
 				} else {
 					moved = append(moved, j)
 				}
@@ -316,6 +329,11 @@ func (pl *pool) run() {
 			pl.queue = keep
 			pl.dropProbesLocked()
 			time.AfterFunc(pause, pl.halfOpen)
+			if !expiry.IsZero() {
+				// The half-open try may still be dialling when the waiting addresses' budgets
+				// end: they are answered then, not when the dial gives up.
+				time.AfterFunc(time.Until(expiry), pl.expireQueued)
+			}
 		}
 		pl.mu.Unlock()
 		for _, j := range moved {
@@ -350,6 +368,28 @@ func (pl *pool) run() {
 	pl.sessions--
 	pl.dispatchLocked()
 	pl.mu.Unlock()
+}
+
+// expireQueued answers the queued addresses whose budget has ended: unknown, timeout.
+func (pl *pool) expireQueued() {
+	now := time.Now()
+	var expired []*job
+	pl.mu.Lock()
+	keep := pl.queue[:0:0]
+	for _, j := range pl.queue {
+		switch {
+		case j.finished.Load():
+		case j.expired(now):
+			expired = append(expired, j)
+		default:
+			keep = append(keep, j)
+		}
+	}
+	pl.queue = keep
+	pl.mu.Unlock()
+	for _, j := range expired {
+		j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrTimeout})
+	}
 }
 
 // halfOpen lets one session try the address again for the addresses waiting on it.

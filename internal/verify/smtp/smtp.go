@@ -264,8 +264,9 @@ func (p *Prober) Probe(ctx context.Context, req Request) Result {
 
 // ProbeAll probes many addresses, sharing sessions between all those whose MX addresses are the
 // same, and calls each (from one goroutine at a time) as every result is known. Each address has
-// the configured budget from the moment a session starts working on it; waiting for a free
-// session is bounded only by ctx.
+// the configured budget from the moment a session starts working on it, or from the moment a
+// connection was first tried for it when that connection failed (so silent MX hosts, tried one
+// after the other, cannot stretch it); waiting for a free session is bounded only by ctx.
 func (p *Prober) ProbeAll(ctx context.Context, reqs []Request, each func(i int, r Result)) []Result {
 	return p.probe(ctx, reqs, time.Time{}, each)
 }
@@ -316,7 +317,7 @@ func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, 
 			ch <- done{i, Result{Verdict: CatchAll, Host: targets[0].host}}
 			continue
 		}
-		j := &job{addr: req.Addr, domain: domain, targets: targets, deadline: deadline}
+		j := &job{addr: req.Addr, domain: domain, targets: targets, deadline: deadline, queued: time.Now()}
 		j.finishFn = func(r Result) { ch <- done{i, r} }
 		jobs = append(jobs, j)
 		pl := p.pool(targets[0].ip)
@@ -412,7 +413,8 @@ type job struct {
 	addr, domain string
 	targets      []target
 	next         int       // index of the target being tried
-	deadline     time.Time // zero until a session first works on it (ProbeAll)
+	deadline     time.Time // zero until a session first works on it, or a dial for it fails (ProbeAll)
+	queued       time.Time // when it was handed to the prober
 	attempts     int       // times it was handed back unanswered
 	lastReply    Reply     // the 421 it was last handed back after, if any: its answer when attempts run out
 	reached      bool      // some target failed for a reason other than a forbidden address
