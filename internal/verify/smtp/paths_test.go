@@ -571,3 +571,23 @@ func TestSilentMXHostsKeepToTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// A catch-all probe refused by policy (a 5.7.1 for local parts the server will not say anything
+// about) says nothing about the domain: the accepted address is unknown with that reply, so its
+// reason is the reply's (policy_blocked), not a bare "inconclusive" (temporarily_unavailable,
+// though nothing temporary happened).
+func TestCatchAllProbeRefusedByPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.policy.test"})
+	refusal := mailsim.Reply{Code: 550, Enhanced: "5.7.1", Text: "Recipient address rejected: Access denied"}
+	b.w.AddDomain("policy.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.policy.test"}}, Users: []string{"ann"},
+		Mailboxes: map[string]mailsim.Reply{probeLocal("policy.test"): refusal}})
+	r := b.p.Probe(context.Background(), Request{Addr: "ann@policy.test", Domain: "policy.test", Hosts: hosts(s)})
+	if r.Verdict != Unknown || r.Reply.Code != 550 || r.Reply.Enhanced != "5.7.1" {
+		t.Errorf("ann: %v %s (%v), want unknown with the probe's 550 5.7.1", r.Verdict, r.Reply, r.Err)
+	}
+	if known, _ := b.p.catchAllCached("policy.test"); known {
+		t.Error("a catch-all answer was cached from a policy refusal")
+	}
+}

@@ -321,10 +321,11 @@ func (s *session) settle(it rcpt, rep Reply) {
 		case rep.Code/100 == 5 && classify(rep) == Undeliverable:
 			o = caNo
 		}
-		if o == caInconclusive && rep.Code/100 == 4 {
-			// Deferred (greylisting, a busy server): the addresses waiting on the probe get
-			// this reply as their answer, not a bare "inconclusive" (Prober.accepted).
-			it.probe.deferred = rep
+		if o == caInconclusive && (rep.Code/100 == 4 || rep.Code/100 == 5) {
+			// Deferred (greylisting, a busy server) or refused by policy (5.7.x, 554, our
+			// sender): the addresses waiting on the probe get this reply as their answer, and
+			// its reason, not a bare "inconclusive" (Prober.accepted).
+			it.probe.reply = rep
 		}
 		s.pl.p.resolveCatchAll(it.probe, o)
 		return

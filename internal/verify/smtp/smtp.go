@@ -446,9 +446,10 @@ type caProbe struct {
 	local   string
 	done    chan struct{}
 	outcome caOutcome
-	// deferred is the probe's 4xx reply when it was deferred; written before done is closed.
-	deferred Reply
-	reasks   int // times asked again after a recipient limit (pool.reask); guarded by the pool's mu
+	// reply is the probe's 4xx or 5xx reply when it said nothing about the domain (deferred, or
+	// refused by policy); written before done is closed.
+	reply  Reply
+	reasks int // times asked again after a recipient limit (pool.reask); guarded by the pool's mu
 }
 
 type caOutcome int
@@ -530,11 +531,12 @@ func (p *Prober) accepted(j *job, known, catchAll bool, cp *caProbe, host string
 		case caNo:
 			return Result{Verdict: Deliverable, Host: host, Reply: rep}
 		}
-		if cp != nil && cp.deferred.Code != 0 {
-			// The probe was deferred, greylisted most often: the address's answer is that reply,
-			// so that its reason says so and an async job is probed again later (when the probe's
-			// local part, the same for the domain every time, has passed the greylist too).
-			return Result{Verdict: Unknown, Host: host, Reply: cp.deferred}
+		if cp != nil && cp.reply.Code != 0 {
+			// The probe was deferred, greylisted most often, or refused by policy: the address's
+			// answer is that reply, so that its reason says so (greylisted, policy_blocked, …)
+			// and, when greylisted, an async job is probed again later (when the probe's local
+			// part, the same for the domain every time, has passed the greylist too).
+			return Result{Verdict: Unknown, Host: host, Reply: cp.reply}
 		}
 		return Result{Verdict: Unknown, Host: host, Reply: rep, Err: errors.New("smtp: catch-all check inconclusive")}
 	}
