@@ -330,8 +330,9 @@ func quoteAll(ss []string) string {
 type lineReader struct {
 	r       *bufio.Reader
 	max     int
-	lineNo  int // lines started so far
-	lineLen int // bytes of the current line so far
+	lineNo  int  // lines started so far
+	lineLen int  // bytes of the current line so far
+	cr      bool // the last byte read was a CR, not yet counted: a CRLF line end, or a CR inside the line
 }
 
 // newLineReader buffers at least a whole line of max bytes and its line end, so that head sees
@@ -412,12 +413,19 @@ func (l *lineReader) skipBOM() error {
 func (l *lineReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	for _, b := range p[:n] {
-		if b == '\n' {
+		switch {
+		case b == '\n':
+			// A CR just before it is part of the line end (CRLF), not of the line.
 			l.lineNo++
-			l.lineLen = 0
+			l.lineLen, l.cr = 0, false
 			continue
+		case l.cr:
+			l.lineLen++ // the CR before this byte was inside the line
 		}
-		l.lineLen++
+		l.cr = b == '\r'
+		if !l.cr {
+			l.lineLen++
+		}
 		if l.lineLen > l.max {
 			return 0, &InputError{Line: l.lineNo, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
 		}
@@ -432,18 +440,20 @@ func (l *lineReader) line() ([]byte, int, error) {
 	for {
 		chunk, err := l.r.ReadSlice('\n')
 		buf = append(buf, chunk...)
+		// The limit counts the line's bytes without its end (LF or CRLF), as Read does for CSV.
+		tooLong := &InputError{Line: no, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
 		if len(buf) > l.max+2 {
-			return nil, no, &InputError{Line: no, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
+			return nil, no, tooLong
 		}
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, io.EOF) && len(buf) > 0:
+			if len(bytes.TrimSuffix(bytes.TrimSuffix(buf, []byte("\n")), []byte("\r"))) > l.max {
+				return nil, no, tooLong
+			}
 			l.lineNo++
 			return bytes.TrimRight(buf, "\r\n"), no, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case errors.Is(err, io.EOF) && len(buf) > 0:
-			l.lineNo++
-			return bytes.TrimRight(buf, "\r\n"), no, nil
 		default:
 			return nil, no, err
 		}

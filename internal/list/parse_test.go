@@ -186,3 +186,58 @@ func TestCROnlyLineEnds(t *testing.T) {
 		}
 	}
 }
+
+// The line limit counts a line's bytes without its end, LF or CRLF, the same in every format: a
+// line of exactly the limit is read, one byte more is refused with its line. Before, text and
+// NDJSON with LF ends took a byte more, and CSV with CRLF ends a byte less.
+func TestLineLimitIsExactInEveryFormat(t *testing.T) {
+	t.Parallel()
+	const max = 64
+	lim := list.Limits{MaxRows: 10, MaxLineBytes: max}
+	// address is an address of exactly n bytes.
+	address := func(n int) string { return strings.Repeat("a", n-len("@acme.test")) + "@acme.test" }
+	for _, c := range []struct {
+		name   string
+		f      list.Format
+		first  string // the lines before the long one
+		line   func(n int) string
+		longNo int
+	}{
+		{"text", list.Text, "ann@acme.test", address, 2},
+		{"ndjson", list.NDJSON, `{"email":"ann@acme.test"}`, func(n int) string { return `{"email":"` + address(n-len(`{"email":""}`)) + `"}` }, 2},
+		{"csv", list.CSV, "email\nann@acme.test", address, 3},
+	} {
+		for _, eol := range []string{"\n", "\r\n"} {
+			for _, n := range []int{max, max + 1} {
+				lines := strings.Split(c.first, "\n")
+				file := strings.Join(lines, eol) + eol + c.line(n) + eol + "zoe@acme.test" + eol
+				if c.f == list.NDJSON {
+					file = strings.Join(lines, eol) + eol + c.line(n) + eol + `{"email":"zoe@acme.test"}` + eol
+				}
+				// CSV may meet the long line while it reads the header: encoding/csv reads ahead.
+				rd, rowErr := list.NewReader(strings.NewReader(file), c.f, "", lim)
+				rows := 0
+				for rowErr == nil {
+					_, err := rd.Next()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						rowErr = err
+						break
+					}
+					rows++
+				}
+				var in *list.InputError
+				switch {
+				case n == max && rowErr != nil:
+					t.Errorf("%s, %q ends: a line of exactly %d bytes refused: %v", c.name, eol, max, rowErr)
+				case n == max && rows != 3:
+					t.Errorf("%s, %q ends: %d rows, want 3", c.name, eol, rows)
+				case n > max && (!errors.As(rowErr, &in) || in.Line != c.longNo || !strings.Contains(in.Msg, "longer than")):
+					t.Errorf("%s, %q ends: a line of %d bytes: %v, want refused on line %d", c.name, eol, n, rowErr, c.longNo)
+				}
+			}
+		}
+	}
+}
