@@ -174,3 +174,32 @@ func serve(h http.Handler, req *http.Request) (*http.Response, []byte) {
 	raw, _ := io.ReadAll(resp.Body)
 	return resp, raw
 }
+
+// Every route refuses a body over 2 MB before anything else (docs/errors.md, payload_too_large),
+// so every operation of /openapi.json declares the 413 — the GETs and DELETEs too, which a
+// client may still send a body to. A list upload has its own, larger limit (docs/lists.md).
+func TestEveryOperationDeclaresTheBodyLimit(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadSpec(t)
+	h := newBareServer(t).Handler()
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if method == http.MethodPost && path == "/v1/email/lists" {
+				continue
+			}
+			p := path
+			for strings.Contains(p, "{") {
+				i, j := strings.Index(p, "{"), strings.Index(p, "}")
+				p = p[:i] + "0196d0a4-5f1e-7c3a-9b2d-4e8f6a1c3b5d" + p[j+1:]
+			}
+			req := httptest.NewRequest(method, p, strings.NewReader("x"))
+			req.ContentLength = 2<<20 + 1
+			resp, body := serve(h, req)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Errorf("%s %s with a %d-byte body: %d %s", method, path, req.ContentLength, resp.StatusCode, body)
+				continue
+			}
+			assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
+		}
+	}
+}
