@@ -68,11 +68,30 @@ func TestEchoErrorsUseTheEnvelope(t *testing.T) {
 		t.Errorf("content type %q", ct)
 	}
 
-	resp, body = do(t, s.Handler(), http.MethodDelete, "/healthz")
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Fatalf("status %d", resp.StatusCode)
+	// Outside the /v1 groups as inside: 405 in the envelope, OPTIONS too (Echo answered it a
+	// bare 204), and Allow names only the documented methods (Echo added OPTIONS).
+	for _, c := range []struct{ method, path, allow string }{
+		{http.MethodDelete, "/healthz", "GET"},
+		{http.MethodOptions, "/healthz", "GET"},
+		{http.MethodOptions, "/openapi.json", "GET"},
+		{http.MethodPut, "/docs/errors", "GET"},
+		{http.MethodOptions, "/v1/stripe/webhook", "POST"},
+		{http.MethodGet, "/v1/stripe/webhook", "POST"},
+	} {
+		req := httptest.NewRequest(c.method, c.path, nil)
+		resp, body := serve(s.Handler(), req)
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d, Allow %q; want 405, Allow %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow)
+			continue
+		}
+		var env map[string]any
+		if err := json.Unmarshal(body, &env); err != nil {
+			t.Errorf("%s %s: body %q", c.method, c.path, body)
+			continue
+		}
+		assertEnvelope(t, env, CodeMethodNotAllowed)
+		assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
 	}
-	assertEnvelope(t, body, CodeMethodNotAllowed)
 }
 
 func TestPanicIsA500WithoutStack(t *testing.T) {

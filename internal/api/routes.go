@@ -74,3 +74,25 @@ func (s *Server) notFoundInGroup(c echo.Context) error {
 	c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
 	return echo.ErrMethodNotAllowed
 }
+
+// methodNotAllowed makes the routes outside the /v1 groups (health, the document, the error
+// docs, the Stripe webhook) answer a method they do not list as every /v1 path does: 405
+// method_not_allowed in the envelope, with an Allow header naming only the methods
+// /openapi.json documents. Echo itself answers OPTIONS there with a bare 204, and lists OPTIONS
+// in Allow; neither is in the contract. The dashboard takes every method and is left alone.
+func methodNotAllowed(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		allow, ok := c.Get(echo.ContextKeyHeaderAllow).(string)
+		if !ok || allow == "" {
+			return next(c) // the route exists for this method, or the path for none
+		}
+		var methods []string
+		for _, m := range strings.Split(allow, ",") {
+			if m = strings.TrimSpace(m); m != http.MethodOptions {
+				methods = append(methods, m)
+			}
+		}
+		c.Response().Header().Set(echo.HeaderAllow, strings.Join(methods, ", "))
+		return echo.ErrMethodNotAllowed
+	}
+}

@@ -180,6 +180,7 @@ func New(d Deps) *Server {
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes) + "B", Skipper: isUpload}))
 	// A /v1 query string that Go's URL.Query would silently trim is refused (query.go).
 	e.Use(strictQuery)
+	e.Use(methodNotAllowed) // OPTIONS and Allow on the routes outside /v1 (routes.go)
 	s.echo = e
 	s.routes()
 	return s
