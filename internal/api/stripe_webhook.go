@@ -37,6 +37,12 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 	if err := refuseNUL(body); err != nil {
 		return err
 	}
+	// And so is the rule on text: bytes that are not UTF-8 (or a lone surrogate escape) would be
+	// stored as U+FFFD in an event id or a status (docs/errors.md). Stripe sends neither.
+	var syntax *jsonSyntaxError
+	if err := strictJSON(body, nil); err != nil && !errors.As(err, &syntax) {
+		return err
+	}
 	out, err := s.events.Apply(c.Request().Context(), ev)
 	if errors.Is(err, billing.ErrBadEvent) {
 		id := ev.ID

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -124,6 +126,12 @@ func TestStripeSubscriptionLifecycle(t *testing.T) {
 		t.Errorf("limits after deletion: %v", a["limits"])
 	}
 
+	// Text that is not UTF-8 is refused like anywhere else in the API, not stored as U+FFFD.
+	notUTF8 := bytes.Replace(subEvent("evt_UTF8", "customer.subscription.updated", time.Now(), map[string]any{"customer": "cus_rej"}),
+		[]byte("UTF8"), []byte("\xff\xfe"), 1)
+	if r := b.deliver(notUTF8).want(t, 400, CodeInvalidRequest); !strings.Contains(fmt.Sprint(r.body["message"]), "UTF-8") {
+		t.Errorf("an event with bytes that are not UTF-8: %v", r.body["message"])
+	}
 	var n int
 	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events`).Scan(&n))
 	if n != 4 {
@@ -190,6 +198,12 @@ func TestStripeWebhookRejects(t *testing.T) {
 	if r := b.deliver(subEvent("evt_"+strings.Repeat("x", 1_500_000), "customer.subscription.updated", time.Now(),
 		map[string]any{"customer": "cus_rej"})).want(t, 400, CodeInvalidRequest); len(r.raw) > 4096 {
 		t.Errorf("the refusal of a 1.5 MB id is %d bytes long", len(r.raw))
+	}
+	// Text that is not UTF-8 is refused like anywhere else in the API, not stored as U+FFFD.
+	notUTF8 := bytes.Replace(subEvent("evt_UTF8", "customer.subscription.updated", time.Now(), map[string]any{"customer": "cus_rej"}),
+		[]byte("UTF8"), []byte("\xff\xfe"), 1)
+	if r := b.deliver(notUTF8).want(t, 400, CodeInvalidRequest); !strings.Contains(fmt.Sprint(r.body["message"]), "UTF-8") {
+		t.Errorf("an event with bytes that are not UTF-8: %v", r.body["message"])
 	}
 	var n int
 	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events`).Scan(&n))
