@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
@@ -104,11 +105,19 @@ func (s *Stripe) PortalURL(ctx context.Context, customerID, returnURL string) (s
 }
 
 // stripeError sorts a failed Stripe call: an answer from Stripe is ErrPortalUnavailable with
-// Stripe's reason, no answer at all is ErrProviderUnreachable.
+// Stripe's reason, no answer at all is ErrProviderUnreachable. No answer is what net/http
+// reports as a *url.Error (refused, reset, timed out, the call's deadline); an answer stripe-go
+// could not read (a proxy's HTML page, a body that is not JSON) is an answer, not an outage.
 func stripeError(err error) error {
-	var se *stripe.Error
-	if errors.As(err, &se) {
+	var (
+		se *stripe.Error
+		ue *url.Error
+	)
+	switch {
+	case errors.As(err, &se):
 		return fmt.Errorf("%w: stripe %s (HTTP %d): %s", ErrPortalUnavailable, se.Type, se.HTTPStatusCode, se.Msg)
+	case errors.As(err, &ue), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %w", ErrProviderUnreachable, err)
 	}
-	return fmt.Errorf("%w: %w", ErrProviderUnreachable, err)
+	return fmt.Errorf("%w: %w", ErrPortalUnavailable, err)
 }

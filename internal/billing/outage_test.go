@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -111,5 +113,34 @@ func TestStripeCallKeepsAnEarlierDeadline(t *testing.T) {
 	_, err := s.PortalURL(ctx, "cus_1", "https://mailvet.example/dashboard/billing")
 	if !errors.Is(err, ErrProviderUnreachable) || time.Since(start) > 2*time.Second {
 		t.Fatalf("1 s deadline, Stripe black-holed: %v after %v", err, time.Since(start))
+	}
+}
+
+// A Stripe call answered with something stripe-go cannot read — a proxy's HTML page, a 500
+// with a text body — got an answer: ErrPortalUnavailable (the API's 500
+// billing_portal_unavailable), not ErrProviderUnreachable (503 "unreachable", retry).
+func TestUnreadableStripeAnswerIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status int
+		body   string
+	}{
+		{http.StatusOK, "<html>not json</html>"},
+		{http.StatusInternalServerError, "upstream error"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(c.status)
+			_, _ = w.Write([]byte(c.body))
+		}))
+		s := NewStripe(config.Config{StripeSecretKey: stripetest.SecretKey, StripeAPIBase: srv.URL,
+			StripePrices: map[string]plan.Tier{"price_b": plan.Builder}})
+		errs, _ := runAll(stripeCalls(s))
+		srv.Close()
+		for name, err := range errs {
+			if !errors.Is(err, ErrPortalUnavailable) || errors.Is(err, ErrProviderUnreachable) {
+				t.Errorf("%s, Stripe answering %d %q: %v, want ErrPortalUnavailable", name, c.status, c.body, err)
+			}
+		}
 	}
 }
