@@ -31,8 +31,12 @@ func (s *Server) listDeliveries(c echo.Context) error {
 		return err
 	}
 	f := webhook.ListFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
+	if vals, ok := c.QueryParams()["status"]; ok && vals[0] == "" {
+		// Read as absent, it would list every delivery as if the filter had matched.
+		return InvalidRequest("Query parameter status is empty: give pending, retrying, delivered or failed, or leave it out.")
+	}
 	if l := c.QueryParam("limit"); l != "" {
-		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 {
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > webhook.MaxPageSize {
 			return InvalidRequest("Query parameter limit must be a whole number from 1 to %d.", webhook.MaxPageSize)
 		}
 	}

@@ -70,6 +70,14 @@ func (s *Server) uploadList(c echo.Context) error {
 			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", k)
 		}
 	}
+	// A callback parameter given empty (a template whose variable was unset) is refused as in a
+	// JSON body, rather than read as absent: the list would run without the callback, or
+	// unsigned, and nobody would be told.
+	for _, k := range []string{"webhook_url", "callback_url", "webhook_secret"} {
+		if vals, ok := q[k]; ok && vals[0] == "" {
+			return InvalidRequest("Query parameter %s is empty: give it a value, or leave it out.", k)
+		}
+	}
 	column, name := q.Get("column"), q.Get("name")
 	if err := boundedText("column", column, maxColumnName); err != nil {
 		return err
@@ -84,8 +92,10 @@ func (s *Server) uploadList(c echo.Context) error {
 		return InvalidRequest("Send the callback URL once, as webhook_url (callback_url is an alias).")
 	}
 	secret := req.Header.Get("Mailvet-Webhook-Secret")
-	if secret == "" {
-		secret = q.Get("webhook_secret")
+	if alias := q.Get("webhook_secret"); secret == "" {
+		secret = alias
+	} else if alias != "" && alias != secret {
+		return InvalidRequest("Send the webhook secret once: as the Mailvet-Webhook-Secret header, or as webhook_secret.")
 	}
 	// The query string and headers bypass the JSON decoder's checks: bytes that are not UTF-8 or
 	// a NUL would reach Postgres, which refuses them, as a server error.

@@ -46,6 +46,12 @@ func TestMalformedQueryStringIsRefused(t *testing.T) {
 		{"repeated format", "GET", "/v1/email/lists/00000000-0000-4000-8000-000000000000/results?format=csv&format=ndjson", key, `"format"`},
 		{"deliveries bad limit", "GET", "/v1/management/deliveries?limit=%zz", mgmt, `"limit=%zz"`},
 		{"deliveries repeated status", "GET", "/v1/management/deliveries?status=failed&status=delivered", mgmt, `"status" is given more than once`},
+		// Given empty, a callback parameter or a filter is refused, not read as absent.
+		{"empty webhook_url", "POST", "/v1/email/lists?webhook_url=", key, "Query parameter webhook_url is empty"},
+		{"empty callback_url", "POST", "/v1/email/lists?callback_url=", key, "Query parameter callback_url is empty"},
+		{"empty webhook_secret", "POST", "/v1/email/lists?" + hook + "&webhook_secret=", key, "Query parameter webhook_secret is empty"},
+		{"deliveries empty status", "GET", "/v1/management/deliveries?status=", mgmt, "Query parameter status is empty"},
+		{"deliveries limit over 100", "GET", "/v1/management/deliveries?limit=101", mgmt, "Query parameter limit must be a whole number from 1 to 100."},
 		// Routes without query parameters ignore a clean query but not a broken one.
 		{"route without parameters", "GET", "/v1/management/account?x=%zz", mgmt, `"x=%zz"`},
 		{"repeated ignored parameter", "GET", "/v1/management/account?x=1&x=2", mgmt, `"x"`},
@@ -73,6 +79,10 @@ func TestMalformedQueryStringIsRefused(t *testing.T) {
 			t.Errorf("%s: message of %d bytes quotes too much of the query", c.name, len(msg))
 		}
 	}
+	// Two different secrets, one in the header and one in the query: refused, as two different
+	// callback URLs are, instead of the header silently winning.
+	b.call("POST", "/v1/email/lists?"+hook+"&webhook_secret=87654321", key, file, "Content-Type", "text/csv",
+		"Mailvet-Webhook-Secret", "12345678").want(t, http.StatusBadRequest, "invalid_request")
 	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 0 {
 		t.Errorf("%d lists stored from malformed query strings", n)
 	}
