@@ -336,7 +336,7 @@ func inline(s string) string {
 			}
 		case c == '[':
 			if text, href, n, ok := link(s[i:]); ok {
-				if safeHref(href) {
+				if safeHref(href) && servedHref(href) {
 					b.WriteString("<a href=\"" + html.EscapeString(href) + "\">" + inline(text) + "</a>")
 				} else {
 					b.WriteString(inline(text))
@@ -383,6 +383,15 @@ func link(s string) (text, href string, n int, ok bool) {
 
 // safeHref allows in-page anchors, http(s) URLs and relative paths: never a javascript: or data:
 // URL.
+// servedHref reports whether a link of the error page leads somewhere from where the page is
+// served (/docs/errors): an anchor of the page, or an absolute URL. A link to another document of
+// docs/ (lists.md#limits) is written there for readers of the repository; the API serves no such
+// page, so it is shown as its text, which names the document.
+func servedHref(href string) bool {
+	lower := strings.ToLower(href)
+	return strings.HasPrefix(href, "#") || strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")
+}
+
 func safeHref(href string) bool {
 	lower := strings.ToLower(href)
 	if strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {

@@ -148,6 +148,8 @@ func TestRenderMarkdown(t *testing.T) {
 		{"html is escaped", "a <b> & `<i>`", "<p>a &lt;b&gt; &amp; <code>&lt;i&gt;</code></p>"},
 		{"strong and emphasis", "**When.** *not* 2 * 3", "<p><strong>When.</strong> <em>not</em> 2 * 3</p>"},
 		{"links", "[`x`](#x) [bad](javascript:alert(1))", `<p><a href="#x"><code>x</code></a> bad)</p>`},
+		{"links to other documents are text", "see [lists.md](lists.md#limits) and [the spec](https://example.com/x)",
+			`<p>see lists.md and <a href="https://example.com/x">the spec</a></p>`},
 		{"escapes", `a \| b \*c\*`, "<p>a | b *c*</p>"},
 		{"list with continuation and nesting", "- one\n  more\n- two:\n  - nested\n    too\n\nafter",
 			"<ul>\n<li>one more</li>\n<li>two:\n<ul>\n<li>nested too</li>\n</ul>\n</li>\n</ul>\n<p>after</p>"},
