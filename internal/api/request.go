@@ -29,6 +29,11 @@ func bindJSON(c echo.Context, dst any) error {
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
 		return InvalidRequest("Content-Type must be application/json, not %q.", ct)
 	}
+	// A compressed body would be read as its compressed bytes ("holds a NUL byte"), and a plain
+	// one labelled compressed would be taken as it is: both say something other than was meant.
+	if enc := c.Request().Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return InvalidRequest("Content-Encoding %q is not supported: send the JSON body uncompressed.", clip(enc))
+	}
 	// The whole body is read first so that the NUL check sees all of it before any field is
 	// used. The body guard caps it at MaxBodyBytes, and the decoder buffered all of it anyway.
 	body, err := io.ReadAll(c.Request().Body)

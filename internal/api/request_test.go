@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -100,6 +102,19 @@ func TestStrictJSONBodies(t *testing.T) {
 		r := b.verify(std, body).want(t, http.StatusBadRequest, CodeInvalidRequest)
 		if msg, _ := r.body["message"].(string); msg != says {
 			t.Errorf("%q: message %q, want %q", body, msg, says)
+		}
+		verifyRefusals++
+	}
+	// A body labelled compressed is refused, compressed or not: read as it is, a gzip body was
+	// "a NUL byte", and a plain one was verified as if the label were not there.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"email": "ann@acme.test"}`))
+	_ = zw.Close()
+	for _, body := range []string{gz.String(), `{"email": "ann@acme.test"}`} {
+		r := b.call(http.MethodPost, "/v1/email/verify", std, body, "Content-Encoding", "gzip").want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, `Content-Encoding "gzip" is not supported`) {
+			t.Errorf("gzip-labelled body: message %q", msg)
 		}
 		verifyRefusals++
 	}
