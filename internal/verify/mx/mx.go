@@ -176,6 +176,10 @@ func (r *Resolver) store(domain string, res Result, err error) (time.Time, bool)
 	switch {
 	case err == nil && res.incomplete:
 		return time.Time{}, false // a host's addresses are missing for a DNS error: asked again next time
+	case err == nil && !slices.ContainsFunc(res.Hosts, func(h Host) bool { return len(h.Addrs) > 0 }):
+		// MX records whose hosts have no address (NXDOMAIN, no A/AAAA): nothing can be dialled,
+		// an answer as negative as no MX at all, and as likely to be fixed soon.
+		ttl = NegativeTTL
 	case err == nil:
 		ttl = PositiveTTL
 	case errors.Is(err, ErrNoMX):

@@ -196,6 +196,8 @@ func TestCache(t *testing.T) {
 	w.AddDomain("cache.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.cache.test"}}})
 	w.AddDomain("flaky.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
 	w.AddDomain("implicit.test", mailsim.Domain{A: []string{"127.0.0.9"}})
+	// MX records whose host does not exist: nothing to dial, kept like a negative answer.
+	w.AddDomain("nowhere.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.gone.test"}}})
 
 	r := New(Config{Server: w.DNSAddr()})
 	now := time.Now()
@@ -212,6 +214,12 @@ func TestCache(t *testing.T) {
 		if res, err := r.Lookup(ctx, "implicit.test"); err != nil || !res.Implicit {
 			t.Fatalf("implicit.test: %+v, %v", res, err)
 		}
+		if res, err := r.Lookup(ctx, "nowhere.test"); err != nil || len(res.Hosts) != 1 || len(res.Hosts[0].Addrs) != 0 {
+			t.Fatalf("nowhere.test: %+v, %v", res, err)
+		}
+	}
+	if q := queries("nowhere.test"); q != 1 {
+		t.Errorf("MX hosts without addresses asked %d times, want 1 (cached)", q)
 	}
 	if q := queries("cache.test"); q != 1 {
 		t.Errorf("positive answer asked %d times, want 1 (cached)", q)
@@ -238,6 +246,10 @@ func TestCache(t *testing.T) {
 	r.Lookup(ctx, "implicit.test")
 	if q := queries("implicit.test"); q != 1 {
 		t.Errorf("implicit MX asked again after 15 min: %d queries (it is a positive answer)", q)
+	}
+	r.Lookup(ctx, "nowhere.test")
+	if q := queries("nowhere.test"); q != 2 {
+		t.Errorf("MX hosts without addresses not asked again after 15 min: %d queries (kept 6 h, as if dialable)", q)
 	}
 	now = now.Add(PositiveTTL)
 	r.Lookup(ctx, "cache.test")
