@@ -591,3 +591,37 @@ func TestCatchAllProbeRefusedByPolicy(t *testing.T) {
 		t.Error("a catch-all answer was cached from a policy refusal")
 	}
 }
+
+// That bound is on the time spent on hosts that cannot be reached, not on the wait for a free
+// session of one that works: a batch larger than the backup MX serves within the budget, whose
+// primary refuses, is answered in full by the backup. (A first version gave every queued address
+// its deadline at the primary's failed dial, and most of such a batch timed out.)
+func TestRefusedPrimaryLeavesTheBatchToTheBackup(t *testing.T) {
+	t.Parallel()
+	const budget = 400 * time.Millisecond
+	b := setup(t, 10*time.Millisecond, Config{Timeout: budget, MaxPerHost: 1})
+	primary := b.server(t, mailsim.ServerOptions{Name: "mx1.backup.test", Refuse: true})
+	backup := b.server(t, mailsim.ServerOptions{Name: "mx2.backup.test"})
+	const n = 200
+	var users []string
+	for i := 0; i < n; i += 2 {
+		users = append(users, fmt.Sprintf("u%d", i))
+	}
+	b.w.AddDomain("backup.test", mailsim.Domain{Users: users})
+	var reqs []Request
+	for i := range n {
+		reqs = append(reqs, Request{Addr: fmt.Sprintf("u%d@backup.test", i), Domain: "backup.test", Hosts: hosts(primary, backup)})
+	}
+	start := time.Now()
+	res := probeAll(t, b.p, reqs)
+	took := time.Since(start)
+	for i, r := range res {
+		want := [...]Verdict{Deliverable, Undeliverable}[i%2]
+		if r.Verdict != want || r.Host != backup.Name() {
+			t.Errorf("u%d: %v on %q (%v), want %v on the backup", i, r.Verdict, r.Host, r.Err, want)
+		}
+	}
+	if took < budget {
+		t.Errorf("the batch took %v, less than the %v budget: the test no longer makes addresses wait", took, budget)
+	}
+}

@@ -309,18 +309,19 @@ func (pl *pool) run() {
 			keep := pl.queue[:0:0]
 			var expiry time.Time
 			for _, j := range pl.queue {
-				if j.deadline.IsZero() {
-					// The failed dial was this address's first try: its budget runs from there,
-					// so that the next MX host, or the half-open try, fits in it.
-					j.deadline = dialed.Add(pl.p.cfg.Timeout)
+				if j.unreachedSince.IsZero() {
+					// The time an address spends on MX hosts that cannot be reached counts
+					// against its budget from here (failover, expireQueued); waiting for a free
+					// session of a host that works does not.
+					j.unreachedSince = dialed
 					if j.queued.After(dialed) {
-						j.deadline = j.queued.Add(pl.p.cfg.Timeout)
+						j.unreachedSince = j.queued
 					}
 				}
 				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
 					keep = append(keep, j)
-					if expiry.IsZero() || j.deadline.Before(expiry) {
-						expiry = j.deadline
+					if end := j.unreachedSince.Add(pl.p.cfg.Timeout); expiry.IsZero() || end.Before(expiry) {
+						expiry = end
 					}
 				} else {
 					moved = append(moved, j)
@@ -370,16 +371,22 @@ func (pl *pool) run() {
 	pl.mu.Unlock()
 }
 
-// expireQueued answers the queued addresses whose budget has ended: unknown, timeout.
+// expireQueued answers the queued addresses whose budget ended while they waited for this
+// address to be reached: unknown, timeout. Once a session is open here they wait for a working
+// host, which is not counted against them.
 func (pl *pool) expireQueued() {
 	now := time.Now()
 	var expired []*job
 	pl.mu.Lock()
+	if len(pl.live) > 0 {
+		pl.mu.Unlock()
+		return
+	}
 	keep := pl.queue[:0:0]
 	for _, j := range pl.queue {
 		switch {
 		case j.finished.Load():
-		case j.expired(now):
+		case j.expired(now) || j.unreachable(now, pl.p.cfg.Timeout):
 			expired = append(expired, j)
 		default:
 			keep = append(keep, j)

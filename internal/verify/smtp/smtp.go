@@ -264,9 +264,10 @@ func (p *Prober) Probe(ctx context.Context, req Request) Result {
 
 // ProbeAll probes many addresses, sharing sessions between all those whose MX addresses are the
 // same, and calls each (from one goroutine at a time) as every result is known. Each address has
-// the configured budget from the moment a session starts working on it, or from the moment a
-// connection was first tried for it when that connection failed (so silent MX hosts, tried one
-// after the other, cannot stretch it); waiting for a free session is bounded only by ctx.
+// the configured budget from the moment a session starts working on it; waiting for a free
+// session is bounded only by ctx. The time it spends on MX hosts that cannot be reached is
+// bounded by the budget too, from the first failed dial it waited for, so that silent hosts
+// tried one after the other cannot stretch it.
 func (p *Prober) ProbeAll(ctx context.Context, reqs []Request, each func(i int, r Result)) []Result {
 	return p.probe(ctx, reqs, time.Time{}, each)
 }
@@ -374,7 +375,7 @@ func (p *Prober) pool(ip netip.Addr) *pool {
 
 // failover moves j to its next MX address after err, or ends it when there is none.
 func (p *Prober) failover(j *job, err error) {
-	if j.expired(time.Now()) {
+	if now := time.Now(); j.expired(now) || j.unreachable(now, p.cfg.Timeout) {
 		j.finish(Result{Verdict: Unknown, Err: ErrTimeout})
 		return
 	}
@@ -413,13 +414,16 @@ type job struct {
 	addr, domain string
 	targets      []target
 	next         int       // index of the target being tried
-	deadline     time.Time // zero until a session first works on it, or a dial for it fails (ProbeAll)
+	deadline     time.Time // zero until a session first works on it (ProbeAll)
 	queued       time.Time // when it was handed to the prober
-	attempts     int       // times it was handed back unanswered
-	lastReply    Reply     // the 421 it was last handed back after, if any: its answer when attempts run out
-	reached      bool      // some target failed for a reason other than a forbidden address
-	finishFn     func(Result)
-	finished     atomic.Bool
+	// unreachedSince is when a dial it waited for first failed: from then on, the time it spends
+	// on MX hosts that cannot be reached is bounded by the budget (unreachable).
+	unreachedSince time.Time
+	attempts       int   // times it was handed back unanswered
+	lastReply      Reply // the 421 it was last handed back after, if any: its answer when attempts run out
+	reached        bool  // some target failed for a reason other than a forbidden address
+	finishFn       func(Result)
+	finished       atomic.Bool
 }
 
 func (j *job) finish(r Result) {
@@ -429,6 +433,11 @@ func (j *job) finish(r Result) {
 }
 
 func (j *job) expired(now time.Time) bool { return !j.deadline.IsZero() && !now.Before(j.deadline) }
+
+// unreachable reports whether j has spent its budget on MX hosts that could not be reached.
+func (j *job) unreachable(now time.Time, budget time.Duration) bool {
+	return !j.unreachedSince.IsZero() && !now.Before(j.unreachedSince.Add(budget))
+}
 
 func (j *job) host() string { return j.targets[j.next].host }
 
