@@ -381,8 +381,6 @@ func link(s string) (text, href string, n int, ok bool) {
 	return "", "", 0, false
 }
 
-// safeHref allows in-page anchors, http(s) URLs and relative paths: never a javascript: or data:
-// URL.
 // servedHref reports whether a link of the error page leads somewhere from where the page is
 // served (/docs/errors): an anchor of the page, or an absolute URL. A link to another document of
 // docs/ (lists.md#limits) is written there for readers of the repository; the API serves no such
@@ -392,6 +390,8 @@ func servedHref(href string) bool {
 	return strings.HasPrefix(href, "#") || strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")
 }
 
+// safeHref allows in-page anchors, http(s) URLs and relative paths: never a javascript: or data:
+// URL.
 func safeHref(href string) bool {
 	lower := strings.ToLower(href)
 	if strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {

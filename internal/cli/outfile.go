@@ -48,21 +48,25 @@ func createOut(path string) (*outFile, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	f, err := createPart(path)
+	perm := fs.FileMode(0o666)
+	if keep {
+		perm = mode // never more open while it is written than the file it replaces
+	}
+	f, err := createPart(path, perm)
 	if err != nil {
 		return nil, err
 	}
 	return &outFile{File: f, path: path, mode: mode, keep: keep}, nil
 }
 
-// createPart creates a new temporary file beside path, with mode 0666 less the umask (os.CreateTemp
+// createPart creates a new temporary file beside path with perm less the umask (os.CreateTemp
 // would make it 0600 whatever the umask).
-func createPart(path string) (*os.File, error) {
+func createPart(path string, perm fs.FileMode) (*os.File, error) {
 	for range 100 {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+hex.EncodeToString(b[:])+".part")
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
 		if !errors.Is(err, fs.ErrExist) {
 			return f, err
 		}

@@ -19,9 +19,17 @@ func TestOutFileModes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(path string) fs.FileMode {
 		t.Helper()
+		var before fs.FileMode
+		if st, err := os.Stat(path); err == nil {
+			before = st.Mode().Perm()
+		}
 		o, err := createOut(path)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// While it is written, the temporary file is no more open than the file it replaces.
+		if st, err := o.Stat(); err != nil || before != 0 && st.Mode().Perm()&^before != 0 {
+			t.Errorf("the temporary file of a %v file is %v (%v)", before, st.Mode().Perm(), err)
 		}
 		if _, err := o.WriteString("email,status\n"); err != nil {
 			t.Fatal(err)
@@ -47,6 +55,12 @@ func TestOutFileModes(t *testing.T) {
 	}
 	if m := write(existing); m != 0o604 {
 		t.Errorf("an existing 0604 file became %v", m)
+	}
+	if err := os.Chmod(existing, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := write(existing); m != 0o600 {
+		t.Errorf("an existing 0600 file became %v", m)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*.part")); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)

@@ -155,8 +155,8 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 // such a file would be one column of invalid addresses. Whether a candidate splits the header
 // depends on the quoting it implies, so each is tried as encoding/csv would read it: a ';'
 // inside a quoted header cell of a comma file does not count. Nor does one that the first data
-// row does not split on as many times: a one-column comma file whose header is "Email (work;
-// home)" or ends in a stray ';' stays a comma file. A header that splits on a comma, or on both of
+// row does not split on at all: a one-column comma file whose header is "Email (work; home)" or
+// ends in a stray ';' stays a comma file. A header that splits on a comma, or on both of
 // the others, keeps the comma (docs/lists.md, "Uploading").
 func delimiter(head []byte) rune {
 	splits := func(d rune) bool {
@@ -167,7 +167,10 @@ func delimiter(head []byte) rune {
 			return false
 		}
 		row, err := cr.Read()
-		return err != nil || len(row) == len(header) // no data row in head: the header decides
+		// No data row in head: the header decides. A first row of more than one field keeps
+		// the candidate even when it has not the header's number (the ragged row is refused
+		// with its line, as it should be, rather than read as one column of whole lines).
+		return err != nil || len(row) > 1
 	}
 	if splits(',') {
 		return ','

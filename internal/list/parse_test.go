@@ -121,6 +121,13 @@ func TestCSVSeparatorFromTheHeader(t *testing.T) {
 	if !errors.As(err, &in) || in.Line != 3 {
 		t.Errorf("a comma row in a ';' file: %v, want an InputError on line 3", err)
 	}
+	// So is a first row that splits, but not into the header's fields: refused with its line,
+	// not read as a comma file of whole lines.
+	for _, file := range []string{"email;name;co\nann@acme.example;Ann\n", "email;name\nann@acme.example;Ann;\n"} {
+		if _, _, err := readAll(t, list.CSV, "", file); !errors.As(err, &in) || in.Line != 2 {
+			t.Errorf("%q: %v, want an InputError on line 2", file, err)
+		}
+	}
 }
 
 // A file whose lines end in a lone CR (old Mac "CSV (Macintosh)") has as many rows as lines, in

@@ -189,7 +189,8 @@ func (e exporter) jsonRow(cols []string, doc []byte) error {
 	switch e.list.Format {
 	case NDJSON:
 		obj := strings.TrimSpace(cols[0])
-		if strings.Contains(obj, `"`+resultKey+`"`) {
+		// Cheap tests first: a key "result" is written as such, or with \u escapes.
+		if strings.Contains(obj, `"`+resultKey+`"`) || strings.Contains(obj, `\u`) {
 			obj = renameResultKey(obj)
 		}
 		obj = strings.TrimSpace(strings.TrimSuffix(obj, "}"))
