@@ -216,6 +216,9 @@ func (pl *pool) reask(it rcpt) {
 	pl.probes = append(pl.probes, it)
 	pl.dispatchLocked()
 	pl.mu.Unlock()
+	// Addresses of the domain in other pools wait for this probe too: should no session here
+	// take it in time (the fleet has no slot free, say), it ends at its deadline all the same.
+	time.AfterFunc(time.Until(it.deadline), func() { pl.p.resolveCatchAll(it.probe, caInconclusive) })
 }
 
 // dropProbesLocked ends the probes waiting to be asked again: nobody can reach this address.
@@ -541,8 +544,8 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 	for len(pl.probes) > 0 && len(batch) < window {
 		it := pl.probes[0]
 		pl.probes = pl.probes[1:]
-		if !now.Before(it.deadline) {
-			pl.p.resolveCatchAll(it.probe, caInconclusive)
+		if !now.Before(it.deadline) || it.probe.resolved() {
+			pl.p.resolveCatchAll(it.probe, caInconclusive) // does nothing to one resolved
 			continue
 		}
 		batch = append(batch, it)

@@ -461,6 +461,16 @@ type caProbe struct {
 	reasks int // times asked again after a recipient limit (pool.reask); guarded by the pool's mu
 }
 
+// resolved reports whether cp's answer is in.
+func (cp *caProbe) resolved() bool {
+	select {
+	case <-cp.done:
+		return true
+	default:
+		return false
+	}
+}
+
 type caOutcome int
 
 const (
