@@ -260,6 +260,6 @@ func (a *Admitter) deliver(group []*waiter, down error) {
 			continue
 		}
 		d.RefundID = uuid.New()
-		a.refunds.settle(d, d.Logged)
+		a.refunds.settle(d, d.Logged, nil)
 	}
 }

@@ -99,7 +99,7 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 			for i, row := range r.Rows {
 				keys[i] = row.ItemKey
 			}
-			l.settle(Decision{AccountID: r.AccountID}, keys)
+			l.settle(Decision{AccountID: r.AccountID}, keys, nil)
 		}
 		return nil, d, err
 	}
@@ -268,19 +268,23 @@ func (c *Charge) Close() {
 	doubtful := c.doubtful
 	// The quota units of recorded rows go back with the rows, one per row actually removed
 	// (settle): if another replica's sweep removed them first (this one was cut off from
-	// Postgres past its grace), their units are not given back twice. Refund gives back the
-	// units of the emails that have no row: never written, rolled back, or doubtful.
+	// Postgres past its grace), their units are not given back twice. The emails that have no
+	// row — never written, rolled back, or doubtful — have theirs given back as a number
+	// (Refund), except the doubtful ones: their rows may still commit and be swept, so their
+	// units go back once per key (returnDoubtfulUnits).
 	refund := c.d
-	refund.QuotaCharged = min(c.d.QuotaCharged, max(0, c.units-c.delivered-len(withdraw)))
+	rowless := min(c.d.QuotaCharged, max(0, c.units-c.delivered-len(withdraw)))
+	unitsOf := doubtful[:min(len(doubtful), rowless)]
+	refund.QuotaCharged = rowless - len(unitsOf)
 	refund.RefundID = uuid.New() // the same for every retry of this refund (settle)
 	c.mu.Unlock()
 	if len(doubtful) > 0 {
 		c.ledger.withdrawLate(c.d.AccountID, doubtful)
 	}
-	if len(withdraw) == 0 && refund.QuotaCharged == 0 && len(refund.Logged) == 0 {
+	if len(withdraw) == 0 && len(unitsOf) == 0 && refund.QuotaCharged == 0 && len(refund.Logged) == 0 {
 		return
 	}
-	c.ledger.settle(refund, withdraw)
+	c.ledger.settle(refund, withdraw, unitsOf)
 	// Admission's rows that Refund keeps (they already had a verdict) stay owed, as they would
 	// without holds; the ones it removed are not there to confirm.
 	c.ledger.confirm(refund.Logged)
@@ -306,7 +310,7 @@ func (l *Ledger) withdrawLate(account string, keys []string) {
 	remove := func(wait time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if err := withdraw(ctx, l.db, account, keys, false); err != nil && l.log != nil {
+		if err := withdraw(ctx, l.db, account, keys, keepUnits); err != nil && l.log != nil {
 			l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
 		}
 	}
@@ -328,19 +332,25 @@ func (l *Ledger) withdrawLate(account string, keys []string) {
 	}()
 }
 
-func (l *Ledger) settle(d Decision, withdrawKeys []string) {
+func (l *Ledger) settle(d Decision, withdrawKeys, doubtfulKeys []string) {
 	if l.abandoned.Load() {
 		return
 	}
-	var withdrawn bool
+	var withdrawn, returned bool
 	try := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), refundWait)
 		defer cancel()
 		if !withdrawn {
-			if err := withdraw(ctx, l.db, d.AccountID, withdrawKeys, true); err != nil {
+			if err := withdraw(ctx, l.db, d.AccountID, withdrawKeys, returnUnits); err != nil {
 				return err
 			}
 			withdrawn = true
+		}
+		if !returned {
+			if err := returnDoubtfulUnits(ctx, l.db, d.AccountID, d.Month, doubtfulKeys); err != nil {
+				return err
+			}
+			returned = true
 		}
 		return Refund(ctx, l.db, d)
 	}

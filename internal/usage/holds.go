@@ -345,7 +345,7 @@ func sweepBatchOf(ctx context.Context, db DB, grace time.Duration) (int, error) 
 		}
 		slices.Sort(accts)
 		for _, a := range accts {
-			if err := withdraw(ctx, tx, a, byAccount[a], true); err != nil {
+			if err := withdraw(ctx, tx, a, byAccount[a], returnUnitsOnce); err != nil {
 				return err
 			}
 		}

@@ -127,31 +127,69 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 // back from the daily and monthly counters, in one statement. A result the client did not get
 // is not billed. Quota units are the caller's to give back (Refund), as Admit charged them.
 func Withdraw(ctx context.Context, db DB, accountID string, itemKeys []string) error {
-	return withdraw(ctx, db, accountID, itemKeys, false)
+	return withdraw(ctx, db, accountID, itemKeys, keepUnits)
 }
 
-// withdraw is Withdraw; with quota it also gives back, on the free tier, the monthly-quota unit
-// of every removed row that took one. The sweep of a dead replica's rows needs that: the request
-// whose Charge would have refunded the units died with its process.
-func withdraw(ctx context.Context, db DB, accountID string, itemKeys []string, quota bool) error {
+// units says what withdraw does with the free tier's monthly-quota unit of each row it removes.
+type units int
+
+const (
+	keepUnits       units = iota // none goes back: the caller gives them back itself, or none are owed
+	returnUnits                  // each removed row's unit goes back
+	returnUnitsOnce              // each removed row's unit goes back unless returnDoubtfulUnits gave it already
+)
+
+// unitRefundID is the usage_refunds id that marks the quota unit of item key k of account $1 as
+// given back (returnDoubtfulUnits, and withdraw with returnUnitsOnce), so that it goes back once
+// whichever of the two comes first.
+const unitRefundID = `md5('quota unit ' || $1::uuid::text || ' ' || k)::uuid`
+
+// withdraw is Withdraw, with the quota units of the removed rows given back as u says. The sweep
+// of a dead replica's rows gives them back once (returnUnitsOnce): the request whose Charge
+// would have refunded them died with its process — or, for rows whose write had an unknown
+// outcome, gave them back already (Charge.Close).
+func withdraw(ctx context.Context, db DB, accountID string, itemKeys []string, u units) error {
 	if len(itemKeys) == 0 {
 		return nil
 	}
 	_, err := db.Exec(ctx, `WITH del AS (
-			DELETE FROM usage_log WHERE account_id = $1 AND item_key = ANY($2::text[])
-			RETURNING (occurred_at AT TIME ZONE 'UTC')::date AS day, billable, quota_unit
+			DELETE FROM usage_log WHERE account_id = $1::uuid AND item_key = ANY($2::text[])
+			RETURNING (occurred_at AT TIME ZONE 'UTC')::date AS day, billable, quota_unit, item_key AS k
 		), free AS (
-			SELECT $3::bool AND EXISTS (SELECT 1 FROM accounts WHERE id = $1 AND tier = 'free') AS give
+			SELECT $3::int > 0 AND EXISTS (SELECT 1 FROM accounts WHERE id = $1::uuid AND tier = 'free') AS give
+		), owed AS (
+			SELECT day, billable, quota_unit AND (SELECT give FROM free) AS unit, `+unitRefundID+` AS once FROM del
+		), marked AS (
+			INSERT INTO usage_refunds (id) SELECT once FROM owed WHERE unit AND $3::int = 2
+			ON CONFLICT (id) DO NOTHING RETURNING id
 		), days AS (
 			SELECT day, count(*) FILTER (WHERE billable)::int AS n,
-				count(*) FILTER (WHERE quota_unit AND (SELECT give FROM free))::int AS q
-			FROM del GROUP BY day
+				count(*) FILTER (WHERE unit AND ($3::int <> 2 OR once IN (SELECT id FROM marked)))::int AS q
+			FROM owed GROUP BY day
 		), daily AS (
 			UPDATE usage_daily d SET billable = greatest(0, d.billable - days.n)
-			FROM days WHERE d.account_id = $1 AND d.day = days.day AND days.n > 0
+			FROM days WHERE d.account_id = $1::uuid AND d.day = days.day AND days.n > 0
 		)
 		UPDATE usage_monthly m SET billable = greatest(0, m.billable - x.n), quota_units = greatest(0, m.quota_units - x.q)
 		FROM (SELECT date_trunc('month', day)::date AS month, sum(n)::int AS n, sum(q)::int AS q FROM days GROUP BY 1) x
-		WHERE m.account_id = $1 AND m.month = x.month AND (x.n > 0 OR x.q > 0)`, accountID, itemKeys, quota)
+		WHERE m.account_id = $1::uuid AND m.month = x.month AND (x.n > 0 OR x.q > 0)`, accountID, itemKeys, int(u))
+	return err
+}
+
+// returnDoubtfulUnits gives back the quota units of the emails of itemKeys, whose rows' write had
+// an unknown outcome (Charge.Close): as if the rows did not exist, but once per key, so that a
+// row that did commit and is then swept as a dead replica's (withdraw, returnUnitsOnce) does not
+// give its unit back a second time, whichever comes first. The marks are usage_refunds ids,
+// cleared after a day like Refund's.
+func returnDoubtfulUnits(ctx context.Context, db DB, accountID string, month time.Time, itemKeys []string) error {
+	if len(itemKeys) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, `WITH marked AS (
+			INSERT INTO usage_refunds (id) SELECT `+unitRefundID+` FROM unnest($2::text[]) AS k
+			ON CONFLICT (id) DO NOTHING RETURNING 1
+		)
+		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - (SELECT count(*) FROM marked)::int)
+		WHERE account_id = $1::uuid AND month = $3`, accountID, itemKeys, month)
 	return err
 }

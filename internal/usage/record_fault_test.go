@@ -166,3 +166,87 @@ func TestRecordIsNotCutShortByTheClientLeaving(t *testing.T) {
 		t.Errorf("after Close: quota %d, billable %d, daily %d; want 0 of each", q, b, d)
 	}
 }
+
+// proxiedLedger is a ledger holding its rows, on a link to Postgres that the test can cut, and a
+// direct pool for checking; the account already has 5 quota units spent by a settled request.
+func proxiedLedger(t *testing.T) (l *usage.Ledger, h *usage.Holds, link *tcpproxy.Proxy, direct *pgxpool.Pool, acct string) {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	direct = pgtest.Pool(t, dbURL)
+	u, err := url.Parse(dbURL)
+	pgtest.Must(t, err, "database URL")
+	link, err = tcpproxy.Start(u.Host)
+	pgtest.Must(t, err, "proxy")
+	t.Cleanup(func() { link.Close() })
+	u.Host = link.Addr()
+	proxied := pgtest.Pool(t, u.String())
+	acct = newAccount(t, direct, "free")
+	log := slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil))
+	base := usage.NewLedger(direct, log)
+	earlier, _, err := base.Admit(ctx, freeReq(acct, 5))
+	pgtest.Must(t, err, "admit earlier usage")
+	earlier.Settle()
+	earlier.Close()
+	base.Close()
+	h = usage.NewHolds(proxied, log, usage.HoldOptions{Grace: testGrace})
+	return usage.NewLedger(proxied, log).HoldRows(h), h, link, direct, acct
+}
+
+// The quota units of a write whose outcome was unknown go back once, even when the write did
+// commit and its rows are then swept as a dead replica's: before or after the charge's own
+// refund of them lands. Before, each gave them back (5 units spent became 2).
+func TestDoubtfulUnitsGoBackOnceWhenTheRowsAreSwept(t *testing.T) {
+	t.Parallel()
+	t.Run("swept while the replica is cut off, refunded when it heals", func(t *testing.T) {
+		t.Parallel()
+		l, _, link, direct, acct := proxiedLedger(t)
+		charge, _, err := l.Admit(ctx, freeReq(acct, 3))
+		pgtest.Must(t, err, "admit")
+		lockMonthly(t, direct, acct, 600*time.Millisecond) // the write commits at 0.6 s; its answer is lost
+		go func() { time.Sleep(300 * time.Millisecond); link.Hold() }()
+		if err := charge.Record(ctx, batchRows(acct, "swept", 3)); err == nil {
+			t.Fatal("Record succeeded on a cut link")
+		}
+		charge.Close()                      // its refund waits behind the response for the link
+		time.Sleep(testGrace + time.Second) // the replica's heartbeat lapses
+		n, err := usage.SweepHeld(ctx, direct, testGrace)
+		pgtest.Must(t, err, "sweep")
+		if n != 3 {
+			t.Fatalf("the sweep withdrew %d rows, want the 3 that committed", n)
+		}
+		link.Restore()
+		l.Close() // waits for the refund to land
+		if q, b, _ := monthly(t, direct, acct); q != 5 || b != 0 {
+			t.Errorf("quota %d, billable %d; want the earlier 5 units and 0", q, b)
+		}
+	})
+	t.Run("refunded, then swept after the replica dies", func(t *testing.T) {
+		t.Parallel()
+		l, h, link, direct, acct := proxiedLedger(t)
+		charge, _, err := l.Admit(ctx, freeReq(acct, 3))
+		pgtest.Must(t, err, "admit")
+		// Commits at 4 s: after Close (1 s) and its removal 1 s later (which the cut link
+		// fails), well before the next one (5 s after that).
+		lockMonthly(t, direct, acct, 4*time.Second)
+		go func() { time.Sleep(300 * time.Millisecond); link.Hold() }()
+		if err := charge.Record(ctx, batchRows(acct, "late", 3)); err == nil {
+			t.Fatal("Record succeeded past the lock")
+		}
+		charge.Close()
+		waitFor(t, "the late commit", func() bool {
+			return count(t, direct, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key LIKE 'late:%'`, acct) == 3
+		})
+		link.Restore()
+		waitFor(t, "the refund", func() bool { q, _, _ := monthly(t, direct, acct); return q == 5 })
+		l.Abandon() // killed before its late removals find the rows
+		pgtest.Exec(t, direct, `UPDATE api_replicas SET alive_until = now() - interval '1 hour' WHERE id = $1`, h.Replica())
+		n, err := usage.SweepHeld(ctx, direct, testGrace)
+		pgtest.Must(t, err, "sweep")
+		if n != 3 {
+			t.Fatalf("the sweep withdrew %d rows, want the 3 that committed late", n)
+		}
+		if q, b, _ := monthly(t, direct, acct); q != 5 || b != 0 {
+			t.Errorf("quota %d, billable %d; want the earlier 5 units and 0", q, b)
+		}
+	})
+}
