@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verify"
 )
@@ -293,15 +291,8 @@ func TestFirstHeldRowOfANewReplicaIsNotSwept(t *testing.T) {
 // background statement as well.
 func TestFirstHeartbeatIsBoundedLikeTheRequest(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.URL(t)
-	pool := pgtest.Pool(t, dbURL)
-	u, err := url.Parse(dbURL)
-	pgtest.Must(t, err, "database URL")
-	link, err := tcpproxy.Start(u.Host)
-	pgtest.Must(t, err, "proxy")
-	defer link.Close()
-	u.Host = link.Addr()
-	l, _ := heldLedger(pgtest.Pool(t, u.String()), pgtest.Pool(t, u.String()))
+	pool, linked, link := linkedPools(t)
+	l, _ := heldLedger(linked, linked)
 	defer l.Close()
 	acct := newAccount(t, pool, "free")
 	charge, _, err := l.Admit(ctx, freeReq(acct, 1))

@@ -28,6 +28,21 @@ func batchRows(acct, prefix string, n int) []usage.Row {
 	return rows
 }
 
+// linkedPools are a direct pool and one through a link to Postgres that the test can cut
+// (tcpproxy), on one fresh database.
+func linkedPools(t *testing.T) (direct, linked *pgxpool.Pool, link *tcpproxy.Proxy) {
+	t.Helper()
+	dbURL := pgtest.URL(t)
+	direct = pgtest.Pool(t, dbURL)
+	u, err := url.Parse(dbURL)
+	pgtest.Must(t, err, "database URL")
+	link, err = tcpproxy.Start(u.Host)
+	pgtest.Must(t, err, "proxy")
+	t.Cleanup(func() { link.Close() })
+	u.Host = link.Addr()
+	return direct, pgtest.Pool(t, u.String()), link
+}
+
 // lockMonthly holds the account's monthly usage row in another session for hold, as a slow or
 // contended Postgres would; it returns once the lock is taken.
 func lockMonthly(t *testing.T, pool *pgxpool.Pool, acct string, hold time.Duration) {
@@ -98,15 +113,8 @@ func TestRolledBackRecordGivesTheQuotaBack(t *testing.T) {
 // partition, and the write really commits, after Close, when the lock lets go.
 func TestRowsOfAWriteThatCommitsAfterCloseAreRemoved(t *testing.T) {
 	t.Parallel()
-	dbURL := pgtest.URL(t)
-	pool := pgtest.Pool(t, dbURL)
-	u, err := url.Parse(dbURL)
-	pgtest.Must(t, err, "database URL")
-	link, err := tcpproxy.Start(u.Host)
-	pgtest.Must(t, err, "proxy")
-	defer link.Close()
-	u.Host = link.Addr()
-	ledger := usage.NewLedger(pgtest.Pool(t, u.String()), slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	pool, linked, link := linkedPools(t)
+	ledger := usage.NewLedger(linked, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	defer ledger.Close()
 	acct := newAccount(t, pool, "free")
 	earlier, _, err := ledger.Admit(ctx, freeReq(acct, 5)) // units that stay spent
@@ -171,15 +179,7 @@ func TestRecordIsNotCutShortByTheClientLeaving(t *testing.T) {
 // direct pool for checking; the account already has 5 quota units spent by a settled request.
 func proxiedLedger(t *testing.T) (l *usage.Ledger, h *usage.Holds, link *tcpproxy.Proxy, direct *pgxpool.Pool, acct string) {
 	t.Helper()
-	dbURL := pgtest.URL(t)
-	direct = pgtest.Pool(t, dbURL)
-	u, err := url.Parse(dbURL)
-	pgtest.Must(t, err, "database URL")
-	link, err = tcpproxy.Start(u.Host)
-	pgtest.Must(t, err, "proxy")
-	t.Cleanup(func() { link.Close() })
-	u.Host = link.Addr()
-	proxied := pgtest.Pool(t, u.String())
+	direct, proxied, link := linkedPools(t)
 	acct = newAccount(t, direct, "free")
 	log := slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil))
 	base := usage.NewLedger(direct, log)
