@@ -321,13 +321,14 @@ func (s *session) settle(it rcpt, rep Reply) {
 		case rep.Code/100 == 5 && classify(rep) == Undeliverable:
 			o = caNo
 		}
+		var said Reply
 		if o == caInconclusive && (rep.Code/100 == 4 || rep.Code/100 == 5) {
 			// Deferred (greylisting, a busy server) or refused by policy (5.7.x, 554, our
 			// sender): the addresses waiting on the probe get this reply as their answer, and
 			// its reason, not a bare "inconclusive" (Prober.accepted).
-			it.probe.reply = rep
+			said = rep
 		}
-		s.pl.p.resolveCatchAll(it.probe, o)
+		s.pl.p.resolveCatchAllWith(it.probe, o, said)
 		return
 	}
 	j := it.j

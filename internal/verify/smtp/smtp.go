@@ -521,7 +521,12 @@ func (p *Prober) caStateLocked(domain string) *caState {
 	return st
 }
 
-func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
+func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) { p.resolveCatchAllWith(cp, o, Reply{}) }
+
+// resolveCatchAllWith is resolveCatchAll with the probe's reply when it said nothing about the
+// domain (caProbe.reply). The first resolution counts: a probe re-asked after a recipient limit
+// may also be ended by its deadline's timer (pool.reask).
+func (p *Prober) resolveCatchAllWith(cp *caProbe, o caOutcome, rep Reply) {
 	p.caMu.Lock()
 	defer p.caMu.Unlock()
 	select {
@@ -529,7 +534,7 @@ func (p *Prober) resolveCatchAll(cp *caProbe, o caOutcome) {
 		return // already resolved
 	default:
 	}
-	cp.outcome = o
+	cp.outcome, cp.reply = o, rep
 	close(cp.done)
 	st := p.ca[cp.domain]
 	if st.inflight == cp {
