@@ -2,6 +2,7 @@ package smtp
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -45,6 +46,7 @@ type pool struct {
 	txnMax    int                   // recipients per transaction the server takes, learnt from 452 4.5.3; 0 means unknown
 	proven    bool                  // a server has greeted us here: until then one session is tried at a time
 	live      map[*session]struct{} // open sessions, busy or idle (not those being opened)
+	openedAt  time.Time             // when the last session opened here: the queue has waited at a working host since
 	rcpts     int                   // RCPT replies read here, for the rejection rate
 	rejected  int                   // of which failed (4xx, 5xx)
 	plainOK   bool                  // a MAIL FROM has been accepted here without TLS
@@ -68,6 +70,13 @@ func (pl *pool) enqueue(js ...*job) {
 			}
 		}
 	} else {
+		if len(pl.live) > 0 {
+			// A host that works: the stretch on unreachable ones ends here.
+			now := time.Now()
+			for _, j := range js {
+				j.reachedHost(now)
+			}
+		}
 		pl.queue = append(pl.queue, js...)
 	}
 	pl.dispatchLocked()
@@ -135,6 +144,17 @@ func (pl *pool) requeueJobs(js []*job, penalty bool) {
 // open session can still take at the rejection rate seen at this address (expectedRcpts) rather
 // than assuming that every open session is spent by its current exchange.
 func (pl *pool) dispatchLocked() {
+	select {
+	case <-pl.p.closing:
+		// The prober is closed: no session is opened any more, and what waits is answered.
+		for _, j := range pl.queue {
+			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrClosed})
+		}
+		pl.queue = nil
+		pl.dropProbesLocked()
+		return
+	default:
+	}
 	pending := pl.pendingLocked()
 	// Idle sessions are paid for: wake as many as the queue has work for now. A session that has
 	// just read its replies finishes its callers' jobs before it reaches take; work that arrives
@@ -189,7 +209,12 @@ func (pl *pool) lastLocked(s *session, budget int) bool {
 // pendingLocked is the number of RCPTs waiting for a session: unfinished jobs and probes to ask
 // again.
 func (pl *pool) pendingLocked() int {
-	pending := len(pl.probes)
+	pending := 0
+	for _, it := range pl.probes {
+		if !it.probe.resolved() {
+			pending++
+		}
+	}
 	for _, j := range pl.queue {
 		if !j.finished.Load() {
 			pending++
@@ -320,10 +345,17 @@ func (pl *pool) run() {
 					if j.queued.After(dialed) {
 						j.unreachedSince = j.queued
 					}
+					if pl.openedAt.After(j.unreachedSince) {
+						j.unreachedSince = pl.openedAt // a dial that began while a session worked
+					}
 				}
 				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
 					keep = append(keep, j)
-					if end := j.unreachedSince.Add(pl.p.cfg.Timeout); expiry.IsZero() || end.Before(expiry) {
+					end := j.unreachableEnd(pl.p.cfg.Timeout)
+					if !j.deadline.IsZero() && j.deadline.Before(end) {
+						end = j.deadline // a session took it before: its budget ends first
+					}
+					if expiry.IsZero() || end.Before(expiry) {
 						expiry = end
 					}
 				} else {
@@ -346,6 +378,13 @@ func (pl *pool) run() {
 		return
 	}
 	pl.failures, pl.downUntil, pl.proven = 0, time.Time{}, true
+	// The address answers: the addresses waiting here wait for a working host now, which is not
+	// counted against them (unreachable) until a dial here fails again.
+	now := time.Now()
+	pl.openedAt = now
+	for _, j := range pl.queue {
+		j.reachedHost(now)
+	}
 	if pl.live == nil {
 		pl.live = map[*session]struct{}{}
 	}
@@ -423,6 +462,7 @@ func (pl *pool) take(s *session) []rcpt {
 		for len(pl.queue) > 0 && pl.queue[0].finished.Load() {
 			pl.queue = pl.queue[1:]
 		}
+		pl.probes = slices.DeleteFunc(pl.probes, func(it rcpt) bool { return it.probe.resolved() })
 		if s.lease != nil && pl.sessions > 1 && s.lease.Wanted(pl.sessions) {
 			// Another worker of the fleet waits for a slot of this address: this session gives
 			// its slot up between exchanges, and the pool holds its new sessions back for a

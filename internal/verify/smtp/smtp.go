@@ -242,7 +242,16 @@ func (p *Prober) Close() {
 	}
 	p.closed = true
 	close(p.closing)
+	pools := make([]*pool, 0, len(p.pools))
+	for _, pl := range p.pools {
+		pools = append(pools, pl)
+	}
 	p.mu.Unlock()
+	for _, pl := range pools {
+		pl.mu.Lock()
+		pl.dispatchLocked() // answers the addresses still queued (ErrClosed)
+		pl.mu.Unlock()
+	}
 	// Wait, briefly, for the sessions to end: each sends QUIT and closes its connection, and only
 	// then may a fleet-wide slot it holds be given up (docs/fleet.md), so the caller closes the
 	// fleet after this. A server that does not answer QUIT is waited for quitWait at most.
@@ -416,9 +425,11 @@ type job struct {
 	next         int       // index of the target being tried
 	deadline     time.Time // zero until a session first works on it (ProbeAll)
 	queued       time.Time // when it was handed to the prober
-	// unreachedSince is when a dial it waited for first failed: from then on, the time it spends
-	// on MX hosts that cannot be reached is bounded by the budget (unreachable).
+	// unreachedSince is when the stretch it is spending on MX hosts that cannot be reached began
+	// (a dial it waited for failed), zero while it waits at a host that works; unreachedFor is
+	// the time of its earlier stretches. Together they are bounded by the budget (unreachable).
 	unreachedSince time.Time
+	unreachedFor   time.Duration
 	attempts       int   // times it was handed back unanswered
 	lastReply      Reply // the 421 it was last handed back after, if any: its answer when attempts run out
 	reached        bool  // some target failed for a reason other than a forbidden address
@@ -436,7 +447,24 @@ func (j *job) expired(now time.Time) bool { return !j.deadline.IsZero() && !now.
 
 // unreachable reports whether j has spent its budget on MX hosts that could not be reached.
 func (j *job) unreachable(now time.Time, budget time.Duration) bool {
-	return !j.unreachedSince.IsZero() && !now.Before(j.unreachedSince.Add(budget))
+	spent := j.unreachedFor
+	if !j.unreachedSince.IsZero() {
+		spent += now.Sub(j.unreachedSince)
+	}
+	return spent > 0 && spent >= budget
+}
+
+// unreachableEnd is when j's budget for unreachable MX hosts ends if its current stretch goes on.
+func (j *job) unreachableEnd(budget time.Duration) time.Time {
+	return j.unreachedSince.Add(budget - j.unreachedFor)
+}
+
+// reachedHost ends j's current stretch on unreachable hosts: it waits at a host that works now.
+func (j *job) reachedHost(now time.Time) {
+	if !j.unreachedSince.IsZero() {
+		j.unreachedFor += now.Sub(j.unreachedSince)
+		j.unreachedSince = time.Time{}
+	}
 }
 
 func (j *job) host() string { return j.targets[j.next].host }
