@@ -160,7 +160,7 @@ func withdraw(ctx context.Context, db DB, accountID string, itemKeys []string, u
 		), owed AS (
 			SELECT day, billable, quota_unit AND (SELECT give FROM free) AS unit, `+unitRefundID+` AS once FROM del
 		), marked AS (
-			INSERT INTO usage_refunds (id) SELECT once FROM owed WHERE unit AND $3::int = 2
+			INSERT INTO usage_refunds (id) SELECT once FROM owed WHERE unit AND $3::int = 2 ORDER BY once
 			ON CONFLICT (id) DO NOTHING RETURNING id
 		), days AS (
 			SELECT day, count(*) FILTER (WHERE billable)::int AS n,
@@ -180,13 +180,14 @@ func withdraw(ctx context.Context, db DB, accountID string, itemKeys []string, u
 // an unknown outcome (Charge.Close): as if the rows did not exist, but once per key, so that a
 // row that did commit and is then swept as a dead replica's (withdraw, returnUnitsOnce) does not
 // give its unit back a second time, whichever comes first. The marks are usage_refunds ids,
-// cleared after a day like Refund's.
+// cleared after a day like Refund's. Both statements insert their marks in id order, so that the
+// two, running at once on the same keys, wait for each other rather than deadlock.
 func returnDoubtfulUnits(ctx context.Context, db DB, accountID string, month time.Time, itemKeys []string) error {
 	if len(itemKeys) == 0 {
 		return nil
 	}
 	_, err := db.Exec(ctx, `WITH marked AS (
-			INSERT INTO usage_refunds (id) SELECT `+unitRefundID+` FROM unnest($2::text[]) AS k
+			INSERT INTO usage_refunds (id) SELECT `+unitRefundID+` AS once FROM unnest($2::text[]) AS k ORDER BY once
 			ON CONFLICT (id) DO NOTHING RETURNING 1
 		)
 		UPDATE usage_monthly SET quota_units = greatest(0, quota_units - (SELECT count(*) FROM marked)::int)
