@@ -79,6 +79,9 @@ func (pl *pool) enqueue(js ...*job) {
 		}
 		pl.queue = append(pl.queue, js...)
 	}
+	if len(pl.live) == 0 {
+		pl.watchLocked(js)
+	}
 	pl.dispatchLocked()
 	err := pl.downErr
 	pl.mu.Unlock()
@@ -133,8 +136,31 @@ func (pl *pool) requeueJobs(js []*job, penalty bool) {
 	}
 	pl.mu.Lock()
 	pl.queue = append(back, pl.queue...)
+	pl.watchLocked(back)
 	pl.dispatchLocked()
 	pl.mu.Unlock()
+}
+
+// watchLocked arms expireQueued for the earliest end of js's budgets — the deadline of those a
+// session took, the time on unreachable hosts of those spending it — so that an address waiting
+// here for the half-open try, or for a dial that hangs, is answered when its budget ends rather
+// than when the dial gives up. expireQueued does nothing while a session is open here.
+func (pl *pool) watchLocked(js []*job) {
+	var expiry time.Time
+	for _, j := range js {
+		end := j.deadline
+		if !j.unreachedSince.IsZero() {
+			if u := j.unreachableEnd(pl.p.cfg.Timeout); end.IsZero() || u.Before(end) {
+				end = u
+			}
+		}
+		if !end.IsZero() && (expiry.IsZero() || end.Before(expiry)) {
+			expiry = end
+		}
+	}
+	if !expiry.IsZero() {
+		time.AfterFunc(time.Until(expiry), pl.expireQueued)
+	}
 }
 
 // dispatchLocked wakes idle sessions for the work in the queue, and opens new ones, up to
@@ -303,6 +329,18 @@ func (pl *pool) run() {
 	lease, ok := pl.lease()
 	if !ok {
 		return
+	}
+	select {
+	case <-pl.p.closing:
+		// Closed while the slot was being taken: no session is opened any more.
+		release(lease)
+		pl.mu.Lock()
+		pl.opening--
+		pl.sessions--
+		pl.dispatchLocked() // answers what waits (ErrClosed)
+		pl.mu.Unlock()
+		return
+	default:
 	}
 	dialed := time.Now()
 	s, err := pl.open()

@@ -275,8 +275,9 @@ func (p *Prober) Probe(ctx context.Context, req Request) Result {
 // same, and calls each (from one goroutine at a time) as every result is known. Each address has
 // the configured budget from the moment a session starts working on it; waiting for a free
 // session is bounded only by ctx. The time it spends on MX hosts that cannot be reached is
-// bounded by the budget too, from the first failed dial it waited for, so that silent hosts
-// tried one after the other cannot stretch it.
+// bounded by the budget too, counted from each failed dial it waited for until a session opens
+// at a host that works (job.unreachable), so that silent hosts tried one after the other cannot
+// stretch it and a working host's one failed dial costs only that moment.
 func (p *Prober) ProbeAll(ctx context.Context, reqs []Request, each func(i int, r Result)) []Result {
 	return p.probe(ctx, reqs, time.Time{}, each)
 }

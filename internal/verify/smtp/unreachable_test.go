@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -226,5 +228,163 @@ func TestAnsweredProbeDoesNotCloseASession(t *testing.T) {
 		// idle, as it should be; wake it so that the goroutine ends
 		p.Close()
 		<-got
+	}
+}
+
+// hangAfterFirst: the first dial connects (through resetConn), every later one hangs until its
+// deadline (a host that went silent after breaking the connection).
+type hangAfterFirst struct {
+	next  proxy.ContextDialer
+	after time.Duration
+	mu    sync.Mutex
+	n     int
+}
+
+func (d *hangAfterFirst) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.n++
+	n := d.n
+	d.mu.Unlock()
+	if n == 1 {
+		c, err := d.next.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &resetConn{Conn: c, after: d.after}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// As TestTakenAddressKeepsItsDeadlineWhileTheHostIsDown, but the redial after the reset is silent
+// rather than refused: a timer watches the taken address's deadline while that dial hangs (it
+// was answered when the dial gave up, half a budget later).
+func TestTakenAddressKeepsItsDeadlineWhileTheRedialHangs(t *testing.T) {
+	t.Parallel()
+	const budget = time.Second
+	b := setup(t, 0, Config{Timeout: budget, MaxPerHost: 1})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.hang.test"})
+	b.w.AddDomain("hang.test", mailsim.Domain{Users: []string{"ann"}})
+	b.p.dialer = &hangAfterFirst{next: b.p.dialer, after: 900 * time.Millisecond}
+	start := time.Now()
+	res := probeAll(t, b.p, []Request{{Addr: "ann@hang.test", Domain: "hang.test", Hosts: hosts(s)}})
+	took := time.Since(start)
+	t.Logf("%v (%v) after %v", res[0].Verdict, res[0].Err, took)
+	if took > budget+150*time.Millisecond {
+		t.Errorf("answered after %v, past the %v budget that began when a session took it", took, budget)
+	}
+}
+
+// hangDialer hangs every dial until its deadline.
+type hangDialer struct{}
+
+func (hangDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// An address that fails over, with most of its budget for unreachable hosts spent, into a pool
+// whose breaker is open (failures == 1, its last MX) waits for the half-open try with a timer
+// for what is left of its budget (it had none: 1.65 s on unreachable hosts for a 1 s budget).
+func TestAddressFailingOverIntoAnOpenBreakerKeepsItsBudget(t *testing.T) {
+	t.Parallel()
+	const budget = time.Second
+	p, err := New(Config{Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test", Timeout: budget, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	p.dialer = hangDialer{}
+	pl := p.pool(netip.MustParseAddr("192.0.2.7"))
+	pl.mu.Lock()
+	pl.failures, pl.downUntil, pl.downErr = 1, time.Now().Add(retryAfter), errors.New("connection refused")
+	pl.mu.Unlock()
+	time.AfterFunc(retryAfter, pl.halfOpen) // as run() arms it when the breaker opens
+	done := make(chan Result, 1)
+	start := time.Now()
+	j := &job{addr: "ann@x.test", domain: "x.test", targets: []target{{host: "mx", ip: pl.ip}},
+		queued: start.Add(-900 * time.Millisecond), unreachedSince: start.Add(-900 * time.Millisecond)}
+	j.finishFn = func(r Result) { done <- r }
+	pl.enqueue(j) // as failover does, from a previous MX that could not be reached for 900 ms
+	select {
+	case r := <-done:
+		spent := 900*time.Millisecond + time.Since(start)
+		t.Logf("%v (%v): %v on unreachable hosts", r.Verdict, r.Err, spent)
+		if spent > budget+150*time.Millisecond {
+			t.Errorf("%v spent on unreachable hosts, budget %v", spent, budget)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("never answered")
+	}
+}
+
+// Close at various moments of a batch over working, refusing, silent and flaky MX hosts, with
+// failover between them: every address answered once, ProbeAll returns soon after Close, no race.
+func TestCloseAtAnyMomentOfABatch(t *testing.T) {
+	for round := range 8 {
+		b := setup(t, 2*time.Millisecond, Config{Timeout: 600 * time.Millisecond, MaxPerHost: 2})
+		ok := b.server(t, mailsim.ServerOptions{Name: "mx.ok.cs.test"})
+		ref := b.server(t, mailsim.ServerOptions{Name: "mx.ref.cs.test", Refuse: true})
+		tp := b.server(t, mailsim.ServerOptions{Name: "mx.tp.cs.test", Tarpit: true})
+		fl := b.server(t, mailsim.ServerOptions{Name: "mx.fl.cs.test", DropFirst: 2})
+		b.w.AddDomain("cs.test", mailsim.Domain{Users: []string{"u0", "u2", "u4"}})
+		combos := [][]*mailsim.Server{{ok}, {ref, ok}, {tp, ok}, {fl, ok}, {ref, tp}, {tp, fl}, {fl}, {ref, fl, ok}}
+		var reqs []Request
+		for i := range 400 {
+			reqs = append(reqs, Request{Addr: "u" + strconv.Itoa(i) + "@cs.test", Domain: "cs.test", Hosts: hosts(combos[i%len(combos)]...)})
+		}
+		var closedAt time.Time
+		var cmu sync.Mutex
+		go func() {
+			time.Sleep(time.Duration(round*40) * time.Millisecond)
+			cmu.Lock()
+			closedAt = time.Now()
+			cmu.Unlock()
+			b.p.Close()
+		}()
+		res := probeAll(t, b.p, reqs)
+		cmu.Lock()
+		ca := closedAt
+		cmu.Unlock()
+		if !ca.IsZero() {
+			if d := time.Since(ca); d > time.Second {
+				t.Errorf("round %d: ProbeAll returned %v after Close", round, d)
+			}
+		}
+		for i, r := range res {
+			if r.Verdict == Unknown && r.Err == nil && r.Reply.Code == 0 {
+				t.Errorf("round %d: u%d unknown without reason", round, i)
+			}
+		}
+	}
+}
+
+// slowSlots is a fleet whose slots take a while to be granted.
+type slowSlots struct{ wait time.Duration }
+type nopLease struct{}
+
+func (nopLease) Valid() bool                         { return true }
+func (nopLease) Release()                            {}
+func (nopLease) Wanted(int) bool                     { return false }
+func (nopLease) Wants() <-chan struct{}              { return nil }
+func (s slowSlots) Freed(netip.Addr) <-chan struct{} { return nil }
+func (s slowSlots) Acquire(ctx context.Context, _ netip.Addr, _, _ int) (Lease, error) {
+	time.Sleep(s.wait)
+	return nopLease{}, nil
+}
+
+// A session whose fleet slot is granted after Close does not dial.
+func TestNoDialAfterCloseWhileTheSlotIsTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0, Config{MaxPerHost: 1})
+	s := b.server(t, mailsim.ServerOptions{Name: "mx.lease.test"})
+	b.w.AddDomain("lease.test", mailsim.Domain{Users: []string{"u0"}})
+	b.p.Share(slowSlots{wait: 200 * time.Millisecond}, nil)
+	go func() { time.Sleep(50 * time.Millisecond); b.p.Close() }()
+	r := b.p.Probe(context.Background(), Request{Addr: "u0@lease.test", Domain: "lease.test", Hosts: hosts(s)})
+	time.Sleep(300 * time.Millisecond)
+	t.Logf("%v (%v); dials %d, server sessions %d", r.Verdict, r.Err, b.p.Stats().Dials, s.Stats().Sessions)
+	if d := b.p.Stats().Dials; d > 0 {
+		t.Errorf("%d dial(s) after Close (the slot came 150 ms after it)", d)
 	}
 }
