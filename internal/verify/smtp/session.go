@@ -42,7 +42,7 @@ type session struct {
 	broken   bool // the connection is in an unknown state
 	full     bool // the server will take no more recipients in this session
 	wrote    bool // something was written since the last reply was read
-	last     bool // the exchange under way is the session's last: QUIT travels with it
+	last     bool // the exchange under way is the session's last: QUIT travels with it; set under pl.mu
 	quitted  bool // QUIT has been sent
 
 	rcpts    int // RCPT replies read since the pool last counted them (arrivedLocked)

@@ -204,9 +204,10 @@ func TestWindowKeepsToTheBudget(t *testing.T) {
 	}
 }
 
-// A session down to its last error, while every connection the server tolerates is open and
-// the queue has work for a fresh session, sends its last RCPT with QUIT to make room; not when a
-// connection is free, nor with more budget left, nor when the queue is nearly done.
+// A session down to its last two errors, while every connection the server tolerates is open
+// and the queue has work for a fresh session, sends its last RCPTs with QUIT to make room; not
+// when a connection is free, nor with more budget left, nor when the queue is nearly done, nor
+// when the fresh sessions that will replace those already retiring take what is left.
 func TestLastRCPTTravelsWithQuit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -214,12 +215,17 @@ func TestLastRCPTTravelsWithQuit(t *testing.T) {
 		errors   int
 		sessions int
 		queue    int
+		retiring int // other open sessions whose QUIT travels with their exchange under way
 		want     bool
 	}{
-		{"last error, every slot taken, long queue", maxErrors - 1, 3, 100, true},
-		{"a slot is free: open a session instead", maxErrors - 1, 2, 100, false},
-		{"two errors left", maxErrors - 2, 3, 100, false},
-		{"the queue is nearly done", maxErrors - 1, 3, 2, false},
+		{"last error, every slot taken, long queue", maxErrors - 1, 3, 100, 0, true},
+		{"a slot is free: open a session instead", maxErrors - 1, 2, 100, 0, false},
+		{"two errors left", maxErrors - 2, 3, 100, 0, true},
+		{"three errors left", maxErrors - 3, 3, 100, 0, false},
+		{"the queue is nearly done", maxErrors - 1, 3, 2, 0, false},
+		// The prior rejection rate is 1 here: a fresh session is counted on for maxErrors RCPTs.
+		{"another retires: its replacement takes the queue", maxErrors - 1, 3, maxErrors + 5, 1, false},
+		{"another retires: work for a second fresh session", maxErrors - 1, 3, 2*maxErrors + 1, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -228,6 +234,10 @@ func TestLastRCPTTravelsWithQuit(t *testing.T) {
 			pl.mu.Lock()
 			pl.sessions = tc.sessions
 			pl.live = map[*session]struct{}{s: {}}
+			for range tc.retiring {
+				// Down to its last error, with its last RCPT in flight: taking nothing more.
+				pl.live[&session{pl: pl, errors: maxErrors - 1, left: 1, inflight: 1, last: true}] = struct{}{}
+			}
 			batch := pl.fillLocked(s)
 			pl.mu.Unlock()
 			if len(batch) != maxErrors-tc.errors && len(batch) != tc.queue {
