@@ -70,16 +70,15 @@ func (pl *pool) enqueue(js ...*job) {
 			}
 		}
 	} else {
-		if len(pl.live) > 0 {
-			// A host that works: the stretch on unreachable ones ends here.
-			now := time.Now()
-			for _, j := range js {
-				j.reachedHost(now)
-			}
-		}
 		pl.queue = append(pl.queue, js...)
 	}
-	if len(pl.live) == 0 {
+	if len(pl.live) > 0 {
+		// A host that works: the stretch on unreachable ones ends here.
+		now := time.Now()
+		for _, j := range js {
+			j.reachedHost(now)
+		}
+	} else {
 		pl.watchLocked(js)
 	}
 	pl.dispatchLocked()
@@ -392,7 +391,6 @@ func (pl *pool) run() {
 			}
 			pl.downUntil, pl.downErr = time.Now().Add(pause), err
 			keep := pl.queue[:0:0]
-			var expiry time.Time
 			for _, j := range pl.queue {
 				if j.unreachedSince.IsZero() {
 					// The time an address spends on MX hosts that cannot be reached counts
@@ -408,13 +406,6 @@ func (pl *pool) run() {
 				}
 				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
 					keep = append(keep, j)
-					end := j.unreachableEnd(pl.p.cfg.Timeout)
-					if !j.deadline.IsZero() && j.deadline.Before(end) {
-						end = j.deadline // a session took it before: its budget ends first
-					}
-					if expiry.IsZero() || end.Before(expiry) {
-						expiry = end
-					}
 				} else {
 					moved = append(moved, j)
 				}
@@ -422,11 +413,9 @@ func (pl *pool) run() {
 			pl.queue = keep
 			pl.dropProbesLocked()
 			time.AfterFunc(pause, pl.halfOpen)
-			if !expiry.IsZero() {
-				// The half-open try may still be dialling when the waiting addresses' budgets
-				// end: they are answered then, not when the dial gives up.
-				time.AfterFunc(time.Until(expiry), pl.expireQueued)
-			}
+			// The half-open try may still be dialling when the waiting addresses' budgets end:
+			// they are answered then, not when the dial gives up.
+			pl.watchLocked(keep)
 		}
 		pl.mu.Unlock()
 		for _, j := range moved {
