@@ -13,12 +13,16 @@ import (
 	"github.com/mailvet/mailvet/docs"
 )
 
+// publicDocCache is the Cache-Control of the public documents (/docs/errors, /openapi.json):
+// the same for everyone and fixed for the life of the binary, so caches may keep them a while.
+const publicDocCache = "public, max-age=300"
+
 // errorDocs is GET /docs/errors: the error reference (docs/errors.md) as an HTML page. The docs
 // field of every error body is {MAILVET_PUBLIC_URL}/docs/errors#<code>, and each code's section
 // is a heading whose id is the code, so that link opens the right section in a browser.
 func (s *Server) errorDocs(c echo.Context) error {
 	h := c.Response().Header()
-	h.Set("Cache-Control", "public, max-age=300")
+	h.Set(echo.HeaderCacheControl, publicDocCache)
 	h.Set("X-Content-Type-Options", "nosniff")
 	// The page is static text with an inline style sheet: nothing else may load or run.
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")

@@ -14,5 +14,6 @@ import (
 var openapiJSON []byte
 
 func (s *Server) openapi(c echo.Context) error {
+	c.Response().Header().Set(echo.HeaderCacheControl, publicDocCache)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openapiJSON)
 }

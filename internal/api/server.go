@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,6 +172,7 @@ func New(d Deps) *Server {
 	// A client's X-Request-Id is kept only if it is short and plain; otherwise RequestID makes one.
 	e.Use(boundRequestID)
 	e.Use(middleware.RequestID())
+	e.Use(noStore)
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
 	e.Use(s.bodyDeadline)
@@ -216,6 +218,19 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.Int("status", status), slog.Duration("took", took),
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 		return nil
+	}
+}
+
+// noStore marks every response Cache-Control: no-store before anything else can answer, so
+// that refusals carry it too: results, keys and account data are the customer's own, and no
+// cache on the way may keep them (docs/api.md, "Conventions"). The public documents (the error
+// reference, /openapi.json) set their own; the dashboard's pages set their own headers.
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix) {
+			c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		}
+		return next(c)
 	}
 }
 

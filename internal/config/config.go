@@ -162,6 +162,11 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 	c.PublicURL = strings.TrimRight(e.str("MAILVET_PUBLIC_URL", publicDefault), "/")
 	e.check("MAILVET_PUBLIC_URL", validHTTPURL(c.PublicURL))
+	// A scheme is case-insensitive (RFC 3986 §3.1): it is kept lower-case, so that what reads
+	// the URL sees "https://" however it was written (the dashboard's cookies are Secure by it).
+	if scheme, rest, ok := strings.Cut(c.PublicURL, "://"); ok {
+		c.PublicURL = strings.ToLower(scheme) + "://" + rest
+	}
 
 	c.DNSResolver = e.str("MAILVET_DNS_RESOLVER", "")
 	if c.DNSResolver == "" {

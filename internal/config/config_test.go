@@ -129,7 +129,7 @@ func TestLoadOverrides(t *testing.T) {
 		"MAILVET_WEBHOOK_ALLOW_PRIVATE":         "true",
 		"MAILVET_STRIPE_PRICE_BUILDER":          "price_b",
 		"MAILVET_STRIPE_PRICE_SCALE":            "price_s",
-		"MAILVET_PUBLIC_URL":                    "https://api.example.com/",
+		"MAILVET_PUBLIC_URL":                    "HTTPS://api.example.com/",
 		"MAILVET_SMTP_PROXY":                    "socks5://127.0.0.1:1080",
 		"MAILVET_GREYLIST_WINDOW":               "1h30m",
 		"MAILVET_ADMISSION_WINDOW":              "0",

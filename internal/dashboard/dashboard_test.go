@@ -189,9 +189,9 @@ func sessionCookie(resp *http.Response) *http.Cookie {
 }
 
 // The session cookie is HttpOnly and SameSite=Lax, scoped to /dashboard, and Secure when the
-// public URL is https; the table holds the token's hash, never the token.
+// public URL is https, in any case; the table holds the token's hash, never the token.
 func TestSessionCookieFlags(t *testing.T) {
-	for _, public := range []string{"http://localhost:8080", "https://mailvet.example"} {
+	for _, public := range []string{"http://localhost:8080", "https://mailvet.example", "HTTPS://mailvet.example"} {
 		f := newFixture(t, map[string]string{"MAILVET_PUBLIC_URL": public})
 		b := f.browser(t)
 		resp, _ := b.post("/dashboard/signup", url.Values{"csrf": {b.csrf("/dashboard/signup")}, "email": {"ann@example.com"},
@@ -200,7 +200,7 @@ func TestSessionCookieFlags(t *testing.T) {
 		if c == nil {
 			t.Fatalf("%s: no session cookie", public)
 		}
-		if !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/dashboard" || c.Secure != strings.HasPrefix(public, "https") {
+		if !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/dashboard" || c.Secure != strings.HasPrefix(strings.ToLower(public), "https") {
 			t.Errorf("%s: cookie %+v", public, c)
 		}
 		var stored int

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -26,13 +27,17 @@ func TestErrorTextNamesNoInternalAddress(t *testing.T) {
 		{wrap(&net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}), "timeout: no connection within 5s"},
 		{wrap(errors.New("net/http: TLS handshake timeout")), "timeout: TLS handshake not complete within 5s"},
 		{wrap(context.DeadlineExceeded), "timeout: no complete answer within 10s"},
+		// The address a private name resolved to stays out: the resolver may see internal DNS.
+		{wrap(&net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 255, 255, 53), Port: 443},
+			Err: fmt.Errorf("refused to connect to 10.255.255.53: %w", ErrForbiddenAddress)}),
+			"refused: hooks.example resolves to an address that is not a public unicast address"},
 	} {
 		got := errorText(c.err, AttemptTimeout)
 		if got != c.want {
 			t.Errorf("errorText(%v) = %q, want %q", c.err, got, c.want)
 		}
 		if strings.Contains(got, "10.255.255.53") {
-			t.Errorf("errorText(%v) names the resolver: %q", c.err, got)
+			t.Errorf("errorText(%v) names an internal address: %q", c.err, got)
 		}
 	}
 }

@@ -420,12 +420,20 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 // The text is shown to the customer (the deliveries API), so it names the receiver's host and
 // what went wrong, never Mailvet's own infrastructure: Go's DNS error names the resolver it
 // would have asked (the host's resolv.conf server, not even the one MAILVET_DNS_RESOLVER dials),
-// which is an internal address. A connect or TLS handshake that times out says so with its own
-// bound, not the whole attempt's.
+// which is an internal address; and a dial refused for a private address would name the
+// address Mailvet's resolver gave, perhaps from an internal (split-horizon) view of DNS. A
+// connect or TLS handshake that times out says so with its own bound, not the whole attempt's.
 func errorText(err error, timeout time.Duration) string {
+	host := "the host"
 	var ue *url.Error
 	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && u.Hostname() != "" {
+			host = u.Hostname()
+		}
 		err = ue.Err
+	}
+	if errors.Is(err, ErrForbiddenAddress) {
+		return fmt.Sprintf("refused: %s resolves to an address that is not a public unicast address", host)
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
