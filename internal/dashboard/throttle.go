@@ -23,6 +23,12 @@ const (
 	maxAccountFailures = 5
 	// An address may hold several people (an office behind NAT), so its limit is higher.
 	maxAddressFailures = 20
+
+	// Sign-ups are counted per client address too: each new account is a free tier's worth of
+	// verifications, so one address may not mint them without end. The count uses the same table
+	// under its own subject, in windows of a day.
+	signupWindow      = 24 * time.Hour
+	maxAddressSignups = 10
 )
 
 func accountSubject(email string) string {
@@ -106,19 +112,11 @@ func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email strin
 			subject string
 			limit   int
 		}{{at.acct, maxAccountFailures}, {at.addr, maxAddressFailures}} {
-			tag, err := tx.Exec(ctx, `
-				INSERT INTO dashboard_signin_failures (subject, window_start, failures) VALUES ($1, $2, 1)
-				ON CONFLICT (subject) DO UPDATE SET
-					failures = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN 1
-					                ELSE dashboard_signin_failures.failures + 1 END,
-					window_start = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN $2
-					                    ELSE dashboard_signin_failures.window_start END
-				WHERE dashboard_signin_failures.window_start <= $3 OR dashboard_signin_failures.failures < $4`,
-				c.subject, now, now.Add(-throttleWindow), c.limit)
+			full, err := count(ctx, tx, c.subject, c.limit, throttleWindow, now)
 			if err != nil {
 				return err
 			}
-			if tag.RowsAffected() == 0 {
+			if full {
 				blocked = true
 				return errBlocked // roll back: a refused attempt counts against neither subject
 			}
@@ -131,11 +129,54 @@ func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email strin
 	if err != nil {
 		return at, false, err
 	}
-	// Old windows are cleared a batch at a time, so the table stays small without a job; outside
-	// the claim's transaction, which locks only the two subjects' rows, in one order.
-	_, err = h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject IN (
-		SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-24*time.Hour))
-	return at, false, err
+	return at, false, h.clearOld(ctx, now)
+}
+
+// count adds one to subject's count in its current window (a new window when the last one is
+// over) unless the window already holds limit: then it reports blocked and changes nothing.
+func count(ctx context.Context, tx pgx.Tx, subject string, limit int, window time.Duration, now time.Time) (blocked bool, err error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO dashboard_signin_failures (subject, window_start, failures) VALUES ($1, $2, 1)
+		ON CONFLICT (subject) DO UPDATE SET
+			failures = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN 1
+			                ELSE dashboard_signin_failures.failures + 1 END,
+			window_start = CASE WHEN dashboard_signin_failures.window_start <= $3 THEN $2
+			                    ELSE dashboard_signin_failures.window_start END
+		WHERE dashboard_signin_failures.window_start <= $3 OR dashboard_signin_failures.failures < $4`,
+		subject, now, now.Add(-window), limit)
+	return err == nil && tag.RowsAffected() == 0, err
+}
+
+// clearOld deletes windows that ended, a batch at a time, so the table stays small without a
+// job; outside any claim's transaction, which locks only its subjects' rows, in one order.
+func (h *Handler) clearOld(ctx context.Context, now time.Time) error {
+	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject IN (
+		SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-max(throttleWindow, signupWindow)))
+	return err
+}
+
+// signupSubject is the sign-up count's subject for r's client address.
+func (h *Handler) signupSubject(r *http.Request) string { return "signup:" + h.addressSubject(r) }
+
+// claimSignup counts one new account against r's client address before it is created, so that
+// sign-ups sent at the same moment are held to the limit too, and reports blocked when the
+// address has made maxAddressSignups in its window. A sign-up that creates no account gives its
+// count back (unclaimSignup).
+func (h *Handler) claimSignup(ctx context.Context, r *http.Request) (blocked bool, err error) {
+	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		full, err := count(ctx, tx, h.signupSubject(r), maxAddressSignups, signupWindow, h.now())
+		blocked = full
+		return err
+	})
+	return blocked, err
+}
+
+// unclaimSignup gives back a sign-up's count when no account was made (the email was taken, or
+// the write failed).
+func (h *Handler) unclaimSignup(ctx context.Context, r *http.Request) error {
+	_, err := h.pool.Exec(ctx, `UPDATE dashboard_signin_failures SET failures = greatest(failures - 1, 0)
+		WHERE subject = $1 AND window_start > $2`, h.signupSubject(r), h.now().Add(-signupWindow))
+	return err
 }
 
 var errBlocked = errors.New("sign-in throttled")

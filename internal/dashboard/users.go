@@ -22,6 +22,7 @@ const (
 	msgWrongCredentials = "The email or password is wrong."
 	msgThrottled        = "Too many failed sign-in attempts. Wait 15 minutes, then try again."
 	msgSignupRefused    = "No account could be created with this email and password. If you already have an account, sign in instead."
+	msgSignupLimit      = "Too many accounts were created from your network today. Try again tomorrow, or sign in to an account you have."
 )
 
 // maxEmailLen is RFC 5321's limit on a forward path, which an account email never needs to pass.
@@ -86,12 +87,28 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusTooManyRequests, msgThrottled)
 		return
 	}
-	hash, err := h.hash(ctx, password)
-	if err != nil {
-		h.failure(w, r, nil, err)
+	// The address's sign-up count is claimed before the account is made and given back when none
+	// is (docs/dashboard.md, "Security model").
+	if blocked, err := h.claimSignup(ctx, r); err != nil || blocked {
+		if err == nil {
+			err = h.refund(ctx, at) // not a failed password attempt either
+		}
+		if err != nil {
+			h.failure(w, r, nil, err)
+			return
+		}
+		fail(http.StatusTooManyRequests, msgSignupLimit)
 		return
 	}
-	userID, err := h.createUser(ctx, email, hash)
+	hash, err := h.hash(ctx, password)
+	var userID string
+	if err == nil {
+		userID, err = h.createUser(ctx, email, hash)
+	}
+	if err != nil {
+		// Best effort: a count not given back only lowers the address's limit for the day.
+		_ = h.unclaimSignup(ctx, r)
+	}
 	if errors.Is(err, errEmailTaken) {
 		userID, ok, err := h.passwordAttempt(ctx, email, password, at)
 		if err != nil {
