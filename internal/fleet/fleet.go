@@ -84,9 +84,14 @@ type bucket struct {
 const healEvery = time.Second
 
 // heal re-creates the bucket, in the background and at most once per healEvery, when err says it
-// is missing. Until then its operations fail like an unreachable NATS.
+// is missing, or may be: an operation on a lost bucket seldom says so within its budget. A write
+// meets "no responders" and nats.go retries it (2 × 250 ms) past a slot's 500 ms; a read from a
+// lost bucket waits out its 100–200 ms. So a deadline sends a look at the bucket first, and only
+// a bucket JetStream says is not there is re-created. Until then its operations fail like an
+// unreachable NATS.
 func (b *bucket) heal(err error) {
-	if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) &&
+	maybe := errors.Is(err, context.DeadlineExceeded)
+	if !maybe && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) &&
 		!errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
 		return
 	}
@@ -100,6 +105,11 @@ func (b *bucket) heal(err error) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if maybe {
+			if _, err := b.js.KeyValue(ctx, b.layout.Name(b.base)); !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return // it is there (the deadline was a slow NATS), or NATS cannot say
+			}
+		}
 		for _, cfg := range queue.BucketConfigs(b.layout, b.ttl) {
 			if cfg.Bucket != b.layout.Name(b.base) {
 				continue
