@@ -131,14 +131,20 @@ func scanList(row pgx.Row) (List, error) {
 }
 
 // Get returns the list id of account with its counts, or ErrNotFound. Two small reads whatever
-// the list's size: the counts are kept up to date as chunks complete.
-func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (List, error) {
-	l, err := scanList(s.db.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2`, id, account))
+// the list's size: the counts are kept up to date as chunks complete. They are read in one
+// snapshot, so the counts always add up to the list's verified.
+func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (l List, err error) {
+	err = s.snapshot(ctx, func(tx pgx.Tx) error {
+		if l, err = scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2`, id, account)); err != nil {
+			return err
+		}
+		l.Counts, err = counts(ctx, tx, id)
+		return err
+	})
 	if err != nil {
 		return List{}, err
 	}
-	l.Counts, err = counts(ctx, s.db, id)
-	return l, err
+	return l, nil
 }
 
 // Page sizes of Page.
@@ -151,38 +157,41 @@ const (
 // UUIDv7, so their order is their creation order); more is true when another page follows.
 // Each list has its counts, as Get gives them: one more small read for the whole page.
 func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
-	rows, err := s.db.Query(ctx, `SELECT `+listColumns+` FROM lists
-		WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, account, after, limit+1)
-	if err != nil {
-		return nil, false, err
-	}
-	ls, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (List, error) { return scanList(r) })
-	if err != nil {
-		return nil, false, err
-	}
-	if len(ls) > limit {
-		ls, more = ls[:limit], true
-	}
-	if len(ls) == 0 {
-		return ls, more, nil
-	}
-	ids := make([]uuid.UUID, len(ls))
-	at := make(map[uuid.UUID]int, len(ls))
-	for i, l := range ls {
-		ids[i], at[l.ID] = l.ID, i
-	}
-	rows, err = s.db.Query(ctx, `SELECT list_id, status, reason, n FROM list_counts
-		WHERE list_id = ANY($1) ORDER BY list_id, status, reason`, ids)
-	if err != nil {
-		return nil, false, err
-	}
-	var (
-		id uuid.UUID
-		c  Count
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &c.Status, &c.Reason, &c.N}, func() error {
-		ls[at[id]].Counts = append(ls[at[id]].Counts, c)
-		return nil
+	err = s.snapshot(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+listColumns+` FROM lists
+			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, account, after, limit+1)
+		if err != nil {
+			return err
+		}
+		ls, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (List, error) { return scanList(r) })
+		if err != nil {
+			return err
+		}
+		if len(ls) > limit {
+			ls, more = ls[:limit], true
+		}
+		if len(ls) == 0 {
+			return nil
+		}
+		ids := make([]uuid.UUID, len(ls))
+		at := make(map[uuid.UUID]int, len(ls))
+		for i, l := range ls {
+			ids[i], at[l.ID] = l.ID, i
+		}
+		rows, err = tx.Query(ctx, `SELECT list_id, status, reason, n FROM list_counts
+			WHERE list_id = ANY($1) ORDER BY list_id, status, reason`, ids)
+		if err != nil {
+			return err
+		}
+		var (
+			id uuid.UUID
+			c  Count
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &c.Status, &c.Reason, &c.N}, func() error {
+			ls[at[id]].Counts = append(ls[at[id]].Counts, c)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, false, err
@@ -320,6 +329,17 @@ func finish(ctx context.Context, tx pgx.Tx, st lockedList, to State, reason stri
 
 func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.db, fn)
+}
+
+// snapshot runs fn in a read-only transaction that sees one state of the database throughout:
+// what a writer changes together (a list's verified and its counts) is read together.
+func (s *Store) snapshot(ctx context.Context, fn func(pgx.Tx) error) error {
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // bulkBudget bounds the statements whose work grows with a list's size (its COPY, its deletion,
