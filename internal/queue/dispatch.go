@@ -219,7 +219,15 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 			continue
 		}
 		heard = now
-		if err := l.publish(ctx, l.lost(ctx, l.missing())); err != nil && !errors.Is(err, ErrUnavailable) {
+		// Guarded: a broker that stops answering while we ask would otherwise hold the loop for
+		// the stream info and the publish timeouts, and ListGrace would start that much late.
+		gctx, release := d.link.Guard(ctx)
+		err := l.publish(gctx, l.lost(gctx, l.missing()))
+		release()
+		if err != nil && ctx.Err() == nil && !d.link.Up() {
+			continue // cut off with the link: the loop above counts ListGrace from here
+		}
+		if err != nil && !errors.Is(err, ErrUnavailable) {
 			return l.missing(), err
 		}
 	}
