@@ -151,12 +151,21 @@ func (r request) units() int {
 	return 0
 }
 
-// repeatable says whether r may be sent again after a 503, which can come after the request
+// repeatable says whether r may be sent again after the 503 e, which can come after the request
 // acted (a commit whose answer came too late): a verification (refused ones are never charged,
 // and an async job is refused only once it was removed), a read, a delete or a cancel, but not a
-// management POST that creates something (a key, a replay, a portal session).
-func (r request) repeatable() bool {
-	return r.method != http.MethodPost || strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
+// management POST that creates something (a key, a replay, a portal session). What the API
+// promises of its own 503s says nothing of another's: a proxy may answer 503 after passing the
+// request on and the API verifying, charging or creating a job, so a POST answered by a 503 that
+// is not the API's envelope is never sent again.
+func (r request) repeatable(e *Error) bool {
+	if r.method != http.MethodPost {
+		return true
+	}
+	if e.Code == CodeUnexpectedResponse {
+		return false
+	}
+	return strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
 }
 
 // upload is a request body that is not JSON: a file, streamed as it is read (docs/lists.md,
@@ -245,7 +254,7 @@ func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 			return e.RetryAfter + retryMargin, true
 		}
 		return 0, false
-	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable():
+	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable(e):
 		return e.RetryAfter + retryMargin, true
 	}
 	return 0, false

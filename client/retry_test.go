@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,5 +412,78 @@ func TestStreamErrorOwesLaterChunks(t *testing.T) {
 	var req struct{ Emails []string }
 	if err := json.Unmarshal([]byte(f.bodies[0]), &req); err != nil || len(req.Emails) != client.StreamChunkSize {
 		t.Errorf("first request had %d addresses, want %d", len(req.Emails), client.StreamChunkSize)
+	}
+}
+
+// A POST answered by a 503 that is not the API's envelope (a proxy's page) is never sent again:
+// the proxy may have passed it on, and the API verified and charged it, or made a job. A read is
+// repeated whoever answered.
+func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && i == 3 { // the read's second try
+			writeJSON(w, 200, `{"job_id":"j1","status":"queued","created_at":"2026-11-23T00:00:00Z"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, "<h1>upstream timed out</h1>")
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	_, err := c.VerifyAsync(context.Background(), "ann@acme.example", client.AsyncOptions{WebhookURL: "https://hooks.example.com/x"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeUnexpectedResponse || e.Status != 503 {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := c.Verify(context.Background(), "ann@acme.example"); err == nil {
+		t.Fatal("a proxy's 503 to a verification passed")
+	}
+	if n := len(f.requests()); n != 2 {
+		t.Fatalf("%d requests for two POSTs answered by a proxy's 503; want one each", n)
+	}
+	if _, err := c.Job(context.Background(), "j1"); err != nil {
+		t.Fatalf("a read after a proxy's 503: %v", err)
+	}
+	if n := len(f.requests()); n != 4 {
+		t.Fatalf("%d requests; the read should have been sent again once", n)
+	}
+}
+
+// An error in the middle of VerifyBatch comes back with the results before it, and names the part
+// of the input its request carried: a field the API names (emails[1]) counts from there.
+func TestBatchErrorNamesThePartOfTheInput(t *testing.T) {
+	t.Parallel()
+	var self atomic.Pointer[fake] // the fake keeps each request's body; the handler reads it there
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		f := self.Load()
+		f.mu.Lock()
+		raw := f.bodies[i]
+		f.mu.Unlock()
+		var body struct{ Emails []string }
+		_ = json.Unmarshal([]byte(raw), &body)
+		results := make([]string, len(body.Emails))
+		for j, e := range body.Emails {
+			if e == "" {
+				writeJSON(w, 400, fmt.Sprintf(`{"error":"invalid_request","message":"Field emails[%d] is empty; send an email address.","action":"a","docs":"d"}`, j))
+				return
+			}
+			results[j] = strings.Replace(deliverable, "ann@acme.example", e, 1)
+		}
+		writeJSON(w, 200, `{"results":[`+strings.Join(results, ",")+`]}`)
+	})
+	self.Store(f)
+	in := make([]string, 120)
+	for i := range in {
+		in[i] = fmt.Sprintf("u%d@acme.example", i)
+	}
+	in[101] = ""
+	res, err := client.New("sk_live_test", client.WithBaseURL(srv.URL)).VerifyBatch(context.Background(), in)
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeInvalidRequest || len(res) != 100 || res[99].Email != "u99@acme.example" {
+		t.Fatalf("%d results, err %v", len(res), err)
+	}
+	if !strings.Contains(err.Error(), "emails[100:120]") {
+		t.Fatalf("the error does not say which part of the input failed: %v", err)
 	}
 }

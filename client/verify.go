@@ -42,7 +42,9 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 // list never holds more than one request's worth of the account's per-minute limit; with
 // WithRetryOnRateLimit(true) a chunk refused for the rate limit waits for the next window and a
 // long list goes through at the plan's pace. On an error the results of the chunks already
-// verified are returned with it.
+// verified (and charged) are returned with it: emails[:len(results)]. The error names the part of
+// emails the failed request carried, since a field the API names in it (emails[1]) counts from
+// that request's first address; errors.As still finds the *Error.
 func (c *Client) VerifyBatch(ctx context.Context, emails []string) ([]Result, error) {
 	results := make([]Result, 0, len(emails))
 	err := c.chunked(emails, BatchChunkSize, func(chunk []string) error {
@@ -50,7 +52,11 @@ func (c *Client) VerifyBatch(ctx context.Context, emails []string) ([]Result, er
 			Results []Result `json:"results"`
 		}
 		if err := c.call(ctx, request{http.MethodPost, "/v1/email/verify/batch", map[string][]string{"emails": chunk}}, http.StatusOK, &br); err != nil {
-			return err
+			var apiErr *Error
+			if errors.As(err, &apiErr) && apiErr.Code == CodeRateLimitExceeded {
+				return err // chunked reads it, and may send the chunk again in smaller parts
+			}
+			return fmt.Errorf("mailvet: VerifyBatch: the request with emails[%d:%d] of the input: %w", len(results), len(results)+len(chunk), err)
 		}
 		if len(br.Results) != len(chunk) {
 			return fmt.Errorf("mailvet: batch of %d answered %d results", len(chunk), len(br.Results))

@@ -229,11 +229,16 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// describe is an error for a person: the API's message and what to do about it.
+// describe is an error for a person: what was being done (the list it was about, the file), the
+// API's message and what to do about it.
 func describe(err error) string {
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
 		s := fmt.Sprintf("%s (HTTP %d): %s", apiErr.Code, apiErr.Status, apiErr.Message)
+		// The context wrapped around the API's error: "list 01…: waiting for it to finish: ".
+		if outer, ok := strings.CutSuffix(err.Error(), apiErr.Error()); ok && outer != "" {
+			s = unprefixed(outer) + s
+		}
 		if apiErr.Action != "" {
 			s += "\n  " + apiErr.Action
 		}
@@ -242,8 +247,13 @@ func describe(err error) string {
 		}
 		return s
 	}
-	// The client's own errors already say where they come from; the caller adds the prefix.
-	return strings.TrimPrefix(err.Error(), "mailvet: ")
+	return unprefixed(err.Error())
+}
+
+// unprefixed drops the "mailvet: " each layer of the client starts its text with: the caller
+// adds the one prefix a message needs.
+func unprefixed(s string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(s, "mailvet: "), ": mailvet: ", ": ")
 }
 
 // isTerminal reports whether w is a terminal (a character device), where tables and progress

@@ -480,3 +480,43 @@ func TestVerifyFileInterruptedDuringFirstPoll(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// When verify --file's list is running and a poll fails, the message names the list, which keeps
+// running and is billed, so that the user can find it; an upload refused names the file.
+func TestFailureNamesTheListAndTheFile(t *testing.T) {
+	t.Parallel()
+	const id = "0199a1b2-0000-7000-8000-000000000002"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodPost && strings.Contains(r.URL.RawQuery, "name=bad.txt") {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":"invalid_request","message":"Line 3 is longer than the limit.","action":"Fix line 3.","docs":"d","line":3}`)
+			return
+		}
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, `{"id":%q,"state":"queued","rows":1,"unique":1}`, id)
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error":"datastore_error","message":"The datastore request failed.","action":"Retry later.","docs":"d"}`)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "in.txt"), filepath.Join(dir, "bad.txt")
+	for _, p := range []string{good, bad} {
+		if err := os.WriteFile(p, []byte("ann@acme.example\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": srv.URL}
+	code, _, stderr := run(t, env, "", "verify", "--file", good)
+	if code != ExitError || !strings.Contains(stderr, "list "+id) || !strings.Contains(stderr, "datastore_error (HTTP 500)") || strings.Contains(stderr, "mailvet: mailvet") {
+		t.Errorf("failed poll: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = run(t, env, "", "verify", "--file", bad)
+	if code != ExitError || !strings.Contains(stderr, bad+": ") || !strings.Contains(stderr, "invalid_request (HTTP 400)") {
+		t.Errorf("refused upload: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -207,8 +207,8 @@ export class Mailvet {
   /**
    * Verifies any number of addresses with POST /v1/email/verify/batch, 50 per request, one
    * request after the other, and returns one result per address in input order. An error stops
-   * the batch and is thrown; with `retryOnRateLimit`, a 429 in the middle is waited out and the
-   * batch goes on.
+   * the batch and is thrown, carrying in `results` the results already verified (and charged);
+   * with `retryOnRateLimit`, a 429 in the middle is waited out and the batch goes on.
    */
   async verifyBatch(emails: readonly string[], options: CallOptions = {}): Promise<VerifyResult[]> {
     const results: VerifyResult[] = [];
@@ -220,7 +220,10 @@ export class Mailvet {
         answer = await this.#json<BatchResult>({ ...options, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length });
       } catch (err) {
         const smaller = this.#splitSize(err, chunk.length);
-        if (smaller === undefined) throw err;
+        if (smaller === undefined) {
+          if (err instanceof MailvetError) err.results = results;
+          throw err;
+        }
         size = smaller;
         continue;
       }
@@ -444,7 +447,11 @@ export class Mailvet {
     } finally {
       deadline.done();
     }
-    if (text === "") return undefined as T;
+    if (text === "") {
+      // Only the API's 204s have no body; an empty 200 is a proxy's or a portal's, not an answer.
+      if (res.status === 204) return undefined as T;
+      throw clientError("invalid_response", `HTTP ${res.status} with an empty body`, res.status, requestIdOf(res));
+    }
     try {
       return JSON.parse(text) as T;
     } catch (err) {
@@ -518,7 +525,7 @@ export class Mailvet {
       if (err.retryAfter !== undefined) return err.retryAfter * 1000 + retryCushionMs;
       return undefined;
     }
-    if (err.status === 503 && err.retryAfter !== undefined && repeatable(call)) return err.retryAfter * 1000 + retryCushionMs;
+    if (err.status === 503 && err.retryAfter !== undefined && repeatable(call, err)) return err.retryAfter * 1000 + retryCushionMs;
     return undefined;
   }
 
@@ -618,12 +625,17 @@ function requestIdOf(res: Response): { requestId?: string } {
   return id ? { requestId: id } : {};
 }
 
-// repeatable says whether call may be sent again after a 503, which can come after the request
-// acted (a commit whose answer came too late): a verification (refused ones are never charged, and
-// an async job is refused only once it was removed), a read, a delete or a cancel, but not a
-// management POST that creates something (a key, a replay, a portal session).
-function repeatable(call: Call): boolean {
-  return call.method !== "POST" || call.path.startsWith("/v1/email/verify") || call.path.endsWith("/cancel");
+// repeatable says whether call may be sent again after the 503 err, which can come after the
+// request acted (a commit whose answer came too late): a verification (refused ones are never
+// charged, and an async job is refused only once it was removed), a read, a delete or a cancel,
+// but not a management POST that creates something (a key, a replay, a portal session). What the
+// API promises of its own 503s says nothing of another's: a proxy may answer 503 after passing the
+// request on and the API verifying, charging or creating a job, so a POST answered by a 503 that
+// is not the API's envelope (http_error) is never sent again.
+function repeatable(call: Call, err: MailvetError): boolean {
+  if (call.method !== "POST") return true;
+  if (err.error === "http_error") return false;
+  return call.path.startsWith("/v1/email/verify") || call.path.endsWith("/cancel");
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).

@@ -1,4 +1,4 @@
-import type { ApiError } from "./openapi.js";
+import type { ApiError, VerifyResult } from "./openapi.js";
 
 /**
  * Codes the client itself uses when there is no error envelope from the API: the request timed
@@ -49,6 +49,12 @@ export class MailvetError extends Error {
   readonly retryAfter?: number;
   /** The `X-Request-Id` of the response: quote it when reporting a problem. */
   readonly requestId?: string;
+  /**
+   * verifyBatch only: the results of the addresses before the failed request, in input order —
+   * verified and charged, so keep them. The failed request began at input index `results.length`;
+   * a field the API names in `message` (`emails[1]`) counts from there.
+   */
+  results?: VerifyResult[];
   /** The error envelope as received; for the client's own codes, one the client built. */
   readonly body: ApiError | Record<string, unknown>;
 

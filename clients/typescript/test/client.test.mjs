@@ -145,6 +145,17 @@ describe("errors", () => {
     assert.equal(err.error, "invalid_response");
     assert.equal(err.status, 200);
   });
+
+  test("a 200 with an empty body (a proxy's, not the API's) is an invalid_response, not undefined", async () => {
+    const f = await fake((req, res) => { res.writeHead(200, { "X-Request-Id": "rid-1" }); res.end(); });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example").catch((e) => e);
+    assert.ok(err instanceof MailvetError, `resolved to ${JSON.stringify(err)}`);
+    assert.equal(err.error, "invalid_response");
+    assert.equal(err.requestId, "rid-1");
+    // The API's 204s still resolve.
+    const g = await fake((req, res) => { res.writeHead(204); res.end(); });
+    assert.equal(await new Mailvet({ baseUrl: g.url, ...keys }).keys.revoke("k1"), undefined);
+  });
 });
 
 describe("retries", () => {
@@ -213,6 +224,23 @@ describe("retries", () => {
     await assert.rejects(m.deliveries.retry("d1"), MailvetError);
     await assert.rejects(m.billingPortal("https://example.com/back"), MailvetError);
     assert.equal(f.requests.length, 3, "one request each, none retried");
+  });
+
+  test("a POST answered by a 503 that is not the API's (a proxy's page) is never sent again", async () => {
+    // The proxy may have passed the request on: the API verified and charged it, or made a job.
+    const f = await fake((req, res) => { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); res.end("<h1>upstream timed out</h1>"); });
+    const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    const err = await m.verifyAsync("a@acme.example", { webhookUrl: "https://hooks.example.com/x" }).catch((e) => e);
+    assert.equal(err.error, "http_error");
+    await assert.rejects(m.verify("a@acme.example"), MailvetError);
+    assert.equal(f.requests.length, 2, "one request each, none retried");
+    // A read is safe to repeat whoever answered.
+    const g = await fake((req, res) => {
+      if (req.index === 0) { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); return res.end("busy"); }
+      send(res, 200, { id: "j1", status: "queued" });
+    });
+    await new Mailvet({ baseUrl: g.url, ...keys, retryOnRateLimit: true }).job("j1");
+    assert.equal(g.requests.length, 2);
   });
 
   test("an abort during the wait before a retry rejects at once with the signal's reason", async () => {
@@ -297,6 +325,21 @@ describe("verifyBatch", () => {
     assert.equal(err.error, "rate_limit_exceeded");
     assert.equal(err.limit, 60);
     assert.equal(f.requests.length, 2);
+  });
+
+  test("an error stops the batch and carries the results already verified (and charged)", async () => {
+    const input = emailsOf(120);
+    input[101] = "";
+    const f = await fake((req, res) => {
+      const bad = req.body.emails.indexOf("");
+      if (bad >= 0) return send(res, 400, { ...envelope("invalid_request"), message: `Field emails[${bad}] is empty; send an email address.` });
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(input).catch((e) => e);
+    assert.equal(err.error, "invalid_request");
+    assert.deepEqual(err.results.map((r) => r.email), input.slice(0, 100));
+    // The field the API names counts from the failed request's first address: results.length.
+    assert.equal(input[err.results.length + Number(/emails\[(\d+)\]/.exec(err.message)[1])], "");
   });
 
   test("a chunk larger than the per-minute limit is split to the limit instead of waited on", async () => {
