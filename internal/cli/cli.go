@@ -10,10 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 
 	"github.com/mailvet/mailvet/client"
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // Exit codes (docs/clients.md, "Exit codes"). The status says whether the command worked, never
@@ -66,7 +68,8 @@ Exit codes:
   0  success (whatever the verdicts: an undeliverable address is a result, not a failure)
   1  the API answered an error, the network failed, a file could not be read or written, or a
      list ended failed or canceled
-  2  usage error: unknown command or flag, missing argument, MAILVET_API_KEY not set
+  2  usage error: unknown command or flag, missing argument, MAILVET_API_KEY not set, MAILVET_URL
+     not an http(s) URL
 `
 
 // errUsage marks mistakes on the command line; Run exits ExitUsage for them.
@@ -198,6 +201,9 @@ func (e env) client() (*client.Client, error) {
 	base := strings.TrimSpace(e.getenv("MAILVET_URL"))
 	if base == "" {
 		base = client.DefaultBaseURL
+	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("MAILVET_URL %q is not an http(s) URL: give the scheme and host, like https://api.example.com", redact.URL(base))
 	}
 	return client.New(key, client.WithBaseURL(base), client.WithRetryOnRateLimit(true),
 		client.WithUserAgent("mailvet-cli/"+client.Version)), nil

@@ -48,6 +48,13 @@ func TestUsageErrors(t *testing.T) {
 	if code, _, stderr := run(t, nil, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
 		t.Errorf("no key: exit %d, %q", code, stderr)
 	}
+	// A MAILVET_URL that is not an http(s) URL is a usage error, told without its password.
+	for _, bad := range []string{"localhost:8080", "api.example.com", "ftp://api.example.com", "https://u:s3cret@"} {
+		env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": bad}
+		if code, _, stderr := run(t, env, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_URL") || strings.Contains(stderr, "s3cret") {
+			t.Errorf("MAILVET_URL=%s: exit %d, %q", bad, code, stderr)
+		}
+	}
 	if code, stdout, _ := run(t, nil, "", "help"); code != ExitOK || !strings.Contains(stdout, "Exit codes:") {
 		t.Errorf("help: exit %d, %q", code, stdout)
 	}
