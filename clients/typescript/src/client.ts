@@ -396,7 +396,7 @@ export class Mailvet {
       throw clientError("invalid_response", "the results response has no body", res.status, requestIdOf(res));
     }
     const reader = res.body.getReader();
-    const fail = (err: unknown) => this.#transportError(err, call.signal, deadline, this.#what(get));
+    const fail = (err: unknown) => this.#transportError(err, call.signal, deadline, this.#what(get), requestIdOf(res));
     return new ReadableStream<Uint8Array>({
       async pull(ctl) {
         let chunk: ReadableStreamReadResult<Uint8Array>;
@@ -531,11 +531,13 @@ export class Mailvet {
 
   // #transportError is the error of a request that got no complete answer; what names the
   // request ("POST https://…/v1/email/verify") for the message.
-  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline, what: string): unknown {
+  // ids is the answer's request id when one had begun (a stream or a download cut short), so that
+  // the failure can be quoted to support like any other.
+  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline, what: string, ids: { requestId?: string } = {}): unknown {
     if (signal?.aborted) return signal.reason;
-    if (deadline.timedOut()) return clientError("timeout", `${what} timed out.`, 0, { cause: err });
+    if (deadline.timedOut()) return clientError("timeout", `${what} timed out.`, 0, { cause: err, ...ids });
     if (err instanceof MailvetError) return err;
-    return clientError("network_error", `${what} failed: ${causes(err)}`, 0, { cause: err });
+    return clientError("network_error", `${what} failed: ${causes(err)}`, 0, { cause: err, ...ids });
   }
 
   #what(call: Pick<Call, "method" | "path">): string {
@@ -577,7 +579,7 @@ export class Mailvet {
         try {
           chunk = await reader.read();
         } catch (err) {
-          throw this.#transportError(err, signal, deadline, `POST ${this.#base}/v1/email/verify/stream`);
+          throw this.#transportError(err, signal, deadline, `POST ${this.#base}/v1/email/verify/stream`, ids);
         }
         if (chunk.done) break;
         buffered += decoder.decode(chunk.value, { stream: true });

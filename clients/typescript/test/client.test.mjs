@@ -418,6 +418,21 @@ describe("verifyStream", () => {
     assert.equal(f.requests.length, 1);
   });
 
+  test("a stream the server cuts off is a network_error with the answer's request id", async () => {
+    const f = await fake(async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-stream" });
+      res.write(JSON.stringify(result(req.body.emails[0])) + "\n");
+      await sleep(20);
+      res.socket.destroy();
+    });
+    const err = await (async () => {
+      for await (const _ of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) { /* drain */ }
+    })().catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "network_error");
+    assert.equal(err.requestId, "rid-stream");
+  });
+
   test("a stream that ends early without an error line is a stream_incomplete", async () => {
     const f = await fake((req, res) => streamLines(res, [result(req.body.emails[0])]));
     const err = await (async () => {

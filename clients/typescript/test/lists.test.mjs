@@ -135,9 +135,9 @@ describe("the other list calls", () => {
     assert.equal(f.requests[1].path, `/v1/email/lists/${id}/results?format=ndjson&status=deliverable`);
   });
 
-  test("a download the server cuts off errors the stream instead of ending it", async () => {
+  test("a download the server cuts off errors the stream instead of ending it, with its request id", async () => {
     const f = await fake(async (req, res) => {
-      res.writeHead(200, { "Content-Type": "text/csv" });
+      res.writeHead(200, { "Content-Type": "text/csv", "X-Request-Id": "rid-cut" });
       res.write("email,status\nann@acme.example,deliverable\n");
       await sleep(20);
       res.socket.destroy(); // no final chunk, as the API does when its database fails mid-download
@@ -146,6 +146,7 @@ describe("the other list calls", () => {
     const err = await mv.lists.resultsText(id).catch((e) => e);
     assert.ok(err instanceof MailvetError, String(err));
     assert.equal(err.error, "network_error");
+    assert.equal(err.requestId, "rid-cut");
   });
 
   test("a missing list is list_not_found before any byte of a download", async () => {
