@@ -246,7 +246,7 @@ func (s *Store) Checkout(ctx context.Context, id string, now time.Time, open fun
 				expires, claim *time.Time
 			)
 			err := tx.QueryRow(ctx, `SELECT checkout_url, checkout_tier, checkout_expires_at, checkout_claimed_until
-				FROM accounts WHERE id = $1 FOR UPDATE`, id).Scan(&url, &tier, &expires, &claim)
+				FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&url, &tier, &expires, &claim)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotFound
 			}

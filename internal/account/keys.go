@@ -115,7 +115,7 @@ func (s *Store) CreateStandardKeyOnce(ctx context.Context, accountID, label, for
 			tier        plan.Tier
 			max, active int
 		)
-		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 FOR UPDATE`, accountID).Scan(&tier)
+		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, accountID).Scan(&tier)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

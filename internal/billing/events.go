@@ -113,7 +113,7 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		storedSub, storedSta *string
 	)
 	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at, stripe_subscription_id, subscription_status
-		FROM accounts WHERE stripe_customer_id = $1 FOR UPDATE`,
+		FROM accounts WHERE stripe_customer_id = $1 FOR NO KEY UPDATE`,
 		sub.Customer.ID).Scan(&accountID, &tier, &newest, &storedSub, &storedSta)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return UnknownCustomer, nil

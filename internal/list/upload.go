@@ -97,6 +97,19 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		}
 		unique = tag.RowsAffected()
 		// Admission of the whole list, worst case: every unique address verified and billable.
+		// One list admission of an account at a time: the account row is locked first, in a
+		// statement of its own, so that a second upload's admission statement starts after the
+		// first has committed and its snapshot counts that list's addresses as spoken for
+		// (usage.Admit's lists still to verify). Otherwise both read the room under the spend
+		// cap or the quota before either list is there, and both spend it. FOR NO KEY UPDATE, as
+		// every locker of the accounts row takes it: it does not wait on the key-share lock the
+		// list row's insert holds, in this upload or another.
+		qctx, qcancel = quick()
+		_, err = tx.Exec(qctx, `SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, u.AccountID)
+		qcancel()
+		if err != nil {
+			return err
+		}
 		qctx, qcancel = quick()
 		d, err := usage.Admit(qctx, tx, usage.Request{
 			AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
