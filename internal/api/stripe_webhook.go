@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -54,6 +55,12 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 	if err != nil {
 		return datastoreError(err)
 	}
-	s.log.Info("stripe event", "id", ev.ID, "type", string(ev.Type), "outcome", string(out))
+	level := slog.LevelInfo
+	if out == billing.UnknownPrice {
+		// The customer pays for a price this deployment does not map to a tier
+		// (MAILVET_STRIPE_PRICE_*): the tier was left as it is, and only an operator can fix it.
+		level = slog.LevelWarn
+	}
+	s.log.Log(c.Request().Context(), level, "stripe event", "id", ev.ID, "type", string(ev.Type), "outcome", string(out))
 	return c.JSON(http.StatusOK, map[string]any{"received": true, "outcome": out})
 }

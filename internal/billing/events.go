@@ -25,7 +25,10 @@ const (
 	Duplicate       Outcome = "duplicate"        // the event id was processed before
 	Stale           Outcome = "stale"            // older than the newest subscription event applied
 	Ignored         Outcome = "ignored"          // an event type Mailvet does not act on
-	UnknownCustomer Outcome = "unknown_customer" // no account has the subscription's customer
+	UnknownCustomer Outcome = "unknown_customer" // no account has the subscription's customer (yet)
+	// UnknownPrice: the customer's best subscription pays for a price Mailvet does not sell
+	// (MAILVET_STRIPE_PRICE_*): the tier is left as it is, and the operator must look.
+	UnknownPrice Outcome = "unknown_price"
 )
 
 // ErrBadEvent means a subscription event whose object could not be read.
@@ -83,11 +86,14 @@ func (ev *Events) Apply(ctx context.Context, e stripe.Event) (Outcome, error) {
 	return out, err
 }
 
-// applySubscription copies the subscription's lifecycle fields onto the account. The guard on
-// billing_event_at makes late, older events no-ops; events of the same second apply in arrival
-// order, which is the best Stripe's one-second resolution allows, except that a subscription's
-// "created" event never undoes a later state of the same second. An event of another
-// subscription of the customer that ends or does not pay leaves a paying one in place.
+// applySubscription records the subscription's state and then sets the account of its customer
+// from the best of the customer's subscriptions (settleCustomer). Events are ordered per
+// subscription: a late, older event of a subscription is a no-op, whatever events of the
+// customer's other subscriptions came in between (a new subscription after an unpaid one was
+// given up, whose cancellation is sent later). Events of the same second apply in arrival order,
+// which is the best Stripe's one-second resolution allows, except that a subscription's "created"
+// event never undoes a later state of it from the same second. A subscription of a customer no
+// account has yet is kept, and applied when a completed Checkout links the customer.
 func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Event, created time.Time) (Outcome, error) {
 	if e.Data == nil || len(e.Data.Raw) == 0 {
 		return "", fmt.Errorf("%w: no data.object", ErrBadEvent)
@@ -99,6 +105,9 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if sub.Customer == nil || sub.Customer.ID == "" {
 		return "", fmt.Errorf("%w: subscription has no customer", ErrBadEvent)
 	}
+	if sub.ID == "" {
+		return "", fmt.Errorf("%w: subscription has no id", ErrBadEvent)
+	}
 	if len(sub.ID) > maxStripeID || len(sub.Customer.ID) > maxStripeID || len(sub.Status) > maxStripeID {
 		return "", fmt.Errorf("%w: subscription, customer id or status longer than %d bytes", ErrBadEvent, maxStripeID)
 	}
@@ -106,58 +115,92 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		sub.TrialStart, sub.TrialEnd, sub.BillingCycleAnchor); err != nil {
 		return "", err
 	}
+	var newest time.Time
+	err := tx.QueryRow(ctx, `SELECT event_at FROM stripe_subscriptions WHERE id = $1 FOR UPDATE`, sub.ID).Scan(&newest)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return "", err
+	case created.Before(newest), created.Equal(newest) && e.Type == "customer.subscription.created":
+		// A "created" event of the same second as a state already applied is the first state,
+		// never a later one (a card charged at once makes created/incomplete and updated/active
+		// share their second).
+		return Stale, nil
+	}
+	status := string(sub.Status)
+	deleted := e.Type == "customer.subscription.deleted"
+	if deleted && status == "" {
+		status = "canceled"
+	}
+	var tier *plan.Tier
+	if t, ok := ev.tierOf(&sub); ok {
+		tier = &t
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO stripe_subscriptions (id, customer_id, status, paying, tier, event_at, object)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (id) DO UPDATE SET customer_id = $2, status = $3, paying = $4, tier = $5, event_at = $6, object = $7`,
+		sub.ID, sub.Customer.ID, status, !deleted && paying(sub.Status), tier, created, []byte(e.Data.Raw)); err != nil {
+		return "", err
+	}
+	return ev.settleCustomer(ctx, tx, sub.Customer.ID, created)
+}
+
+// settleCustomer sets the tier and the lifecycle fields of the customer's account from the best of
+// the customer's subscriptions: one that pays before one that does not, then the higher tier,
+// then the newest event. So a customer with two subscriptions (two checkouts completed close
+// together, or an old one paid again after a new one was taken) keeps the paid tier while either
+// pays, whichever ends first. No paying subscription means the free tier. A paying subscription
+// whose price Mailvet does not sell leaves the tier as it is rather than guessing, and says so
+// (UnknownPrice), for the operator to map the price. A customer no account has is UnknownCustomer:
+// its subscriptions wait for the Checkout that links it.
+func (ev *Events) settleCustomer(ctx context.Context, tx pgx.Tx, customerID string, created time.Time) (Outcome, error) {
 	var (
-		accountID            string
-		tier                 plan.Tier
-		newest               *time.Time
-		storedSub, storedSta *string
+		accountID string
+		tier      plan.Tier
 	)
-	err := tx.QueryRow(ctx, `SELECT id, tier, billing_event_at, stripe_subscription_id, subscription_status
-		FROM accounts WHERE stripe_customer_id = $1 FOR NO KEY UPDATE`,
-		sub.Customer.ID).Scan(&accountID, &tier, &newest, &storedSub, &storedSta)
+	err := tx.QueryRow(ctx, `SELECT id, tier FROM accounts WHERE stripe_customer_id = $1 FOR NO KEY UPDATE`,
+		customerID).Scan(&accountID, &tier)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return UnknownCustomer, nil
 	}
 	if err != nil {
 		return "", err
 	}
-	if newest != nil && created.Before(*newest) {
-		return Stale, nil
+	var (
+		raw     []byte
+		status  string
+		pays    bool
+		subTier *plan.Tier
+	)
+	err = tx.QueryRow(ctx, `SELECT object, status, paying, tier FROM stripe_subscriptions WHERE customer_id = $1
+		ORDER BY paying DESC, CASE tier WHEN 'scale' THEN 2 WHEN 'builder' THEN 1 ELSE 0 END DESC, event_at DESC, id
+		LIMIT 1`, customerID).Scan(&raw, &status, &pays, &subTier)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Applied, nil // a Checkout linked a customer with no subscription yet
 	}
-	sameSub := storedSub != nil && *storedSub == sub.ID
-	if newest != nil && created.Equal(*newest) && sameSub && e.Type == "customer.subscription.created" {
-		// Stripe's times have one-second resolution: a "created" event of the same second as
-		// one already applied for the subscription is its first state, never a later one (a
-		// card charged at once makes created/incomplete and updated/active share their second).
-		return Stale, nil
+	if err != nil {
+		return "", err
 	}
-	if !sameSub && storedSub != nil && storedSta != nil && paying(stripe.SubscriptionStatus(*storedSta)) &&
-		(e.Type == "customer.subscription.deleted" || !paying(sub.Status)) {
-		// A second subscription of the customer (a second checkout before the first one's
-		// webhook arrived) that ends, or does not pay, while the one on record pays: the
-		// account keeps the paying one's tier.
-		return Stale, nil
+	var sub stripe.Subscription
+	if err := json.Unmarshal(raw, &sub); err != nil {
+		return "", fmt.Errorf("stored subscription: %w", err)
 	}
-	status := string(sub.Status)
+	out := Applied
 	switch {
-	case e.Type == "customer.subscription.deleted":
+	case !pays:
+		// incomplete, incomplete_expired, unpaid, canceled, paused, deleted: no paid tier without payment.
 		tier = plan.Free
-		if status == "" {
-			status = "canceled"
-		}
-	case paying(sub.Status):
-		if t, ok := ev.tierOf(&sub); ok {
-			tier = t
-		}
+	case subTier != nil:
+		tier = *subTier
 	default:
-		// incomplete, incomplete_expired, unpaid, canceled, paused: no paid tier without payment.
-		tier = plan.Free
+		out = UnknownPrice
 	}
 	_, err = tx.Exec(ctx, `
 		UPDATE accounts SET tier = $2, stripe_subscription_id = $3, subscription_status = $4,
 			current_period_start = $5, current_period_end = $6, cancel_at_period_end = $7, canceled_at = $8,
 			cancel_at = $9, trial_start = $10, trial_end = $11, billing_cycle_anchor = $12,
-			billing_event_at = $13, updated_at = now(),
+			billing_event_at = greatest(billing_event_at, $13), updated_at = now(),
 			-- A paid tier means the open Checkout session was paid: a later upgrade (after a
 			-- cancellation) opens a new one.
 			checkout_url = CASE WHEN $2 = 'free' THEN checkout_url END,
@@ -170,7 +213,7 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if err != nil {
 		return "", err
 	}
-	return Applied, nil
+	return out, nil
 }
 
 // paying lists the subscription states in which the customer has the paid tier: trialing and
@@ -253,6 +296,10 @@ func (ev *Events) applyCheckout(ctx context.Context, tx pgx.Tx, e stripe.Event) 
 		cs.ClientReferenceID, cs.Customer.ID)
 	if err != nil {
 		return "", err
+	}
+	if tag.RowsAffected() == 1 {
+		// Subscription events that came before this one found no account: apply them now.
+		return ev.settleCustomer(ctx, tx, cs.Customer.ID, time.Unix(e.Created, 0).UTC())
 	}
 	if tag.RowsAffected() == 0 {
 		var known bool

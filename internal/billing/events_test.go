@@ -103,8 +103,9 @@ func TestOutOfOrderEvents(t *testing.T) {
 }
 
 // A customer with two live subscriptions (a second checkout completed before the first one's
-// webhook arrived) keeps the paid tier when one of them ends while the other pays; and a
-// subscription's "created" event never undoes a later state that shares its second.
+// webhook arrived) keeps the paid tier when either of them ends while the other pays; events are
+// ordered per subscription, so one subscription's later event does not make another's stale; and
+// a subscription's "created" event never undoes a later state that shares its second.
 func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
@@ -129,9 +130,20 @@ func TestSubscriptionEventsThatMustNotDropTheTier(t *testing.T) {
 		{"evt_2", "customer.subscription.created", "sub_A", t0, "incomplete", Stale, "scale", "sub_A"},
 		// A second subscription, then the first one deleted: sub_B still pays.
 		{"evt_3", "customer.subscription.created", "sub_B", t0.Add(time.Minute), "active", Applied, "scale", "sub_B"},
-		{"evt_4", "customer.subscription.deleted", "sub_A", t0.Add(2 * time.Minute), "canceled", Stale, "scale", "sub_B"},
-		// The one on record ending does drop the tier.
+		{"evt_4", "customer.subscription.deleted", "sub_A", t0.Add(2 * time.Minute), "canceled", Applied, "scale", "sub_B"},
+		// The last paying one ending does drop the tier.
 		{"evt_5", "customer.subscription.deleted", "sub_B", t0.Add(3 * time.Minute), "canceled", Applied, "free", "sub_B"},
+		// Two live subscriptions again; the one on record (the newer) is canceled: sub_C still pays.
+		{"evt_6", "customer.subscription.created", "sub_C", t0.Add(4 * time.Minute), "active", Applied, "scale", "sub_C"},
+		{"evt_7", "customer.subscription.created", "sub_D", t0.Add(5 * time.Minute), "active", Applied, "scale", "sub_D"},
+		{"evt_8", "customer.subscription.deleted", "sub_D", t0.Add(6 * time.Minute), "canceled", Applied, "scale", "sub_C"},
+		// sub_C goes unpaid (free); a new sub_E is taken and paid; sub_C's cancellation, stamped
+		// later, arrives before sub_E's creation, which is still applied: ordered per subscription.
+		{"evt_9", "customer.subscription.updated", "sub_C", t0.Add(7 * time.Minute), "unpaid", Applied, "free", "sub_C"},
+		{"evt_11", "customer.subscription.deleted", "sub_C", t0.Add(9 * time.Minute), "canceled", Applied, "free", "sub_C"},
+		{"evt_10", "customer.subscription.created", "sub_E", t0.Add(8 * time.Minute), "active", Applied, "scale", "sub_E"},
+		// A late, older event of sub_E itself is still stale.
+		{"evt_12", "customer.subscription.updated", "sub_E", t0.Add(7 * time.Minute), "incomplete", Stale, "scale", "sub_E"},
 	} {
 		out, err := ev.Apply(context.Background(), subEvent(t, s.id, s.typ, s.sub, s.at, s.status))
 		if err != nil || out != s.outcome {
@@ -195,4 +207,49 @@ func withRaw(t *testing.T, e stripe.Event, field string, v any) stripe.Event {
 	}
 	e.Data.Raw = raw
 	return e
+}
+
+// A subscription whose customer no account has yet (its events came before the Checkout that
+// links the customer) is kept, and applied when the Checkout links it; a paying subscription of a
+// price Mailvet does not sell leaves the tier alone and says so.
+func TestSubscriptionBeforeItsCheckoutAndUnknownPrices(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	const acct = "0b6f7d8e-3333-4c3e-9a55-00000000000a"
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ('`+acct+`', 'free')`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	apply := func(e stripe.Event, want Outcome) {
+		t.Helper()
+		if out, err := ev.Apply(context.Background(), e); err != nil || out != want {
+			t.Fatalf("%s: %v, %v; want %v", e.ID, out, err, want)
+		}
+	}
+	tier := func() (tier string) {
+		pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT tier FROM accounts WHERE id = $1`, acct).Scan(&tier), "tier")
+		return tier
+	}
+	apply(subEvent(t, "evt_a", "customer.subscription.created", "sub_9", t0, "active"), UnknownCustomer)
+	var checkout stripe.Event
+	body, _ := json.Marshal(map[string]any{"id": "evt_b", "type": "checkout.session.completed", "created": t0.Unix(),
+		"data": map[string]any{"object": map[string]any{"id": "cs_1", "object": "checkout.session",
+			"client_reference_id": acct, "customer": "cus_9", "subscription": "sub_9"}}})
+	pgtest.Must(t, json.Unmarshal(body, &checkout), "checkout event")
+	apply(checkout, Applied)
+	if got := tier(); got != "scale" {
+		t.Fatalf("after the Checkout linked a customer whose subscription pays: tier %s, want scale", got)
+	}
+
+	// A price the deployment does not sell (say, a rotated MAILVET_STRIPE_PRICE_*), and that
+	// subscription is the customer's only paying one: the tier stays, and the outcome tells.
+	raw := []byte(`{"id": "sub_9", "object": "subscription", "customer": "cus_9", "status": "active",
+		"items": {"object": "list", "data": [{"id": "si_9", "price": {"id": "price_old"}}]}}`)
+	body, _ = json.Marshal(map[string]any{"id": "evt_c", "type": "customer.subscription.updated", "created": t0.Add(time.Minute).Unix(),
+		"data": map[string]any{"object": json.RawMessage(raw)}})
+	var unknown stripe.Event
+	pgtest.Must(t, json.Unmarshal(body, &unknown), "event")
+	apply(unknown, UnknownPrice)
+	if got := tier(); got != "scale" {
+		t.Fatalf("a paying subscription of an unknown price changed the tier to %s", got)
+	}
 }
