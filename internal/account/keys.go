@@ -231,7 +231,7 @@ func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formTo
 	}
 	lock := ""
 	if formToken != "" {
-		lock = " FOR UPDATE"
+		lock = " FOR NO KEY UPDATE" // as every locker of accounts: it must not wait on a list upload (list.Import)
 	}
 	var out CreatedKey
 	err := s.inTx(ctx, "create provisioning key", func(tx pgx.Tx) error {

@@ -115,18 +115,6 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 		sub.TrialStart, sub.TrialEnd, sub.BillingCycleAnchor); err != nil {
 		return "", err
 	}
-	var newest time.Time
-	err := tx.QueryRow(ctx, `SELECT event_at FROM stripe_subscriptions WHERE id = $1 FOR UPDATE`, sub.ID).Scan(&newest)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return "", err
-	case created.Before(newest), created.Equal(newest) && e.Type == "customer.subscription.created":
-		// A "created" event of the same second as a state already applied is the first state,
-		// never a later one (a card charged at once makes created/incomplete and updated/active
-		// share their second).
-		return Stale, nil
-	}
 	status := string(sub.Status)
 	deleted := e.Type == "customer.subscription.deleted"
 	if deleted && status == "" {
@@ -136,12 +124,23 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if t, ok := ev.tierOf(&sub); ok {
 		tier = &t
 	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO stripe_subscriptions (id, customer_id, status, paying, tier, event_at, object)
+	// The order is decided by the upsert itself, on the subscription row's latest version: two
+	// events of a new subscription handled at the same moment find no row to lock beforehand,
+	// and the second waits here for the first's insert instead. A "created" event of the same
+	// second as a state already applied is the first state, never a later one (a card charged at
+	// once makes created/incomplete and updated/active share their second).
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO stripe_subscriptions AS s (id, customer_id, status, paying, tier, event_at, object)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (id) DO UPDATE SET customer_id = $2, status = $3, paying = $4, tier = $5, event_at = $6, object = $7`,
-		sub.ID, sub.Customer.ID, status, !deleted && paying(sub.Status), tier, created, []byte(e.Data.Raw)); err != nil {
+		ON CONFLICT (id) DO UPDATE SET customer_id = $2, status = $3, paying = $4, tier = $5, event_at = $6, object = $7
+		WHERE s.event_at < $6 OR (s.event_at = $6 AND NOT $8)`,
+		sub.ID, sub.Customer.ID, status, !deleted && paying(sub.Status), tier, created, []byte(e.Data.Raw),
+		e.Type == "customer.subscription.created")
+	if err != nil {
 		return "", err
+	}
+	if tag.RowsAffected() == 0 {
+		return Stale, nil
 	}
 	return ev.settleCustomer(ctx, tx, sub.Customer.ID, created)
 }

@@ -253,3 +253,57 @@ func TestSubscriptionBeforeItsCheckoutAndUnknownPrices(t *testing.T) {
 		t.Fatalf("a paying subscription of an unknown price changed the tier to %s", got)
 	}
 }
+
+// The first two events of a new subscription, handled at the same moment (a card charged at once:
+// created/incomplete and updated/active sent together), keep their order: the older one is stale
+// whichever commits first, and the account ends on the newer state. Another transaction holds the
+// account row while both are in flight, so that they interleave the same way every run.
+func TestFirstEventsOfANewSubscriptionAtOnceKeepTheirOrder(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-0000000000aa', 'free', 'cus_9')`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	hold, err := pool.Begin(ctx)
+	pgtest.Must(t, err, "begin")
+	_, err = hold.Exec(ctx, `SELECT 1 FROM accounts WHERE stripe_customer_id = 'cus_9' FOR UPDATE`)
+	pgtest.Must(t, err, "hold")
+	waiting := func(n int) {
+		t.Helper()
+		for range 300 {
+			var c int
+			pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&c), "waiting")
+			if c >= n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("not %d transactions waiting", n)
+	}
+	type res struct {
+		out Outcome
+		err error
+	}
+	newer, older := make(chan res, 1), make(chan res, 1)
+	go func() {
+		out, err := ev.Apply(ctx, subEvent(t, "evt_active", "customer.subscription.updated", "sub_new", t0.Add(time.Second), "active"))
+		newer <- res{out, err}
+	}()
+	waiting(1) // the newer one has written the subscription and waits for the account
+	go func() {
+		out, err := ev.Apply(ctx, subEvent(t, "evt_created", "customer.subscription.created", "sub_new", t0, "incomplete"))
+		older <- res{out, err}
+	}()
+	waiting(2) // the older one waits for the newer one's subscription row
+	pgtest.Must(t, hold.Rollback(ctx), "release")
+	a, b := <-newer, <-older
+	if a.err != nil || b.err != nil || a.out != Applied || b.out != Stale {
+		t.Fatalf("newer: %v %v; older: %v %v; want applied and stale", a.out, a.err, b.out, b.err)
+	}
+	var tier, status string
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT tier, subscription_status FROM accounts`).Scan(&tier, &status), "read")
+	if tier != "scale" || status != "active" {
+		t.Fatalf("the subscription's newest event says active, but the account is %s/%s", tier, status)
+	}
+}
