@@ -223,9 +223,13 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		// the stream info and the publish timeouts, and ListGrace would start that much late.
 		gctx, release := d.link.Guard(ctx)
 		err := l.publish(gctx, l.lost(gctx, l.missing()))
+		cut := errors.Is(context.Cause(gctx), ErrLinkLost)
 		release()
-		if err != nil && ctx.Err() == nil && !d.link.Up() {
-			continue // cut off with the link: the loop above counts ListGrace from here
+		if err != nil && ctx.Err() == nil && cut {
+			// Cut off with the link: the loop above counts ListGrace from here if it is still
+			// down; if it is already back (a blip), the items are asked for again after a
+			// reconnect or the next stall, as any answer lost in the blip would be.
+			continue
 		}
 		if err != nil && !errors.Is(err, ErrUnavailable) {
 			return l.missing(), err
