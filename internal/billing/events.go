@@ -186,13 +186,14 @@ func (ev *Events) settleCustomer(ctx context.Context, tx pgx.Tx, customerID stri
 		return "", fmt.Errorf("stored subscription: %w", err)
 	}
 	out := Applied
-	switch {
-	case !pays:
+	if !pays {
 		// incomplete, incomplete_expired, unpaid, canceled, paused, deleted: no paid tier without payment.
 		tier = plan.Free
-	case subTier != nil:
-		tier = *subTier
-	default:
+	} else if t, ok := ev.tierOf(&sub); ok {
+		tier = t // by today's price mapping, which an operator may have changed since it was stored
+	} else if subTier != nil {
+		tier = *subTier // a subscription recorded before this table, whose object carries no price
+	} else {
 		out = UnknownPrice
 	}
 	_, err = tx.Exec(ctx, `

@@ -307,3 +307,27 @@ func TestFirstEventsOfANewSubscriptionAtOnceKeepTheirOrder(t *testing.T) {
 		t.Fatalf("the subscription's newest event says active, but the account is %s/%s", tier, status)
 	}
 }
+
+// The account's tier is read from its best subscription's price by the deployment's price
+// mapping of the moment, so that an operator's remapping (MAILVET_STRIPE_PRICE_*) applies at the
+// customer's next event, whichever subscription it is about.
+func TestTierFollowsTodaysPriceMapping(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-00000000000d', 'free', 'cus_9')`)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if out, err := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale}).Apply(context.Background(),
+		subEvent(t, "evt_1", "customer.subscription.created", "sub_A", t0, "active")); err != nil || out != Applied {
+		t.Fatalf("%v %v", out, err)
+	}
+	remapped := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Builder})
+	if out, err := remapped.Apply(context.Background(),
+		subEvent(t, "evt_2", "customer.subscription.created", "sub_B", t0.Add(time.Minute), "incomplete")); err != nil || out != Applied {
+		t.Fatalf("%v %v", out, err)
+	}
+	var tier string
+	pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT tier FROM accounts`).Scan(&tier), "tier")
+	if tier != "builder" {
+		t.Fatalf("tier %s after the price was remapped to builder", tier)
+	}
+}
