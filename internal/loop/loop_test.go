@@ -29,8 +29,10 @@ func TestEveryRunsUntilStoppedWithoutOverlap(t *testing.T) {
 			running.Add(-1)
 		})
 	}()
-	for runs.Load() < 3 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); runs.Load() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs in 10 s", runs.Load())
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

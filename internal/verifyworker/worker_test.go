@@ -145,8 +145,10 @@ func TestSaturatedWorkerSaysBusy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
+	var holding atomic.Bool
 	p := &scriptedPipeline{hold: func(ctx context.Context, email string) {
 		if email == "slow@example.com" {
+			holding.Store(true)
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -155,13 +157,22 @@ func TestSaturatedWorkerSaysBusy(t *testing.T) {
 	}}
 	b.startWorker(t, p, verifyworker.Options{Concurrency: 1})
 	defer close(release)
+	// The slow request takes the worker's one slot; sent again until it does, since on a loaded
+	// machine the worker's subscription may still be on its way to the server.
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = b.dispatcher.VerifyOne(ctx, "slow@example.com")
+		for deadline := time.Now().Add(10 * time.Second); !holding.Load() && time.Now().Before(deadline); {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = b.dispatcher.VerifyOne(ctx, "slow@example.com")
+			cancel()
+			if !holding.Load() {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	}()
-	for p.calls.Load() < 2 { // the warm-up request, then the slow one
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !holding.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never reached the worker")
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -229,8 +240,10 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 		m, err := b.dispatcher.VerifyMany(ctx, emails, func(int, verify.Result) { answered.Add(1) })
 		got <- outcome{m, err}
 	}()
-	for taken.Load() == 0 {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); taken.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the doomed worker never took an item")
+		}
 	}
 	doomedConn.Close() // kill -9, as far as NATS can tell: no acks, no goodbyes
 
