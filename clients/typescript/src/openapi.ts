@@ -418,7 +418,7 @@ export type StripeWebhookRequest = Record<string, unknown>;
 /** The JSON body of a 2xx answer to POST /v1/stripe/webhook. */
 export type StripeWebhookResponse = {
   received: boolean;
-  outcome: "applied" | "duplicate" | "stale" | "ignored" | "unknown_customer";
+  outcome: "applied" | "duplicate" | "stale" | "ignored" | "unknown_customer" | "unknown_price";
   [key: string]: unknown;
 };
 
