@@ -348,27 +348,14 @@ func TestSigninThrottleHoldsUnderConcurrency(t *testing.T) {
 	}
 
 	const n = 40
-	codes := make(chan int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := f.browser(t)
-			token := c.csrf("/dashboard/signin")
-			<-start
+	got := atOnce(n, func(i int) func() int {
+		c := f.browser(t)
+		token := c.csrf("/dashboard/signin")
+		return func() int {
 			resp, _ := c.post("/dashboard/signin", url.Values{"csrf": {token}, "email": {"ann@example.com"}, "password": {fmt.Sprintf("wrong password %d", i)}})
-			codes <- resp.StatusCode
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(codes)
-	got := map[int]int{}
-	for c := range codes {
-		got[c]++
-	}
+			return resp.StatusCode
+		}
+	})
 	if got[http.StatusUnauthorized] > maxAccountFailures || got[http.StatusUnauthorized]+got[http.StatusTooManyRequests] != n {
 		t.Fatalf("40 concurrent wrong passwords: %v; at most %d may be checked, the rest refused", got, maxAccountFailures)
 	}
@@ -377,6 +364,30 @@ func TestSigninThrottleHoldsUnderConcurrency(t *testing.T) {
 	if acct != got[http.StatusUnauthorized] {
 		t.Fatalf("account failures %d, want the %d checked", acct, got[http.StatusUnauthorized])
 	}
+}
+
+// atOnce runs n requests as nearly at the same moment as it can: each is prepared (a browser, its
+// form's token) by prepare(i), and the sends that prepare returns all start together. It returns
+// how many answered each status.
+func atOnce(n int, prepare func(i int) func() int) map[int]int {
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			send := prepare(i)
+			<-start
+			codes <- send()
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	return got
 }
 
 // Signing up with a taken email signs in with the right password and reveals nothing more than

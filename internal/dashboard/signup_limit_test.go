@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
@@ -26,31 +25,18 @@ func TestSignupsPerAddressAreLimited(t *testing.T) {
 	f.signupFrom(t, from("198.51.100.7"), "Taken@example.com", http.StatusSeeOther)
 
 	const n = 2 * maxAddressSignups
-	codes := make(chan int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b := from("198.51.100.7")
-			token := b.csrf("/dashboard/signup")
-			<-start
+	got := atOnce(n, func(i int) func() int {
+		b := from("198.51.100.7")
+		token := b.csrf("/dashboard/signup")
+		return func() int {
 			resp, body := b.post("/dashboard/signup", url.Values{"csrf": {token}, "email": {fmt.Sprintf("user%d@example.com", i)},
 				"password": {testPassword}, "password_confirm": {testPassword}})
 			if resp.StatusCode == http.StatusTooManyRequests && !strings.Contains(body, "Too many accounts were created from your network today") {
 				t.Errorf("refused sign-up without its message: %s", body)
 			}
-			codes <- resp.StatusCode
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(codes)
-	got := map[int]int{}
-	for c := range codes {
-		got[c]++
-	}
+			return resp.StatusCode
+		}
+	})
 	// The first account was made by this address too.
 	if got[http.StatusSeeOther] != maxAddressSignups-1 || got[http.StatusTooManyRequests] != n-maxAddressSignups+1 {
 		t.Fatalf("%d concurrent sign-ups from one address: %v; want %d made, the rest refused", n, got, maxAddressSignups-1)

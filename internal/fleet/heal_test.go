@@ -20,16 +20,7 @@ import (
 // in a deadline, not in "not found" (a write to a lost bucket is retried past 500 ms), and until
 // the bucket is back every new SMTP session waits out that budget and the fleet-wide cap is off.
 func TestLostBucketComesBackAfterOneTimedOutOperation(t *testing.T) {
-	srv := natstest.Server(t)
-	nc, err := queue.Connect(srv.ClientURL(), "heal-test", queue.Auth{}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t)
 	layout := queue.Layout{Prefix: "healtest"}
 	fl, err := fleet.New(t.Context(), js, layout, fleet.Options{Log: quiet})
 	if err != nil {

@@ -136,6 +136,21 @@ func importText(t *testing.T, s *list.Store, a account.Account, n int) list.List
 	return l
 }
 
+// deliver works chunk c as a verifier worker would, every address deliverable, and writes it.
+func deliver(t *testing.T, s *list.Store, c list.Chunk) list.Written {
+	t.Helper()
+	w, err := s.Work(context.Background(), c)
+	pgtest.Must(t, err, "work")
+	res := make([]verify.Result, len(w.Addresses))
+	for i, addr := range w.Addresses {
+		res[i] = verify.Result{Email: addr.Email}
+		res[i].Apply(verify.OutcomeDeliverable)
+	}
+	out, err := s.Write(context.Background(), c, w, res, "https://api.test")
+	pgtest.Must(t, err, "write")
+	return out
+}
+
 // Fair share: a running list has at most Window chunks handed out, the next comes as one is
 // written; an account runs at most MaxRunning lists, and the next queued one starts when one
 // finishes.
@@ -158,18 +173,6 @@ func TestWindowAndRunningSlots(t *testing.T) {
 		t.Fatalf("third list %s, want queued behind two running", l.State)
 	}
 
-	deliver := func(c list.Chunk) list.Written {
-		w, err := s.Work(ctx, c)
-		pgtest.Must(t, err, "work")
-		res := make([]verify.Result, len(w.Addresses))
-		for i, addr := range w.Addresses {
-			res[i] = verify.Result{Email: addr.Email}
-			res[i].Apply(verify.OutcomeDeliverable)
-		}
-		out, err := s.Write(ctx, c, w, res, "https://api.test")
-		pgtest.Must(t, err, "write")
-		return out
-	}
 	var firstChunk, secondChunk list.Chunk
 	for _, c := range started {
 		switch {
@@ -182,15 +185,15 @@ func TestWindowAndRunningSlots(t *testing.T) {
 	if firstChunk.ListID != first.ID || secondChunk.ListID != second.ID {
 		t.Fatalf("started %v: want the first list's chunk 0 and the second list's", started)
 	}
-	out := deliver(firstChunk)
+	out := deliver(t, s, firstChunk)
 	if out.Wrote != 10 || len(out.Next) != 1 || out.Next[0].Chunk != 3 {
 		t.Fatalf("after one chunk of the first list: %+v", out)
 	}
-	if again := deliver(firstChunk); again.Wrote != 0 || len(again.Next) != 0 {
+	if again := deliver(t, s, firstChunk); again.Wrote != 0 || len(again.Next) != 0 {
 		t.Fatalf("a chunk written twice: %+v", again)
 	}
 	// The second list completes and lets the third start.
-	out = deliver(secondChunk)
+	out = deliver(t, s, secondChunk)
 	if !out.Finished || len(out.Next) != 1 || out.Next[0].ListID != third.ID {
 		t.Fatalf("second list's last chunk: %+v", out)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-	"github.com/mailvet/mailvet/internal/verify"
 )
 
 // A list read while its chunks are being written shows counts that add up to its verified, in
@@ -62,18 +61,8 @@ func TestCountsAddUpWhileAListRuns(t *testing.T) {
 		}()
 	}
 	for len(queue) > 0 {
-		c := queue[0]
-		queue = queue[1:]
-		w, err := s.Work(ctx, c)
-		pgtest.Must(t, err, "work")
-		res := make([]verify.Result, len(w.Addresses))
-		for i, addr := range w.Addresses {
-			res[i] = verify.Result{Email: addr.Email}
-			res[i].Apply(verify.OutcomeDeliverable)
-		}
-		out, err := s.Write(ctx, c, w, res, "https://api.test")
-		pgtest.Must(t, err, "write")
-		queue = append(queue, out.Next...)
+		out := deliver(t, s, queue[0])
+		queue = append(queue[1:], out.Next...)
 	}
 	done.Store(true)
 	wg.Wait()
