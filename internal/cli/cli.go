@@ -203,7 +203,11 @@ func (e env) client() (*client.Client, error) {
 		base = client.DefaultBaseURL
 	}
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usagef("MAILVET_URL %q is not an http(s) URL: give the scheme and host, like https://api.example.com", redact.URL(base))
+		shown := base // as written, so the mistake can be seen; with a password in it, masked
+		if strings.Contains(base, "@") {
+			shown = redact.URL(base)
+		}
+		return nil, usagef("MAILVET_URL %q is not an http(s) URL: give the scheme and host, like https://api.example.com", shown)
 	}
 	return client.New(key, client.WithBaseURL(base), client.WithRetryOnRateLimit(true),
 		client.WithUserAgent("mailvet-cli/"+client.Version)), nil
