@@ -124,6 +124,9 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if t, ok := ev.tierOf(&sub); ok {
 		tier = &t
 	}
+	if err := lockCustomer(ctx, tx, sub.Customer.ID); err != nil {
+		return "", err
+	}
 	// The order is decided by the upsert itself, on the subscription row's latest version: two
 	// events of a new subscription handled at the same moment find no row to lock beforehand,
 	// and the second waits here for the first's insert instead. A "created" event of the same
@@ -216,6 +219,17 @@ func (ev *Events) settleCustomer(ctx context.Context, tx pgx.Tx, customerID stri
 	return out, nil
 }
 
+// lockCustomer orders, until tx ends, the events that touch one Stripe customer: a Checkout that
+// links the customer to an account, and the customer's subscription events. Without it, the two
+// handled at the same moment could each miss the other's uncommitted write (the event finding no
+// account, the Checkout no subscription), and a paying customer would stay on free. Row locks
+// cannot do this: until the Checkout commits, no account row carries the customer. (The seed 7002
+// keeps these keys apart from the list starts' per-account lock, seed 7001.)
+func lockCustomer(ctx context.Context, tx pgx.Tx, customerID string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7002))`, customerID)
+	return err
+}
+
 // paying lists the subscription states in which the customer has the paid tier: trialing and
 // past_due keep access while Stripe retries the payment.
 func paying(s stripe.SubscriptionStatus) bool {
@@ -288,6 +302,9 @@ func (ev *Events) applyCheckout(ctx context.Context, tx pgx.Tx, e stripe.Event) 
 	}
 	if uuid.Validate(cs.ClientReferenceID) != nil {
 		return UnknownCustomer, nil
+	}
+	if err := lockCustomer(ctx, tx, cs.Customer.ID); err != nil {
+		return "", err
 	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE accounts SET stripe_customer_id = $2, updated_at = now()

@@ -254,6 +254,63 @@ func TestSubscriptionBeforeItsCheckoutAndUnknownPrices(t *testing.T) {
 	}
 }
 
+// A Checkout linking a customer and that customer's first subscription event, handled at the same
+// moment by two replicas, leave the account on the paid tier whichever commits first. Here the
+// Checkout has linked the customer and found no subscription, but its commit is held (a deferred
+// trigger sleeps in it); the subscription event arrives meanwhile. Before the two were ordered per
+// customer, the event found no account (the link was not committed) and the Checkout no
+// subscription (not yet written), so neither applied it and the paying customer stayed on free.
+func TestCheckoutAndFirstSubscriptionEventAtOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	const acct = "0b6f7d8e-3333-4c3e-9a55-0000000000ab"
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ('`+acct+`', 'free')`)
+	pgtest.Exec(t, pool, `CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
+	pgtest.Exec(t, pool, `CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON accounts
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.stripe_customer_id = 'cus_9') EXECUTE FUNCTION slow_commit()`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	var checkout stripe.Event
+	body, _ := json.Marshal(map[string]any{"id": "evt_cs", "type": "checkout.session.completed", "created": t0.Unix(),
+		"data": map[string]any{"object": map[string]any{"id": "cs_1", "object": "checkout.session",
+			"client_reference_id": acct, "customer": "cus_9", "subscription": "sub_9"}}})
+	pgtest.Must(t, json.Unmarshal(body, &checkout), "checkout event")
+
+	linked := make(chan error, 1)
+	go func() {
+		_, err := ev.Apply(ctx, checkout)
+		linked <- err
+	}()
+	for i := 0; ; i++ {
+		var sleeping bool
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event = 'PgSleep')`).Scan(&sleeping), "activity")
+		if sleeping {
+			break
+		}
+		if i == 300 {
+			t.Fatal("the Checkout never reached its commit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := ev.Apply(ctx, subEvent(t, "evt_sub", "customer.subscription.created", "sub_9", t0, "active")); err != nil {
+		t.Fatalf("subscription event: %v", err)
+	}
+	select {
+	case err := <-linked:
+		pgtest.Must(t, err, "checkout")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Checkout did not finish")
+	}
+	var tier string
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1`, acct).Scan(&tier), "tier")
+	if tier != "scale" {
+		t.Fatalf("a customer whose subscription pays is on %s after its Checkout and first event met; want scale", tier)
+	}
+}
+
 // The first two events of a new subscription, handled at the same moment (a card charged at once:
 // created/incomplete and updated/active sent together), keep their order: the older one is stale
 // whichever commits first, and the account ends on the newer state. Another transaction holds the
