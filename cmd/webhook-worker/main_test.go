@@ -5,56 +5,16 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/testkit/natstest"
-	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/workertest"
 )
 
 // The worker starts against real Postgres and NATS, reports ready, and stops cleanly on signal.
-func TestWorkerReadyAndStops(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := ln.Addr().String()
-	ln.Close()
-	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr) }()
-
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + ops + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("worker did not stop within 5 s")
-	}
-}
+func TestWorkerReadyAndStops(t *testing.T) { workertest.ReadyThenStop(t, run) }
 
 // -h prints the usage with its flag and is no failure; a bad flag is a usage error.
 func TestHelp(t *testing.T) {

@@ -1,0 +1,76 @@
+// Package workertest runs a worker command's run function the way an orchestrator does: start it
+// against real Postgres and NATS, wait for its /readyz, then stop it and expect a clean exit.
+package workertest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/testkit/freeport"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+)
+
+// Run is the signature of a worker's run function (cmd/*/main.go).
+type Run func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// ReadyThenStop starts run with a fresh database, a NATS server and its ops listener on a free
+// loopback port, fails the test unless /readyz answers 200 within 15 s, then cancels the context
+// and fails unless run returns nil within 5 s.
+func ReadyThenStop(t *testing.T, run Run) {
+	t.Helper()
+	ops := freeport.Addr(t)
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, &stderr) }()
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never ready: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker did not stop within 5 s")
+	}
+}
+
+// syncBuffer is the worker's stderr: the worker writes it while a failing test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
