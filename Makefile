@@ -35,7 +35,7 @@ test: tools chromium
 
 ## cluster-test: the long form of the cluster fault test (docs/reliability.md, "Cluster fault test"):
 ## the real binaries and a 3-node NATS cluster on loopback, processes killed with SIGKILL and
-## restarted one at a time under load; `make test` runs its short form. Several minutes.
+## restarted one at a time under load; `make test` runs its short form. Under 3 minutes.
 cluster-test: tools
 	PATH="$(TOOLS):$$PATH" MAILVET_CLUSTER_TEST=long go test -race -count=1 -timeout 15m -run '^TestCluster$$' -v ./test/cluster
 

@@ -69,6 +69,8 @@ func TestStrictJSONBodies(t *testing.T) {
 		{"/v1/email/verify/batch", "std", list(`"user3\ud800@acme.test"`), `Field emails[3] holds \ud800`},
 		{"/v1/email/verify/batch", "std", `{"Emails": ["ann@acme.test"]}`, `Unknown field "Emails".`},
 		{"/v1/email/verify/batch", "std", `{"emails": ["zoe@acme.test"], "emails": ["ann@acme.test"]}`, "Field emails is given more than once."},
+		{"/v1/email/verify/batch", "std", `{"emails": []}`, "Field emails is empty; send 1 to 100 email addresses."},
+		{"/v1/email/verify/stream", "std", `{"emails": []}`, "Field emails is empty; send 1 to 1000 email addresses."},
 		{"/v1/email/verify/stream", "std", list("\"us\xffer3@acme.test\""), "Field emails[3] is not valid UTF-8"},
 		{"/v1/email/verify/stream", "std", list(`"user3\udfff@acme.test"`), `Field emails[3] holds \udfff`},
 		{"/v1/email/verify/stream", "std", `{"EMAILS": ["ann@acme.test"]}`, `Unknown field "EMAILS".`},

@@ -36,7 +36,10 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 	if req.Emails == nil {
 		return nil, InvalidRequest("Field emails is required: an array of 1 to %d email addresses.", limit)
 	}
-	if len(req.Emails) == 0 || len(req.Emails) > limit {
+	if len(req.Emails) == 0 {
+		return nil, InvalidRequest("Field emails is empty; send 1 to %d email addresses.", limit)
+	}
+	if len(req.Emails) > limit {
 		return nil, InvalidRequest("Field emails must hold 1 to %d addresses, not %d; split larger lists into several requests.", limit, len(req.Emails))
 	}
 	out := make([]string, len(req.Emails))
