@@ -18,6 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/listname"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -26,7 +27,6 @@ import (
 // Bounds of the list routes besides the configured size limits (docs/lists.md, "Limits").
 const (
 	maxListLineBytes = 100 << 10 // one line of an uploaded file
-	maxListName      = 200
 	maxColumnName    = 200
 	// listImportBudget and listExportBudget bound the database work of one upload or download of
 	// the largest list.
@@ -82,8 +82,8 @@ func (s *Server) uploadList(c echo.Context) error {
 	if err := boundedText("column", column, maxColumnName); err != nil {
 		return err
 	}
-	if err := boundedText("name", name, maxListName); err != nil {
-		return err
+	if err := listname.Check(name); err != nil {
+		return InvalidRequest("Field name %v.", err)
 	}
 	hook := q.Get("webhook_url")
 	if alias := q.Get("callback_url"); hook == "" {

@@ -256,6 +256,12 @@ func TestListBadInput(t *testing.T) {
 		{"NUL in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%00ij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret contains a NUL"},
 		{"bad bytes in secret", "text/csv", "?webhook_url=https://hooks.example.com/x&webhook_secret=abcdefgh%FFij", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_secret is not valid UTF-8"},
 		{"bad bytes in hook", "text/csv", "?webhook_url=https://hooks.example.com/%FF", "email\nann@acme.test\n", 400, "invalid_request", 0, "webhook_url"},
+		// A name reaches terminals and the dashboard: no line break, escape or right-to-left override.
+		{"line break in name", "text/csv", "?name=june%0Amay", "email\nann@acme.test\n", 400, "invalid_request", 0, "Field name contains a control character"},
+		{"escape in name", "text/csv", "?name=%1B%5B31mRED", "email\nann@acme.test\n", 400, "invalid_request", 0, "Field name contains a control character"},
+		{"NUL in name", "text/csv", "?name=a%00b", "email\nann@acme.test\n", 400, "invalid_request", 0, "Field name contains a control character"},
+		{"bidi in name", "text/csv", "?name=%E2%80%AEgpj.exe", "email\nann@acme.test\n", 400, "invalid_request", 0, "Field name contains a bidirectional control character"},
+		{"long name", "text/csv", "?name=" + strings.Repeat("n", 201), "email\nann@acme.test\n", 400, "invalid_request", 0, "Field name is longer than 200 characters"},
 		{"two callback URLs", "text/csv", "?webhook_url=https://hooks.example.com/x&callback_url=https://127.0.0.1/", "email\nann@acme.test\n", 400, "invalid_request", 0, "callback_url is an alias"},
 	} {
 		r := b.upload(key, c.ct, c.query, c.file).want(t, c.status, c.code)

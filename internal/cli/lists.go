@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/client"
+	"github.com/mailvet/mailvet/internal/listname"
 )
 
 // listPoll is how often `verify --file` reads its list's progress.
@@ -50,8 +51,8 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 		out = outF
 	}
 	name := "mailvet-cli"
-	if path != "-" {
-		name = filepath.Base(path)
+	if n := listname.FromFile(path); path != "-" && n != "" {
+		name = n // a file name may hold what the API refuses in a name, such as a line break
 	}
 	l, err := c.UploadList(ctx, br, client.ListUpload{Format: format, Column: column, Name: name})
 	if err != nil {

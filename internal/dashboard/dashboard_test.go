@@ -655,6 +655,16 @@ func TestListUploadStreams(t *testing.T) {
 	if up := f.api.lastUpload(); up.err == nil || up.bytes > 4<<20+uploadSlack {
 		t.Fatalf("the API read %d bytes of the 6 MB (err %v); the bound is %d", up.bytes, up.err, 4<<20+uploadSlack)
 	}
+
+	// Without a name, the list is named after its file, as the CLI names one, minus what no name
+	// may hold.
+	unnamed := [][2]string{{"csrf", csrf}, {"key_id", key}, {"file", "C:\\leads\\May \u202eleads.csv"}}
+	if resp, body := b.uploadParts(unnamed, "a@b.example\n"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("upload without a name: %d %s", resp.StatusCode, body)
+	}
+	if up := f.api.lastUpload(); up.target != "/v1/email/lists?name=May+leads.csv" {
+		t.Fatalf("upload without a name: the API got %s", up.target)
+	}
 }
 
 // fakeCheckout stands in for Stripe Checkout (internal/billing, tested against stripe-mock): it

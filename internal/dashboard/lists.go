@@ -19,6 +19,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/listname"
 )
 
 // The list pages (docs/dashboard.md, "Lists") are the bulk-list API (docs/lists.md) behind forms:
@@ -280,7 +281,13 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		http.Redirect(w, r, Prefix+"/lists/"+claim.listID+"?done=uploaded", http.StatusSeeOther)
 		return
 	}
-	ans := h.call(ctx, p, http.MethodPost, uploadTarget(d), ct, file)
+	target := d
+	if target.Name == "" {
+		// Named after its file, as the CLI names an upload; only in the query, so that a refused
+		// form still shows the name field as the user left it.
+		target.Name = listname.FromFile(file.FileName())
+	}
+	ans := h.call(ctx, p, http.MethodPost, uploadTarget(target), ct, file)
 	if ans.status != http.StatusAccepted {
 		h.releaseUpload(ctx, claim)
 		status := ans.status
