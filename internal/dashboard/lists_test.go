@@ -34,6 +34,7 @@ type listsAPI struct {
 
 const (
 	testListID   = "0b6f7d8e-3333-4c3e-9a55-0000000000c1"
+	textListID   = "0b6f7d8e-3333-4c3e-9a55-0000000000c2" // testListJSON, uploaded as text
 	testListJSON = `{"id":"` + testListID + `","name":"june","state":"running","format":"csv","email_column":"email",
 		"rows":12000,"unique":10000,"verified":100,"progress":0.01,"eta_seconds":7500,"error":null,
 		"created_at":"2026-11-23T08:41:33Z","finished_at":null,"expires_at":"2026-12-23T08:41:33.123456Z",
@@ -48,6 +49,8 @@ func (f *listsAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Princi
 		f.fakeAPI.ServeAs(w, r, p)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists/"+testListID:
 		_, _ = io.WriteString(w, testListJSON)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists/"+textListID:
+		_, _ = io.WriteString(w, strings.NewReplacer(testListID, textListID, `"format":"csv"`, `"format":"text"`).Replace(testListJSON))
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists/"+testListID+"/cancel":
 		f.cancels.Add(1)
 		w.WriteHeader(http.StatusConflict)
@@ -288,6 +291,13 @@ func TestListPageWording(t *testing.T) {
 	}
 	if strings.Contains(body, "T08:41") {
 		t.Error("the list page shows an RFC 3339 time")
+	}
+	// A CSV's address column is named; a text file has no columns.
+	if !strings.Contains(body, "<dd>csv, column “email”</dd>") {
+		t.Error("a CSV list's page does not name its column")
+	}
+	if _, body := b.get("/dashboard/lists/" + textListID); !strings.Contains(body, "<dd>text</dd>") {
+		t.Errorf("a text list's page names a column:\n%s", body)
 	}
 	resp, body = b.post("/dashboard/lists/"+testListID+"/cancel", url.Values{"csrf": {b.csrf("/dashboard/lists")}})
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, `id="list-state"`) ||

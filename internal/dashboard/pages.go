@@ -229,7 +229,8 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, s *session) 
 	case errors.As(err, &dup):
 		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
 	case errors.As(err, &limit):
-		h.keysAnswer(w, r, s, http.StatusConflict, nil, "Your plan allows "+strconv.Itoa(limit.Max)+
+		// 429 as on POST /v1/management/keys (key_limit_reached).
+		h.keysAnswer(w, r, s, http.StatusTooManyRequests, nil, "Your plan allows "+strconv.Itoa(limit.Max)+
 			" active standard keys. Revoke one before creating another, or upgrade your plan.", label)
 	case err != nil:
 		h.failure(w, r, s, err)

@@ -121,6 +121,27 @@ func (b *browser) token(re *regexp.Regexp) (csrf, token string) {
 	return c[1], m[1]
 }
 
+// The plan's key maximum is refused as the management API refuses it: 429, saying what to do.
+func TestKeyLimitAsTheAPI(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	create := func(label string) (*http.Response, string) {
+		csrf, token := b.token(keyTokenRE)
+		return b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "form_token": {token}, "label": {label}})
+	}
+	for _, label := range []string{"one", "two"} { // the free plan's 2
+		if resp, _ := create(label); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("key %s: %d", label, resp.StatusCode)
+		}
+	}
+	resp, body := create("three")
+	if resp.StatusCode != http.StatusTooManyRequests ||
+		!strings.Contains(body, "Your plan allows 2 active standard keys. Revoke one before creating another, or upgrade your plan.") {
+		t.Fatalf("a key over the plan's maximum: %d\n%s", resp.StatusCode, body)
+	}
+}
+
 // Reloading the page that shows a new key sends its form again: the form's one-time token makes
 // that create nothing and say which key the first one created, for standard keys (even several
 // sent at once) and for the provisioning key.
@@ -301,6 +322,13 @@ func TestUpgradeWordingFollowsWhatIsSold(t *testing.T) {
 			}
 			if got := strings.Contains(billingPage, `id="upgrade-builder"`); got != c.sold {
 				t.Errorf("billing offers builder: %v", got)
+			}
+			// The limits count emails and billable verifications, as the API does, not requests.
+			if c.sold && !strings.Contains(billingPage, "5,000 verifications a month included, €0.0040 per verification beyond, 100 emails verified per minute") {
+				t.Errorf("billing does not describe builder's limits in emails and verifications:\n%s", billingPage)
+			}
+			if _, overview := b.get("/dashboard/"); !strings.Contains(overview, "10 emails verified per minute") {
+				t.Errorf("overview does not give the rate limit in emails:\n%s", overview)
 			}
 			csrf := b.csrf("/dashboard/billing")
 			resp, body := b.post("/dashboard/deliveries/0b6f7d8e-2222-4c3e-9a55-000000000001/retry", url.Values{"csrf": {csrf}})
