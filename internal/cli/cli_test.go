@@ -45,6 +45,19 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
 		}
 	}
+	// An address the API would refuse stops the command before any batch is sent and charged.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"verify", "a@b.example", "", "c@d.example"}, "address 2 of 3 is empty"},
+		{[]string{"verify", "a@b.example", " \t"}, "address 2 of 2 is empty"},
+		{[]string{"verify", "\xff@b.example"}, "address 1 of 1 is not valid UTF-8"},
+	} {
+		if code, _, stderr := run(t, key, "", c.args...); code != ExitUsage || !strings.Contains(stderr, c.says) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 saying %q", c.args, code, stderr, c.says)
+		}
+	}
 	if code, _, stderr := run(t, nil, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
 		t.Errorf("no key: exit %d, %q", code, stderr)
 	}

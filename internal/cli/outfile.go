@@ -67,8 +67,16 @@ func createPart(path string, perm fs.FileMode) (*os.File, error) {
 		_, _ = rand.Read(b[:])
 		name := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+hex.EncodeToString(b[:])+".part")
 		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if err == nil {
+			return f, nil
+		}
 		if !errors.Is(err, fs.ErrExist) {
-			return f, err
+			// Named after the file asked for: the hidden temporary name means nothing to the user.
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	return nil, fmt.Errorf("%s: no free temporary name beside it", path)

@@ -3,9 +3,11 @@
 package cli
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -13,6 +15,15 @@ import (
 // A new --out file gets the permissions os.Create would give it (0666 less the umask), not a
 // fixed 0644: results hold customers' addresses, and a user whose umask is 077 keeps them
 // private. An existing file keeps its own. Not parallel: the umask is the process's.
+// An --out in a directory that does not exist is named as given, not by its hidden temporary file.
+func TestOutFileErrorNamesThePathGiven(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "results.csv")
+	_, err := createOut(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+": ") || strings.Contains(err.Error(), ".part") || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("createOut(%s): %v", path, err)
+	}
+}
+
 func TestOutFileModes(t *testing.T) {
 	old := syscall.Umask(0o027)
 	defer syscall.Umask(old)

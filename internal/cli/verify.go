@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/mailvet/mailvet/client"
 )
@@ -28,6 +30,16 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return usagef("verify: give addresses or --file, not both")
 	case *file == "" && (*column != "" || *out != ""):
 		return usagef("verify: --column and --out go with --file")
+	}
+	// The API would refuse these too, but only with the batch that carries them, after the ones
+	// before it were verified and charged.
+	for i, a := range addresses {
+		switch {
+		case strings.TrimSpace(a) == "":
+			return usagef("verify: address %d of %d is empty", i+1, len(addresses))
+		case !utf8.ValidString(a):
+			return usagef("verify: address %d of %d is not valid UTF-8", i+1, len(addresses))
+		}
 	}
 	c, err := e.client()
 	if err != nil {
