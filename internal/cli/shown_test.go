@@ -1,0 +1,25 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/client"
+)
+
+// A list stored before names were checked may hold a line break, an escape sequence or a
+// right-to-left override: the table shows them as escapes, never as themselves.
+func TestTablesShowNamesInertly(t *testing.T) {
+	var out bytes.Buffer
+	writeList(&out, client.List{ID: "l1", Name: "june\n\x1b[31mRED\u202egpj.exe\tx", State: "completed"})
+	got := out.String()
+	if strings.ContainsAny(got, "\x1b\u202e") || !strings.Contains(got, `june\u000a\u001b[31mRED\u202egpj.exe\u0009x`) {
+		t.Fatalf("list table:\n%q", got)
+	}
+	for s, want := range map[string]string{"June leads, 50% \"off\" ü": "June leads, 50% \"off\" ü", "a\x00b": `a\u0000b`, "a\u0085b": `a\u0085b`} {
+		if got := shown(s); got != want {
+			t.Errorf("shown(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
