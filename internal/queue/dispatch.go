@@ -160,7 +160,10 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 	if err != nil {
 		return all(), fmt.Errorf("%w: %v", ErrBusy, err)
 	}
-	defer sub.Unsubscribe()
+	// Not waited for: while nats.go dials a server that accepts but does not answer (frozen), it
+	// holds the connection's lock for up to its connect timeout, and the list must end at
+	// ListGrace. Replies that arrive meanwhile find the buffer, or are dropped as a slow consumer's.
+	defer func() { go func() { _ = sub.Unsubscribe() }() }()
 
 	l := &list{d: d, emails: emails, inbox: inbox, batch: nuid.Next(), done: make([]bool, len(emails))}
 	if dl, ok := ctx.Deadline(); ok {
