@@ -310,14 +310,18 @@ func (s *Store) Fail(ctx context.Context, id uuid.UUID, reason, publicURL string
 
 // Stalled returns, for running lists with no progress for longer than age, the chunks handed out
 // but not written — their messages were lost (a NATS store lost, a publish that failed after the
-// commit) — and for queued lists older than age, the chunks Start hands out now. A round id keyed
-// by the list's last update lets every sweep and every replica publish the same message ids, so
-// JetStream drops the copies. Lists it returns are touched, so the next sweep waits age again.
-func (s *Store) Stalled(ctx context.Context, age time.Duration, limit int) (chunks []Chunk, round map[uuid.UUID]string, err error) {
+// commit) — and for queued lists older than age, the chunks Start hands out now. Running lists
+// whose last progress came before lostBefore are returned at once, whatever age: lostBefore is
+// when the chunks' stream was created, so a chunk handed out before it was published to a stream
+// that is gone (a server that lost its store). A round id keyed by the list's last update lets
+// every sweep and every replica publish the same message ids, so JetStream drops the copies.
+// Lists it returns are touched, so the next sweep waits age again.
+func (s *Store) Stalled(ctx context.Context, age time.Duration, lostBefore time.Time, limit int) (chunks []Chunk, round map[uuid.UUID]string, err error) {
 	round = map[uuid.UUID]string{}
 	rows, err := s.db.Query(ctx, `SELECT id, account_id, state, updated_at FROM lists
-		WHERE state IN ($1, $2) AND updated_at < now() - $3 * interval '1 millisecond' ORDER BY updated_at LIMIT $4`,
-		Queued, Running, age.Milliseconds(), limit)
+		WHERE state IN ($1, $2) AND (updated_at < now() - $3 * interval '1 millisecond' OR (state = $2 AND updated_at < $5))
+		ORDER BY updated_at LIMIT $4`,
+		Queued, Running, age.Milliseconds(), limit, lostBefore)
 	if err != nil {
 		return nil, nil, err
 	}

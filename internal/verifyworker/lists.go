@@ -70,6 +70,9 @@ type ListRunner struct {
 
 	once sync.Once
 	cons *queue.Consumer
+	// streamCreated is chunksStreamCreated; a test whose lists went quiet before its fresh
+	// stream was made stands in a stream that was there before them.
+	streamCreated func(context.Context) time.Time
 }
 
 // NewListRunner returns a runner with production defaults.
@@ -324,7 +327,11 @@ func (r *ListRunner) fail(id uuid.UUID, reason string) error {
 // Every replica may run it: the chunks it publishes carry the same message ids from every
 // replica, and purging is idempotent.
 func (r *ListRunner) sweep(ctx context.Context) {
-	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), 100)
+	created := r.chunksStreamCreated
+	if r.streamCreated != nil {
+		created = r.streamCreated
+	}
+	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), created(ctx), 100)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("list sweep", "err", err)
@@ -345,6 +352,22 @@ func (r *ListRunner) sweep(ctx context.Context) {
 	} else if n > 0 {
 		r.log.Info("list sweep: purged expired lists", "lists", n)
 	}
+}
+
+// chunksStreamCreated is when the LISTS stream was created, or the zero time when that cannot be
+// told. A running list whose last progress is older has lost the messages of its handed-out
+// chunks with the stream (NATS restarted without its store), and the sweep publishes them again
+// at once instead of after stallAge. The clocks of Postgres and NATS are compared: a skew of a
+// few seconds makes the sweep, around the moment the stream was re-created, either publish a
+// chunk whose message survived (verified twice, written once) or leave it to stallAge.
+func (r *ListRunner) chunksStreamCreated(ctx context.Context) time.Time {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stream, err := r.js.Stream(cctx, r.Layout.Name(queue.StreamLists)) // one stream-info request
+	if err != nil {
+		return time.Time{} // the next publish re-creates it; until then, nothing to compare
+	}
+	return stream.CachedInfo().Created
 }
 
 // every calls fn every interval until stop is called; the workers use it to tell JetStream that

@@ -130,6 +130,7 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 	// Its chunk is with a worker (no message in the stream), and nothing was written for a while.
 
 	r := NewListRunner(store, js, nil, app.NewLogger(io.Discard, "test"))
+	r.streamCreated = streamOfOld // the list's quiet minutes below are older than the test's stream
 	if r.stallAge() <= r.AckWait+r.ChunkBudget+r.WriteBudget {
 		t.Fatalf("stall age %v is not above AckWait + ChunkBudget + WriteBudget", r.stallAge())
 	}
@@ -148,6 +149,58 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 		t.Fatalf("%d messages after the sweep of a stalled list, want its 1 chunk", n)
 	}
 }
+
+// A NATS server that restarted without its store re-creates the LISTS stream empty: a running
+// list whose last progress came before that has lost its handed-out chunks, and the next sweep
+// publishes them at once rather than after stallAge (5 minutes by default). A list that made
+// progress since keeps waiting out stallAge.
+func TestListSweepRepublishesChunksOfALostStream(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
+
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
+	pgtest.Must(t, err, "create account")
+	store := list.NewStore(pool, list.Defaults())
+	rd, err := list.NewReader(strings.NewReader("a@x.test\nb@y.test\n"), list.Text, "", list.Limits{MaxRows: 10, MaxLineBytes: 100})
+	pgtest.Must(t, err, "reader")
+	l, err := store.Import(ctx, list.Upload{AccountID: acct.ID, Tier: plan.Builder, Plan: plan.Defaults()[plan.Builder], Now: time.Now()}, rd)
+	pgtest.Must(t, err, "import")
+	chunks, err := store.Start(ctx, l.AccountID)
+	pgtest.Must(t, err, "start")
+	if len(chunks) != 1 {
+		t.Fatalf("started %d chunks, want 1", len(chunks))
+	}
+	r := NewListRunner(store, js, nil, app.NewLogger(io.Discard, "test"))
+
+	// Its chunk went out a minute ago (well within stallAge), and the stream has been there for
+	// longer.
+	pgtest.Exec(t, pool, `UPDATE lists SET updated_at = now() - interval '1 minute' WHERE id = $1`, l.ID)
+	r.streamCreated = streamOfOld
+	r.sweep(ctx)
+	if n := msgs(); n != 0 {
+		t.Fatalf("the sweep published %d chunks of a list that went quiet a minute ago", n)
+	}
+	// The stream is lost and re-created, as by a server that restarted without its store; the
+	// runner reads the new stream's creation time from NATS.
+	pgtest.Must(t, js.DeleteStream(ctx, queue.StreamLists), "delete stream")
+	msgs = streamMsgs(t, ctx, js, queue.StreamLists)
+	r.streamCreated = nil
+	r.sweep(ctx)
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d messages after the sweep that followed the stream's loss, want the list's 1 chunk", n)
+	}
+	r.sweep(ctx) // touched: not again
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d messages after a second sweep, want still 1", n)
+	}
+}
+
+// streamOfOld stands for a LISTS stream created an hour ago.
+func streamOfOld(context.Context) time.Time { return time.Now().Add(-time.Hour) }
 
 // streamMsgs creates the streams and returns a function that reads how many messages the stream
 // name holds.
