@@ -127,11 +127,11 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	if err := lockCustomer(ctx, tx, sub.Customer.ID); err != nil {
 		return "", err
 	}
-	// The order is decided by the upsert itself, on the subscription row's latest version: two
-	// events of a new subscription handled at the same moment find no row to lock beforehand,
-	// and the second waits here for the first's insert instead. A "created" event of the same
-	// second as a state already applied is the first state, never a later one (a card charged at
-	// once makes created/incomplete and updated/active share their second).
+	// The order is decided by the upsert itself, on the subscription row's latest version: events
+	// of one customer run one at a time (lockCustomer), but Stripe may send a subscription's
+	// events out of order, so an older one that comes second must be a no-op. A "created" event
+	// of the same second as a state already applied is the first state, never a later one (a
+	// card charged at once makes created/incomplete and updated/active share their second).
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO stripe_subscriptions AS s (id, customer_id, status, paying, tier, event_at, object)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)

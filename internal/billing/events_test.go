@@ -257,19 +257,32 @@ func TestSubscriptionBeforeItsCheckoutAndUnknownPrices(t *testing.T) {
 // A Checkout linking a customer and that customer's first subscription event, handled at the same
 // moment by two replicas, leave the account on the paid tier whichever commits first. Here the
 // Checkout has linked the customer and found no subscription, but its commit is held (a deferred
-// trigger sleeps in it); the subscription event arrives meanwhile. Before the two were ordered per
-// customer, the event found no account (the link was not committed) and the Checkout no
-// subscription (not yet written), so neither applied it and the paying customer stayed on free.
+// trigger waits for a lock the test holds); the subscription event arrives meanwhile. Before the
+// two were ordered per customer, the event found no account (the link was not committed) and the
+// Checkout no subscription (not yet written), so neither applied it and the paying customer stayed
+// on free. The test releases the commit once the event has either finished or is seen waiting.
 func TestCheckoutAndFirstSubscriptionEventAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	const acct = "0b6f7d8e-3333-4c3e-9a55-0000000000ab"
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ('`+acct+`', 'free')`)
-	pgtest.Exec(t, pool, `CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$`)
-	pgtest.Exec(t, pool, `CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON accounts
-		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.stripe_customer_id = 'cus_9') EXECUTE FUNCTION slow_commit()`)
+	pgtest.Exec(t, pool, `CREATE FUNCTION held_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$`)
+	pgtest.Exec(t, pool, `CREATE CONSTRAINT TRIGGER held_commit AFTER UPDATE ON accounts
+		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.stripe_customer_id = 'cus_9') EXECUTE FUNCTION held_commit()`)
+	hold, err := pool.Acquire(ctx)
+	pgtest.Must(t, err, "acquire")
+	defer hold.Release()
+	_, err = hold.Exec(ctx, `SELECT pg_advisory_lock(4242)`)
+	pgtest.Must(t, err, "hold the commit")
+	release := func() { _, _ = hold.Exec(context.Background(), `SELECT pg_advisory_unlock(4242)`) }
+	waiters := func() (n int) {
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event = 'advisory'`).Scan(&n), "activity")
+		return n
+	}
 	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	var checkout stripe.Event
@@ -278,32 +291,41 @@ func TestCheckoutAndFirstSubscriptionEventAtOnce(t *testing.T) {
 			"client_reference_id": acct, "customer": "cus_9", "subscription": "sub_9"}}})
 	pgtest.Must(t, json.Unmarshal(body, &checkout), "checkout event")
 
-	linked := make(chan error, 1)
+	linked, subscribed := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := ev.Apply(ctx, checkout)
 		linked <- err
 	}()
-	for i := 0; ; i++ {
-		var sleeping bool
-		pgtest.Must(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event = 'PgSleep')`).Scan(&sleeping), "activity")
-		if sleeping {
-			break
-		}
-		if i == 300 {
+	for i := 0; waiters() < 1; i++ {
+		if i == 500 {
+			release()
 			t.Fatal("the Checkout never reached its commit")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := ev.Apply(ctx, subEvent(t, "evt_sub", "customer.subscription.created", "sub_9", t0, "active")); err != nil {
-		t.Fatalf("subscription event: %v", err)
+	go func() {
+		_, err := ev.Apply(ctx, subEvent(t, "evt_sub", "customer.subscription.created", "sub_9", t0, "active"))
+		subscribed <- err
+	}()
+	var subErr error
+	done := false
+	for i := 0; !done && waiters() < 2; i++ { // finished beside the held Checkout, or waiting behind it
+		select {
+		case subErr = <-subscribed:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if i == 500 {
+			release()
+			t.Fatal("the subscription event neither finished nor waited")
+		}
 	}
-	select {
-	case err := <-linked:
-		pgtest.Must(t, err, "checkout")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Checkout did not finish")
+	release()
+	if !done {
+		subErr = <-subscribed
 	}
+	pgtest.Must(t, subErr, "subscription event")
+	pgtest.Must(t, <-linked, "checkout")
 	var tier string
 	pgtest.Must(t, pool.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1`, acct).Scan(&tier), "tier")
 	if tier != "scale" {
@@ -313,8 +335,9 @@ func TestCheckoutAndFirstSubscriptionEventAtOnce(t *testing.T) {
 
 // The first two events of a new subscription, handled at the same moment (a card charged at once:
 // created/incomplete and updated/active sent together), keep their order: the older one is stale
-// whichever commits first, and the account ends on the newer state. Another transaction holds the
-// account row while both are in flight, so that they interleave the same way every run.
+// whichever comes first, and the account ends on the newer state. Another transaction holds the
+// account row while both are in flight, so that they interleave the same way every run: the
+// newer one first, the older one waiting behind it.
 func TestFirstEventsOfANewSubscriptionAtOnceKeepTheirOrder(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()
@@ -352,7 +375,7 @@ func TestFirstEventsOfANewSubscriptionAtOnceKeepTheirOrder(t *testing.T) {
 		out, err := ev.Apply(ctx, subEvent(t, "evt_created", "customer.subscription.created", "sub_new", t0, "incomplete"))
 		older <- res{out, err}
 	}()
-	waiting(2) // the older one waits for the newer one's subscription row
+	waiting(2) // the older one waits for the newer one's per-customer lock
 	pgtest.Must(t, hold.Rollback(ctx), "release")
 	a, b := <-newer, <-older
 	if a.err != nil || b.err != nil || a.out != Applied || b.out != Stale {
