@@ -339,7 +339,7 @@ type ListsPage struct {
 type ListUpload struct {
 	Format        string // ListCSV (the default when ""), ListNDJSON or ListText
 	Column        string // CSV: the email column's name; "" lets the API pick it
-	Name          string // your name for the list, up to 200 characters
+	Name          string // your name for the list: up to 200 characters, no control or bidirectional control characters
 	WebhookURL    string // called when the list completes or fails (docs/lists.md, "The completion callback")
 	WebhookSecret string // signs the callback; sent as the Mailvet-Webhook-Secret header
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // MaxLabelLen caps a key label, counted in characters.
@@ -67,7 +68,7 @@ func CheckLabel(label string) error {
 		return fmt.Errorf("label must be at most %d characters", MaxLabelLen)
 	case strings.IndexFunc(label, unicode.IsControl) >= 0:
 		return errors.New("label must not contain control characters")
-	case strings.IndexFunc(label, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }) >= 0:
+	case strings.IndexFunc(label, safetext.IsBidiControl) >= 0:
 		// A right-to-left override can make a label display as another one in the key list.
 		return errors.New("label must not contain bidirectional control characters")
 	}

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"unicode"
 
 	"github.com/mailvet/mailvet/client"
 	"github.com/mailvet/mailvet/internal/redact"
@@ -277,24 +276,3 @@ func isTerminal(w io.Writer) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
-
-// shown is s as a table cell for a person: control characters (a tab would break the table, an
-// escape sequence would drive the terminal) and bidirectional controls (which reorder what
-// follows) are written as \u escapes. The API refuses them in list names and key labels, but
-// lists named before it did may hold them.
-func shown(s string) string {
-	if strings.IndexFunc(s, unprintable) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if unprintable(r) {
-			fmt.Fprintf(&b, `\u%04x`, r)
-		} else {
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) }

@@ -53,6 +53,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"verify", "a@b.example", "", "c@d.example"}, "address 2 of 3 is empty"},
 		{[]string{"verify", "a@b.example", " \t"}, "address 2 of 2 is empty"},
 		{[]string{"verify", "\xff@b.example"}, "address 1 of 1 is not valid UTF-8"},
+		{[]string{"verify", "a@b.example", strings.Repeat("a", 1015) + "@b.example"}, "address 2 of 2 is longer than 1024 bytes"},
 	} {
 		if code, _, stderr := run(t, key, "", c.args...); code != ExitUsage || !strings.Contains(stderr, c.says) {
 			t.Errorf("%q: exit %d, stderr %q; want exit 2 saying %q", c.args, code, stderr, c.says)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mailvet/mailvet/client"
 	"github.com/mailvet/mailvet/internal/listname"
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // listPoll is how often `verify --file` reads its list's progress.
@@ -197,7 +198,7 @@ func (e env) lists(ctx context.Context, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATE\tROWS\tUNIQUE\tPROGRESS\tCREATED\tNAME")
 		for _, l := range p.Lists {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f%%\t%s\t%s\n", l.ID, l.State, l.Rows, l.Unique, 100*l.Progress, l.CreatedAt.Format(time.RFC3339), shown(l.Name))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f%%\t%s\t%s\n", l.ID, l.State, l.Rows, l.Unique, 100*l.Progress, l.CreatedAt.Format(time.RFC3339), safetext.Escape(l.Name))
 		}
 		tw.Flush()
 		if p.NextCursor != "" {
@@ -254,7 +255,7 @@ func (e env) lists(ctx context.Context, args []string) error {
 // writeList shows one list for a person.
 func writeList(w io.Writer, l client.List) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\n", l.ID, shown(l.Name), l.State)
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\n", l.ID, safetext.Escape(l.Name), l.State)
 	fmt.Fprintf(tw, "file\t%s, %d rows, %d unique addresses in column %q\n", l.Format, l.Rows, l.Unique, l.EmailColumn)
 	fmt.Fprintf(tw, "progress\t%d of %d (%.0f%%)", l.Verified, l.Unique, 100*l.Progress)
 	if l.RatePerSecond != nil {

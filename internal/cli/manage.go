@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 func (e env) keys(ctx context.Context, args []string) error {
@@ -52,7 +54,7 @@ func (e env) keys(ctx context.Context, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tLABEL\tKEY\tCREATED")
 		for _, k := range l.Keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, shown(k.Label), k.Prefix, k.CreatedAt.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, safetext.Escape(k.Label), k.Prefix, k.CreatedAt.Format(time.RFC3339))
 		}
 		tw.Flush()
 		fmt.Fprintf(e.stdout, "%d of %d keys\n", l.Count, l.Max)

@@ -12,9 +12,6 @@ import (
 	"testing"
 )
 
-// A new --out file gets the permissions os.Create would give it (0666 less the umask), not a
-// fixed 0644: results hold customers' addresses, and a user whose umask is 077 keeps them
-// private. An existing file keeps its own. Not parallel: the umask is the process's.
 // An --out in a directory that does not exist is named as given, not by its hidden temporary file.
 func TestOutFileErrorNamesThePathGiven(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing", "results.csv")
@@ -24,6 +21,9 @@ func TestOutFileErrorNamesThePathGiven(t *testing.T) {
 	}
 }
 
+// A new --out file gets the permissions os.Create would give it (0666 less the umask), not a
+// fixed 0644: results hold customers' addresses, and a user whose umask is 077 keeps them
+// private. An existing file keeps its own. Not parallel: the umask is the process's.
 func TestOutFileModes(t *testing.T) {
 	old := syscall.Umask(0o027)
 	defer syscall.Umask(old)

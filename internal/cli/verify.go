@@ -13,6 +13,9 @@ import (
 	"github.com/mailvet/mailvet/client"
 )
 
+// maxAddressBytes is the API's bound on one address (docs/api.md, "Limits").
+const maxAddressBytes = 1024
+
 func (e env) verify(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	file := fs.String("file", "", "list to verify as a bulk list (- for standard input)")
@@ -39,6 +42,8 @@ func (e env) verify(ctx context.Context, args []string) error {
 			return usagef("verify: address %d of %d is empty", i+1, len(addresses))
 		case !utf8.ValidString(a):
 			return usagef("verify: address %d of %d is not valid UTF-8", i+1, len(addresses))
+		case len(a) > maxAddressBytes:
+			return usagef("verify: address %d of %d is longer than %d bytes", i+1, len(addresses), maxAddressBytes)
 		}
 	}
 	c, err := e.client()

@@ -285,7 +285,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 	if target.Name == "" {
 		// Named after its file, as the CLI names an upload; only in the query, so that a refused
 		// form still shows the name field as the user left it.
-		target.Name = listname.FromFile(file.FileName())
+		target.Name = listname.FromBrowser(file.FileName())
 	}
 	ans := h.call(ctx, p, http.MethodPost, uploadTarget(target), ct, file)
 	if ans.status != http.StatusAccepted {

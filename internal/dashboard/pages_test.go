@@ -327,6 +327,9 @@ func TestUpgradeWordingFollowsWhatIsSold(t *testing.T) {
 			if c.sold && !strings.Contains(billingPage, "5,000 verifications a month included, €0.0040 per verification beyond, 100 emails verified per minute") {
 				t.Errorf("billing does not describe builder's limits in emails and verifications:\n%s", billingPage)
 			}
+			if !strings.Contains(billingPage, "<dt>Included verifications</dt><dd>500 a month</dd>") || strings.Contains(billingPage, "call") {
+				t.Errorf("billing counts calls:\n%s", billingPage)
+			}
 			if _, overview := b.get("/dashboard/"); !strings.Contains(overview, "10 emails verified per minute") {
 				t.Errorf("overview does not give the rate limit in emails:\n%s", overview)
 			}

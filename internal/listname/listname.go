@@ -5,16 +5,19 @@ package listname
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // MaxLen bounds a list's name, in characters.
 const MaxLen = 200
 
-// Check tells why name cannot name a list, or nil. A name is shown in the dashboard, in the
-// CLI's tables on a terminal and in the results' file names, so besides its length it may hold no
+// Check tells why name cannot name a list, or nil. A name is shown in the dashboard and in the
+// CLI's tables on a terminal, so besides its length it may hold no
 // control character (a newline or an escape sequence would reach another user's terminal) and no
 // bidirectional control (a right-to-left override makes "exe.gpj" read as "jpg.exe").
 func Check(name string) error {
@@ -25,30 +28,32 @@ func Check(name string) error {
 		return fmt.Errorf("is longer than %d characters", MaxLen)
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return errors.New("contains a control character (a line break, a tab, an escape or NUL)")
-	case strings.IndexFunc(name, isBidiControl) >= 0:
+	case strings.IndexFunc(name, safetext.IsBidiControl) >= 0:
 		return errors.New("contains a bidirectional control character")
 	}
 	return nil
 }
 
-// FromFile is the name an upload without one gets from its file: the file name without its
-// directories, with what Check refuses left out and cut to MaxLen characters. It is ""
+// FromFile is the name an upload of the local file at path gets without one (the CLI's): the
+// file's name without its directories, cleaned as FromBrowser cleans it.
+func FromFile(path string) string { return clean(filepath.Base(path)) }
+
+// FromBrowser is the name an upload from a browser form gets without one: the file name it sent
+// without any directories (browsers of old sent the whole Windows path, and a backslash is a
+// separator there), with what Check refuses left out and cut to MaxLen characters. It is ""
 // when nothing is left.
-func FromFile(filename string) string {
+func FromBrowser(filename string) string {
 	if i := strings.LastIndexAny(filename, `/\`); i >= 0 {
-		filename = filename[i+1:] // browsers of old sent the whole Windows path
+		filename = filename[i+1:]
 	}
+	return clean(filename)
+}
+
+func clean(filename string) string {
 	filename = strings.ToValidUTF8(filename, "")
-	filename = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || isBidiControl(r) {
-			return -1
-		}
-		return r
-	}, filename)
+	filename = safetext.Strip(filename)
 	if utf8.RuneCountInString(filename) > MaxLen {
 		filename = string([]rune(filename)[:MaxLen])
 	}
 	return strings.TrimSpace(filename)
 }
-
-func isBidiControl(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }

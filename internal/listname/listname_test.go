@@ -30,25 +30,39 @@ func TestCheck(t *testing.T) {
 }
 
 func TestFromFile(t *testing.T) {
-	for file, want := range map[string]string{
+	for path, want := range map[string]string{
 		"leads.csv":                       "leads.csv",
 		"/home/ann/lists/leads.csv":       "leads.csv",
-		`C:\Users\ann\leads.csv`:          "leads.csv",
+		`/home/ann/q1\q2 leads.csv`:       `q1\q2 leads.csv`, // a backslash is a character of a Unix file name
 		"june\nmay.csv":                   "junemay.csv",
 		"\u202egpj.exe":                   "gpj.exe",
 		"\x1b[31m.csv":                    "[31m.csv",
 		"bad\xff.csv":                     "bad.csv",
 		"  spaced.csv ":                   "spaced.csv",
 		"\n":                              "",
-		"dir/":                            "",
 		strings.Repeat("é", 250) + ".csv": strings.Repeat("é", 200),
 	} {
-		got := FromFile(file)
+		got := FromFile(path)
 		if got != want {
-			t.Errorf("FromFile(%q) = %q, want %q", file, got, want)
+			t.Errorf("FromFile(%q) = %q, want %q", path, got, want)
 		}
 		if err := Check(got); err != nil {
-			t.Errorf("FromFile(%q) = %q, which Check refuses: %v", file, got, err)
+			t.Errorf("FromFile(%q) = %q, which Check refuses: %v", path, got, err)
+		}
+	}
+}
+
+func TestFromBrowser(t *testing.T) {
+	for name, want := range map[string]string{
+		"leads.csv":              "leads.csv",
+		`C:\Users\ann\leads.csv`: "leads.csv",
+		"C:/Users/ann/leads.csv": "leads.csv",
+		"May \u202eleads.csv":    "May leads.csv",
+		"dir/":                   "",
+		"\x00":                   "",
+	} {
+		if got := FromBrowser(name); got != want {
+			t.Errorf("FromBrowser(%q) = %q, want %q", name, got, want)
 		}
 	}
 }

@@ -84,7 +84,7 @@ export interface ListUploadOptions extends CallOptions {
   format?: "csv" | "ndjson" | "text";
   /** CSV: the email column's name (case-insensitive); by default the API picks it. */
   column?: string;
-  /** Your name for the list, up to 200 characters. */
+  /** Your name for the list: up to 200 characters, no control or bidirectional control characters. */
   name?: string;
   /** The https URL called when the list completes or fails (docs/lists.md, "The completion callback"). */
   webhookUrl?: string;
