@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/account"
@@ -115,18 +116,7 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 	defer cancel()
 	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
 
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
-	pgtest.Must(t, err, "create account")
-	store := list.NewStore(pool, list.Defaults())
-	rd, err := list.NewReader(strings.NewReader("a@x.test\nb@y.test\n"), list.Text, "", list.Limits{MaxRows: 10, MaxLineBytes: 100})
-	pgtest.Must(t, err, "reader")
-	l, err := store.Import(ctx, list.Upload{AccountID: acct.ID, Tier: plan.Builder, Plan: plan.Defaults()[plan.Builder], Now: time.Now()}, rd)
-	pgtest.Must(t, err, "import")
-	chunks, err := store.Start(ctx, l.AccountID)
-	pgtest.Must(t, err, "start")
-	if len(chunks) != 1 {
-		t.Fatalf("started %d chunks, want 1", len(chunks))
-	}
+	store, l := runningList(t, ctx, pool)
 	// Its chunk is with a worker (no message in the stream), and nothing was written for a while.
 
 	r := NewListRunner(store, js, nil, app.NewLogger(io.Discard, "test"))
@@ -162,18 +152,7 @@ func TestListSweepRepublishesChunksOfALostStream(t *testing.T) {
 	defer cancel()
 	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
 
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
-	pgtest.Must(t, err, "create account")
-	store := list.NewStore(pool, list.Defaults())
-	rd, err := list.NewReader(strings.NewReader("a@x.test\nb@y.test\n"), list.Text, "", list.Limits{MaxRows: 10, MaxLineBytes: 100})
-	pgtest.Must(t, err, "reader")
-	l, err := store.Import(ctx, list.Upload{AccountID: acct.ID, Tier: plan.Builder, Plan: plan.Defaults()[plan.Builder], Now: time.Now()}, rd)
-	pgtest.Must(t, err, "import")
-	chunks, err := store.Start(ctx, l.AccountID)
-	pgtest.Must(t, err, "start")
-	if len(chunks) != 1 {
-		t.Fatalf("started %d chunks, want 1", len(chunks))
-	}
+	store, l := runningList(t, ctx, pool)
 	r := NewListRunner(store, js, nil, app.NewLogger(io.Discard, "test"))
 
 	// Its chunk went out a minute ago (well within stallAge), and the stream has been there for
@@ -197,6 +176,25 @@ func TestListSweepRepublishesChunksOfALostStream(t *testing.T) {
 	if n := msgs(); n != 1 {
 		t.Fatalf("%d messages after a second sweep, want still 1", n)
 	}
+}
+
+// runningList imports a list of two addresses and starts it: its one chunk is handed out, and no
+// message for it is published.
+func runningList(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (*list.Store, list.List) {
+	t.Helper()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Builder})
+	pgtest.Must(t, err, "create account")
+	store := list.NewStore(pool, list.Defaults())
+	rd, err := list.NewReader(strings.NewReader("a@x.test\nb@y.test\n"), list.Text, "", list.Limits{MaxRows: 10, MaxLineBytes: 100})
+	pgtest.Must(t, err, "reader")
+	l, err := store.Import(ctx, list.Upload{AccountID: acct.ID, Tier: plan.Builder, Plan: plan.Defaults()[plan.Builder], Now: time.Now()}, rd)
+	pgtest.Must(t, err, "import")
+	chunks, err := store.Start(ctx, l.AccountID)
+	pgtest.Must(t, err, "start")
+	if len(chunks) != 1 {
+		t.Fatalf("started %d chunks, want 1", len(chunks))
+	}
+	return store, l
 }
 
 // streamOfOld stands for a LISTS stream created an hour ago.
