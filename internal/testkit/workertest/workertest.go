@@ -3,15 +3,14 @@
 package workertest
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mailvet/mailvet/internal/testkit/freeport"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -28,7 +27,7 @@ func ReadyThenStop(t *testing.T, run Run) {
 	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr logtest.Buffer // the worker writes it while a failing test reads it
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, &stderr) }()
 
@@ -55,22 +54,4 @@ func ReadyThenStop(t *testing.T, run Run) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker did not stop within 5 s")
 	}
-}
-
-// syncBuffer is the worker's stderr: the worker writes it while a failing test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
