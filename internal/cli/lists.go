@@ -69,7 +69,8 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			if _, cerr := c.CancelList(stop, id); cerr == nil {
-				return fmt.Errorf("interrupted: list %s canceled: %w", id, err)
+				// The interrupt is the user's own: no "context canceled" to puzzle over.
+				return fmt.Errorf("interrupted: list %s canceled; `mailvet lists results %s` has what was verified", id, id)
 			}
 		}
 		return fmt.Errorf("list %s: %w", id, err)
