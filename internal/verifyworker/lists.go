@@ -241,8 +241,7 @@ func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk, again bool) error {
 	case err != nil:
 		return err
 	}
-	r.publish(wctx, out)
-	return nil
+	return r.publish(wctx, out)
 }
 
 // watch stops the chunk's verification (stop) once its list is canceled, finished or deleted:
@@ -293,21 +292,39 @@ func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []ve
 	return r.pipe.VerifyBatch(ctx, emails, nil), nil
 }
 
-// publish queues what a write handed out. A failed publish is logged, not retried: the list is
-// left without progress, and the sweep publishes its chunks again after stallAge; a delivery
-// left unpublished is published by the webhook workers' outbox sweep.
-func (r *ListRunner) publish(ctx context.Context, out list.Written) {
+// publish queues what a write handed out. The chunks' publish is tried again every
+// publishRetry while ctx lasts (the write's budget): NATS restarting, or the connection
+// reconnecting, refuses publishes for a few seconds, and a chunk left without a message stalls
+// its list until the sweep finds it, which is minutes when the list's other chunks keep it
+// moving. Past ctx the error is returned, an outage: the chunk message is handed back, and its
+// redelivery publishes the handed-out chunks again (republish). A delivery left unpublished is
+// published by the webhook workers' outbox sweep.
+func (r *ListRunner) publish(ctx context.Context, out list.Written) error {
+	var err error
 	if len(out.Next) > 0 {
-		if err := queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil); err != nil {
-			r.log.Warn("publish list chunks", "err", err)
+		for {
+			if err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil); err == nil {
+				break
+			}
+			r.log.Warn("publish list chunks; trying again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(publishRetry):
+				continue
+			}
+			break
 		}
 	}
 	if out.Delivery != nil {
-		if err := webhook.Publish(ctx, r.js, r.Layout, *out.Delivery); err != nil {
-			r.log.Warn("publish list callback", "delivery_id", *out.Delivery, "err", err)
+		if derr := webhook.Publish(ctx, r.js, r.Layout, *out.Delivery); derr != nil {
+			r.log.Warn("publish list callback", "delivery_id", *out.Delivery, "err", derr)
 		}
 	}
+	return err
 }
+
+// publishRetry is the pause between two tries of a chunk publish (publish).
+const publishRetry = 500 * time.Millisecond
 
 // fail records the list as failed and publishes what that led to; an error means it is not
 // recorded, and the caller must keep the chunk.

@@ -1,0 +1,68 @@
+package verifyworker
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+)
+
+// The chunks a write handed out are published although NATS stops answering for a moment (here
+// 1.5 s behind a black-holing proxy; a restarted server, or a connection reconnecting, refuses
+// publishes the same way). Before, the publish was given up at once, and the chunk waited for the
+// sweep's 5 minutes, which a fault campaign saw after a NATS restart.
+func TestChunkPublishOutlastsANATSBlip(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	proxy, err := tcpproxy.Start(s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := queue.Connect("nats://"+proxy.Addr(), "runner-under-test", queue.Auth{}, app.NewLogger(io.Discard, "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
+	r := NewListRunner(nil, js, nil, app.NewLogger(io.Discard, "test"))
+
+	proxy.Hold()
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		proxy.Restore()
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, r.WriteBudget)
+	defer wcancel()
+	if err := r.publish(wctx, list.Written{Next: []list.Chunk{{ListID: uuid.New(), Chunk: 3}}}); err != nil {
+		t.Fatalf("publish across a 1.5 s blip: %v", err)
+	}
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d chunk messages after the blip, want 1", n)
+	}
+
+	// NATS away for longer than the write's budget: the error comes back as an outage, so that the
+	// chunk message is handed back and its redelivery publishes the chunk again.
+	proxy.Hold()
+	defer proxy.Restore()
+	short, scancel := context.WithTimeout(ctx, 1200*time.Millisecond)
+	defer scancel()
+	if err := r.publish(short, list.Written{Next: []list.Chunk{{ListID: uuid.New(), Chunk: 4}}}); !outage(err) {
+		t.Fatalf("publish past its budget: %v, want an outage", err)
+	}
+}
