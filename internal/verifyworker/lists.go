@@ -302,17 +302,10 @@ func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []ve
 func (r *ListRunner) publish(ctx context.Context, out list.Written) error {
 	var err error
 	if len(out.Next) > 0 {
-		for {
-			if err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil); err == nil {
-				break
-			}
+		err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil)
+		for err != nil && pause(ctx, publishRetry) {
 			r.log.Warn("publish list chunks; trying again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(publishRetry):
-				continue
-			}
-			break
+			err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, out.Next, nil)
 		}
 	}
 	if out.Delivery != nil {
@@ -325,6 +318,18 @@ func (r *ListRunner) publish(ctx context.Context, out list.Written) error {
 
 // publishRetry is the pause between two tries of a chunk publish (publish).
 const publishRetry = 500 * time.Millisecond
+
+// pause waits d, or less when ctx ends first; it reports whether ctx is still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
+}
 
 // fail records the list as failed and publishes what that led to; an error means it is not
 // recorded, and the caller must keep the chunk.
