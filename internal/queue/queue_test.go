@@ -85,6 +85,39 @@ func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
 	}
 }
 
+// A slow consumer's dropped messages are logged as a structured warning naming the subject,
+// not left to nats.go's plain line on stderr.
+func TestSlowConsumerIsLogged(t *testing.T) {
+	t.Parallel()
+	var buf logtest.Buffer
+	nc, err := queue.Connect(natstest.URL(t), "t", queue.Auth{}, slog.New(slog.NewJSONHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	full := make(chan *nats.Msg, 1) // never read: the second message overflows it
+	if _, err := nc.ChanSubscribe("slow.subject", full); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := nc.Publish("slow.subject", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !strings.Contains(buf.String(), `"subject":"slow.subject"`); i++ {
+		if i == 200 {
+			t.Fatalf("no warning for the slow consumer:\n%s", buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out := buf.String(); !strings.Contains(out, "nats asynchronous error") || !strings.Contains(out, "slow consumer") {
+		t.Fatalf("warning: %s", out)
+	}
+}
+
 // Replicas that a single server cannot keep are a configuration mistake, not a cluster still
 // forming: EnsureStreams and EnsureBucket end at once with an error naming the variable instead of
 // waiting for ctx (docs/operations.md, "Start-up and shutdown").
