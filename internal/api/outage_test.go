@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -10,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/plan"
-	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 )
@@ -53,20 +50,8 @@ func setupOutage(t testing.TB) *outageBundle {
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "1000000"}})
 	ob := &outageBundle{verifyBundle: b, uploadText: "ann@acme.test\nbob@acme.test\n"}
 
-	var err error
-	if ob.natsCut, err = tcpproxy.Start(strings.TrimPrefix(b.natsURL, "nats://")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ob.natsCut.Close() })
-	nc, err := queue.Connect("nats://"+ob.natsCut.Addr(), "api-outage", queue.Auth{}, app.NewLogger(io.Discard, "api-nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	natsCut, nc, js := natstest.Proxied(t, b.natsURL, "api-outage")
+	ob.natsCut = natsCut
 
 	url, pgCut := pgtest.Proxied(t, b.pool.Config().ConnString())
 	ob.pgCut = pgCut

@@ -7,13 +7,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
-	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 )
 
 // The chunks a write handed out are published although NATS stops answering for a moment (here
@@ -22,23 +20,9 @@ import (
 // sweep's 5 minutes, which a fault campaign saw after a NATS restart.
 func TestChunkPublishOutlastsANATSBlip(t *testing.T) {
 	t.Parallel()
-	s := natstest.Server(t)
-	proxy, err := tcpproxy.Start(s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy, _, js := natstest.Proxied(t, natstest.URL(t), "runner-under-test")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, err := queue.Connect("nats://"+proxy.Addr(), "runner-under-test", queue.Auth{}, app.NewLogger(io.Discard, "test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
 	r := NewListRunner(nil, js, nil, app.NewLogger(io.Discard, "test"))
 

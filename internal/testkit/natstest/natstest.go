@@ -4,6 +4,9 @@ package natstest
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 )
 
 // Server starts a server that shuts down when t ends.
@@ -52,4 +56,26 @@ func Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 		t.Fatalf("natstest: %v", err)
 	}
 	return nc, js
+}
+
+// Proxied starts a tcpproxy in front of the server at url and connects to the server through it
+// as Mailvet's processes connect (queue.Connect: its reconnect and ping settings), for fault tests
+// (Cut, Hold, Restore). The proxy and the connection are closed when t ends.
+func Proxied(t testing.TB, url, name string) (*tcpproxy.Proxy, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	p, err := tcpproxy.Start(strings.TrimPrefix(url, "nats://"))
+	if err != nil {
+		t.Fatalf("natstest: proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	nc, err := queue.Connect("nats://"+p.Addr(), name, queue.Auth{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("natstest: connect through the proxy: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	return p, nc, js
 }
