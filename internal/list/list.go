@@ -332,14 +332,19 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // snapshot runs fn in a read-only transaction that sees one state of the database throughout:
-// what a writer changes together (a list's verified and its counts) is read together.
+// what a writer changes together (a list's verified and its counts) is read together. A pool or
+// a connection begins it with its isolation in the BEGIN itself (no extra round trip); a store
+// made on a caller's transaction reads within that one, which decides what it sees.
 func (s *Store) snapshot(ctx context.Context, fn func(pgx.Tx) error) error {
-	return s.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
+	if b, ok := s.db.(txBeginner); ok {
+		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	}
+	return s.tx(ctx, fn)
+}
+
+// txBeginner is what pgxpool.Pool and pgx.Conn have and a transaction has not.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // bulkBudget bounds the statements whose work grows with a list's size (its COPY, its deletion,
