@@ -61,10 +61,10 @@ func NewConsumer(js jetstream.JetStream, spec ConsumerSpec, l Layout, pull int, 
 // Name is the durable consumer's name.
 func (c *Consumer) Name() string { return c.spec.Config.Durable }
 
-// Run hands each message to handle, one at a time, until ctx ends. handle must not block for
-// long: a worker starts its own goroutines for the work. When ctx ends, Run stops pulling and
-// returns once the messages already buffered have been handed back (Nak) for another replica to
-// take at once; work still in flight in the caller's goroutines is the caller's to wait for.
+// Run hands each message to handle, one at a time, until ctx ends. handle may wait (for a free
+// slot, say); the messages the iterator has buffered wait with it. When ctx ends, Run stops pulling
+// and returns once the messages already buffered have been handed back (Nak) for another replica
+// to take at once; work still in flight in the caller's goroutines is the caller's to wait for.
 func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 	link := Watch(c.js.Conn())
 	defer link.Close()
@@ -77,6 +77,13 @@ func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 			c.running.Store(true)
 			err = c.pump(ctx, link, it, handle)
 			c.running.Store(false)
+			if errors.Is(err, errLinkDropped) {
+				// A fresh iterator, with an empty buffer, as soon as the connection is back.
+				c.log.Info("consumer waits for NATS", "consumer", c.Name())
+				for ctx.Err() == nil && !link.WaitUp(ctx, time.Minute) {
+				}
+				continue
+			}
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -90,6 +97,9 @@ func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 	}
 	return nil
 }
+
+// errLinkDropped ends an iterator whose connection dropped or stopped answering (see pump).
+var errLinkDropped = errors.New("the NATS connection dropped under the iterator")
 
 // start makes sure the stream and the consumer exist and opens an iterator on them.
 func (c *Consumer) start(ctx context.Context) (jetstream.MessagesContext, error) {
@@ -115,7 +125,15 @@ func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
-// pump reads it until it fails or ctx ends.
+// pump reads it until it fails, its connection drops (errLinkDropped) or ctx ends.
+//
+// An iterator does not outlive a dropped connection. nats.go's iterator counts the messages it
+// asked for and has not handed over yet; a reconnect resets that count to zero and asks the
+// server for a full buffer again, while the buffer may still be full behind a busy handler: the
+// new messages overflow it and are dropped as a slow consumer, to come back only after AckWait
+// (a list paused 22 s in a fault campaign). So when the link drops, or stops answering, pump
+// drains the iterator: it asks for nothing more, what it holds is handed to handle as usual, and
+// Run starts a new one once the link is back. See docs/reliability.md.
 //
 // The reads run in their own goroutine, so that stopping never waits for NATS: a Next waiting on
 // a server that stopped answering (a black hole, a SIGSTOPped server: the connection still looks
@@ -149,16 +167,27 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			handling.Unlock()
 		}
 	}()
+	dropped := false
 	for {
 		changed := link.Changed()
 		select {
 		case err := <-done:
+			if dropped && ctx.Err() == nil {
+				return errLinkDropped
+			}
 			return err
 		case <-changed:
-			// Back from a disconnect: the server may have lost the consumer (or the whole
-			// store). Re-creating it under the running iterator lets the iterator's next pull
-			// find it, instead of waiting for missed heartbeats.
-			if link.Up() {
+			switch {
+			case dropped:
+			case !link.Up():
+				// Draining needs no server: it stops the pulls, and the buffer is read out
+				// (and the iterator ends) once nats.go has given up on the old connection.
+				dropped = true
+				it.Drain()
+			default:
+				// A change that left the link up (its drop came before this iterator): the
+				// server may have lost the consumer (or its store); re-creating it lets the
+				// next pull find it, instead of waiting for missed heartbeats.
 				if _, err := c.ensure(ctx); err != nil && ctx.Err() == nil {
 					c.log.Warn("re-create consumer after reconnect", "consumer", c.Name(), "err", err)
 				}
