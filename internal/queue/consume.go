@@ -78,11 +78,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 			err = c.pump(ctx, link, it, handle)
 			c.running.Store(false)
 			if errors.Is(err, errLinkDropped) {
-				// A fresh iterator, with an empty buffer, as soon as the connection is back.
-				c.log.Info("consumer waits for NATS", "consumer", c.Name())
-				for ctx.Err() == nil && !link.WaitUp(ctx, time.Minute) {
-				}
-				continue
+				continue // a fresh iterator, with an empty buffer, now that the link is back
 			}
 		}
 		if ctx.Err() != nil {
@@ -98,7 +94,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 	return nil
 }
 
-// errLinkDropped ends an iterator whose connection dropped or stopped answering (see pump).
+// errLinkDropped ends an iterator that was drained after a reconnect (see pump).
 var errLinkDropped = errors.New("the NATS connection dropped under the iterator")
 
 // start makes sure the stream and the consumer exist and opens an iterator on them.
@@ -125,15 +121,19 @@ func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
-// pump reads it until it fails, its connection drops (errLinkDropped) or ctx ends.
+// pump reads it until it fails, it is replaced after a reconnect (errLinkDropped) or ctx ends.
 //
-// An iterator does not outlive a dropped connection. nats.go's iterator counts the messages it
-// asked for and has not handed over yet; a reconnect resets that count to zero and asks the
-// server for a full buffer again, while the buffer may still be full behind a busy handler: the
-// new messages overflow it and are dropped as a slow consumer, to come back only after AckWait
-// (a list paused 22 s in a fault campaign). So when the link drops, or stops answering, pump
-// drains the iterator: it asks for nothing more, what it holds is handed to handle as usual, and
-// Run starts a new one once the link is back. See docs/reliability.md.
+// An iterator does not outlive a reconnect. nats.go's iterator counts the messages it asked for
+// and has not handed over yet; a reconnect resets that count to zero and asks the server for a
+// full buffer again, while the buffer may still be full behind a busy handler: the new messages
+// overflow it and are dropped as a slow consumer, to come back only after AckWait (a list paused
+// 22 s in a fault campaign). So while the link is down (or not answering) the reader asks the
+// iterator for nothing more, and once the link is back pump drains the iterator: no more pulls,
+// what it holds is handed to handle as usual, and Run starts a new one. The drain waits for the
+// link because it is also what tells the server to stop serving the old pull request: drained
+// while the link is down, the unsubscribe is never sent (nats.go re-subscribes the old inbox at
+// the reconnect and then drops what arrives on it), and messages the server hands to the old
+// request are lost until AckWait. See docs/reliability.md.
 //
 // The reads run in their own goroutine, so that stopping never waits for NATS: a Next waiting on
 // a server that stopped answering (a black hole, a SIGSTOPped server: the connection still looks
@@ -146,9 +146,40 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 	// handling is held while a message is checked against ctx and handed to handle: once pump
 	// has taken it after ctx ended, no read hands a message to handle any more.
 	var handling sync.Mutex
+	// held, while the link is down, is closed when the reader may read again.
+	var (
+		heldMu sync.Mutex
+		held   chan struct{}
+	)
+	hold := func() {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		if held == nil {
+			held = make(chan struct{})
+		}
+	}
+	release := func() (wasHeld bool) {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		if held != nil {
+			close(held)
+			held = nil
+			return true
+		}
+		return false
+	}
 	done := make(chan error, 1)
 	go func() {
 		for {
+			heldMu.Lock()
+			h := held
+			heldMu.Unlock()
+			if h != nil {
+				select {
+				case <-h:
+				case <-ctx.Done():
+				}
+			}
 			m, err := it.Next()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -167,27 +198,30 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			handling.Unlock()
 		}
 	}()
-	dropped := false
+	reconnects := link.Reconnects()
+	drained := false
 	for {
 		changed := link.Changed()
 		select {
 		case err := <-done:
-			if dropped && ctx.Err() == nil {
+			if drained && ctx.Err() == nil {
 				return errLinkDropped
 			}
 			return err
 		case <-changed:
 			switch {
-			case dropped:
+			case drained:
 			case !link.Up():
-				// Draining needs no server: it stops the pulls, and the buffer is read out
-				// (and the iterator ends) once nats.go has given up on the old connection.
-				dropped = true
+				hold()
+			case release() || link.Reconnects() != reconnects:
+				// Back (or a reconnect this pump saw only the end of): the reader drains what
+				// the iterator holds, then Run starts a new one.
+				drained = true
 				it.Drain()
 			default:
-				// A change that left the link up (its drop came before this iterator): the
-				// server may have lost the consumer (or its store); re-creating it lets the
-				// next pull find it, instead of waiting for missed heartbeats.
+				// A change that left the link up and the connection the same: the server may
+				// still have lost the consumer (or its store); re-creating it lets the next
+				// pull find it, instead of waiting for missed heartbeats.
 				if _, err := c.ensure(ctx); err != nil && ctx.Err() == nil {
 					c.log.Warn("re-create consumer after reconnect", "consumer", c.Name(), "err", err)
 				}

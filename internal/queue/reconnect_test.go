@@ -12,7 +12,119 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 )
+
+// reconnecting is a JOBS consumer connected through a proxy the test cuts, with a handler that
+// reports each message it gets, and a connection of the test's own for publishing.
+type reconnecting struct {
+	proxy *tcpproxy.Proxy
+	nc    *nats.Conn
+	djs   jetstream.JetStream // not through the proxy
+	c     *queue.Consumer
+	got   chan delivery
+
+	mu    sync.Mutex
+	async []error // the consumer's connection's asynchronous errors (slow consumer)
+}
+
+type delivery struct {
+	data string
+	num  uint64 // JetStream's delivery count
+}
+
+// pullSize is the consumer's pull buffer.
+const pullSize = 8
+
+// startReconnecting runs the consumer; handle, when not nil, runs before a message is reported.
+// AckWait is a minute: a message lost on the way comes back long after the test's deadlines.
+func startReconnecting(t *testing.T, handle func()) *reconnecting {
+	t.Helper()
+	s := natstest.Server(t)
+	direct, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	r := &reconnecting{got: make(chan delivery, 1000)}
+	r.djs, _ = jetstream.New(direct)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := queue.EnsureStreams(ctx, r.djs, queue.Layout{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var js jetstream.JetStream
+	r.proxy, r.nc, js = natstest.Proxied(t, s.ClientURL(), "reconnecting-consumer")
+	r.nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		r.mu.Lock()
+		r.async = append(r.async, err)
+		r.mu.Unlock()
+	})
+	r.c = queue.NewConsumer(js, queue.JobsConsumer(pullSize, time.Minute), queue.Layout{}, pullSize, quiet)
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.c.Run(rctx, func(m jetstream.Msg) {
+			if handle != nil {
+				handle()
+			}
+			meta, _ := m.Metadata()
+			r.got <- delivery{string(m.Data()), meta.NumDelivered}
+			_ = m.Ack()
+		})
+	}()
+	t.Cleanup(func() {
+		rcancel()
+		<-done
+	})
+	eventually(t, "consumer running", 5*time.Second, func() bool { return r.c.Check(context.Background()) == nil })
+	return r
+}
+
+func (r *reconnecting) publish(t *testing.T, from, to int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := from; i < to; i++ {
+		if _, err := r.djs.Publish(ctx, queue.SubjectJob, fmt.Appendf(nil, "job %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// reconnect drops the consumer's connection and lets it reconnect.
+func (r *reconnecting) reconnect(t *testing.T) {
+	t.Helper()
+	r.proxy.Cut()
+	eventually(t, "the connection to drop", 5*time.Second, func() bool { return !r.nc.IsConnected() })
+	r.proxy.Restore()
+	eventually(t, "the reconnect", 10*time.Second, r.nc.IsConnected)
+}
+
+// expect waits up to within for messages 0 to n-1, each delivered once, and no asynchronous error.
+func (r *reconnecting) expect(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	seen := map[string]bool{}
+	deadline := time.After(within)
+	for len(seen) < n {
+		select {
+		case d := <-r.got:
+			if seen[d.data] || d.num != 1 {
+				t.Errorf("%s delivered again (delivery %d)", d.data, d.num)
+			}
+			seen[d.data] = true
+		case <-deadline:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("%d of %d messages handled within %v of the reconnect (asynchronous errors: %v)", len(seen), n, within, r.async)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, err := range r.async {
+		t.Errorf("asynchronous error: %v", err)
+	}
+}
 
 // A consumer whose handler is busy (every slot taken, as in a worker under load) when its
 // connection drops and comes back loses none of the messages its pull buffer holds, and takes
@@ -24,87 +136,40 @@ import (
 // after AckWait (seen in a fault campaign: a list paused 22 s). See docs/reliability.md.
 func TestBusyConsumerLosesNothingOverAReconnect(t *testing.T) {
 	t.Parallel()
-	s := natstest.Server(t)
-	direct, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	djs, _ := jetstream.New(direct)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := queue.EnsureStreams(ctx, djs, queue.Layout{}, nil); err != nil {
-		t.Fatal(err)
-	}
-	proxy, nc, js := natstest.Proxied(t, s.ClientURL(), "busy-consumer")
-	var slow []error
-	var slowMu sync.Mutex
-	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		slowMu.Lock()
-		slow = append(slow, err)
-		slowMu.Unlock()
-	})
-
-	const pull, n = 8, 40
-	spec := queue.JobsConsumer(pull, time.Minute) // AckWait far beyond the test's deadline
-	c := queue.NewConsumer(js, spec, queue.Layout{}, pull, quiet)
 	release := make(chan struct{})
-	type delivery struct {
-		data string
-		num  uint64
-	}
-	got := make(chan delivery, 4*n)
-	rctx, rcancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	var first sync.Once
-	go func() {
-		done <- c.Run(rctx, func(m jetstream.Msg) {
-			first.Do(func() { <-release }) // the worker is busy: the buffer fills behind it
-			meta, _ := m.Metadata()
-			got <- delivery{string(m.Data()), meta.NumDelivered}
-			_ = m.Ack()
-		})
-	}()
-	t.Cleanup(func() {
-		rcancel()
-		<-done
+	r := startReconnecting(t, func() {
+		first.Do(func() { <-release }) // the worker is busy: the buffer fills behind it
 	})
-	for i := range n {
-		if _, err := djs.Publish(ctx, queue.SubjectJob, fmt.Appendf(nil, "job %d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// One message in the handler and the rest of a full pull in the iterator's buffer.
-	eventually(t, "a full pull delivered", 5*time.Second, func() bool {
-		info, err := djs.Consumer(context.Background(), queue.StreamJobs, c.Name())
-		return err == nil && info.CachedInfo().NumAckPending == pull
+	const n = 40
+	before := r.nc.Stats().InMsgs
+	r.publish(t, 0, n)
+	// One message in the handler and the rest of a full pull in the iterator's buffer, all of
+	// them received: a message still on its way when the connection drops is lost with it, and
+	// comes back only after AckWait whatever the consumer does.
+	eventually(t, "a full pull received", 5*time.Second, func() bool {
+		info, err := r.djs.Consumer(context.Background(), queue.StreamJobs, r.c.Name())
+		return err == nil && info.CachedInfo().NumAckPending == pullSize && r.nc.Stats().InMsgs-before >= pullSize
 	})
-
-	proxy.Cut()
-	eventually(t, "the connection to drop", 5*time.Second, func() bool { return !nc.IsConnected() })
-	proxy.Restore()
-	eventually(t, "the reconnect", 10*time.Second, nc.IsConnected)
+	r.reconnect(t)
 	time.Sleep(300 * time.Millisecond) // nats.go's iterator hears of the reconnect
 	close(release)
+	r.expect(t, n, 15*time.Second)
+}
 
-	seen := map[string]uint64{}
-	deadline := time.After(15 * time.Second)
-	for len(seen) < n {
-		select {
-		case d := <-got:
-			if _, twice := seen[d.data]; twice || d.num != 1 {
-				t.Errorf("%s delivered again (delivery %d)", d.data, d.num)
-			}
-			seen[d.data] = d.num
-		case <-deadline:
-			slowMu.Lock()
-			defer slowMu.Unlock()
-			t.Fatalf("%d of %d messages handled 15 s after the reconnect (async errors: %v)", len(seen), n, slow)
-		}
-	}
-	slowMu.Lock()
-	defer slowMu.Unlock()
-	for _, err := range slow {
-		t.Errorf("asynchronous error: %v", err)
+// An idle consumer takes the work published right after a reconnect at once. Its pull request
+// from before the drop may still wait on the server: the consumer must tell the server it is
+// done with it (the iterator's drain, sent once the link is back), or the server hands the new
+// messages to a subscription the client has already let go, and they come back only after
+// AckWait.
+func TestIdleConsumerTakesWorkRightAfterAReconnect(t *testing.T) {
+	t.Parallel()
+	r := startReconnecting(t, nil)
+	r.publish(t, 0, 1)
+	r.expect(t, 1, 5*time.Second)
+	for round := range 2 {
+		r.reconnect(t)
+		r.publish(t, 1+round*5, 6+round*5)
+		r.expect(t, 5, 5*time.Second)
 	}
 }
