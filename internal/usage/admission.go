@@ -47,6 +47,13 @@ type Request struct {
 	// OccurredAt is Now. Item keys must be fresh: a key already logged fails the whole statement
 	// rather than count twice.
 	Rows []Row
+	// Reservation, for a paid request without Rows, is the id under which its emails are
+	// reserved under the hard spend cap until its results are recorded (Record with the
+	// decision) or it ends (Release); ReservedBy is the API replica that holds it, so that the
+	// sweep releases it if the replica dies (Holds). The zero id reserves nothing: a bulk list
+	// counts as its own reservation (listsOutstanding). Accounts without a cap reserve nothing.
+	Reservation uuid.UUID
+	ReservedBy  string
 }
 
 // Decision is the outcome of a successful admission, for the RateLimit-* response headers and
@@ -70,6 +77,9 @@ type Decision struct {
 	// RefundID, when set, makes Refund of this decision count once however often it is retried
 	// (a statement that committed but whose answer was lost is retried): see Refund.
 	RefundID uuid.UUID
+	// Reservation is the request's open reservation under the spend cap (Request.Reservation),
+	// or the zero id when admission made none.
+	Reservation uuid.UUID
 }
 
 // RateLimited is returned when the per-minute limit would be exceeded.
@@ -179,11 +189,13 @@ const jobsOutstanding = `SELECT count(*) FROM jobs j
 // worst case, every email of the request billable, in float8 and unrounded, so a cap is never
 // crossed by a fraction of a cent; the addresses the account's running bulk lists have still to
 // verify, and its async jobs not finished yet, count as billed (listsOutstanding,
-// jobsOutstanding). A request that writes its billable rows at admission
-// (a single email) is decided on the month row's latest count under its lock, so such requests,
-// alone or in groups, cannot pass the cap together. Batches, streams and async jobs write their
-// rows after admission: admitted at the same moment, they each see the count before the others
-// and can pass the cap together by at most their own emails.
+// jobsOutstanding). A request that writes its billable rows at admission (a single email) adds
+// them to the month row; one that records them later (a batch, a stream, an async job: a
+// Request with a Reservation) reserves its emails on the month row instead (usage_monthly.
+// reserved, one usage_reservations row per request), until its results are recorded or it ends
+// (Charge). Either way each admission is decided on the month row's latest billable and reserved
+// counts under its lock, so requests admitted at the same time, or while others run, cannot pass
+// the cap together.
 func admitSQL(free, rows, rate bool) string {
 	var b strings.Builder
 	if rate {
@@ -213,39 +225,52 @@ func admitSQL(free, rows, rate bool) string {
 		return b.String()
 	}
 	const first = 8
-	billable := "0"
+	billable, reserve := "0", "0"
 	if rows {
 		billable = fmt.Sprintf("$%d::int", first)
+	} else {
+		// $8 the emails to reserve (0: none), $9 the reservation's id, $10 its holder.
+		reserve = `CASE WHEN acct.cap IS NULL THEN 0 ELSE $8::int END`
 	}
-	// fits is the cap check against a month's billable count: every email of the request
-	// billable, worst case, and the addresses of the account's running lists and unfinished async
+	// fits is the cap check against a month's count: every email of the request billable, worst
+	// case, and the emails of the account's open reservations, running lists and unfinished async
 	// jobs as if billed.
 	fits := func(count string) string {
 		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + (` + jobsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
 	}
-	// month adds the rows' billable count to the month only if the request fits under the cap.
-	// Its ON CONFLICT condition is evaluated on the row's latest version, after waiting for the
-	// row lock of any admission in flight, so concurrent admissions (alone or in groups) cannot
-	// pass the cap together. Without a cap, and with nothing billable, it writes nothing.
+	// month adds the rows' billable count, or the emails it reserves, to the month only if the
+	// request fits under the cap. Its ON CONFLICT condition is evaluated on the row's latest
+	// version, after waiting for the row lock of any admission in flight, so concurrent
+	// admissions (alone or in groups) cannot pass the cap together: each sees what the others
+	// billed or reserved. Without a cap, and with nothing billable, it writes nothing.
 	fmt.Fprintf(&b, `, acct AS (
 			SELECT a.hard_cap_eur::float8 AS cap,
 				coalesce((SELECT m.billable FROM usage_monthly m WHERE m.account_id = $1 AND m.month = $5), 0) AS billable
 			FROM accounts a WHERE a.id = $1
 		), month AS (
-			INSERT INTO usage_monthly AS m (account_id, month, billable)
-			SELECT $1, $5, %[1]s FROM acct
+			INSERT INTO usage_monthly AS m (account_id, month, billable, reserved)
+			SELECT $1, $5, %[1]s, %[4]s FROM acct
 			WHERE EXISTS (SELECT 1 FROM r) AND (%[1]s > 0 OR acct.cap IS NOT NULL) AND (acct.cap IS NULL OR %[2]s)
-			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable
+			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable,
+				reserved = m.reserved + EXCLUDED.reserved
 			WHERE (SELECT cap FROM acct) IS NULL OR %[3]s
 			RETURNING 1
 		), ok AS (
 			SELECT 1 FROM r, acct WHERE acct.cap IS NULL OR EXISTS (SELECT 1 FROM month)
-		)`, billable, fits("0"), fits("m.billable"))
+		)`, billable, fits("0"), fits("m.billable + m.reserved"), reserve)
 	if rows {
 		b.WriteString(", " + logCTE("ok", first))
+		b.WriteString(`
+		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok), false FROM acct`)
+		return b.String()
 	}
-	b.WriteString(`
-		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok) FROM acct`)
+	b.WriteString(`, res AS (
+			INSERT INTO usage_reservations (id, account_id, month, emails, held_by)
+			SELECT $9::uuid, $1, $5, $8::int, $10::uuid FROM acct
+			WHERE acct.cap IS NOT NULL AND $8::int > 0 AND EXISTS (SELECT 1 FROM month)
+			RETURNING 1
+		)
+		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok), EXISTS (SELECT 1 FROM res) FROM acct`)
 	return b.String()
 }
 
@@ -299,6 +324,7 @@ type admission struct {
 	capEUR      *float64
 	monthBill   int
 	capOK       bool
+	reserved    bool
 }
 
 func newAdmission(r Request) *admission {
@@ -311,6 +337,16 @@ func newAdmission(r Request) *admission {
 	a.args = []any{r.AccountID, window, r.Units, r.RatePerMin, a.d.Month, r.MonthlyCalls}
 	if !r.Free {
 		a.args = append(a.args, r.OverageEUR)
+		if len(r.Rows) == 0 {
+			reserve, holder := 0, any(nil)
+			if r.Reservation != uuid.Nil {
+				reserve = r.Units
+			}
+			if r.ReservedBy != "" {
+				holder = r.ReservedBy
+			}
+			a.args = append(a.args, reserve, r.Reservation, holder)
+		}
 	}
 	if len(r.Rows) > 0 {
 		billable := 0
@@ -331,7 +367,7 @@ func (a *admission) scan(row pgx.Row) error {
 	if a.r.Free {
 		return row.Scan(&a.used, &a.quota)
 	}
-	return row.Scan(&a.used, &a.capEUR, &a.monthBill, &a.capOK)
+	return row.Scan(&a.used, &a.capEUR, &a.monthBill, &a.capOK, &a.reserved)
 }
 
 // failed is the error of an admission whose statement failed: on the free tier the statement is
@@ -386,6 +422,9 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 	}
 	for _, row := range r.Rows {
 		d.Logged = append(d.Logged, row.ItemKey)
+	}
+	if a.reserved {
+		d.Reservation = r.Reservation
 	}
 	return d, nil
 }

@@ -86,6 +86,15 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 		err error
 	)
 	l.hold(r.Rows)
+	if !r.Free && len(r.Rows) == 0 && r.Reservation == uuid.Nil {
+		// Results recorded after admission: the emails are reserved under the spend cap
+		// until they are (Request.Reservation), held by this replica like its rows.
+		r.Reservation = uuid.New()
+		if l.holds != nil {
+			l.holds.start()
+			r.ReservedBy = l.holds.id
+		}
+	}
 	if l.group != nil {
 		d, err = l.group.Admit(ctx, r)
 	} else {
@@ -100,6 +109,9 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 				keys[i] = row.ItemKey
 			}
 			l.settle(Decision{AccountID: r.AccountID}, keys, nil)
+		}
+		if !refused(err) {
+			l.release(r.Reservation) // the same for a reservation the statement may have made
 		}
 		return nil, d, err
 	}
@@ -142,6 +154,7 @@ type Charge struct {
 	// for a while after (Ledger.withdrawLate), without touching the units a second time.
 	doubtful []string
 	closed   bool
+	release  sync.Once // of the reservation (Decision.Reservation), by Close
 }
 
 // Record writes result rows of this request (Record) and keeps them owed only until Close,
@@ -162,7 +175,7 @@ func (c *Charge) Record(ctx context.Context, rows []Row) error {
 	err := errAbandoned
 	if !c.ledger.abandoned.Load() {
 		rctx, cancel := detached(ctx)
-		err = Record(rctx, c.ledger.db, rows)
+		err = recordReserved(rctx, c.ledger.db, rows, c.d.Reservation)
 		cancel()
 	}
 	keys := make([]string, len(rows))
@@ -254,6 +267,8 @@ func (c *Charge) Settle() {
 // behind the response with backoff, so a partitioned database does not also hold the error
 // response. Close may be called more than once; only the first counts.
 func (c *Charge) Close() {
+	// Whatever was not recorded is not coming: its emails leave the spend cap's count.
+	c.release.Do(func() { c.ledger.release(c.d.Reservation) })
 	c.mu.Lock()
 	if c.closed || c.settled {
 		c.closed = true
@@ -332,14 +347,47 @@ func (l *Ledger) withdrawLate(account string, keys []string) {
 	}()
 }
 
+// release closes reservation id (Release), as settle writes a refund. One it cannot close is
+// released by the sweep (ReleaseStale): at once when this replica is retired or dies, after
+// ReservationMaxAge otherwise. Until then it only makes the cap stricter.
+func (l *Ledger) release(id uuid.UUID) {
+	if id == uuid.Nil || l.abandoned.Load() {
+		return
+	}
+	l.persist(func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
+		l.log.Warn("usage: a spend-cap reservation could not be released; the sweep will release it", "reservation", id, "err", err)
+	})
+}
+
+// persist runs write once on the response's path, briefly (refundWait), and when that fails goes
+// on behind the response with backoff for up to refundPatience (Ledger.Close waits), then reports
+// the last error to failed.
+func (l *Ledger) persist(write func(context.Context) error, failed func(error)) {
+	try := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), refundWait)
+		defer cancel()
+		return write(ctx)
+	}
+	if try() == nil {
+		return
+	}
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		policy := backoff.NewExponentialBackOff()
+		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, refundPatience
+		if err := backoff.Retry(try, policy); err != nil {
+			failed(err)
+		}
+	}()
+}
+
 func (l *Ledger) settle(d Decision, withdrawKeys, doubtfulKeys []string) {
 	if l.abandoned.Load() {
 		return
 	}
 	var withdrawn, returned bool
-	try := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), refundWait)
-		defer cancel()
+	l.persist(func(ctx context.Context) error {
 		if !withdrawn {
 			if err := withdraw(ctx, l.db, d.AccountID, withdrawKeys, returnUnits); err != nil {
 				return err
@@ -353,18 +401,8 @@ func (l *Ledger) settle(d Decision, withdrawKeys, doubtfulKeys []string) {
 			returned = true
 		}
 		return Refund(ctx, l.db, d)
-	}
-	if try() == nil {
-		return
-	}
-	l.background.Add(1)
-	go func() {
-		defer l.background.Done()
-		policy := backoff.NewExponentialBackOff()
-		policy.InitialInterval, policy.MaxInterval, policy.MaxElapsedTime = 250*time.Millisecond, 5*time.Second, refundPatience
-		if err := backoff.Retry(try, policy); err != nil {
-			l.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged,
-				"rows", len(d.Logged), "withdrawn", len(withdrawKeys), "err", err)
-		}
-	}()
+	}, func(err error) {
+		l.log.Error("usage refund", "account", d.AccountID, "quota_units", d.QuotaCharged,
+			"rows", len(d.Logged), "withdrawn", len(withdrawKeys), "err", err)
+	})
 }

@@ -26,8 +26,11 @@ import (
 // sweeps the rows still held by replicas whose heartbeat has lapsed and withdraws them, with their
 // counts (withdraw).
 //
-// The background work starts with the first row held, so a server that never meters anything
-// (many tests) runs no goroutine.
+// The sweep also releases the spend-cap reservations of dead replicas (ReleaseStale): a
+// reservation is held by its replica as its rows are.
+//
+// The background work starts with the first row or reservation held, so a server that never
+// meters anything (many tests) runs no goroutine.
 type Holds struct {
 	db    DB
 	log   *slog.Logger
@@ -143,6 +146,13 @@ func (h *Holds) sweep() {
 	}
 	if err != nil {
 		h.log.Warn("usage holds: sweep", "err", err)
+	}
+	n, err = ReleaseStale(ctx, h.db, h.grace)
+	if n > 0 {
+		h.log.Warn("usage holds: released the spend-cap reservations of dead replicas", "reservations", n)
+	}
+	if err != nil {
+		h.log.Warn("usage holds: releasing reservations", "err", err)
 	}
 }
 

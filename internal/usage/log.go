@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Row is one usage-log row: a verified email, or a request that was rejected.
@@ -96,20 +98,54 @@ func logColumns(rows []Row) []any {
 // statement here. In the other order the two statements deadlocked under load, and each deadlock
 // held every metering statement of the account for deadlock_timeout (1 s), past their deadline
 // (docs/reliability.md, "Cluster fault test").
-var recordSQL = `
+var recordSQL = recordStatement(false)
+
+// recordReservedSQL is recordSQL for the rows of a request with a reservation under the spend
+// cap ($14, see Request.Reservation): the rows it logs are taken off the reservation, and off the
+// month's reserved count, in the same statement, so that no email is ever counted both as
+// reserved and as billed, nor as neither. A reservation already released (the request ended, or
+// the sweep took its replica for dead) takes nothing off.
+var recordReservedSQL = recordStatement(true)
+
+func recordStatement(reserved bool) string {
+	monthly := `
+			INSERT INTO usage_monthly AS m (account_id, month, billable)
+			SELECT account_id, date_trunc('month', at)::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
+			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable`
+	release := ""
+	if reserved {
+		// One statement may change a usage_monthly row only once, so the billable rows and the
+		// released emails of each month are summed first. The reservation's month row exists
+		// (admission wrote it); EXCLUDED.reserved carries the emails to take off.
+		release = `, rel AS (
+			UPDATE usage_reservations v SET emails = greatest(0, v.emails - x.n)
+			FROM (SELECT id, least(emails, (SELECT count(*) FROM ins)::int) AS n
+				FROM usage_reservations WHERE id = $14::uuid) x
+			WHERE v.id = x.id AND x.n > 0
+			RETURNING v.account_id, v.month, x.n
+		)`
+		monthly = `
+			INSERT INTO usage_monthly AS m (account_id, month, billable, reserved)
+			SELECT account_id, month, sum(b)::int, sum(n)::int FROM (
+				SELECT account_id, date_trunc('month', at)::date AS month, count(*) FILTER (WHERE billable) AS b, 0 AS n
+				FROM ins GROUP BY 1, 2
+				UNION ALL SELECT account_id, month, 0, n FROM rel
+			) x GROUP BY 1, 2 HAVING sum(b) > 0 OR sum(n) > 0
+			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable,
+				reserved = greatest(0, m.reserved - EXCLUDED.reserved)`
+	}
+	return `
 		WITH ins AS (
 			INSERT INTO usage_log (` + logColumnNames + `)
 			SELECT * FROM unnest(` + unnestParams(1) + `)
 			ON CONFLICT (item_key) DO NOTHING
 			RETURNING account_id, (occurred_at AT TIME ZONE 'UTC') AS at, billable
-		), monthly AS (
-			INSERT INTO usage_monthly AS m (account_id, month, billable)
-			SELECT account_id, date_trunc('month', at)::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
-			ON CONFLICT (account_id, month) DO UPDATE SET billable = m.billable + EXCLUDED.billable
+		)` + release + `, monthly AS (` + monthly + `
 		)
 		INSERT INTO usage_daily AS d (account_id, day, billable)
 		SELECT account_id, at::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
 		ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable`
+}
 
 // Record writes rows to the usage log and adds the billable ones to the daily and monthly
 // counters, in one statement: either all of it happens or none. Rows whose ItemKey is already
@@ -119,6 +155,18 @@ func Record(ctx context.Context, db DB, rows []Row) error {
 		return nil
 	}
 	_, err := db.Exec(ctx, recordSQL, logColumns(rows)...)
+	return err
+}
+
+// recordReserved is Record for the rows of a request with reservation id (recordReservedSQL).
+func recordReserved(ctx context.Context, db DB, rows []Row, id uuid.UUID) error {
+	if id == uuid.Nil {
+		return Record(ctx, db, rows)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, recordReservedSQL, append(logColumns(rows), id)...)
 	return err
 }
 
