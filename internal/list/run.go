@@ -384,6 +384,25 @@ func (s *Store) HandedOut(ctx context.Context, id uuid.UUID) ([]Chunk, error) {
 	return chunks, nil
 }
 
+// HandedOutOfRunning returns the chunks handed out and not written of every running list, at most
+// limit of them, the lists that went longest without progress first (HandedOut, for them all).
+func (s *Store) HandedOutOfRunning(ctx context.Context, limit int) ([]Chunk, error) {
+	rows, err := s.db.Query(ctx, `SELECT l.id, c.chunk FROM lists l
+		CROSS JOIN LATERAL (SELECT DISTINCT a.chunk FROM list_addresses a
+			WHERE a.list_id = l.id AND a.result IS NULL AND a.chunk < l.next_chunk) c
+		WHERE l.state = $1 ORDER BY l.updated_at, l.id, c.chunk LIMIT $2`, Running, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Chunk, error) {
+		var c Chunk
+		var n int32
+		err := r.Scan(&c.ListID, &n)
+		c.Chunk = int(n)
+		return c, err
+	})
+}
+
 // counts reads a list's counts by status and reason.
 func counts(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)

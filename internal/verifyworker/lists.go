@@ -73,7 +73,16 @@ type ListRunner struct {
 	// streamCreated is chunksStreamCreated; a test whose lists went quiet before its fresh
 	// stream was made stands in a stream that was there before them.
 	streamCreated func(context.Context) time.Time
+	// republished is the creation time of the LISTS stream for which this runner's sweep has
+	// published again every handed-out chunk (sweep); only the sweep's goroutine uses it.
+	republished time.Time
 }
+
+// freshStream is how young a LISTS stream must be for the sweep to publish every handed-out chunk
+// into it under its plain message id: well inside JetStream's 2-minute duplicate window, so that a
+// chunk already published into the new stream is dropped as a duplicate, whichever clock is ahead
+// by a few seconds.
+const freshStream = 90 * time.Second
 
 // NewListRunner returns a runner with production defaults.
 func NewListRunner(store *list.Store, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *ListRunner {
@@ -349,11 +358,17 @@ func (r *ListRunner) fail(id uuid.UUID, reason string) error {
 // Every replica may run it: the chunks it publishes carry the same message ids from every
 // replica, and purging is idempotent.
 func (r *ListRunner) sweep(ctx context.Context) {
-	created := r.chunksStreamCreated
+	createdAt := r.chunksStreamCreated
 	if r.streamCreated != nil {
-		created = r.streamCreated
+		createdAt = r.streamCreated
 	}
-	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), created(ctx), 100)
+	created := createdAt(ctx)
+	r.republishIntoFreshStream(ctx, created)
+	lostBefore := created
+	if !created.IsZero() && created.Equal(r.republished) {
+		lostBefore = time.Time{} // every chunk handed out before it is in it now
+	}
+	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), lostBefore, 100)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("list sweep", "err", err)
@@ -373,6 +388,35 @@ func (r *ListRunner) sweep(ctx context.Context) {
 		}
 	} else if n > 0 {
 		r.log.Info("list sweep: purged expired lists", "lists", n)
+	}
+}
+
+// republishIntoFreshStream publishes, once per new LISTS stream, every chunk that running lists
+// have handed out and not written, under its plain message id, while the stream is fresh.
+//
+// Why: a stream re-created empty (NATS lost its store) lost the messages of chunks handed out
+// before; the stall rules see a list only when the whole list stops (Stalled), so a lost chunk of
+// a list whose other chunks keep being written waited out stallAge. Published again within the
+// duplicate window, a chunk that is already in the new stream (published after its creation, by
+// a retry or by another replica's sweep) is dropped by JetStream, and only the lost ones are
+// queued: nothing is verified twice.
+func (r *ListRunner) republishIntoFreshStream(ctx context.Context, created time.Time) {
+	if created.IsZero() || created.Equal(r.republished) || time.Since(created) > freshStream {
+		return
+	}
+	chunks, err := r.store.HandedOutOfRunning(ctx, 10000)
+	if err == nil && len(chunks) > 0 {
+		err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, nil)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("list sweep: publishing handed-out chunks into a new stream", "err", err)
+		}
+		return // the next sweep tries again, while the stream is fresh
+	}
+	r.republished = created
+	if len(chunks) > 0 {
+		r.log.Info("list sweep: published the handed-out chunks of running lists into a new stream", "chunks", len(chunks))
 	}
 }
 

@@ -142,8 +142,7 @@ func TestListSweepWaitsOutAChunkBeingVerified(t *testing.T) {
 
 // A NATS server that restarted without its store re-creates the LISTS stream empty: a running
 // list whose last progress came before that has lost its handed-out chunks, and the next sweep
-// publishes them at once rather than after stallAge (5 minutes by default). A list that made
-// progress since keeps waiting out stallAge.
+// publishes them at once rather than after stallAge (5 minutes by default), once.
 func TestListSweepRepublishesChunksOfALostStream(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
@@ -175,6 +174,59 @@ func TestListSweepRepublishesChunksOfALostStream(t *testing.T) {
 	r.sweep(ctx) // touched: not again
 	if n := msgs(); n != 1 {
 		t.Fatalf("%d messages after a second sweep, want still 1", n)
+	}
+}
+
+// A chunk lost with the old stream is published again even when its list has made progress since
+// the new stream was created (its other chunks being written), which no stall rule sees; a chunk
+// already published into the new stream is not queued twice. Once the stream is older than the
+// duplicate window allows, the sweep does not do it again.
+func TestListSweepRepublishesLostChunksOfAListStillMoving(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
+	lost, lostList := runningList(t, ctx, pool)
+	_, kept := runningList(t, ctx, pool)
+	r := NewListRunner(lost, js, nil, app.NewLogger(io.Discard, "test"))
+
+	// The stream is lost and re-created; both lists make progress after that, and the chunk of
+	// one of them is published into the new stream (a worker's retry), the other's is not.
+	pgtest.Must(t, js.DeleteStream(ctx, queue.StreamLists), "delete stream")
+	msgs = streamMsgs(t, ctx, js, queue.StreamLists)
+	pgtest.Exec(t, pool, `UPDATE lists SET updated_at = now() + interval '1 minute' WHERE id = ANY($1)`,
+		[]uuid.UUID{lostList.ID, kept.ID})
+	pgtest.Must(t, queue.PublishChunks(ctx, js, queue.Layout{}, 2*time.Second,
+		[]queue.ChunkMessage{{ListID: kept.ID, Chunk: 0}}, nil), "publish")
+	if n := msgs(); n != 1 {
+		t.Fatalf("%d messages before the sweep, want 1", n)
+	}
+	r.sweep(ctx)
+	if n := msgs(); n != 2 {
+		t.Fatalf("%d messages after the sweep, want 2: the lost chunk added, the other not twice", n)
+	}
+	stream, err := js.Stream(ctx, queue.StreamLists)
+	pgtest.Must(t, err, "stream")
+	last, err := stream.GetLastMsgForSubject(ctx, queue.SubjectListChunk)
+	pgtest.Must(t, err, "last message")
+	if !strings.Contains(string(last.Data), lostList.ID.String()) {
+		t.Fatalf("the sweep published %s, want the chunk of list %s", last.Data, lostList.ID)
+	}
+	r.sweep(ctx)
+	if n := msgs(); n != 2 {
+		t.Fatalf("%d messages after a second sweep, want still 2", n)
+	}
+
+	// A runner that first sees the stream when it is no longer fresh leaves it alone.
+	late := NewListRunner(lost, js, nil, app.NewLogger(io.Discard, "test"))
+	created := time.Now().Add(-freshStream - time.Second)
+	late.streamCreated = func(context.Context) time.Time { return created }
+	pgtest.Must(t, stream.Purge(ctx), "purge")
+	late.sweep(ctx)
+	if n := msgs(); n != 0 {
+		t.Fatalf("%d messages after the sweep of a runner that came late, want 0", n)
 	}
 }
 
