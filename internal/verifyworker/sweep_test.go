@@ -187,7 +187,7 @@ func TestListSweepRepublishesLostChunksOfAListStillMoving(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
+	streamMsgs(t, ctx, js, queue.StreamLists) // the stream the lists' chunks were handed out to
 	lost, lostList := runningList(t, ctx, pool)
 	_, kept := runningList(t, ctx, pool)
 	r := NewListRunner(lost, js, nil, app.NewLogger(io.Discard, "test"))
@@ -195,7 +195,7 @@ func TestListSweepRepublishesLostChunksOfAListStillMoving(t *testing.T) {
 	// The stream is lost and re-created; both lists make progress after that, and the chunk of
 	// one of them is published into the new stream (a worker's retry), the other's is not.
 	pgtest.Must(t, js.DeleteStream(ctx, queue.StreamLists), "delete stream")
-	msgs = streamMsgs(t, ctx, js, queue.StreamLists)
+	msgs := streamMsgs(t, ctx, js, queue.StreamLists)
 	pgtest.Exec(t, pool, `UPDATE lists SET updated_at = now() + interval '1 minute' WHERE id = ANY($1)`,
 		[]uuid.UUID{lostList.ID, kept.ID})
 	pgtest.Must(t, queue.PublishChunks(ctx, js, queue.Layout{}, 2*time.Second,
