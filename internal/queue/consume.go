@@ -158,15 +158,18 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			held = make(chan struct{})
 		}
 	}
-	release := func() (wasHeld bool) {
+	release := func() {
 		heldMu.Lock()
 		defer heldMu.Unlock()
 		if held != nil {
 			close(held)
 			held = nil
-			return true
 		}
-		return false
+	}
+	isHeld := func() bool {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		return held != nil
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -213,11 +216,13 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			case drained:
 			case !link.Up():
 				hold()
-			case release() || link.Reconnects() != reconnects:
+			case isHeld() || link.Reconnects() != reconnects:
 				// Back (or a reconnect this pump saw only the end of): the reader drains what
-				// the iterator holds, then Run starts a new one.
+				// the iterator holds, then Run starts a new one. The drain comes before the
+				// reader is let go, so that its next read cannot be the re-pull.
 				drained = true
 				it.Drain()
+				release()
 			default:
 				// A change that left the link up and the connection the same: the server may
 				// still have lost the consumer (or its store); re-creating it lets the next
