@@ -204,7 +204,22 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 	reconnects := link.Reconnects()
 	drained := false
 	for {
+		// The link's state is read after its Changed channel is taken, so that no change
+		// between the two goes unseen.
 		changed := link.Changed()
+		if !drained {
+			switch {
+			case !link.Up():
+				hold()
+			case isHeld() || link.Reconnects() != reconnects:
+				// Back (or a reconnect this pump saw only the end of): the reader drains
+				// what the iterator holds, then Run starts a new one. The drain comes before
+				// the reader is let go, so that its next read cannot be the re-pull.
+				drained = true
+				it.Drain()
+				release()
+			}
+		}
 		select {
 		case err := <-done:
 			if drained && ctx.Err() == nil {
@@ -212,18 +227,7 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			}
 			return err
 		case <-changed:
-			switch {
-			case drained:
-			case !link.Up():
-				hold()
-			case isHeld() || link.Reconnects() != reconnects:
-				// Back (or a reconnect this pump saw only the end of): the reader drains what
-				// the iterator holds, then Run starts a new one. The drain comes before the
-				// reader is let go, so that its next read cannot be the re-pull.
-				drained = true
-				it.Drain()
-				release()
-			default:
+			if !drained && link.Up() && !isHeld() && link.Reconnects() == reconnects {
 				// A change that left the link up and the connection the same: the server may
 				// still have lost the consumer (or its store); re-creating it lets the next
 				// pull find it, instead of waiting for missed heartbeats.
