@@ -21,6 +21,8 @@ CREATE TABLE usage_reservations (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX usage_reservations_created ON usage_reservations (created_at);
+-- A capped account's admission reads the reservations it opened in earlier months.
+CREATE INDEX usage_reservations_account ON usage_reservations (account_id, month);
 
 -- +goose Down
 DROP TABLE usage_reservations;

@@ -179,6 +179,14 @@ const listsOutstanding = `SELECT coalesce(sum(l.unique_addresses - l.verified), 
 const jobsOutstanding = `SELECT count(*) FROM jobs j
 				WHERE j.account_id = $1 AND j.state IN ('pending', 'processing', 'retrying')`
 
+// reservedBefore counts, in the paid admission, the emails still reserved by the account's
+// requests admitted in an earlier month ($1 the account, $5 this month): their results are billed
+// in the month they are recorded, this one, but their reservation sits on the month row of their
+// admission, which this month's admissions do not read. The statement's snapshot is enough here:
+// no reservation is opened in a month that is over.
+const reservedBefore = `SELECT coalesce(sum(v.emails), 0) FROM usage_reservations v
+				WHERE v.account_id = $1 AND v.month < $5`
+
 // admitSQL is the admission statement of the free or the paid tiers, with or without rows to
 // write (a statement without them is the leaner for Postgres to plan and run), with or without
 // the rate step.
@@ -236,7 +244,7 @@ func admitSQL(free, rows, rate bool) string {
 	// case, and the emails of the account's open reservations, running lists and unfinished async
 	// jobs as if billed.
 	fits := func(count string) string {
-		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + (` + jobsOutstanding + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
+		return `greatest(0, ` + count + ` + (` + listsOutstanding + `) + (` + jobsOutstanding + `) + (` + reservedBefore + `) + $3::int - $6::int)::float8 * $7::float8 <= (SELECT cap FROM acct) + 1e-9`
 	}
 	// month adds the rows' billable count, or the emails it reserves, to the month only if the
 	// request fits under the cap. Its ON CONFLICT condition is evaluated on the row's latest

@@ -259,6 +259,9 @@ func (a *Admitter) deliver(group []*waiter, down error) {
 		if err != nil {
 			continue
 		}
+		// Its caller, told at once, released the reservation before the group had committed it
+		// (Ledger.Admit): it is released here, after the commit.
+		a.refunds.release(d.Reservation)
 		d.RefundID = uuid.New()
 		a.refunds.settle(d, d.Logged, nil)
 	}

@@ -111,7 +111,7 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 			l.settle(Decision{AccountID: r.AccountID}, keys, nil)
 		}
 		if !refused(err) {
-			l.release(r.Reservation) // the same for a reservation the statement may have made
+			l.releaseLate(r.Reservation) // the same for a reservation the statement may have made
 		}
 		return nil, d, err
 	}
@@ -319,17 +319,38 @@ var lateWithdrawals = []time.Duration{time.Second, 5 * time.Second, 30 * time.Se
 // and again after each of lateWithdrawals behind it, with their billable counts but not their
 // quota units, which Close refunded. Ledger.Close cuts the waits short and makes one last removal.
 func (l *Ledger) withdrawLate(account string, keys []string) {
+	l.late(func(ctx context.Context) error { return withdraw(ctx, l.db, account, keys, keepUnits) }, func(err error) {
+		l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
+	})
+}
+
+// releaseLate closes reservation id now and again after each of lateWithdrawals: the admission
+// that made it failed with an unknown outcome (its deadline passed, its connection broke), and may
+// still commit after a first release found nothing to close.
+func (l *Ledger) releaseLate(id uuid.UUID) {
+	if id == uuid.Nil {
+		return
+	}
+	l.late(func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
+		l.log.Warn("usage: releasing the reservation of an admission whose outcome is unknown", "reservation", id, "err", err)
+	})
+}
+
+// late runs op on the response's path and again after each of lateWithdrawals behind it, for a
+// write whose outcome is unknown and that may commit late; Ledger.Close cuts the waits short and
+// runs op one last time. failed hears of each failed run.
+func (l *Ledger) late(op func(context.Context) error, failed func(error)) {
 	if l.abandoned.Load() {
 		return
 	}
-	remove := func(wait time.Duration) {
+	run := func(wait time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if err := withdraw(ctx, l.db, account, keys, keepUnits); err != nil && l.log != nil {
-			l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
+		if err := op(ctx); err != nil && l.log != nil {
+			failed(err)
 		}
 	}
-	remove(refundWait)
+	run(refundWait)
 	l.background.Add(1)
 	go func() {
 		defer l.background.Done()
@@ -339,10 +360,10 @@ func (l *Ledger) withdrawLate(account string, keys []string) {
 			case <-t.C:
 			case <-l.closing:
 				t.Stop()
-				remove(2 * refundWait)
+				run(2 * refundWait)
 				return
 			}
-			remove(2 * refundWait)
+			run(2 * refundWait)
 		}
 	}()
 }

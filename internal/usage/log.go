@@ -92,12 +92,14 @@ func logColumns(rows []Row) []any {
 }
 
 // recordSQL logs rows ($1–$13), skipping item keys already logged, and adds the billable ones it
-// logged to the daily and monthly counters. It must lock the two counters in the order the
-// admission statement does (admitSQL): usage_daily first, then usage_monthly. Postgres runs the
-// main statement before a data-modifying CTE that nothing reads, so the daily insert is the main
-// statement here. In the other order the two statements deadlocked under load, and each deadlock
-// held every metering statement of the account for deadlock_timeout (1 s), past their deadline
-// (docs/reliability.md, "Cluster fault test").
+// logged to the daily and monthly counters. Every statement that changes the counters locks them
+// in one order, usage_monthly first, then usage_daily: the admission statement (admitSQL), whose
+// month step is read by its main query and whose daily step is not, withdraw, and this one.
+// Postgres runs a data-modifying CTE that nothing reads after the main statement, so the monthly
+// insert is the main statement here and the daily one such a CTE. In opposite orders two metering
+// statements of one account deadlock (a stream's Record and a single verification's admission
+// did), and each deadlock held every metering statement of the account for deadlock_timeout
+// (1 s), past their deadline (docs/reliability.md, "Cluster fault test").
 var recordSQL = recordStatement(false)
 
 // recordReservedSQL is recordSQL for the rows of a request with a reservation under the spend
@@ -140,11 +142,11 @@ func recordStatement(reserved bool) string {
 			SELECT * FROM unnest(` + unnestParams(1) + `)
 			ON CONFLICT (item_key) DO NOTHING
 			RETURNING account_id, (occurred_at AT TIME ZONE 'UTC') AS at, billable
-		)` + release + `, monthly AS (` + monthly + `
-		)
-		INSERT INTO usage_daily AS d (account_id, day, billable)
-		SELECT account_id, at::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
-		ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable`
+		)` + release + `, daily AS (
+			INSERT INTO usage_daily AS d (account_id, day, billable)
+			SELECT account_id, at::date, count(*) FROM ins WHERE billable GROUP BY 1, 2
+			ON CONFLICT (account_id, day) DO UPDATE SET billable = d.billable + EXCLUDED.billable
+		)` + monthly
 }
 
 // Record writes rows to the usage log and adds the billable ones to the daily and monthly

@@ -1,6 +1,7 @@
 package usage_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -244,5 +245,144 @@ func TestNoReservationWithoutACap(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM usage_reservations`); n != 0 {
 		t.Fatalf("%d reservations", n)
+	}
+}
+
+// A grouped ledger (the API's): a caller that gives up while its group runs gets an error at
+// once, before the group has committed its reservation, so the release its ledger makes then
+// finds nothing. The group then admits the request and takes the admission back (Admitter), its
+// reservation with it: nothing stays reserved for 10 minutes (before, it did).
+func TestAbandonedGroupedAdmissionReleasesItsReservation(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := cappedAt100(t, pool)
+	ledger := usage.NewGroupedLedger(pool, slog.New(slog.DiscardHandler), 5*time.Millisecond)
+
+	// Another transaction holds the month row: the admission's group blocks on it.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM usage_monthly WHERE account_id = $1 FOR UPDATE`, acct); err != nil {
+		t.Fatal(err)
+	}
+	cctx, giveUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := ledger.Admit(cctx, paidReq(acct, 60))
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the group is sent and waits for the lock
+	giveUp()
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, usage.ErrUnavailable) {
+			t.Fatalf("abandoned admission: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the caller that gave up still waits")
+	}
+	if err := tx.Rollback(ctx); err != nil { // the group now admits the request
+		t.Fatal(err)
+	}
+	ledger.Close() // groups in flight and the take-back of the abandoned admission have run
+
+	open := count(t, pool, `SELECT count(*) FROM usage_reservations WHERE account_id = $1`, acct)
+	r := reservedNow(t, pool, acct)
+	if open != 0 || r != 0 {
+		t.Fatalf("nothing runs, yet %d reservation(s) stay open with %d emails reserved", open, r)
+	}
+}
+
+// A request admitted in the last second of a month reserves its emails on that month's row, and
+// its results are billed in the next month, when they are recorded. An admission in the new month
+// counts that reservation too, so the two cannot pass the new month's cap together (before, both
+// were admitted and December billed twice the cap).
+func TestReservationsOfLastMonthCountAtTheTurnOfTheMonth(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 0.40 WHERE id = $1`, acct) // 100 emails at EUR 0.004
+	ledger := usage.NewLedger(pool, slog.New(slog.DiscardHandler))
+	defer ledger.Close()
+	req := func(at time.Time) usage.Request {
+		return usage.Request{AccountID: acct, Units: 100, RatePerMin: 100000, OverageEUR: 0.004, Now: at}
+	}
+	nov := time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+	dec := time.Date(2026, 12, 1, 0, 0, 1, 0, time.UTC)
+	a, _, err := ledger.Admit(ctx, req(nov))
+	if err != nil {
+		t.Fatalf("November batch: %v", err)
+	}
+	var sc *usage.SpendCapExceeded
+	if _, _, err := ledger.Admit(ctx, req(dec)); !errors.As(err, &sc) {
+		t.Fatalf("December batch while November's runs: %v, want the cap", err)
+	}
+	rows := rowsOf(acct, "nov", 100)
+	for i := range rows {
+		rows[i].OccurredAt = dec.Add(time.Second)
+	}
+	if err := a.Record(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	a.Settle()
+	a.Close()
+	if r := reservedNow(t, pool, acct); r != 0 {
+		t.Fatalf("reserved %d after the November batch ended", r)
+	}
+	if billed := count(t, pool, `SELECT billable FROM usage_monthly WHERE account_id = $1 AND month = $2`, acct, usage.MonthStart(dec)); billed != 100 {
+		t.Fatalf("December billed %d, want 100", billed)
+	}
+	if _, _, err := ledger.Admit(ctx, req(dec)); !errors.As(err, &sc) {
+		t.Fatalf("December batch with December's cap used: %v, want the cap", err)
+	}
+}
+
+// A stream's Record and a single verification's admission of the same account lock the counters
+// in the same order (usage_monthly, then usage_daily), so they do not deadlock; before, Record
+// took usage_daily first and both waited past their deadline. A third transaction holding the
+// reservation row only makes the interleaving deterministic.
+func TestRecordAndSingleAdmissionDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := cappedAt100(t, pool)
+	ledger := usage.NewLedger(pool, slog.New(slog.DiscardHandler))
+	defer ledger.Close()
+	stream, d, err := ledger.Admit(ctx, paidReq(acct, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	// The day's row exists, as it does once anything was recorded that day.
+	if err := stream.Record(ctx, rowsOf(acct, "s0", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM usage_reservations WHERE id = $1 FOR UPDATE`, d.Reservation); err != nil {
+		t.Fatal(err)
+	}
+	recorded := make(chan error, 1)
+	go func() { recorded <- stream.Record(ctx, rowsOf(acct, "s1", 2)) }() // takes usage_daily, waits
+	time.Sleep(100 * time.Millisecond)
+	single := paidReq(acct, 1)
+	single.Rows = []usage.Row{pendingRow(acct, "single")}
+	admitted := make(chan error, 1)
+	go func() { _, err := usage.Admit(ctx, pool, single); admitted <- err }() // takes usage_monthly, waits
+	time.Sleep(100 * time.Millisecond)
+	_ = tx.Rollback(ctx)
+	time.Sleep(200 * time.Millisecond) // with no cycle both would be done by now
+	var cycle int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a, pg_stat_activity b
+		WHERE a.pid < b.pid AND a.pid = ANY(pg_blocking_pids(b.pid)) AND b.pid = ANY(pg_blocking_pids(a.pid))`).Scan(&cycle); err != nil {
+		t.Fatal(err)
+	}
+	errR, errA := <-recorded, <-admitted
+	if cycle > 0 || errR != nil || errA != nil {
+		t.Fatalf("%d pairs of backends blocking each other; record: %v; admission: %v", cycle, errR, errA)
 	}
 }
