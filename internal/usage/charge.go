@@ -319,27 +319,33 @@ var lateWithdrawals = []time.Duration{time.Second, 5 * time.Second, 30 * time.Se
 // and again after each of lateWithdrawals behind it, with their billable counts but not their
 // quota units, which Close refunded. Ledger.Close cuts the waits short and makes one last removal.
 func (l *Ledger) withdrawLate(account string, keys []string) {
-	l.late(func(ctx context.Context) error { return withdraw(ctx, l.db, account, keys, keepUnits) }, func(err error) {
+	l.late(lateWithdrawals, func(ctx context.Context) error { return withdraw(ctx, l.db, account, keys, keepUnits) }, func(err error) {
 		l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
 	})
 }
 
-// releaseLate closes reservation id now and again after each of lateWithdrawals: the admission
-// that made it failed with an unknown outcome (its deadline passed, its connection broke), and may
+// lateReleases are the waits between the releases of a reservation whose admission had an
+// unknown outcome: fewer and shorter than lateWithdrawals, as every request admitted during a
+// Postgres stall gets them; a reservation whose admission commits later still is released by the
+// sweep after ReservationMaxAge, and until then only makes the cap stricter.
+var lateReleases = []time.Duration{time.Second, 10 * time.Second}
+
+// releaseLate closes reservation id now and again after each of lateReleases: the admission that
+// made it failed with an unknown outcome (its deadline passed, its connection broke), and may
 // still commit after a first release found nothing to close.
 func (l *Ledger) releaseLate(id uuid.UUID) {
 	if id == uuid.Nil {
 		return
 	}
-	l.late(func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
+	l.late(lateReleases, func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
 		l.log.Warn("usage: releasing the reservation of an admission whose outcome is unknown", "reservation", id, "err", err)
 	})
 }
 
-// late runs op on the response's path and again after each of lateWithdrawals behind it, for a
-// write whose outcome is unknown and that may commit late; Ledger.Close cuts the waits short and
-// runs op one last time. failed hears of each failed run.
-func (l *Ledger) late(op func(context.Context) error, failed func(error)) {
+// late runs op on the response's path and again after each of waits behind it, for a write whose
+// outcome is unknown and that may commit late; Ledger.Close cuts the waits short and runs op one
+// last time. failed hears of each failed run.
+func (l *Ledger) late(waits []time.Duration, op func(context.Context) error, failed func(error)) {
 	if l.abandoned.Load() {
 		return
 	}
@@ -354,7 +360,7 @@ func (l *Ledger) late(op func(context.Context) error, failed func(error)) {
 	l.background.Add(1)
 	go func() {
 		defer l.background.Done()
-		for _, wait := range lateWithdrawals {
+		for _, wait := range waits {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
