@@ -422,6 +422,42 @@ func TestSpendCap(t *testing.T) {
 	}
 }
 
+// A batch admitted while another is still being verified counts the other's emails as reserved:
+// with room for 3 billable emails under the cap, a 2-email batch still running (a slow mail
+// server) leaves room for 1, not 3 (before, the second 2-email batch passed and the account went
+// over its cap). Once the first batch is answered its emails are billed, no longer reserved.
+func TestBatchesRunningAtOnceKeepToTheSpendCap(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{
+		"MAILVET_PLAN_BUILDER_MONTHLY_CALLS": "5", "MAILVET_OVERAGE_EUR_BUILDER": "1"}})
+	acct, key := b.customer(plan.Builder)
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 3 WHERE id = $1`, acct) // 3 beyond the included 5
+	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 5)`, acct)
+
+	slow := make(chan reply, 1)
+	go func() {
+		slow <- b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"sue@slow.test", "ann@acme.test"}})
+	}()
+	waitForTB(t, "the slow batch's reservation", func() bool {
+		return b.count(`SELECT coalesce(sum(emails), 0) FROM usage_reservations WHERE account_id = $1`, acct) == 2
+	})
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"bob@acme.test", "info@acme.test"}}).
+		want(t, http.StatusPaymentRequired, CodePaymentRequired)
+	if r := <-slow; r.status != http.StatusOK {
+		t.Fatalf("the slow batch: %d %s", r.status, r.raw)
+	}
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"bob@acme.test"}}).want(t, http.StatusOK, "")
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"info@acme.test"}}).
+		want(t, http.StatusPaymentRequired, CodePaymentRequired)
+	waitForTB(t, "every reservation released", func() bool {
+		return b.count(`SELECT count(*) FROM usage_reservations WHERE account_id = $1`, acct) == 0 &&
+			b.count(`SELECT reserved FROM usage_monthly WHERE account_id = $1`, acct) == 0
+	})
+	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 8 {
+		t.Fatalf("billable %d, want 8", n)
+	}
+}
+
 func TestQuotaCheckFailed(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
