@@ -34,17 +34,7 @@ type proxied struct {
 func startProxied(t *testing.T) *proxied {
 	t.Helper()
 	s := natstest.Server(t)
-	direct, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
-	djs, _ := jetstream.New(direct)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := queue.EnsureStreams(ctx, djs, queue.Layout{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, djs := natstest.ConnectTo(t, s.ClientURL())
 	proxy, err := tcpproxy.Start(s.Addr().String())
 	if err != nil {
 		t.Fatal(err)

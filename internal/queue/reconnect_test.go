@@ -41,18 +41,8 @@ const pullSize = 8
 func startReconnecting(t *testing.T, handle func()) *reconnecting {
 	t.Helper()
 	s := natstest.Server(t)
-	direct, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
 	r := &reconnecting{got: make(chan delivery, 1000)}
-	r.djs, _ = jetstream.New(direct)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := queue.EnsureStreams(ctx, r.djs, queue.Layout{}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, r.djs = natstest.ConnectTo(t, s.ClientURL())
 	var js jetstream.JetStream
 	r.proxy, r.nc, js = natstest.Proxied(t, s.ClientURL(), "reconnecting-consumer")
 	r.nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {

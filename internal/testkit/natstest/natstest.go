@@ -41,7 +41,14 @@ func URL(t testing.TB) string {
 // Connect starts a server with Mailvet's streams created and returns a connection to it.
 func Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(URL(t), nats.Timeout(5*time.Second))
+	return ConnectTo(t, URL(t))
+}
+
+// ConnectTo connects to the server at url directly (no proxy) and creates Mailvet's streams on
+// it; the connection is closed when t ends.
+func ConnectTo(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
