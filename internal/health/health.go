@@ -54,10 +54,14 @@ type Report struct {
 
 // Run executes every check and returns the report; ok is true when all passed.
 func (c *Checker) Run(ctx context.Context) (Report, bool) {
+	// One snapshot of names and functions: a check removed meanwhile (a worker drops its
+	// start-up check once it is up) is run once more or not at all, never looked up missing.
 	c.mu.RLock()
 	names := make([]string, 0, len(c.checks))
-	for n := range c.checks {
+	fns := make(map[string]CheckFunc, len(c.checks))
+	for n, fn := range c.checks {
 		names = append(names, n)
+		fns[n] = fn
 	}
 	c.mu.RUnlock()
 	sort.Strings(names)
@@ -67,9 +71,7 @@ func (c *Checker) Run(ctx context.Context) (Report, bool) {
 	results := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, n := range names {
-		c.mu.RLock()
-		fn := c.checks[n]
-		c.mu.RUnlock()
+		fn := fns[n]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -80,4 +81,35 @@ func TestPublicReadyzHidesErrorText(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), "database=mailvet_prod") {
 		t.Fatalf("operators' readyz lost the error text: %s", rec.Body.String())
 	}
+}
+
+// A check removed while /readyz runs (a worker drops its "startup" check once it is up, while an
+// orchestrator polls) is either run or left out, never called as a missing function: a verifier
+// worker crashed with a nil dereference here during a fault campaign.
+func TestRunWhileChecksComeAndGo(t *testing.T) {
+	c := NewChecker(time.Second)
+	c.Add("steady", func(context.Context) error { return nil })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				c.Add("startup", func(context.Context) error { return nil })
+			} else {
+				c.Remove("startup")
+			}
+		}
+	})
+	for range 20000 {
+		if rep, ok := c.Run(context.Background()); !ok {
+			t.Fatalf("not ready: %+v", rep)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
