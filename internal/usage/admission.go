@@ -267,9 +267,15 @@ func admitSQL(free, rows, rate bool) string {
 			SELECT 1 FROM r, acct WHERE acct.cap IS NULL OR EXISTS (SELECT 1 FROM month)
 		)`, billable, fits("0"), fits("m.billable + m.reserved"), reserve)
 	if rows {
+		// The last column (always false: nothing is reserved) reads month, so that the month
+		// step runs in the main query, before the rows and usage_daily, whether or not ok
+		// needed it (without a cap it does not): every metering statement locks usage_monthly
+		// before usage_daily (recordSQL). Left to run after the main query, with the other
+		// steps nothing reads, it ran after the daily one, and Record and single verifications
+		// of an account without a cap deadlocked.
 		b.WriteString(", " + logCTE("ok", first))
 		b.WriteString(`
-		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok), false FROM acct`)
+		SELECT (SELECT used FROM r), acct.cap, acct.billable, EXISTS (SELECT 1 FROM ok), (SELECT count(*) FROM month) < 0 FROM acct`)
 		return b.String()
 	}
 	b.WriteString(`, res AS (

@@ -386,3 +386,48 @@ func TestRecordAndSingleAdmissionDoNotDeadlock(t *testing.T) {
 		t.Fatalf("%d pairs of backends blocking each other; record: %v; admission: %v", cycle, errR, errA)
 	}
 }
+
+// The same for an account without a cap, whose admission needs no answer from its month step:
+// the statement still locks usage_monthly before usage_daily, like Record. A third transaction
+// holds the month row so that Record and the admission queue behind it in that order; before,
+// the admission took usage_daily while it waited, and once the month row was free the two
+// deadlocked (seen in the cluster fault test as 1 s timeouts on both paths).
+func TestRecordAndUncappedAdmissionDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	acct := newAccount(t, pool, "builder")
+	// The month's and the day's rows exist, as they do once anything was billed.
+	if err := usage.Record(ctx, pool, rowsOf(acct, "first", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM usage_monthly WHERE account_id = $1 FOR UPDATE`, acct); err != nil {
+		t.Fatal(err)
+	}
+	deadline := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 3*time.Second) }
+	recorded := make(chan error, 1)
+	go func() {
+		rctx, cancel := deadline()
+		defer cancel()
+		recorded <- usage.Record(rctx, pool, rowsOf(acct, "later", 2))
+	}()
+	time.Sleep(100 * time.Millisecond)
+	single := paidReq(acct, 1)
+	single.Rows = []usage.Row{pendingRow(acct, "single")}
+	admitted := make(chan error, 1)
+	go func() {
+		actx, cancel := deadline()
+		defer cancel()
+		_, err := usage.Admit(actx, pool, single)
+		admitted <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	_ = tx.Rollback(ctx)
+	if errR, errA := <-recorded, <-admitted; errR != nil || errA != nil {
+		t.Fatalf("record: %v; admission: %v", errR, errA)
+	}
+}
