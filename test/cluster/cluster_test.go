@@ -138,7 +138,7 @@ func TestCluster(t *testing.T) {
 	}
 	logf("settled")
 	reqs := l.requests()
-	table, fails := s.verdict(ctx, reqs)
+	table, fails := s.verdict(ctx, reqs, l.killTimes())
 	var out strings.Builder
 	fmt.Fprintf(&out, "cluster fault test (%s form), %s in all:\n", p.name, time.Since(began).Round(time.Second))
 	printTable(&out, table)
@@ -165,6 +165,14 @@ func TestCluster(t *testing.T) {
 	}
 	if len(atKill) > 0 {
 		out.WriteString("in flight at the killed API replica:\n  " + strings.Join(atKill, "\n  ") + "\n")
+	}
+	for _, p := range paths {
+		if n := table[p].unbilledAtKill; n > 0 {
+			fmt.Fprintf(&out, "%s: %d results delivered within a second of their API replica's kill -9 and not billed (their confirmations died with it; in the customer's favour)\n", p, n)
+		}
+		if n := table[p].resentAfterKill; n > 0 {
+			fmt.Fprintf(&out, "%s: %d callbacks sent again after the webhook worker was killed during an attempt (logged interrupted; receivers deduplicate on job_id)\n", p, n)
+		}
 	}
 	out.WriteString("events:\n  " + strings.Join(events, "\n  ") + "\n")
 	t.Log("\n" + out.String())

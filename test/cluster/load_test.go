@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -128,12 +129,13 @@ type request struct {
 	replica int
 	emails  []string
 	outcome string
-	detail  string            // for otherError and cut: what happened
-	got     map[string]result // results that reached the client, by email
-	dupes   int               // results that reached the client twice
-	wrong   []string          // results that differ from the known outcome
-	jobID   string            // async: the accepted job
-	atKill  bool              // in flight at its replica when that replica was killed
+	detail  string               // for otherError and cut: what happened
+	got     map[string]result    // results that reached the client, by email
+	dupes   int                  // results that reached the client twice
+	wrong   []string             // results that differ from the known outcome
+	jobID   string               // async: the accepted job
+	atKill  bool                 // in flight at its replica when that replica was killed
+	arrived map[string]time.Time // when each result reached the client
 	// overbilled counts its emails billed although their results never reached the client
 	// (set by verdict).
 	overbilled int
@@ -150,6 +152,7 @@ type load struct {
 	mu       sync.Mutex
 	reqs     []*request
 	inflight map[*request]bool
+	kills    map[int]time.Time // API replica ⇒ when it was killed (kill -9)
 }
 
 func newLoad(s *system, maxEmails int) *load {
@@ -159,6 +162,7 @@ func newLoad(s *system, maxEmails int) *load {
 	}}
 	l.phase.Store("faults")
 	l.inflight = map[*request]bool{}
+	l.kills = map[int]time.Time{}
 	return l
 }
 
@@ -193,6 +197,7 @@ func (l *load) busy(replica int, paths ...string) bool {
 func (l *load) killed(replica int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.kills[replica] = time.Now()
 	n := 0
 	for r := range l.inflight {
 		if r.replica == replica {
@@ -201,6 +206,13 @@ func (l *load) killed(replica int) int {
 		}
 	}
 	return n
+}
+
+// killTimes returns when each killed API replica was killed.
+func (l *load) killTimes() map[int]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.kills)
 }
 
 func (l *load) requests() []*request {
@@ -247,6 +259,10 @@ func (r *request) take(res result) {
 		return
 	}
 	r.got[res.Email] = res
+	if r.arrived == nil {
+		r.arrived = map[string]time.Time{}
+	}
+	r.arrived[res.Email] = time.Now()
 	if msg := res.check(); msg != "" {
 		r.wrong = append(r.wrong, msg)
 	}
