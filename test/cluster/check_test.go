@@ -33,8 +33,8 @@ type row struct {
 	resentAfterKill int
 }
 
-// confirmWindow is how long before its replica's kill a delivered result may go unconfirmed: the
-// 150 ms confirmation tick and the confirming statement, on a loaded machine.
+// confirmWindow is how close to its replica's kill a delivered result may have gone unconfirmed:
+// the 150 ms confirmation tick and the confirming statement, on a loaded machine.
 const confirmWindow = time.Second
 
 // beforeKill reports whether r's result for email reached the client within a second of the kill
