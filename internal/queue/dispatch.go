@@ -59,6 +59,12 @@ type Dispatcher struct {
 	// WorkersGone is how long workers last seen pulling are still taken to be there although
 	// none pulls now (WorkersAlive).
 	WorkersGone time.Duration
+	// WorkerSilence is how long a single verification waits without a word from the worker that
+	// took it (its heartbeats come every quarter of this) before it asks another worker: the
+	// worker died, or froze, with the request (see VerifyOne).
+	WorkerSilence time.Duration
+
+	replies replyMux // the inbox of every single verification (VerifyOne)
 
 	lastAlive atomic.Int64 // Unix nanoseconds when WorkersAlive last saw a worker
 }
@@ -67,73 +73,18 @@ type Dispatcher struct {
 func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, l Layout) *Dispatcher {
 	return &Dispatcher{nc: nc, js: js, link: Watch(nc), layout: l,
 		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second,
-		WorkersGone: 10 * time.Second}
+		WorkersGone: 10 * time.Second, WorkerSilence: 2 * time.Second}
 }
 
-// Close stops watching the connection.
-func (d *Dispatcher) Close() { d.link.Close() }
+// Close stops watching the connection and listening for single verifications' replies.
+func (d *Dispatcher) Close() {
+	d.link.Close()
+	d.replies.close()
+}
 
 // Up reports whether the connection to NATS is established; work that needs the fleet is
 // refused at once while it is not.
 func (d *Dispatcher) Up() bool { return d.link.Up() }
-
-// VerifyOne verifies one address by core request/reply: the lowest-latency path, with nothing
-// persisted because the caller is waiting. A request whose connection drops (or stops
-// answering) while it waits is sent again once the connection is back within SyncGrace, and
-// answers ErrUnavailable otherwise.
-func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result, error) {
-	if !d.link.Up() {
-		return verify.Result{}, ErrUnavailable
-	}
-	body, _ := json.Marshal(VerifyRequest{Email: email})
-	var giveUp time.Time // set when the connection is first seen lost
-	for {
-		msg := nats.NewMsg(d.layout.Subject(SubjectVerifySync))
-		msg.Data = body
-		if dl, ok := ctx.Deadline(); ok {
-			msg.Header.Set(HeaderDeadline, strconv.FormatInt(dl.UnixMilli(), 10))
-		}
-		actx, release := d.link.Guard(ctx)
-		resp, err := d.nc.RequestMsgWithContext(actx, msg)
-		lost := errors.Is(context.Cause(actx), ErrLinkLost) || (err != nil && !d.link.Up())
-		release()
-		if err != nil && ctx.Err() == nil && (lost || !giveUp.IsZero()) {
-			// The request or its reply may have gone with the connection: ask again once it is
-			// back. Right after a reconnect the workers may not have re-subscribed yet, so "no
-			// responders" is retried too, until the grace period ends.
-			if giveUp.IsZero() {
-				giveUp = time.Now().Add(d.SyncGrace)
-			}
-			wait := time.Until(giveUp)
-			if wait <= 0 || !d.link.WaitUp(ctx, wait) {
-				return verify.Result{}, ErrUnavailable
-			}
-			if errors.Is(err, nats.ErrNoResponders) {
-				sleep(ctx, 50*time.Millisecond)
-			}
-			continue
-		}
-		switch {
-		case err != nil && !d.link.Up():
-			// Even when ctx ended first: the broker, not the workers, is what failed.
-			return verify.Result{}, ErrUnavailable
-		case errors.Is(err, nats.ErrNoResponders):
-			return verify.Result{}, ErrNoWorkers
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return verify.Result{}, ErrTimeout
-		case err != nil:
-			return verify.Result{}, fmt.Errorf("%w: %v", ErrBusy, err)
-		}
-		var r VerifyReply
-		if err := json.Unmarshal(resp.Data, &r); err != nil {
-			return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
-		}
-		if r.Result == nil {
-			return verify.Result{}, ErrBusy
-		}
-		return *r.Result, nil
-	}
-}
 
 // VerifyMany publishes one durable JetStream item per address and calls each as results arrive
 // on this replica's inbox, in completion order. Items survive a worker crash (they are

@@ -27,6 +27,13 @@ const (
 	// HeaderDeadline is the Unix-millisecond time after which the waiting caller has given up;
 	// a worker drops (acks) expired items instead of probing for nobody.
 	HeaderDeadline = "Mailvet-Deadline"
+	// HeaderHeartbeat, on a verify.sync request, is how often (in milliseconds) the caller wants
+	// to hear that the worker which took it is still at work: a caller that hears nothing for a
+	// few of these asks another worker (Dispatcher.VerifyOne).
+	HeaderHeartbeat = "Mailvet-Heartbeat"
+	// HeaderWorking marks a worker's heartbeat on a verify.sync reply inbox: no body, not an
+	// answer.
+	HeaderWorking = "Mailvet-Working"
 )
 
 // VerifyRequest is the body of a verify.sync request and of a VERIFY stream item.

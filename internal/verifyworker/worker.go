@@ -151,10 +151,30 @@ func (w *Worker) onSync(msg *nats.Msg) {
 		}
 		ctx, cancel := w.deadlineCtx(msg)
 		defer cancel()
+		stop := w.heartbeat(msg)
 		r := w.pipe.Verify(ctx, req.Email)
+		stop()
 		w.handled.WithLabelValues("sync", string(r.Status)).Inc()
 		_ = w.reply(msg.Reply, queue.VerifyReply{Index: req.Index, Result: &r})
 	}()
+}
+
+// heartbeat tells the caller of a sync request that this worker has it and is still at work, at
+// once and then as often as the request asks (queue.HeaderHeartbeat), until stop is called: a
+// caller that stops hearing them asks another worker, so a worker killed mid-request costs its
+// caller a second or two, not its deadline (docs/reliability.md).
+func (w *Worker) heartbeat(msg *nats.Msg) (stop func()) {
+	interval, ok := queue.Heartbeat(msg)
+	if !ok || msg.Reply == "" {
+		return func() {}
+	}
+	beat := func() {
+		hb := nats.NewMsg(msg.Reply)
+		hb.Header.Set(queue.HeaderWorking, "1")
+		_ = w.nc.PublishMsg(hb)
+	}
+	beat()
+	return every(interval, beat) // a beat that crosses the answer is dropped by the caller
 }
 
 func (w *Worker) deadlineCtx(msg *nats.Msg) (context.Context, context.CancelFunc) {

@@ -140,6 +140,118 @@ func TestVerifyOneWithoutWorkersFailsFast(t *testing.T) {
 	}
 }
 
+// A single verification whose worker is killed mid-request is answered by another worker within
+// about WorkerSilence of the kill, not at its 10 s deadline; while the worker lives it says it is
+// at work, so a verification slower than WorkerSilence is not sent a second time.
+func TestSyncVerifyOutlivesAKilledWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const email = "held@example.com"
+	taken := make(chan struct{}, 1)
+	stuck := make(chan struct{})
+	defer close(stuck)
+	doomedConn, _ := b.startWorker(t, &scriptedPipeline{hold: func(_ context.Context, e string) {
+		if e == email {
+			taken <- struct{}{}
+			<-stuck // never answers: the process is about to die
+		}
+	}}, verifyworker.Options{})
+	var asked atomic.Int64
+	healthy := &scriptedPipeline{hold: func(_ context.Context, e string) {
+		if e == email {
+			asked.Add(1)
+		}
+	}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the API's deadline
+	defer cancel()
+	type outcome struct {
+		r   verify.Result
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		r, err := b.dispatcher.VerifyOne(ctx, email)
+		got <- outcome{r, err}
+	}()
+	select {
+	case <-taken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the doomed worker never took the request")
+	}
+	b.startWorker(t, healthy, verifyworker.Options{})
+	// Longer than WorkerSilence: the doomed worker's heartbeats keep its request from being
+	// sent again while it lives.
+	time.Sleep(b.dispatcher.WorkerSilence + time.Second)
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("a request whose worker is alive and at work was sent again (%d times)", n)
+	}
+	killed := time.Now()
+	doomedConn.Close() // kill -9, as far as NATS can tell: no answer, no more heartbeats
+	o := <-got
+	took := time.Since(killed)
+	if o.err != nil || o.r.Email != email || o.r.Status != verify.StatusDeliverable {
+		t.Fatalf("after the kill: %+v, %v", o.r, o.err)
+	}
+	if limit := b.dispatcher.WorkerSilence + 2*time.Second; took > limit {
+		t.Fatalf("answered %v after the kill, want within %v", took, limit)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the healthy worker verified it %d times, want 1", n)
+	}
+	t.Logf("answered by another worker %v after the kill", took.Round(time.Millisecond))
+}
+
+// A request taken by a worker that never says anything — frozen before its first heartbeat, or an
+// older worker that sends none — is sent to another worker after WorkerSilence.
+func TestSyncVerifyAsksAgainWhenItsWorkerIsSilent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	silentConn, err := nats.Connect(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silentConn.Close()
+	seen := make(chan struct{}, 4)
+	silent, err := silentConn.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, func(*nats.Msg) { seen <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := silentConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.dispatcher.VerifyOne(ctx, "quiet@example.com")
+		if err == nil && r.Status != verify.StatusDeliverable {
+			err = fmt.Errorf("status %s", r.Status)
+		}
+		got <- err
+	}()
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the silent worker never got the request")
+	}
+	// The silent one leaves the group (its process is gone for the fleet, its request with it)
+	// and a healthy worker joins before the dispatcher's patience runs out.
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	_ = silentConn.Flush()
+	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{})
+	if err := <-got; err != nil {
+		t.Fatalf("VerifyOne: %v", err)
+	}
+	took := time.Since(start)
+	if took < b.dispatcher.WorkerSilence || took > b.dispatcher.WorkerSilence+3*time.Second {
+		t.Fatalf("answered after %v, want about WorkerSilence (%v)", took, b.dispatcher.WorkerSilence)
+	}
+}
+
 // A saturated worker refuses at once ("busy") instead of queueing the caller.
 func TestSaturatedWorkerSaysBusy(t *testing.T) {
 	t.Parallel()
