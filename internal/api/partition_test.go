@@ -129,6 +129,11 @@ func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 	a, mgmt := pb.account(plan.Free, "")
 	std := pb.standardKey(a.ID).Raw
 	junk := map[string]string{"email": "junk"} // decided by the local layers: key look-up and admission only
+	// A paid account without a spend cap: a batch's failed admission must not add the release of a
+	// spend-cap reservation to the 503's path (it has none to release).
+	paid, _ := pb.account(plan.Builder, "cus_partition")
+	paidKey := pb.standardKey(paid.ID).Raw
+	junkBatch := map[string]any{"emails": []string{"junk", "also junk"}}
 
 	pb.call(http.MethodPost, "/v1/email/verify", std, junk).want(t, http.StatusOK, "")
 	pb.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, http.StatusOK, "")
@@ -149,6 +154,7 @@ func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 		code                    string
 	}{
 		{"verify, partition after look-up", http.MethodPost, "/v1/email/verify", std, junk, CodeQuotaCheckFailed},
+		{"paid batch, partition after look-up", http.MethodPost, "/v1/email/verify/batch", paidKey, junkBatch, CodeServiceUnavailable},
 		{"account, partition after look-up", http.MethodGet, "/v1/management/account", mgmt, nil, CodeServiceUnavailable},
 		{"usage, partition after look-up", http.MethodGet, "/v1/management/usage", mgmt, nil, CodeServiceUnavailable},
 	}
@@ -192,6 +198,21 @@ func TestPostgresPartitionAnswers503InTime(t *testing.T) {
 	if n := count(`SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1`) +
 		count(`SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1`); n != 0 {
 		t.Errorf("%d billable counts, want 0", n)
+	}
+}
+
+// A paid batch that is a fresh replica's first request, sent while Postgres is black-holed right
+// after its key look-up, answers 503 within the budget: admission alone is on its path, not the
+// replica's first heartbeat nor the release of a spend-cap reservation (found in review: 2.7 s).
+func TestFirstPaidBatchDuringPartitionAnswersInTime(t *testing.T) {
+	t.Parallel()
+	pb := setupPartition(t)
+	a, _ := pb.account(plan.Builder, "cus_first_batch")
+	pb.trip.armed.Store(true)
+	pb.unavailable(t, "first paid batch, partition after look-up", http.MethodPost, "/v1/email/verify/batch",
+		pb.standardKey(a.ID).Raw, map[string]any{"emails": []string{"junk", "also junk"}}, CodeServiceUnavailable)
+	if pb.trip.armed.Load() {
+		t.Fatal("the partition was not started by the key look-up")
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailvet/mailvet/internal/database"
 )
@@ -316,6 +317,9 @@ func b2i(b bool) int {
 // transaction (docs/api.md, "Metering").
 func Admit(ctx context.Context, db DB, r Request) (Decision, error) {
 	a := newAdmission(r)
+	if err := ctx.Err(); err != nil {
+		return a.d, notSent{a.failed(err)} // the caller has gone: nothing is sent
+	}
 	if err := a.scan(db.QueryRow(ctx, a.sql, a.args...)); err != nil {
 		return a.d, a.failed(err)
 	}
@@ -387,11 +391,22 @@ func (a *admission) scan(row pgx.Row) error {
 // failed is the error of an admission whose statement failed: on the free tier the statement is
 // the monthly-quota check (docs/errors.md: 503 quota_check_failed).
 func (a *admission) failed(err error) error {
+	out := fmt.Errorf("%w: %v", ErrUnavailable, err)
 	if a.r.Free {
-		return fmt.Errorf("%w: %v", ErrQuotaCheck, err)
+		out = fmt.Errorf("%w: %v", ErrQuotaCheck, err)
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if pgconn.SafeToRetry(err) {
+		return notSent{out}
+	}
+	return out
 }
+
+// notSent marks the error of an admission whose statement never reached Postgres (its context
+// ended first, its connection could not be had): it wrote nothing, so there is nothing to take
+// back (Ledger.Admit).
+type notSent struct{ error }
+
+func (e notSent) Unwrap() error { return e.error }
 
 // admitted reports whether the statement admitted the request (wrote its rows and took its
 // quota units).

@@ -114,7 +114,7 @@ func (a *Admitter) Admit(ctx context.Context, r Request) (Decision, error) {
 		case !w.sent:
 			a.pending = slices.DeleteFunc(a.pending, func(p *waiter) bool { return p == w })
 			a.mu.Unlock()
-			return w.adm.d, w.adm.failed(ctx.Err())
+			return w.adm.d, notSent{w.adm.failed(ctx.Err())}
 		case !w.finished:
 			w.abandoned = true
 			a.mu.Unlock()

@@ -91,7 +91,10 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 		// until they are (Request.Reservation), held by this replica like its rows.
 		r.Reservation = uuid.New()
 		if l.holds != nil {
-			l.holds.start()
+			// Not waited for, unlike a held row's: a reservation is new (created_at is now),
+			// so the sweep leaves it to a replica without a heartbeat row for the grace, and
+			// this request's 503 during an outage must not wait for a heartbeat first.
+			go l.holds.start()
 			r.ReservedBy = l.holds.id
 		}
 	}
@@ -110,7 +113,7 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 			}
 			l.settle(Decision{AccountID: r.AccountID}, keys, nil)
 		}
-		if !refused(err) {
+		if !refused(err) && !errors.As(err, new(notSent)) {
 			l.releaseLate(r.Reservation) // the same for a reservation the statement may have made
 		}
 		return nil, d, err
@@ -319,33 +322,35 @@ var lateWithdrawals = []time.Duration{time.Second, 5 * time.Second, 30 * time.Se
 // and again after each of lateWithdrawals behind it, with their billable counts but not their
 // quota units, which Close refunded. Ledger.Close cuts the waits short and makes one last removal.
 func (l *Ledger) withdrawLate(account string, keys []string) {
-	l.late(lateWithdrawals, func(ctx context.Context) error { return withdraw(ctx, l.db, account, keys, keepUnits) }, func(err error) {
+	l.late(true, lateWithdrawals, func(ctx context.Context) error { return withdraw(ctx, l.db, account, keys, keepUnits) }, func(err error) {
 		l.log.Warn("usage: removing rows whose write timed out", "account", account, "rows", len(keys), "err", err)
 	})
 }
 
-// lateReleases are the waits between the releases of a reservation whose admission had an
+// lateReleases are the waits before the releases of a reservation whose admission had an
 // unknown outcome: fewer and shorter than lateWithdrawals, as every request admitted during a
 // Postgres stall gets them; a reservation whose admission commits later still is released by the
-// sweep after ReservationMaxAge, and until then only makes the cap stricter.
-var lateReleases = []time.Duration{time.Second, 10 * time.Second}
+// sweep after ReservationMaxAge, and until then only makes the cap stricter. All of them run
+// behind the response: the request has already failed (a 503 during a Postgres outage must not
+// wait for them), and an open reservation only makes the cap stricter for a moment.
+var lateReleases = []time.Duration{0, time.Second, 10 * time.Second}
 
-// releaseLate closes reservation id now and again after each of lateReleases: the admission that
-// made it failed with an unknown outcome (its deadline passed, its connection broke), and may
-// still commit after a first release found nothing to close.
+// releaseLate closes reservation id after each of lateReleases: the admission that made it failed
+// with an unknown outcome (its deadline passed, its connection broke), and may still commit after
+// a first release found nothing to close.
 func (l *Ledger) releaseLate(id uuid.UUID) {
 	if id == uuid.Nil {
 		return
 	}
-	l.late(lateReleases, func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
+	l.late(false, lateReleases, func(ctx context.Context) error { return Release(ctx, l.db, id) }, func(err error) {
 		l.log.Warn("usage: releasing the reservation of an admission whose outcome is unknown", "reservation", id, "err", err)
 	})
 }
 
-// late runs op on the response's path and again after each of waits behind it, for a write whose
-// outcome is unknown and that may commit late; Ledger.Close cuts the waits short and runs op one
-// last time. failed hears of each failed run.
-func (l *Ledger) late(waits []time.Duration, op func(context.Context) error, failed func(error)) {
+// late runs op (on the response's path first when onPath) and again after each of waits behind
+// it, for a write whose outcome is unknown and that may commit late; Ledger.Close cuts the waits
+// short and runs op one last time. failed hears of each failed run.
+func (l *Ledger) late(onPath bool, waits []time.Duration, op func(context.Context) error, failed func(error)) {
 	if l.abandoned.Load() {
 		return
 	}
@@ -356,7 +361,9 @@ func (l *Ledger) late(waits []time.Duration, op func(context.Context) error, fai
 			failed(err)
 		}
 	}
-	run(refundWait)
+	if onPath {
+		run(refundWait)
+	}
 	l.background.Add(1)
 	go func() {
 		defer l.background.Done()

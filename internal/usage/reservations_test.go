@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
@@ -429,5 +432,38 @@ func TestRecordAndUncappedAdmissionDoNotDeadlock(t *testing.T) {
 	_ = tx.Rollback(ctx)
 	if errR, errA := <-recorded, <-admitted; errR != nil || errA != nil {
 		t.Fatalf("record: %v; admission: %v", errR, errA)
+	}
+}
+
+// releaseCounter counts the reservation releases (DELETE FROM usage_reservations) sent through it.
+type releaseCounter struct {
+	usage.DB
+	releases atomic.Int32
+}
+
+func (c *releaseCounter) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.Contains(sql, "DELETE FROM usage_reservations") {
+		c.releases.Add(1)
+	}
+	return c.DB.Exec(ctx, sql, args...)
+}
+
+// An admission whose statement was never sent (its caller had gone) made no reservation, so
+// nothing is released for it: a failed request costs Postgres nothing more (found in review: the
+// late releases of an unknown outcome ran for every failed paid request, capped or not).
+func TestUnsentAdmissionReleasesNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	db := &releaseCounter{DB: pool}
+	ledger := usage.NewLedger(db, slog.New(slog.DiscardHandler))
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := ledger.Admit(gone, paidReq(cappedAt100(t, pool), 10)); !errors.Is(err, usage.ErrUnavailable) {
+		t.Fatalf("admission with its caller gone: %v", err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the first late release (1 s)
+	ledger.Close()                      // which runs the last one at once
+	if n := db.releases.Load(); n != 0 {
+		t.Fatalf("%d reservation releases sent for an admission that was never sent, want 0", n)
 	}
 }
