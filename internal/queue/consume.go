@@ -71,11 +71,14 @@ func (c *Consumer) Run(ctx context.Context, handle func(jetstream.Msg)) error {
 	wait := backoff.NewExponentialBackOff()
 	wait.InitialInterval, wait.MaxInterval, wait.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
 	for ctx.Err() == nil {
+		// Counted before the iterator is opened: a reconnect while it opens, or before pump
+		// looks, would otherwise go unseen, and with it the re-pull that pump guards against.
+		reconnects := link.Reconnects()
 		it, err := c.start(ctx)
 		if err == nil {
 			wait.Reset()
 			c.running.Store(true)
-			err = c.pump(ctx, link, it, handle)
+			err = c.pump(ctx, link, reconnects, it, handle)
 			c.running.Store(false)
 			if errors.Is(err, errLinkDropped) {
 				continue // a fresh iterator, with an empty buffer, now that the link is back
@@ -122,6 +125,7 @@ func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // pump reads it until it fails, it is replaced after a reconnect (errLinkDropped) or ctx ends.
+// reconnects is the link's count from before it was opened.
 //
 // An iterator does not outlive a reconnect. nats.go's iterator counts the messages it asked for
 // and has not handed over yet; a reconnect resets that count to zero and asks the server for a
@@ -141,7 +145,7 @@ func (c *Consumer) ensure(ctx context.Context) (jetstream.Consumer, error) {
 // was called. So when ctx ends, pump drains for at most drainWait, then stops the iterator and
 // returns as soon as the message being handed to handle, if any, is done; a read left behind
 // hands back (Nak) whatever it still gets and ends when the process closes its connection.
-func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesContext, handle func(jetstream.Msg)) error {
+func (c *Consumer) pump(ctx context.Context, link *Link, reconnects uint64, it jetstream.MessagesContext, handle func(jetstream.Msg)) error {
 	defer it.Stop()
 	// handling is held while a message is checked against ctx and handed to handle: once pump
 	// has taken it after ctx ended, no read hands a message to handle any more.
@@ -201,7 +205,6 @@ func (c *Consumer) pump(ctx context.Context, link *Link, it jetstream.MessagesCo
 			handling.Unlock()
 		}
 	}()
-	reconnects := link.Reconnects()
 	drained := false
 	for {
 		// The link's state is read after its Changed channel is taken, so that no change
