@@ -74,9 +74,15 @@ type ListRunner struct {
 	// stream was made stands in a stream that was there before them.
 	streamCreated func(context.Context) time.Time
 	// republished is the creation time of the LISTS stream for which this runner's sweep has
-	// published again every handed-out chunk (sweep); only the sweep's goroutine uses it.
-	republished time.Time
+	// published again every handed-out chunk (sweep), and republishedAll whether that was all
+	// of them (at most republishLimit are); only the sweep's goroutine uses them.
+	republished    time.Time
+	republishedAll bool
 }
+
+// republishLimit bounds the chunks one sweep publishes into a new LISTS stream: with at most 8
+// chunks handed out per running list (list.Config.Window), those of 1,250 running lists.
+const republishLimit = 10000
 
 // freshStream is how young a LISTS stream must be for the sweep to publish every handed-out chunk
 // into it under its plain message id: well inside JetStream's 2-minute duplicate window, so that a
@@ -365,7 +371,7 @@ func (r *ListRunner) sweep(ctx context.Context) {
 	created := createdAt(ctx)
 	r.republishIntoFreshStream(ctx, created)
 	lostBefore := created
-	if !created.IsZero() && created.Equal(r.republished) {
+	if !created.IsZero() && created.Equal(r.republished) && r.republishedAll {
 		lostBefore = time.Time{} // every chunk handed out before it is in it now
 	}
 	chunks, rounds, err := r.store.Stalled(ctx, r.stallAge(), lostBefore, 100)
@@ -399,12 +405,14 @@ func (r *ListRunner) sweep(ctx context.Context) {
 // a list whose other chunks keep being written waited out stallAge. Published again within the
 // duplicate window, a chunk that is already in the new stream (published after its creation, by
 // a retry or by another replica's sweep) is dropped by JetStream, and only the lost ones are
-// queued: nothing is verified twice.
+// queued. A chunk that a worker was still verifying when the stream was lost is among them: it is
+// verified twice and written (and billed) once. When there are more than republishLimit, the rest
+// are left to the stall rule that compares the stream's creation with each list's progress.
 func (r *ListRunner) republishIntoFreshStream(ctx context.Context, created time.Time) {
 	if created.IsZero() || created.Equal(r.republished) || time.Since(created) > freshStream {
 		return
 	}
-	chunks, err := r.store.HandedOutOfRunning(ctx, 10000)
+	chunks, err := r.store.HandedOutOfRunning(ctx, republishLimit)
 	if err == nil && len(chunks) > 0 {
 		err = queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, nil)
 	}
@@ -414,7 +422,7 @@ func (r *ListRunner) republishIntoFreshStream(ctx context.Context, created time.
 		}
 		return // the next sweep tries again, while the stream is fresh
 	}
-	r.republished = created
+	r.republished, r.republishedAll = created, len(chunks) < republishLimit
 	if len(chunks) > 0 {
 		r.log.Info("list sweep: published the handed-out chunks of running lists into a new stream", "chunks", len(chunks))
 	}
