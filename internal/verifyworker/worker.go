@@ -159,8 +159,8 @@ func (w *Worker) onSync(msg *nats.Msg) {
 	}()
 }
 
-// heartbeat tells the caller of a sync request that this worker has it and is still at work, at
-// once and then as often as the request asks (queue.HeaderHeartbeat), until stop is called: a
+// heartbeat tells the caller of a sync request that this worker has it and is still at work, as
+// often as the request asks (queue.HeaderHeartbeat), until stop is called: a
 // caller that stops hearing them asks another worker, so a worker killed mid-request costs its
 // caller a second or two, not its deadline (docs/reliability.md).
 func (w *Worker) heartbeat(msg *nats.Msg) (stop func()) {
@@ -173,7 +173,8 @@ func (w *Worker) heartbeat(msg *nats.Msg) (stop func()) {
 		hb.Header.Set(queue.HeaderWorking, "1")
 		_ = w.nc.PublishMsg(hb)
 	}
-	beat()
+	// No beat at once: the caller counts its patience from the request, and most answers come
+	// before the first interval ends, so that beat would only add a message to the fast path.
 	return every(interval, beat) // a beat that crosses the answer is dropped by the caller
 }
 
