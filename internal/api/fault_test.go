@@ -260,6 +260,10 @@ func TestFleetRoutesFailFastWhileNATSIsDown(t *testing.T) {
 		if r.header.Get("Retry-After") == "" {
 			t.Errorf("%s: no Retry-After", c.path)
 		}
+		// Refused before admission, and still a verify response: the rate window, untouched.
+		if got := r.header.Get("RateLimit-Remaining"); got != r.header.Get("RateLimit-Limit") || got == "" || r.header.Get("RateLimit-Reset") == "" {
+			t.Errorf("%s: RateLimit headers %v, want the whole window left", c.path, r.header)
+		}
 	}
 	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
 		t.Errorf("%d jobs stored while they could not be queued", n)

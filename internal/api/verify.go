@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -99,6 +100,34 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
 	}
 	return charge, err
+}
+
+// rateHeaderBudget bounds the read of the rate window for a verify response refused before
+// admission: the refusal must not wait on a slow Postgres for a header.
+const rateHeaderBudget = 250 * time.Millisecond
+
+// rateLimitHeaders makes every response of a verify route to an authenticated caller carry the
+// RateLimit-* headers (docs/api.md, "Headers"), also one refused before admission ran: bad input
+// (400), NATS down (503), a body too slow (408). Admission sets them when it runs; otherwise the
+// account's current window is read here, one primary-key look-up, and RateLimit-Remaining is left
+// out if that read fails. A response already under way (a stream) is left as it is.
+func (s *Server) rateLimitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		h := c.Response().Header()
+		if c.Response().Committed || h.Get("RateLimit-Limit") != "" {
+			return err
+		}
+		who, now := s.callerOf(c), s.now()
+		h.Set("RateLimit-Limit", strconv.Itoa(who.plan.RateLimitPerMin))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), rateHeaderBudget)
+		defer cancel()
+		if used, rerr := usage.RateUsed(ctx, s.pool, who.account, now); rerr == nil {
+			h.Set("RateLimit-Remaining", strconv.Itoa(max(0, who.plan.RateLimitPerMin-used)))
+		}
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(now.Truncate(time.Minute).Add(time.Minute), now)))
+		return err
+	}
 }
 
 // secondsUntil is the whole seconds to wait until t, rounded up: a client that waits exactly

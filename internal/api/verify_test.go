@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,6 +340,35 @@ func TestRateLimit(t *testing.T) {
 	if used := b.count(`SELECT quota_units FROM usage_monthly WHERE account_id = $1`, acct); used != 8 {
 		t.Errorf("quota %d, want 8: a rate-limited request is not counted", used)
 	}
+}
+
+// Every verify response to an authenticated caller carries the RateLimit-* headers, also a
+// refusal that came before admission (bad input): the window it describes is the one admission
+// counts in, untouched by the refusal.
+func TestEveryVerifyResponseCarriesRateLimitHeaders(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{now: time.Now()}) // the clock stands still: one window
+	_, key := b.customer(plan.Free)                  // 10 per minute
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).want(t, 200, "")
+	for _, c := range []struct {
+		what, path string
+		body       any
+	}{
+		{"verify without email", "/v1/email/verify", map[string]any{}},
+		{"verify with a bad webhook_url", "/v1/email/verify", map[string]any{"email": "ann@acme.test", "webhook_url": "ftp://x"}},
+		{"empty batch", "/v1/email/verify/batch", map[string]any{"emails": []string{}}},
+		{"stream with an unknown field", "/v1/email/verify/stream", map[string]any{"emails": []string{"a@x"}, "mails": 1}},
+	} {
+		r := b.call(http.MethodPost, c.path, key, c.body).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if r.header.Get("RateLimit-Limit") != "10" || r.header.Get("RateLimit-Remaining") != "7" {
+			t.Errorf("%s: RateLimit headers %v, want limit 10, 7 remaining", c.what, r.header)
+		}
+		if s, err := strconv.Atoi(r.header.Get("RateLimit-Reset")); err != nil || s < 1 || s > 60 {
+			t.Errorf("%s: RateLimit-Reset %q, want 1 to 60 seconds", c.what, r.header.Get("RateLimit-Reset"))
+		}
+	}
+	// Nothing refused above took a unit of the window.
+	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"d@x", "e@x", "f@x", "g@x", "h@x", "i@x", "j@x"}}).want(t, 200, "")
 }
 
 func TestMonthlyQuota(t *testing.T) {

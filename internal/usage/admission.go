@@ -420,14 +420,25 @@ func (a *admission) admitted() bool {
 	return a.capOK
 }
 
+// RateUsed is how many emails the account has used of the one-minute rate window that holds now
+// (0 when it has none yet).
+func RateUsed(ctx context.Context, db DB, account string, now time.Time) (int, error) {
+	used := 0
+	err := db.QueryRow(ctx, `SELECT used FROM rate_windows WHERE account_id = $1 AND window_start = $2`,
+		account, now.UTC().Truncate(time.Minute)).Scan(&used)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	return used, err
+}
+
 // decide turns the statement's answer into the decision or the refusal; a refusal reads the
 // count it reports from db.
 func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 	r, d := a.r, a.d
 	if a.used == nil {
-		cur := 0
-		if err := db.QueryRow(ctx, `SELECT used FROM rate_windows WHERE account_id = $1 AND window_start = $2`,
-			r.AccountID, a.now.Truncate(time.Minute)).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		cur, err := RateUsed(ctx, db, r.AccountID, a.now)
+		if err != nil {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Asked: r.Units, Reset: d.Reset}
