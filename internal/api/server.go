@@ -163,7 +163,10 @@ func New(d Deps) *Server {
 		d.Metrics.MustRegister(s.requests, s.latency, s.refusals, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mailvet_usage_rejection_rows_dropped_total",
 			Help: "Usage-log rows of rejected verify requests dropped because the datastore could not take them.",
-		}, func() float64 { return float64(s.rejections.Dropped()) }))
+		}, func() float64 { return float64(s.rejections.Dropped()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mailvet_sync_reasks_total",
+			Help: "Single verifications sent to another verifier because the one that took them went silent (killed or frozen).",
+		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }))
 	}
 
 	e := echo.New()

@@ -64,7 +64,8 @@ type Dispatcher struct {
 	// worker died, or froze, with the request (see VerifyOne).
 	WorkerSilence time.Duration
 
-	replies replyMux // the inbox of every single verification (VerifyOne)
+	replies replyMux      // the inbox of every single verification (VerifyOne)
+	silent  atomic.Uint64 // single verifications sent again because their worker went silent
 
 	lastAlive atomic.Int64 // Unix nanoseconds when WorkersAlive last saw a worker
 }

@@ -128,12 +128,18 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 			}
 		case time.Since(time.Unix(0, w.heard.Load())) < silence:
 			continue // a heartbeat came in while the timer fired
+		default:
+			d.silent.Add(1)
 		}
 		if err := ask(); err != nil {
 			return verify.Result{}, err
 		}
 	}
 }
+
+// SilentWorkerReasks counts the single verifications sent to the fleet again because the worker
+// that took them went silent (killed, frozen): for mailvet_sync_reasks_total.
+func (d *Dispatcher) SilentWorkerReasks() uint64 { return d.silent.Load() }
 
 // noResponders reports whether m is the server's "no responders" status: nobody was subscribed
 // to the request's subject when it was published.

@@ -199,6 +199,9 @@ func TestSyncVerifyOutlivesAKilledWorker(t *testing.T) {
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("the healthy worker verified it %d times, want 1", n)
 	}
+	if n := b.dispatcher.SilentWorkerReasks(); n != 1 {
+		t.Fatalf("%d re-asks counted, want 1", n)
+	}
 	t.Logf("answered by another worker %v after the kill", took.Round(time.Millisecond))
 }
 
