@@ -205,6 +205,43 @@ func TestSyncVerifyOutlivesAKilledWorker(t *testing.T) {
 	t.Logf("answered by another worker %v after the kill", took.Round(time.Millisecond))
 }
 
+// Many single verifications at once, over two workers, each get the answer for their own address
+// (one reply subscription serves them all).
+func TestConcurrentSyncVerificationsGetTheirOwnAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow := func(_ context.Context, e string) { time.Sleep(time.Duration(len(e)%7) * time.Millisecond) }
+	b.startWorker(t, &scriptedPipeline{hold: slow}, verifyworker.Options{Concurrency: 256})
+	b.startWorker(t, &scriptedPipeline{hold: slow}, verifyworker.Options{Concurrency: 256})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 400
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			email := fmt.Sprintf("user%d@example.com", i)
+			r, err := b.dispatcher.VerifyOne(ctx, email)
+			if err == nil && r.Email != email {
+				err = fmt.Errorf("asked for %s, answered for %s", email, r.Email)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.dispatcher.SilentWorkerReasks(); n != 0 {
+		t.Fatalf("%d verifications re-asked with every worker alive", n)
+	}
+}
+
 // A request taken by a worker that never says anything — frozen before its first heartbeat, or an
 // older worker that sends none — is sent to another worker after WorkerSilence.
 func TestSyncVerifyAsksAgainWhenItsWorkerIsSilent(t *testing.T) {
