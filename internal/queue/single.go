@@ -23,11 +23,12 @@ const syncAsks = 3
 // VerifyOne verifies one address over core NATS: the lowest-latency path, with nothing persisted
 // because the caller is waiting (docs/reliability.md, "A worker killed in the middle").
 //
-// Core NATS cannot tell that the worker which took a request has died, so the worker says it is
-// at work at once and then every WorkerSilence/4 (HeaderHeartbeat). A request that hears nothing
-// for WorkerSilence — its worker was killed, froze, or took it and never said so — is sent again
-// to any worker, at most syncAsks times in all, on the same inbox: whichever answer comes first
-// is the result. Before, it waited for its 10 s deadline and answered 503.
+// Core NATS cannot tell that the worker which took a request has died, so the worker says every
+// WorkerSilence/4 that it is still at work (HeaderHeartbeat). A request that hears nothing for
+// WorkerSilence — its worker was killed, froze, or took it and never said so — is sent again to
+// any worker, at most syncAsks times in all, on the same inbox: whichever answer comes first is
+// the result. A "busy" or "no responders" to such a later ask does not end the request, since the
+// first worker may still answer. Before, it waited for its 10 s deadline and answered 503.
 //
 // A request whose connection drops (or stops answering) while it waits is sent again once the
 // connection is back within SyncGrace, and answers ErrUnavailable otherwise.
@@ -82,6 +83,10 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 	if err := ask(); err != nil {
 		return verify.Result{}, err
 	}
+	var (
+		resent  bool  // sent again because the worker that took it went silent
+		refused error // the last "busy" or "no responders" since
+	)
 	for {
 		actx, release := d.link.Guard(ctx)
 		var wake <-chan time.Time
@@ -99,26 +104,37 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 		lost := errors.Is(context.Cause(actx), ErrLinkLost)
 		release()
 		switch {
-		case m != nil && noResponders(m):
+		case m != nil && noResponders(m) && !giveUp.IsZero() && time.Now().Before(giveUp):
 			// Right after a reconnect the workers may not have subscribed again yet: asked
 			// again until the grace period ends.
-			if giveUp.IsZero() || time.Now().After(giveUp) {
-				return verify.Result{}, ErrNoWorkers
-			}
 			sleep(ctx, 50*time.Millisecond)
 		case m != nil:
-			var r VerifyReply
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
+			refusal := ErrNoWorkers
+			if !noResponders(m) {
+				var r VerifyReply
+				if err := json.Unmarshal(m.Data, &r); err != nil {
+					return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
+				}
+				if r.Result != nil {
+					return *r.Result, nil
+				}
+				refusal = ErrBusy
 			}
-			if r.Result == nil {
-				return verify.Result{}, ErrBusy
+			if !resent {
+				return verify.Result{}, refusal
 			}
-			return *r.Result, nil
+			// A refusal of an ask sent because a worker went silent: that worker may be alive
+			// after all (frozen for a while, or an older one that sends no heartbeats), and
+			// its answer is still welcome. Wait on, asking again when silent.
+			refused = refusal
+			continue
 		case ctx.Err() != nil:
 			if !d.link.Up() {
 				// Even when ctx ended first: the broker, not the workers, is what failed.
 				return verify.Result{}, ErrUnavailable
+			}
+			if refused != nil {
+				return verify.Result{}, refused
 			}
 			return verify.Result{}, ErrTimeout
 		case lost || !d.link.Up():
@@ -130,6 +146,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 			continue // a heartbeat came in while the timer fired
 		default:
 			d.silent.Add(1)
+			resent = true
 		}
 		if err := ask(); err != nil {
 			return verify.Result{}, err

@@ -2,6 +2,7 @@ package verifyworker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -289,6 +290,69 @@ func TestSyncVerifyAsksAgainWhenItsWorkerIsSilent(t *testing.T) {
 	took := time.Since(start)
 	if took < b.dispatcher.WorkerSilence || took > b.dispatcher.WorkerSilence+3*time.Second {
 		t.Fatalf("answered after %v, want about WorkerSilence (%v)", took, b.dispatcher.WorkerSilence)
+	}
+}
+
+// A request sent again because its worker went silent, whose second ask is refused ("busy", or "no
+// responders"), still takes the first worker's answer when it comes: that worker was alive, only
+// slow and silent (an older worker without heartbeats, during a rolling upgrade). Found in review:
+// the refusal ended the request with a 503 a second before the answer.
+func TestRefusedReaskStillTakesTheFirstWorkersAnswer(t *testing.T) {
+	t.Parallel()
+	for _, other := range []string{"busy worker", "no other worker"} {
+		t.Run(other, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			oldConn, err := nats.Connect(b.url) // an older worker: answers, sends no heartbeats
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer oldConn.Close()
+			took := make(chan struct{}, 4)
+			var oldSub *nats.Subscription
+			oldSub, err = oldConn.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, func(m *nats.Msg) {
+				took <- struct{}{}
+				go func() {
+					var req queue.VerifyRequest
+					_ = json.Unmarshal(m.Data, &req)
+					time.Sleep(b.dispatcher.WorkerSilence + time.Second) // a slow SMTP probe
+					r := verify.Result{Email: req.Email}
+					r.Apply(verify.OutcomeDeliverable)
+					body, _ := json.Marshal(queue.VerifyReply{Result: &r})
+					_ = m.Respond(body)
+				}()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = oldConn.Flush()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				_, err := b.dispatcher.VerifyOne(ctx, "slow@example.com")
+				got <- err
+			}()
+			<-took
+			// Rolling upgrade: the old worker drains (leaves the group, finishes what it has).
+			_ = oldSub.Unsubscribe()
+			_ = oldConn.Flush()
+			if other == "busy worker" {
+				busyConn, _ := nats.Connect(b.url)
+				defer busyConn.Close()
+				_, _ = busyConn.QueueSubscribe(queue.SubjectVerifySync, queue.QueueVerifiers, func(m *nats.Msg) {
+					body, _ := json.Marshal(queue.VerifyReply{Error: queue.ReplyBusy})
+					_ = m.Respond(body)
+				})
+				_ = busyConn.Flush()
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("VerifyOne: %v; the first worker answered a second later", err)
+			}
+			if n := b.dispatcher.SilentWorkerReasks(); n < 1 {
+				t.Fatalf("the request was not sent again (%d re-asks): the test did not test the refusal", n)
+			}
+		})
 	}
 }
 
