@@ -88,19 +88,31 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 	// spend-cap or datastore refusal that came after the rate step.
 	h := c.Response().Header()
 	h.Set("RateLimit-Limit", strconv.Itoa(who.plan.RateLimitPerMin))
-	var rl *usage.RateLimited
+	var (
+		rl *usage.RateLimited
+		qe *usage.QuotaExceeded
+		sc *usage.SpendCapExceeded
+	)
 	switch {
 	case errors.As(err, &rl):
 		// What is left of the window: a request larger than that is refused whole, and a smaller
 		// one would still pass.
 		h.Set("RateLimit-Remaining", strconv.Itoa(max(0, rl.Limit-rl.Used)))
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(rl.Reset, now)))
-	case err == nil || d.Reset.After(now):
+	case err == nil || errors.As(err, &qe) || errors.As(err, &sc):
+		// Past the rate step: the decision has what is left of the window.
 		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
+	default:
+		// The statement got no answer: what is left of the window is not known, and is not
+		// guessed (a 0 would make a client wait for nothing); when it ends is the clock's.
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(windowEnd(now), now)))
 	}
 	return charge, err
 }
+
+// windowEnd is when the one-minute rate window that holds now ends.
+func windowEnd(now time.Time) time.Time { return now.Truncate(time.Minute).Add(time.Minute) }
 
 // rateHeaderBudget bounds the read of the rate window for a verify response refused before
 // admission: the refusal must not wait on a slow Postgres for a header.
@@ -125,7 +137,7 @@ func (s *Server) rateLimitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 		if used, rerr := usage.RateUsed(ctx, s.pool, who.account, now); rerr == nil {
 			h.Set("RateLimit-Remaining", strconv.Itoa(max(0, who.plan.RateLimitPerMin-used)))
 		}
-		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(now.Truncate(time.Minute).Add(time.Minute), now)))
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(windowEnd(now), now)))
 		return err
 	}
 }

@@ -104,14 +104,20 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 		d, err = Admit(ctx, l.db, r)
 	}
 	if err != nil {
-		if len(r.Rows) > 0 && !refused(err) {
+		if len(r.Rows) > 0 && !refused(err) && !errors.As(err, new(notSent)) {
 			// A statement whose deadline expired may still have committed (the cancel came after the
 			// commit): take back the rows it may have written. Withdraw removes only rows that exist.
+			// Behind the 503, not before it: Postgres most likely did not answer the admission
+			// either, and rows held by this replica and never confirmed are owed by nobody.
 			keys := make([]string, len(r.Rows))
 			for i, row := range r.Rows {
 				keys[i] = row.ItemKey
 			}
-			l.settle(Decision{AccountID: r.AccountID}, keys, nil)
+			l.background.Add(1)
+			go func() {
+				defer l.background.Done()
+				l.settle(Decision{AccountID: r.AccountID}, keys, nil)
+			}()
 		}
 		if !refused(err) && !errors.As(err, new(notSent)) {
 			l.releaseLate(r.Reservation) // the same for a reservation the statement may have made

@@ -74,8 +74,10 @@ const (
 	sweepRuns  = 20  // transactions per sweep, so one sweep is bounded
 	// holdTimeout bounds each background statement.
 	holdTimeout = 5 * time.Second
-	// firstBeatTimeout bounds the first heartbeat, which a request waits for (start).
-	firstBeatTimeout = time.Second
+	// firstBeatTimeout bounds the first heartbeat, which a request waits for (start): with the
+	// request's own admission (database.QueryTimeout, 1 s) it keeps a fresh replica's first
+	// request during a Postgres partition within the 2 s in which every route answers 503.
+	firstBeatTimeout = 500 * time.Millisecond
 	// closePatience bounds the retries of the last confirmations at shutdown.
 	closePatience = 5 * time.Second
 )
@@ -98,8 +100,8 @@ func (h *Holds) Replica() string { return h.id }
 // is still running.
 //
 // That first heartbeat is on the first request's path, so it is bounded like the request's own
-// statements (firstBeatTimeout), not like the background ones: on a Postgres that stops
-// answering, the first request still gets its 503 within two seconds. If it fails, so does the
+// statements (firstBeatTimeout, half of theirs), not like the background ones: on a Postgres that
+// stops answering, the first request still gets its 503 within two seconds. If it fails, so does the
 // request's write, most likely; the loop's next heartbeat follows a grace/6 later.
 func (h *Holds) start() {
 	h.once.Do(func() {
