@@ -46,6 +46,8 @@ func stepWorld(t *testing.T) (*testBundle, []stepCase) {
 	b.w.AddDomain("nullmx.test", mailsim.Domain{NullMX: true, A: []string{implicitMX.Addr().String()}})
 	b.w.AddDomain("implicit.test", mailsim.Domain{A: []string{implicitMX.Addr().String()}, Users: []string{"ann"}})
 	b.w.AddDomain("servfail.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	// MX records whose host does not exist: mail to the domain bounces (RFC 5321 §5.1).
+	b.w.AddDomain("deadmx.test", mailsim.Domain{MX: mxOf("mx.gone.test")})
 	b.w.AddDomain("refused.test", mailsim.Domain{MX: mxOf("mx.refused.test")})
 	b.w.AddDomain("strict.test", mailsim.Domain{MX: mxOf("mx.strict.test"), Users: []string{"ann"}})
 	return b, []stepCase{
@@ -55,6 +57,7 @@ func stepWorld(t *testing.T) (*testBundle, []stepCase) {
 		{"no MX", "ann@nomx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
 		{"no MX, typo suggestion", "ann@gmail.cm", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
 		{"null MX", "ann@nullmx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNullMX},
+		{"MX hosts without addresses", "ann@deadmx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
 		{"implicit MX", "ann@implicit.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},
 		{"DNS failure", "ann@servfail.test", StatusUnknown, 0.50, "", false, ReasonDNSError},
 		{"deliverable", "Ann@acme.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},

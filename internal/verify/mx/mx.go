@@ -43,6 +43,12 @@ var ErrNoMX = errors.New("no MX records")
 // that wrap it also wrap ErrNoMX.
 var ErrNullMX = fmt.Errorf("%w: null MX", ErrNoMX)
 
+// ErrNoMXAddress means the domain's MX records name hosts that have no address (they do not
+// exist, or have neither A nor AAAA records), as the DNS said for certain: there is nothing to
+// deliver to, which RFC 5321 §5.1 says must be reported as an error, and mail to the domain
+// bounces. It wraps ErrNoMX. A host whose look-up failed (SERVFAIL, a timeout) is not this.
+var ErrNoMXAddress = fmt.Errorf("%w: the MX hosts have no address", ErrNoMX)
+
 // ErrTemporary means the answer could not be had now (SERVFAIL, REFUSED, timeout).
 var ErrTemporary = errors.New("temporary DNS failure")
 
@@ -176,10 +182,6 @@ func (r *Resolver) store(domain string, res Result, err error) (time.Time, bool)
 	switch {
 	case err == nil && res.incomplete:
 		return time.Time{}, false // a host's addresses are missing for a DNS error: asked again next time
-	case err == nil && !slices.ContainsFunc(res.Hosts, func(h Host) bool { return len(h.Addrs) > 0 }):
-		// MX records whose hosts have no address (NXDOMAIN, no A/AAAA): nothing can be dialled,
-		// an answer as negative as no MX at all, and as likely to be fixed soon.
-		ttl = NegativeTTL
 	case err == nil:
 		ttl = PositiveTTL
 	case errors.Is(err, ErrNoMX):
@@ -300,6 +302,15 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 		}
 		// Some hosts have addresses: the prober can use them now, but the answer is not kept.
 		return Result{Hosts: hosts, incomplete: true}, nil
+	}
+	if !slices.ContainsFunc(hosts, func(h Host) bool { return len(h.Addrs) > 0 }) {
+		// Every host answered, and none has an address: as negative an answer as no MX at
+		// all, and cached as long (it is as likely to be fixed soon).
+		names := make([]string, len(hosts))
+		for i, h := range hosts {
+			names[i] = h.Name
+		}
+		return Result{}, fmt.Errorf("%w: %s: %s", ErrNoMXAddress, domain, strings.Join(names, ", "))
 	}
 	return Result{Hosts: hosts}, nil
 }

@@ -196,7 +196,8 @@ func TestCache(t *testing.T) {
 	w.AddDomain("cache.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.cache.test"}}})
 	w.AddDomain("flaky.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
 	w.AddDomain("implicit.test", mailsim.Domain{A: []string{"127.0.0.9"}})
-	// MX records whose host does not exist: nothing to dial, kept like a negative answer.
+	// MX records whose host does not exist: nothing to deliver to (ErrNoMXAddress), kept like a
+	// negative answer.
 	w.AddDomain("nowhere.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.gone.test"}}})
 
 	r := New(Config{Server: w.DNSAddr()})
@@ -214,8 +215,8 @@ func TestCache(t *testing.T) {
 		if res, err := r.Lookup(ctx, "implicit.test"); err != nil || !res.Implicit {
 			t.Fatalf("implicit.test: %+v, %v", res, err)
 		}
-		if res, err := r.Lookup(ctx, "nowhere.test"); err != nil || len(res.Hosts) != 1 || len(res.Hosts[0].Addrs) != 0 {
-			t.Fatalf("nowhere.test: %+v, %v", res, err)
+		if res, err := r.Lookup(ctx, "nowhere.test"); !errors.Is(err, ErrNoMXAddress) || !errors.Is(err, ErrNoMX) {
+			t.Fatalf("nowhere.test: %+v, %v; want ErrNoMXAddress, which is an ErrNoMX", res, err)
 		}
 	}
 	if q := queries("nowhere.test"); q != 1 {
