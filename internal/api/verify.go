@@ -88,19 +88,16 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 	// spend-cap or datastore refusal that came after the rate step.
 	h := c.Response().Header()
 	h.Set("RateLimit-Limit", strconv.Itoa(who.plan.RateLimitPerMin))
-	var (
-		rl *usage.RateLimited
-		qe *usage.QuotaExceeded
-		sc *usage.SpendCapExceeded
-	)
+	var rl *usage.RateLimited
 	switch {
 	case errors.As(err, &rl):
 		// What is left of the window: a request larger than that is refused whole, and a smaller
 		// one would still pass.
 		h.Set("RateLimit-Remaining", strconv.Itoa(max(0, rl.Limit-rl.Used)))
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(rl.Reset, now)))
-	case err == nil || errors.As(err, &qe) || errors.As(err, &sc):
-		// Past the rate step: the decision has what is left of the window.
+	case err == nil || d.RateRead:
+		// Past the rate step (a later step may have refused or failed): the decision has what
+		// is left of the window.
 		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(d.Reset, now)))
 	default:

@@ -63,7 +63,10 @@ type Decision struct {
 	AccountID string
 	Limit     int
 	Remaining int
-	Reset     time.Time // end of the current one-minute window
+	// RateRead says Remaining was read from the rate window: admission got past its rate step,
+	// also when a later step refused or failed. Without it Remaining is not known.
+	RateRead bool
+	Reset    time.Time // end of the current one-minute window
 	// QuotaCharged is how many free-tier quota units were taken (to refund if the request then
 	// fails before verifying anything).
 	QuotaCharged int
@@ -443,7 +446,7 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 		}
 		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Asked: r.Units, Reset: d.Reset}
 	}
-	d.Remaining = max(0, r.RatePerMin-*a.used)
+	d.Remaining, d.RateRead = max(0, r.RatePerMin-*a.used), true
 
 	if r.Free {
 		if a.quota == nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,5 +96,50 @@ func TestRowsOfATimedOutWriteThatCommittedAreWithdrawn(t *testing.T) {
 	})
 	if _, b, d := monthly(t, pool, acct); b != 0 || d != 0 {
 		t.Errorf("after the failed admission: billable %d, daily %d; want 0 and 0", b, d)
+	}
+}
+
+// slowCommit is a database whose admission statement that writes a row reports its deadline at
+// once and commits 300 ms later, as a statement held up by a lock or a stalled disk does after
+// its caller gave up.
+type slowCommit struct{ database.DB }
+
+func (s slowCommit) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !writesRows(sql) {
+		return s.DB.QueryRow(ctx, sql, args...)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		var a, b *int
+		_ = s.DB.QueryRow(context.Background(), sql, args...).Scan(&a, &b)
+	}()
+	return deadlineRow{}
+}
+
+type deadlineRow struct{}
+
+func (deadlineRow) Scan(...any) error { return context.DeadlineExceeded }
+
+// The row of a single verification whose admission reported a timeout and committed after the
+// first withdrawal found nothing is withdrawn by a later one, with its quota unit (found in
+// review: a single withdrawal left it billed until the replica retired).
+func TestAdmissionRowThatCommitsLateIsWithdrawn(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ledger := usage.NewLedger(slowCommit{pool}, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)))
+	defer ledger.Close()
+	acct := newAccount(t, pool, "free")
+	req := freeReq(acct, 1)
+	req.Rows = []usage.Row{pendingRow(acct, "single:slow")}
+	if _, _, err := ledger.Admit(ctx, req); err == nil {
+		t.Fatal("Admit reported no error")
+	}
+	time.Sleep(2500 * time.Millisecond) // past the commit (0.3 s) and the withdrawal after 1 s
+	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE item_key = 'single:slow'`); n != 0 {
+		q, b, d := monthly(t, pool, acct)
+		t.Errorf("the row that committed after the first withdrawal is still there: quota %d, billable %d, daily %d", q, b, d)
+	}
+	if q, b, d := monthly(t, pool, acct); q != 0 || b != 0 || d != 0 {
+		t.Errorf("after the late withdrawal: quota %d, billable %d, daily %d; want 0 of each", q, b, d)
 	}
 }

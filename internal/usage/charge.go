@@ -105,19 +105,22 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 	}
 	if err != nil {
 		if len(r.Rows) > 0 && !refused(err) && !errors.As(err, new(notSent)) {
-			// A statement whose deadline expired may still have committed (the cancel came after the
-			// commit): take back the rows it may have written. Withdraw removes only rows that exist.
-			// Behind the 503, not before it: Postgres most likely did not answer the admission
-			// either, and rows held by this replica and never confirmed are owed by nobody.
+			// A statement whose deadline expired may still have committed (the cancel came
+			// after the commit), or may commit later still: take back the rows it may have
+			// written, with the quota units it took, now and again as late as a doubtful
+			// Record's rows (withdrawLate). Withdraw removes only rows that exist, so each goes
+			// once. All of it behind the 503: Postgres most likely did not answer the admission
+			// either.
 			keys := make([]string, len(r.Rows))
 			for i, row := range r.Rows {
 				keys[i] = row.ItemKey
 			}
-			l.background.Add(1)
-			go func() {
-				defer l.background.Done()
-				l.settle(Decision{AccountID: r.AccountID}, keys, nil)
-			}()
+			account := r.AccountID
+			l.late(false, append([]time.Duration{0}, lateWithdrawals...), func(ctx context.Context) error {
+				return withdraw(ctx, l.db, account, keys, returnUnits)
+			}, func(err error) {
+				l.log.Warn("usage: removing the rows of an admission whose outcome is unknown", "account", account, "rows", len(keys), "err", err)
+			})
 		}
 		if !refused(err) && !errors.As(err, new(notSent)) {
 			l.releaseLate(r.Reservation) // the same for a reservation the statement may have made

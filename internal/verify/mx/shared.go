@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -28,7 +30,9 @@ type sharedEntry struct {
 	Implicit bool   `json:"implicit,omitempty"`
 	NoMX     string `json:"no_mx,omitempty"` // the error, when the domain takes no mail
 	NullMX   bool   `json:"null_mx,omitempty"`
-	Expires  int64  `json:"expires"` // Unix milliseconds
+	// NoAddress: the MX hosts have no address (ErrNoMXAddress).
+	NoAddress bool  `json:"no_address,omitempty"`
+	Expires   int64 `json:"expires"` // Unix milliseconds
 }
 
 // sharedErr is a cached "no mail" answer read back from the fleet: its text is the original
@@ -68,10 +72,15 @@ func (r *Resolver) loadShared(ctx context.Context, domain string) (Result, error
 	switch {
 	case e.NoMX != "" && e.NullMX:
 		err = &sharedErr{msg: e.NoMX, kind: ErrNullMX}
+	case e.NoMX != "" && e.NoAddress:
+		err = &sharedErr{msg: e.NoMX, kind: ErrNoMXAddress}
 	case e.NoMX != "":
 		err = &sharedErr{msg: e.NoMX, kind: ErrNoMX}
 	case len(e.Hosts) == 0:
 		return Result{}, nil, false // not an answer this resolver would have cached
+	case !slices.ContainsFunc(e.Hosts, func(h Host) bool { return len(h.Addrs) > 0 }):
+		// Shared by a worker from before ErrNoMXAddress, which kept such hosts as an answer.
+		err = &sharedErr{msg: fmt.Sprintf("%v: %s", ErrNoMXAddress, domain), kind: ErrNoMXAddress}
 	default:
 		res = Result{Hosts: e.Hosts, Implicit: e.Implicit}
 	}
@@ -86,7 +95,7 @@ func (r *Resolver) share(domain string, res Result, err error, exp time.Time) {
 	}
 	e := sharedEntry{Hosts: res.Hosts, Implicit: res.Implicit, Expires: exp.UnixMilli()}
 	if err != nil {
-		e.NoMX, e.NullMX = err.Error(), errors.Is(err, ErrNullMX)
+		e.NoMX, e.NullMX, e.NoAddress = err.Error(), errors.Is(err, ErrNullMX), errors.Is(err, ErrNoMXAddress)
 	}
 	b, _ := json.Marshal(e)
 	r.cfg.Shared.Put(domain, b)
