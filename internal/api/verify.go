@@ -103,13 +103,10 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 	default:
 		// The statement got no answer: what is left of the window is not known, and is not
 		// guessed (a 0 would make a client wait for nothing); when it ends is the clock's.
-		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(windowEnd(now), now)))
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(usage.WindowEnd(now), now)))
 	}
 	return charge, err
 }
-
-// windowEnd is when the one-minute rate window that holds now ends.
-func windowEnd(now time.Time) time.Time { return now.Truncate(time.Minute).Add(time.Minute) }
 
 // rateHeaderBudget bounds the read of the rate window for a verify response refused before
 // admission: the refusal must not wait on a slow Postgres for a header.
@@ -134,7 +131,7 @@ func (s *Server) rateLimitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 		if used, rerr := usage.RateUsed(ctx, s.pool, who.account, now); rerr == nil {
 			h.Set("RateLimit-Remaining", strconv.Itoa(max(0, who.plan.RateLimitPerMin-used)))
 		}
-		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(windowEnd(now), now)))
+		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(usage.WindowEnd(now), now)))
 		return err
 	}
 }

@@ -137,7 +137,7 @@ func (d *dnsServer) answer(req *dns.Msg, q dns.Question, tcp bool) (m *dns.Msg, 
 	}
 
 	if dom := d.w.domain(name); dom != nil {
-		if dom.Drop {
+		if dom.Drop || (dom.DropAAAA && q.Qtype == dns.TypeAAAA) {
 			return nil, 0, true
 		}
 		if dom.Rcode != 0 {

@@ -129,6 +129,7 @@ type Domain struct {
 	A        []string      // A records of the domain name itself (its implicit MX when it has no MX, RFC 5321 §5.1)
 	Rcode    int           // a DNS error to answer with, like dns.RcodeNameError or dns.RcodeServerFailure
 	Drop     bool          // never answer (the resolver times out)
+	DropAAAA bool          // never answer AAAA queries, as some middleboxes do; others as set
 	Delay    time.Duration // extra delay before the DNS answer
 	NoGlue   bool          // leave MX hosts' addresses out of the additional section
 	UDPTrunc bool          // answer UDP with TC=1 and no records, so that the client must retry on TCP

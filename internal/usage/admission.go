@@ -353,7 +353,7 @@ func newAdmission(r Request) *admission {
 	window := now.Truncate(time.Minute)
 	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	a := &admission{r: r, now: now,
-		d: Decision{AccountID: r.AccountID, Limit: r.RatePerMin, Reset: window.Add(time.Minute), Month: MonthStart(now), Day: day}}
+		d: Decision{AccountID: r.AccountID, Limit: r.RatePerMin, Reset: WindowEnd(now), Month: MonthStart(now), Day: day}}
 
 	a.args = []any{r.AccountID, window, r.Units, r.RatePerMin, a.d.Month, r.MonthlyCalls}
 	if !r.Free {
@@ -422,6 +422,9 @@ func (a *admission) admitted() bool {
 	}
 	return a.capOK
 }
+
+// WindowEnd is when the one-minute rate window that holds now ends (Decision.Reset).
+func WindowEnd(now time.Time) time.Time { return now.UTC().Truncate(time.Minute).Add(time.Minute) }
 
 // RateUsed is how many emails the account has used of the one-minute rate window that holds now
 // (0 when it has none yet).

@@ -4,88 +4,54 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailvet/mailvet/internal/mailsim"
 )
 
-// beh is how fakeDNS answers one name and type: an rcode, records, a delay, or no answer at all.
-type beh struct {
-	rcode int
-	drop  bool
-	delay time.Duration
-	rrs   []string
-}
-
-// fakeDNS is a DNS server on loopback that answers by "name/qtype" from table; unknown names get
-// NXDOMAIN. It scripts what mailsim's world does not: per-type rcodes, silence, CNAMEs into errors.
-func fakeDNS(t *testing.T, table map[string]beh) string {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		q := r.Question[0]
-		b, ok := table[q.Name+"/"+dns.TypeToString[q.Qtype]]
-		if !ok {
-			b = beh{rcode: dns.RcodeNameError}
-		}
-		if b.drop {
-			return
-		}
-		time.Sleep(b.delay)
-		m := new(dns.Msg)
-		m.SetRcode(r, b.rcode)
-		for _, s := range b.rrs {
-			rr, err := dns.NewRR(s)
-			if err != nil {
-				panic(err)
-			}
-			m.Answer = append(m.Answer, rr)
-		}
-		w.WriteMsg(m)
-	})}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
-	return pc.LocalAddr().String()
+// noAddressWorld has, for each domain, MX records whose one host has no address the prober can
+// use, each for a different reason.
+func noAddressWorld(t *testing.T) *mailsim.World {
+	t.Helper()
+	w := startWorld(t)
+	mx := func(host string) mailsim.Domain { return mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: host}}} }
+	// A answered NXDOMAIN while AAAA goes unanswered: not certain.
+	w.AddDomain("a.test", mx("mx.a.test"))
+	w.AddDomain("mx.a.test", mailsim.Domain{Rcode: dns.RcodeNameError, DropAAAA: true})
+	// A CNAME'd host whose target fails with SERVFAIL: not certain.
+	w.AddDomain("b.test", mx("mx.b.test"))
+	w.AddCNAME("mx.b.test", "t.b.test")
+	w.AddDomain("t.b.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
+	// A CNAME'd host whose target does not exist: certain.
+	w.AddDomain("c.test", mx("mx.c.test"))
+	w.AddCNAME("mx.c.test", "t.c.test")
+	// The look-up's budget (500 ms) runs out while the host's addresses are asked for.
+	slow := mx("mx.d.test")
+	slow.Delay = 200 * time.Millisecond
+	w.AddDomain("d.test", slow)
+	w.AddDomain("mx.d.test", mailsim.Domain{Delay: 400 * time.Millisecond})
+	// A host with only a private address: an answer (the prober's guard refuses it: mx_private).
+	w.AddDomain("e.test", mx("mx.e.test"))
+	w.AddDomain("mx.e.test", mailsim.Domain{A: []string{"10.0.0.1"}})
+	// A host that does not exist: certain.
+	w.AddDomain("f.test", mx("mx.gone.test"))
+	return w
 }
 
 // ErrNoMXAddress only when the DNS said for certain that no MX host has an address: a host whose
-// A query got NXDOMAIN while its AAAA query went unanswered, a CNAME'd host whose target fails with
-// SERVFAIL, or a look-up whose budget ran out mid-way, are temporary; a CNAME into NXDOMAIN is
-// certain; a host with only a private address is an answer (the prober's guard refuses to dial it,
-// mx_private). From a review of ErrNoMXAddress.
+// A query got NXDOMAIN while its AAAA query went unanswered, a CNAME'd host whose target fails
+// with SERVFAIL, or a look-up whose budget ran out mid-way, are temporary; a CNAME into NXDOMAIN
+// is certain; a host with only a private address is an answer. From a review of ErrNoMXAddress.
 func TestNoMXAddressOnlyWhenCertain(t *testing.T) {
 	t.Parallel()
-	mx := func(d, h string) beh { return beh{rrs: []string{d + " 60 IN MX 10 " + h}} }
-	table := map[string]beh{
-		// A NXDOMAIN, AAAA silent
-		"a.test./MX":      mx("a.test.", "mx.a.test."),
-		"mx.a.test./A":    {rcode: dns.RcodeNameError},
-		"mx.a.test./AAAA": {drop: true},
-		// CNAME'd host whose target is SERVFAIL
-		"b.test./MX":      mx("b.test.", "mx.b.test."),
-		"mx.b.test./A":    {rcode: dns.RcodeServerFailure, rrs: []string{"mx.b.test. 60 IN CNAME t.b.test."}},
-		"mx.b.test./AAAA": {rcode: dns.RcodeServerFailure, rrs: []string{"mx.b.test. 60 IN CNAME t.b.test."}},
-		// CNAME'd host whose target is NXDOMAIN: certain
-		"c.test./MX":      mx("c.test.", "mx.c.test."),
-		"mx.c.test./A":    {rcode: dns.RcodeNameError, rrs: []string{"mx.c.test. 60 IN CNAME t.c.test."}},
-		"mx.c.test./AAAA": {rcode: dns.RcodeNameError, rrs: []string{"mx.c.test. 60 IN CNAME t.c.test."}},
-		// budget runs out mid-resolve: MX slow, A answers NODATA, AAAA after the budget
-		"d.test./MX":      {delay: 200 * time.Millisecond, rrs: []string{"d.test. 60 IN MX 10 mx.d.test."}},
-		"mx.d.test./A":    {},
-		"mx.d.test./AAAA": {delay: 400 * time.Millisecond},
-		// private-only host
-		"e.test./MX":      mx("e.test.", "mx.e.test."),
-		"mx.e.test./A":    {rrs: []string{"mx.e.test. 60 IN A 10.0.0.1"}},
-		"mx.e.test./AAAA": {},
-	}
-	r := New(Config{Server: fakeDNS(t, table)})
-	for d, want := range map[string]error{"a.test": ErrTemporary, "b.test": ErrTemporary, "c.test": ErrNoMXAddress, "d.test": ErrTemporary, "e.test": nil} {
-		_, err := r.Lookup(context.Background(), d)
-		if !errors.Is(err, want) {
+	w := noAddressWorld(t)
+	r := New(Config{Server: w.DNSAddr()})
+	for d, want := range map[string]error{"a.test": ErrTemporary, "b.test": ErrTemporary, "c.test": ErrNoMXAddress,
+		"d.test": ErrTemporary, "e.test": nil, "f.test": ErrNoMXAddress} {
+		if _, err := r.Lookup(context.Background(), d); !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %v", d, err, want)
 		}
 	}
@@ -101,22 +67,18 @@ func (m mapShared) Put(k string, v []byte)                         { m[k] = v }
 // the entry a worker from before it shared: the hosts, without addresses, as an answer.
 func TestSharedNoMXAddress(t *testing.T) {
 	t.Parallel()
-	table := map[string]beh{"f.test./MX": {rrs: []string{"f.test. 60 IN MX 10 mx.gone.test."}}}
-	addr := fakeDNS(t, table)
+	w := noAddressWorld(t)
 	sh := mapShared{}
-	if _, err := New(Config{Server: addr, Shared: sh}).Lookup(context.Background(), "f.test"); !errors.Is(err, ErrNoMXAddress) {
+	if _, err := New(Config{Server: w.DNSAddr(), Shared: sh}).Lookup(context.Background(), "f.test"); !errors.Is(err, ErrNoMXAddress) {
 		t.Fatalf("first worker: %v", err)
 	}
-	_, err := New(Config{Server: addr, Shared: sh}).Lookup(context.Background(), "f.test")
-	if !errors.Is(err, ErrNoMX) {
-		t.Fatalf("second worker: %v", err)
-	}
-	if !errors.Is(err, ErrNoMXAddress) {
-		t.Errorf("second worker, from the fleet cache: %v is ErrNoMX but not ErrNoMXAddress", err)
+	_, err := New(Config{Server: w.DNSAddr(), Shared: sh}).Lookup(context.Background(), "f.test")
+	if !errors.Is(err, ErrNoMX) || !errors.Is(err, ErrNoMXAddress) {
+		t.Errorf("second worker, from the fleet cache: %v, want ErrNoMXAddress (an ErrNoMX)", err)
 	}
 	old, _ := json.Marshal(sharedEntry{Hosts: []Host{{Name: "mx.gone.test"}}, Expires: time.Now().Add(time.Minute).UnixMilli()})
 	sh["g.test"] = old
-	if _, err := New(Config{Server: addr, Shared: sh}).Lookup(context.Background(), "g.test"); !errors.Is(err, ErrNoMXAddress) {
+	if _, err := New(Config{Server: w.DNSAddr(), Shared: sh}).Lookup(context.Background(), "g.test"); !errors.Is(err, ErrNoMXAddress) {
 		t.Errorf("an older worker's entry of hosts without addresses: %v, want ErrNoMXAddress", err)
 	}
 }
