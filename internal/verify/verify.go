@@ -308,7 +308,7 @@ func (v *Verifier) step(a *address) need {
 			addr, err := syntax.Parse(a.raw)
 			v.layerDone(ObservedSyntax, start)
 			if err != nil {
-				a.r.Email = strings.TrimSpace(a.raw)
+				a.r.Email = strings.Trim(a.raw, " \t") // as layer 1 trims (docs/api.md, "The verify result")
 				a.fail(CheckSyntax, OutcomeInvalid, ReasonInvalidSyntax)
 				continue
 			}

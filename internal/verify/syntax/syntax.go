@@ -1,6 +1,7 @@
 // Package syntax is layer 1 of the verification pipeline: it decides whether a string is an
-// RFC 5321 mailbox that Mailvet will go on to verify, and returns it split into a local part and
-// an ASCII, lowercased domain that every later layer works with.
+// RFC 5321 mailbox (or an RFC 6531 one, with a UTF-8 local part) that Mailvet will go on to
+// verify, and returns it split into a local part and an ASCII, lowercased domain that every later
+// layer works with.
 //
 // The rules are the ones of docs/architecture.md, "1. Syntax". They are deliberately stricter than RFC 5322:
 // quoted local parts, comments and address literals are legal but practically never real
@@ -10,9 +11,11 @@ package syntax
 import (
 	"errors"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/text/unicode/norm"
 )
 
 // RFC 5321 §4.5.3.1 limits, and the 254-octet path limit that follows from the 256-octet
@@ -43,10 +46,12 @@ func reason(s string) error { return &reasonError{s} }
 
 var (
 	errEmpty           = reason("the address is empty")
+	errLineBreak       = reason("the address has a line break (CR or LF) in it")
 	errNoAt            = reason("there is no @ between local part and domain")
 	errLocalEmpty      = reason("the local part (before @) is empty")
 	errLocalTooLong    = reason("the local part is longer than 64 octets")
-	errLocalNonASCII   = reason("the local part has non-ASCII characters, which are not accepted")
+	errLocalUTF8       = reason("the local part is not valid UTF-8")
+	errLocalUnsafe     = reason("the local part has an invisible, control, space or unassigned character")
 	errLocalQuoted     = reason("quoted local parts are not accepted")
 	errComment         = reason("comments in parentheses are not accepted")
 	errLocalChar       = reason("the local part has a character that is not allowed in an unquoted local part")
@@ -63,14 +68,16 @@ var (
 	errLabelTooLong    = reason("a domain label is longer than 63 octets")
 	errLabelChar       = reason("a domain label has a character other than a letter, digit or hyphen")
 	errLabelHyphenEdge = reason("a domain label starts or ends with a hyphen")
+	errLabelHyphens34  = reason("a domain label has hyphens in its third and fourth positions, which IDNA reserves for xn-- labels")
 	errSingleLabel     = reason("the domain has a single label; at least two are needed")
 	errTLD             = reason("the top-level domain is neither alphabetic nor an xn-- label")
 )
 
 // Address is a mailbox that passed layer 1.
 type Address struct {
-	// Local is the local part exactly as given. It is not lowercased, because RFC 5321 leaves its
-	// case significance to the receiving server.
+	// Local is the local part as given, in Unicode normalisation form C when it is UTF-8
+	// (RFC 6532 §3.1). It is not lowercased, because RFC 5321 leaves its case significance to
+	// the receiving server.
 	Local string
 	// Domain is the domain in ASCII (A-labels for internationalised names), lowercased.
 	Domain string
@@ -78,6 +85,19 @@ type Address struct {
 
 // String returns the address in the form every later layer and the result use.
 func (a Address) String() string { return a.Local + "@" + a.Domain }
+
+// UTF8Local reports whether the local part has non-ASCII characters: such a mailbox can only be
+// named to a server that offers SMTPUTF8 (RFC 6531).
+func (a Address) UTF8Local() bool { return !isASCII(a.Local) }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
 
 // atext marks the characters RFC 5322 §3.2.3 allows in an unquoted (dot-atom) local part, apart
 // from the dot, which has its own rules.
@@ -97,14 +117,21 @@ var atext = func() (t [256]bool) {
 	return t
 }()
 
-// Parse trims raw and checks it against the rules of layer 1. On success the domain is ASCII
-// and lowercased; on failure the error wraps ErrInvalid and says why in plain words.
+// Parse trims the spaces and tabs around raw and checks it against the rules of layer 1. On
+// success the domain is ASCII and lowercased, and a UTF-8 local part is in NFC; on failure the
+// error wraps ErrInvalid and says why in plain words.
+//
+// A CR or LF anywhere is refused rather than trimmed: a line break is never part of a mailbox,
+// and input that carries one was cut out of something else (docs/architecture.md, "1. Syntax").
 //
 // The common case — an ASCII address — is checked in one pass without allocating (unless the
-// domain has upper-case letters); only internationalised domains and xn-- labels go through
-// UTS-46 processing.
+// domain has upper-case letters); only UTF-8 local parts, internationalised domains and xn--
+// labels go through Unicode normalisation or UTS-46 processing.
 func Parse(raw string) (Address, error) {
-	s := strings.TrimSpace(raw)
+	if strings.ContainsAny(raw, "\r\n") {
+		return Address{}, errLineBreak
+	}
+	s := strings.Trim(raw, " \t")
 	if s == "" {
 		return Address{}, errEmpty
 	}
@@ -118,10 +145,11 @@ func Parse(raw string) (Address, error) {
 		return Address{}, errNoAt
 	}
 	local, domain := s[:at], s[at+1:]
-	if err := checkLocal(local); err != nil {
+	local, err := checkLocal(local)
+	if err != nil {
 		return Address{}, err
 	}
-	domain, err := normalizeDomain(domain)
+	domain, err = normalizeDomain(domain)
 	if err != nil {
 		return Address{}, err
 	}
@@ -131,44 +159,76 @@ func Parse(raw string) (Address, error) {
 	return Address{Local: local, Domain: domain}, nil
 }
 
-// checkLocal enforces the dot-atom rules on the local part.
-func checkLocal(local string) error {
+// checkLocal enforces the dot-atom rules on the local part and returns it, normalised to NFC
+// when it has UTF-8 characters (RFC 6531's UTF8-non-ascii are atext like the ASCII ones).
+func checkLocal(local string) (string, error) {
 	if local == "" {
-		return errLocalEmpty
+		return "", errLocalEmpty
 	}
-	// The character checks come before the length check so that a long quoted or non-ASCII
-	// local part is rejected for what it is, which is the more useful reason.
+	if !isASCII(local) {
+		if !utf8.ValidString(local) {
+			return "", errLocalUTF8
+		}
+		// NFC first, so that the checks and the 64-octet limit apply to the spelling that is
+		// sent and reported.
+		local = norm.NFC.String(local)
+	}
+	// The character checks come before the length check so that a long quoted local part is
+	// rejected for what it is, which is the more useful reason.
 	prevDot := false
-	for i := 0; i < len(local); i++ {
+	for i := 0; i < len(local); {
 		c := local[i]
 		switch {
 		case c == '.':
 			if i == 0 || i == len(local)-1 {
-				return errLocalDotEdge
+				return "", errLocalDotEdge
 			}
 			if prevDot {
-				return errLocalDotDot
+				return "", errLocalDotDot
 			}
 			prevDot = true
+			i++
 			continue
 		case atext[c]:
-		case c >= 0x80:
-			return errLocalNonASCII
+		case c >= utf8.RuneSelf:
+			r, n := utf8.DecodeRuneInString(local[i:])
+			if !localRune(r, i == 0 || prevDot) {
+				return "", errLocalUnsafe
+			}
+			prevDot = false
+			i += n
+			continue
 		case c == '@':
-			return errMultipleAt
+			return "", errMultipleAt
 		case c == '"':
-			return errLocalQuoted
+			return "", errLocalQuoted
 		case c == '(' || c == ')':
-			return errComment
+			return "", errComment
 		default:
-			return errLocalChar
+			return "", errLocalChar
 		}
 		prevDot = false
+		i++
 	}
 	if len(local) > maxLocal {
-		return errLocalTooLong
+		return "", errLocalTooLong
 	}
-	return nil
+	return local, nil
+}
+
+// localRune reports whether the non-ASCII rune r may stand in a local part: a letter, digit,
+// punctuation or symbol, or a combining mark that follows one. Spaces, line and paragraph
+// separators, controls, format characters (zero-width and bidirectional controls), private-use
+// and unassigned code points are refused: they are invisible or render as nothing, so an address
+// with one cannot be told from one without it.
+func localRune(r rune, first bool) bool {
+	switch {
+	case unicode.In(r, unicode.L, unicode.N, unicode.P, unicode.S):
+		return true
+	case unicode.Is(unicode.M, r):
+		return !first
+	}
+	return false
 }
 
 // normalizeDomain returns the ASCII, lowercased form of domain after checking it.
@@ -278,6 +338,10 @@ func checkDomain(domain string) error {
 			return errLabelTooLong
 		case label[0] == '-' || label[len(label)-1] == '-':
 			return errLabelHyphenEdge
+		case len(label) >= 4 && label[2] == '-' && label[3] == '-' && label[:2] != "xn":
+			// IDNA (RFC 5891 §4.2.3.1) reserves "--" in the third and fourth positions for
+			// tagged labels, of which xn-- is the only one in use.
+			return errLabelHyphens34
 		}
 		labels++
 		start = i + 1
