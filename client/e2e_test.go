@@ -38,6 +38,16 @@ var demoWants = map[string][2]string{
 	"ann@mial.example":      {"invalid", "no_mx"},
 }
 
+// demoReplies is the smtp_reply code and enhanced code each demo address shows; "" for none.
+var demoReplies = map[string][2]string{
+	"ann@acme.example":    {"250", "2.0.0"},
+	"zoe@acme.example":    {"550", "5.1.1"},
+	"bob@initech.example": {"450", "4.7.1"},
+	"ann@mail.example":    {"", ""},
+	"temp@mailinator.com": {"", ""},
+	"ann@mial.example":    {"", ""},
+}
+
 func TestE2EVerifyShowsEveryOutcome(t *testing.T) {
 	t.Parallel()
 	s := demoapi.Start(t, roomy)
@@ -53,6 +63,17 @@ func TestE2EVerifyShowsEveryOutcome(t *testing.T) {
 		}
 		if want := demoWants[a.Email]; r.Email != a.Email || r.Status != want[0] || r.Reason != want[1] {
 			t.Errorf("%s: %+v, want %v", a.Email, r, want)
+		}
+		// The verdict's evidence: the demo mail server's reply, and none where no server was
+		// asked. (The catch-all domain's answer may come from a cache, without a reply.)
+		if want, ok := demoReplies[a.Email]; ok {
+			got := r.SMTPReply
+			switch {
+			case want[0] == "" && got != nil:
+				t.Errorf("%s: smtp_reply %+v, want none: no server was asked", a.Email, *got)
+			case want[0] != "" && (got == nil || fmt.Sprint(got.Code) != want[0] || got.EnhancedCode != want[1] || got.Text == ""):
+				t.Errorf("%s: smtp_reply %+v, want %v with its text", a.Email, got, want)
+			}
 		}
 	}
 	if r, _ := c.Verify(ctx, "ann@mial.example"); r.Suggestion != "mail.example" || r.FailedCheck != "no_mx" || r.MXHost != "" {

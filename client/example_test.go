@@ -135,5 +135,5 @@ func ExampleResult() {
 		Suggestion: "mail.example", Reason: "no_mx"}.MarshalJSON()
 	fmt.Println(string(out))
 	// Output:
-	// {"email":"ann@mial.example","valid":false,"status":"invalid","confidence":0,"failed_check":"no_mx","disposable":false,"role":false,"free_provider":false,"catch_all":false,"smtp_blocked":false,"mx_found":false,"mx_host":null,"suggestion":"mail.example","latency_ms":0,"reason":"no_mx"}
+	// {"email":"ann@mial.example","valid":false,"status":"invalid","confidence":0,"failed_check":"no_mx","disposable":false,"role":false,"free_provider":false,"catch_all":false,"smtp_blocked":false,"mx_found":false,"mx_host":null,"suggestion":"mail.example","latency_ms":0,"reason":"no_mx","smtp_reply":null}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // resultHeader is what docs/lists.md, "Results", says the CSV appends to the input's columns.
-const resultHeader = "status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion"
+const resultHeader = "status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion,smtp_code,smtp_enhanced_code,smtp_text"
 
 // End-to-end: a CSV of the demo addresses through a bulk list on the real server, from upload to
 // delete.

@@ -21,7 +21,7 @@ const (
 
 // Result is the verification result of one address (VerifyResult).
 type Result struct {
-	Email        string  `json:"email"`         // the address, normalised: trimmed, domain lowercased and in ASCII (xn--) form
+	Email        string  `json:"email"`         // the address, normalised: trimmed of spaces and tabs, domain lowercased and in ASCII (xn--) form, a UTF-8 local part in NFC
 	Valid        bool    `json:"valid"`         // the mailbox was confirmed (status deliverable)
 	Status       string  `json:"status"`        // deliverable, undeliverable, unknown, catch_all, invalid
 	Confidence   float64 `json:"confidence"`    // 0 to 1 (docs/api.md, the confidence table)
@@ -36,28 +36,48 @@ type Result struct {
 	Suggestion   string  `json:"suggestion"`    // typo correction of the domain; "" when none
 	LatencyMS    float64 `json:"latency_ms"`    //
 	Reason       string  `json:"reason"`        // the sub-status (docs/api.md, "Reasons")
+	// SMTPReply is the mail server's reply the verdict was decided on; nil when no server was
+	// asked about the address or none answered (docs/api.md, "The verify result").
+	SMTPReply *SMTPReply `json:"smtp_reply"`
+}
+
+// SMTPReply is a mail server's reply as evidence of a verdict (SMTPReply).
+type SMTPReply struct {
+	Code         int    `json:"code"`          // the reply code, e.g. 550
+	EnhancedCode string `json:"enhanced_code"` // e.g. "5.1.1"; "" when the reply had none
+	Text         string `json:"text"`          // the first line of its text, sanitised, at most 200 bytes
+}
+
+// MarshalJSON writes null for an empty EnhancedCode, as the API does.
+func (r SMTPReply) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Code         int     `json:"code"`
+		EnhancedCode *string `json:"enhanced_code"`
+		Text         string  `json:"text"`
+	}{r.Code, nullable(r.EnhancedCode), r.Text})
 }
 
 // MarshalJSON writes the fields in the API's order, with null for the empty optional strings.
 func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Email        string  `json:"email"`
-		Valid        bool    `json:"valid"`
-		Status       string  `json:"status"`
-		Confidence   float64 `json:"confidence"`
-		FailedCheck  *string `json:"failed_check"`
-		Disposable   bool    `json:"disposable"`
-		Role         bool    `json:"role"`
-		FreeProvider bool    `json:"free_provider"`
-		CatchAll     bool    `json:"catch_all"`
-		SMTPBlocked  bool    `json:"smtp_blocked"`
-		MXFound      bool    `json:"mx_found"`
-		MXHost       *string `json:"mx_host"`
-		Suggestion   *string `json:"suggestion"`
-		LatencyMS    float64 `json:"latency_ms"`
-		Reason       string  `json:"reason"`
+		Email        string     `json:"email"`
+		Valid        bool       `json:"valid"`
+		Status       string     `json:"status"`
+		Confidence   float64    `json:"confidence"`
+		FailedCheck  *string    `json:"failed_check"`
+		Disposable   bool       `json:"disposable"`
+		Role         bool       `json:"role"`
+		FreeProvider bool       `json:"free_provider"`
+		CatchAll     bool       `json:"catch_all"`
+		SMTPBlocked  bool       `json:"smtp_blocked"`
+		MXFound      bool       `json:"mx_found"`
+		MXHost       *string    `json:"mx_host"`
+		Suggestion   *string    `json:"suggestion"`
+		LatencyMS    float64    `json:"latency_ms"`
+		Reason       string     `json:"reason"`
+		SMTPReply    *SMTPReply `json:"smtp_reply"`
 	}{r.Email, r.Valid, r.Status, r.Confidence, nullable(r.FailedCheck), r.Disposable, r.Role, r.FreeProvider,
-		r.CatchAll, r.SMTPBlocked, r.MXFound, nullable(r.MXHost), nullable(r.Suggestion), r.LatencyMS, r.Reason})
+		r.CatchAll, r.SMTPBlocked, r.MXFound, nullable(r.MXHost), nullable(r.Suggestion), r.LatencyMS, r.Reason, r.SMTPReply})
 }
 
 func nullable(s string) *string {

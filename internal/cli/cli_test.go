@@ -256,7 +256,7 @@ func TestAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The server's columns: the input's (its own "status" included), then the result's.
-		wantHeader := "name,Email,status,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion"
+		wantHeader := "name,Email,status,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion,smtp_code,smtp_enhanced_code,smtp_text"
 		if got := strings.Join(records[0], ","); got != wantHeader {
 			t.Fatalf("header %s\nwant   %s", got, wantHeader)
 		}
@@ -342,9 +342,11 @@ func TestAgainstServer(t *testing.T) {
 		if code != ExitOK {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		if want := "email,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion\n" +
-			"zoe@acme.example,undeliverable,mailbox_unknown,false,0.02,smtp,false,false,false,false,false,true,mx.acme.example,\n" +
-			"anyone@globex.example,catch_all,catch_all,false,0.6,,false,false,false,true,false,true,mx.globex.example,\n"; stdout != want {
+		if want := "email,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion,smtp_code,smtp_enhanced_code,smtp_text\n" +
+			"zoe@acme.example,undeliverable,mailbox_unknown,false,0.02,smtp,false,false,false,false,false,true,mx.acme.example,,550,5.1.1,No such user here\n" +
+			// The catch-all domain was verified earlier in the test: its answer is the cached
+			// one, with no RCPT and so no reply.
+			"anyone@globex.example,catch_all,catch_all,false,0.6,,false,false,false,true,false,true,mx.globex.example,,,,\n"; stdout != want {
 			t.Errorf("plain list output:\n%s\nwant\n%s", stdout, want)
 		}
 		// The API's refusals of a file are exit 1 with the line at fault.

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
 
 	"github.com/mailvet/mailvet/client"
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // maxAddressBytes is the API's bound on one address (docs/api.md, "Limits").
@@ -69,9 +71,26 @@ func (e env) verify(ctx context.Context, args []string) error {
 
 func writeResultTable(w io.Writer, results []client.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EMAIL\tSTATUS\tREASON\tCONFIDENCE\tSUGGESTION")
+	fmt.Fprintln(tw, "EMAIL\tSTATUS\tREASON\tCONFIDENCE\tSUGGESTION\tSMTP REPLY")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\n", r.Email, r.Status, r.Reason, r.Confidence, r.Suggestion)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\t%s\n", r.Email, r.Status, r.Reason, r.Confidence, r.Suggestion, replyCell(r.SMTPReply))
 	}
 	tw.Flush()
+}
+
+// replyCell is the table's SMTP REPLY cell: the reply as the server wrote it (code, enhanced code,
+// text), empty when no server was asked. The API sends the text free of control characters; it
+// is escaped all the same, as every name in a table is, so that no answer can break the table.
+func replyCell(rep *client.SMTPReply) string {
+	if rep == nil {
+		return ""
+	}
+	cell := strconv.Itoa(rep.Code)
+	if rep.EnhancedCode != "" {
+		cell += " " + rep.EnhancedCode
+	}
+	if rep.Text != "" {
+		cell += " " + safetext.Escape(rep.Text)
+	}
+	return cell
 }

@@ -707,6 +707,30 @@ var fieldMeanings = []struct{ name, meaning string }{
 	{"mx_host", "The mail server that was asked."},
 	{"suggestion", "A likely correction for a typing mistake in the domain."},
 	{"latency_ms", "How long the verification took, in milliseconds."},
+	{"smtp_reply", "The mail server's own reply the verdict was decided on; null when no server was asked."},
+}
+
+// fieldValue is how the playground shows a result field: a string without its quotes, and
+// smtp_reply as the server wrote it ("550 5.1.1 No such user here") rather than as an object.
+func fieldValue(name string, v json.RawMessage) string {
+	if name == "smtp_reply" {
+		var rep struct {
+			Code     int     `json:"code"`
+			Enhanced *string `json:"enhanced_code"`
+			Text     string  `json:"text"`
+		}
+		if json.Unmarshal(v, &rep) == nil && rep.Code != 0 {
+			parts := []string{strconv.Itoa(rep.Code)}
+			if rep.Enhanced != nil {
+				parts = append(parts, *rep.Enhanced)
+			}
+			if rep.Text != "" {
+				parts = append(parts, rep.Text)
+			}
+			return strings.Join(parts, " ")
+		}
+	}
+	return strings.Trim(string(v), `"`)
 }
 
 func (h *Handler) playgroundPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -759,7 +783,7 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	for _, f := range fieldMeanings {
 		if v, ok := res[f.name]; ok {
-			d.Fields = append(d.Fields, resultField{Name: f.name, Value: strings.Trim(string(v), `"`), Meaning: f.meaning})
+			d.Fields = append(d.Fields, resultField{Name: f.name, Value: fieldValue(f.name, v), Meaning: f.meaning})
 		}
 	}
 	var pretty bytes.Buffer

@@ -17,9 +17,12 @@ import (
 )
 
 // ResultColumns are the result fields a CSV download appends to the input's columns, named as
-// in the API's result object (docs/lists.md, "Results"). The address itself is the input's.
+// in the API's result object (docs/lists.md, "Results"). The address itself is the input's. The
+// nested smtp_reply is flattened into the last three, smtp_code, smtp_enhanced_code and
+// smtp_text, so that a spreadsheet shows each in a column of its own.
 var ResultColumns = []string{"status", "reason", "valid", "confidence", "failed_check", "disposable", "role",
-	"free_provider", "catch_all", "smtp_blocked", "mx_found", "mx_host", "suggestion"}
+	"free_provider", "catch_all", "smtp_blocked", "mx_found", "mx_host", "suggestion",
+	"smtp_code", "smtp_enhanced_code", "smtp_text"}
 
 // Export writes a list's rows in input order, each with its result, as CSV or NDJSON (out is
 // CSV or NDJSON). Rows not verified yet (the list is still running) have empty result columns,
@@ -286,9 +289,14 @@ func resultValues(r *verify.Result) []string {
 	if r.FailedCheck != nil {
 		fc = string(*r.FailedCheck)
 	}
+	var code, enhanced, text string
+	if rep := r.SMTPReply; rep != nil {
+		code, enhanced, text = strconv.Itoa(rep.Code), opt(rep.EnhancedCode), rep.Text
+	}
 	b := strconv.FormatBool
 	return []string{string(r.Status), string(r.Reason), b(r.Valid), strconv.FormatFloat(r.Confidence, 'f', -1, 64), fc,
-		b(r.Disposable), b(r.Role), b(r.FreeProvider), b(r.CatchAll), b(r.SMTPBlocked), b(r.MXFound), opt(r.MXHost), opt(r.Suggestion)}
+		b(r.Disposable), b(r.Role), b(r.FreeProvider), b(r.CatchAll), b(r.SMTPBlocked), b(r.MXFound), opt(r.MXHost), opt(r.Suggestion),
+		code, enhanced, text}
 }
 
 // ListID parses a list id from a path; anything but a UUID is not found.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mailvet/mailvet/internal/verify"
 )
 
 // An NDJSON download's lines are objects whose every key is unique: a CSV column named result (a
@@ -70,6 +72,38 @@ func TestNDJSONDownloadKeysAreUnique(t *testing.T) {
 		}
 		if string(m["result"]) != `{"ok":1}` {
 			t.Errorf("%s: result %s", c.name, m["result"])
+		}
+	}
+}
+
+// A CSV download flattens the result's smtp_reply into smtp_code, smtp_enhanced_code and
+// smtp_text, empty when there was no reply; every row has a value for every result column.
+func TestResultValuesCarryTheReply(t *testing.T) {
+	enh := "5.1.1"
+	withReply := &verify.Result{Status: verify.StatusUndeliverable, Reason: verify.ReasonMailboxUnknown,
+		SMTPReply: &verify.SMTPReply{Code: 550, EnhancedCode: &enh, Text: `<bob@acme.test>: Recipient address rejected: "User unknown", sorry`}}
+	noEnhanced := &verify.Result{Status: verify.StatusUnknown, Reason: verify.ReasonTemporarilyUnavail,
+		SMTPReply: &verify.SMTPReply{Code: 421, Text: "Service not available"}}
+	noReply := &verify.Result{Status: verify.StatusInvalid, Reason: verify.ReasonInvalidSyntax}
+	for _, c := range []struct {
+		r    *verify.Result
+		want [3]string
+	}{
+		{withReply, [3]string{"550", "5.1.1", `<bob@acme.test>: Recipient address rejected: "User unknown", sorry`}},
+		{noEnhanced, [3]string{"421", "", "Service not available"}},
+		{noReply, [3]string{"", "", ""}},
+		{nil, [3]string{"", "", ""}},
+	} {
+		vals := resultValues(c.r)
+		if len(vals) != len(ResultColumns) {
+			t.Fatalf("%d values for %d columns", len(vals), len(ResultColumns))
+		}
+		cols := map[string]string{}
+		for i, name := range ResultColumns {
+			cols[name] = vals[i]
+		}
+		if got := [3]string{cols["smtp_code"], cols["smtp_enhanced_code"], cols["smtp_text"]}; got != c.want {
+			t.Errorf("%+v: smtp columns %q, want %q", c.r, got, c.want)
 		}
 	}
 }

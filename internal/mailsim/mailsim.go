@@ -4,8 +4,10 @@
 // dials every MX address at the single configured MAILVET_SMTP_PORT.
 //
 // Behaviour is scripted per domain (DNS answers, mailboxes, catch-all, greylisting, policy blocks,
-// slow replies) and per server (tarpit, connection refused, STARTTLS required, added round-trip
-// latency, recipient limits, a Postfix-like throttle after too many rejected recipients). Every
+// slow replies) and per server (tarpit, connection refused, STARTTLS required, SMTPUTF8 offered
+// or not, added round-trip latency, recipient limits, a Postfix-like throttle after too many
+// rejected recipients). Mailboxes may have UTF-8 names (RFC 6531), which a server accepts only in
+// a transaction that declared SMTPUTF8. Every
 // server counts sessions, peak concurrency, commands and round trips so that tests and
 // benchmarks can assert on how politely and how efficiently a client behaved.
 //
@@ -106,6 +108,8 @@ var (
 	ReplyUnknownUser = Reply{550, "5.1.1", "No such user here"}
 	ReplyGreylisted  = Reply{450, "4.7.1", "Greylisted, please try again later"}
 	ReplyPolicy      = Reply{554, "5.7.1", "Client host rejected: access denied"}
+	// ReplyNeedSMTPUTF8 refuses a UTF-8 mailbox in a transaction without SMTPUTF8 (Postfix).
+	ReplyNeedSMTPUTF8 = Reply{553, "5.6.7", "Must declare SMTPUTF8 to send unicode address"}
 )
 
 func (r Reply) String() string {

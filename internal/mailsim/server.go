@@ -27,6 +27,10 @@ type ServerOptions struct {
 	BannerWait   time.Duration // send the banner this late (a slow greeting)
 	RequireTLS   bool          // offer STARTTLS and answer MAIL with 530 5.7.0 until it is used
 	NoPipelining bool          // do not advertise PIPELINING (clients must wait for every reply)
+	// NoSMTPUTF8 leaves SMTPUTF8 (RFC 6531) out of EHLO, as older servers do: MAIL FROM's SMTPUTF8
+	// parameter is then refused (504 5.5.4) and so is a UTF-8 mailbox (553 5.6.7). A domain
+	// gets a server without it by naming one as its MX.
+	NoSMTPUTF8 bool
 
 	RTT        time.Duration // added round-trip latency; 0 means the World's
 	ReplyDelay time.Duration // processing time before every MAIL, RCPT and RSET reply
@@ -162,6 +166,7 @@ func (w *World) AddServer(opts ServerOptions) (*Server, error) {
 			s.smtp.Domain = opts.Name
 			s.smtp.ReadTimeout = 30 * time.Second
 			s.smtp.MaxRecipients = opts.MaxRecipientsPerMessage
+			s.smtp.EnableSMTPUTF8 = !opts.NoSMTPUTF8
 			s.smtp.ErrorLog = log.New(io.Discard, "", 0)
 			if opts.RequireTLS {
 				s.smtp.TLSConfig = &tls.Config{Certificates: []tls.Certificate{w.cert}}
@@ -352,7 +357,8 @@ type session struct {
 	c        *smtp.Conn
 	sc       *simConn
 	rcpts    int
-	txnRcpts int // RCPTs in the current MAIL transaction
+	txnRcpts int  // RCPTs in the current MAIL transaction
+	utf8     bool // the current MAIL transaction declared SMTPUTF8
 }
 
 // pace applies the server's processing time and the error throttle before a reply.
@@ -388,12 +394,13 @@ func (ss *session) failed(err error) error {
 	return err
 }
 
-func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
+func (ss *session) Mail(from string, opts *smtp.MailOptions) error {
 	ss.pace()
 	if err := ss.hardLimit(); err != nil {
 		return err
 	}
 	ss.txnRcpts = 0
+	ss.utf8 = opts != nil && opts.UTF8
 	if ss.s.opts.RequireTLS {
 		if _, isTLS := ss.c.TLSConnectionState(); !isTLS {
 			return ss.failed(&smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Must issue a STARTTLS command first"})
@@ -420,6 +427,9 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		r = Reply{452, "4.5.3", "Error: too many recipients"}
 	} else if sr := ss.s.opts.RcptSenderReply; sr != nil {
 		r = *sr
+	} else if !ss.utf8 && !isASCII(to) {
+		// A UTF-8 mailbox outside a transaction that declared SMTPUTF8, in Postfix's words.
+		r = ReplyNeedSMTPUTF8
 	} else {
 		var delay time.Duration
 		r, delay = ss.s.w.rcptReply(to)
@@ -438,7 +448,16 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 
 func (ss *session) Reset() {
 	ss.pace()
-	ss.txnRcpts = 0
+	ss.txnRcpts, ss.utf8 = 0, false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func (ss *session) Data(r io.Reader) error {

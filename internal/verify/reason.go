@@ -31,6 +31,7 @@ const (
 	ReasonDisposable           Reason = "disposable"              // a disposable domain
 	ReasonProviderBlocksProbes Reason = "provider_blocks_probes"  // smtp_blocked provider, never probed
 	ReasonTemporarilyUnavail   Reason = "temporarily_unavailable" // other 4xx, 421
+	ReasonSMTPUTF8Unsupported  Reason = "smtputf8_unsupported"    // a UTF-8 local part, and the server offers no SMTPUTF8
 	ReasonInternal             Reason = "internal"                // verification itself failed
 )
 
@@ -40,7 +41,7 @@ var Reasons = []Reason{
 	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonConnectionRefused,
 	ReasonTLSFailed, ReasonMXPrivate, ReasonDNSError, ReasonNoMX, ReasonNullMX,
 	ReasonInvalidSyntax, ReasonDisposable, ReasonProviderBlocksProbes, ReasonTemporarilyUnavail,
-	ReasonInternal,
+	ReasonSMTPUTF8Unsupported, ReasonInternal,
 }
 
 // checkReason is the reason of a failed check when its path set none.
@@ -125,6 +126,8 @@ func errReason(err error) Reason {
 		return ReasonMXPrivate
 	case errors.Is(err, smtp.ErrBlocked):
 		return ReasonProviderBlocksProbes
+	case errors.Is(err, smtp.ErrSMTPUTF8Unsupported):
+		return ReasonSMTPUTF8Unsupported
 	case errors.Is(err, smtp.ErrTimeout):
 		return ReasonTimeout
 	case errors.Is(err, smtp.ErrClosed):

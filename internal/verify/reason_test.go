@@ -67,6 +67,7 @@ func TestProbeReason(t *testing.T) {
 		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), ReasonMXPrivate},
 		{"catch-all inconclusive", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 250}, Err: errors.New("smtp: catch-all check inconclusive")}, ReasonTemporarilyUnavail},
 		{"prober closed", withErr(smtp.ErrClosed), ReasonInternal},
+		{"UTF-8 local part, no SMTPUTF8", smtp.Result{Err: smtp.ErrSMTPUTF8Unsupported}, ReasonSMTPUTF8Unsupported},
 		{"nothing at all", smtp.Result{}, ReasonInternal},
 	} {
 		if got := probeReason(tc.pr); got != tc.want {
@@ -85,8 +86,8 @@ func TestEveryReasonIsListed(t *testing.T) {
 		}
 		listed[r] = true
 	}
-	if len(Reasons) != 19 {
-		t.Errorf("%d reasons, want the 19 of docs/api.md", len(Reasons))
+	if len(Reasons) != 20 {
+		t.Errorf("%d reasons, want the 20 of docs/api.md", len(Reasons))
 	}
 	for o, v := range verdicts {
 		if !listed[v.reason] {

@@ -55,6 +55,9 @@ type Result struct {
 	LatencyMS    float64 `json:"latency_ms"`
 	// Reason is the sub-status: why the result is what it is (reason.go). Never empty.
 	Reason Reason `json:"reason"`
+	// SMTPReply is the mail server's reply the verdict was decided on (evidence.go); nil when no
+	// server answered the probe or none ran.
+	SMTPReply *SMTPReply `json:"smtp_reply"`
 	// RetryAfter is the delay a greylisting reply's text asked for (RetryHint), 0 when it named
 	// none. Never serialised: the async job runner uses it to schedule its re-probe.
 	RetryAfter time.Duration `json:"-"`

@@ -240,8 +240,16 @@ func TestOneStepPerAddress(t *testing.T) {
 			if r.Suggestion == nil || *r.Suggestion != want {
 				t.Errorf("%s: suggestion %v, want the mark %q", c.name, r.Suggestion, want)
 			}
-			// Apart from the mark, the hook changed nothing.
+			// Apart from the mark, the hook changed nothing — but for the catch-all domain, which
+			// the first run found to be one: this run answers it from the cache, with no RCPT
+			// and so no reply to show (docs/api.md, "The verify result").
 			r.Suggestion, p.Suggestion = nil, nil
+			if c.status == StatusCatchAll {
+				if r.SMTPReply != nil {
+					t.Errorf("%s: smtp_reply %s from the catch-all cache, want null", c.name, jsonOf(r))
+				}
+				p.SMTPReply = nil
+			}
 			if !reflect.DeepEqual(sansLatency(r), sansLatency(p)) {
 				t.Errorf("%s: marked %s, unmarked %s", c.name, jsonOf(r), jsonOf(p))
 			}

@@ -365,6 +365,10 @@ func (v *Verifier) step(a *address) need {
 			}
 			pr := a.pr
 			why := probeReason(pr)
+			a.r.SMTPReply = replyOf(pr.Reply)
+			if a.r.SMTPReply == nil {
+				a.r.SMTPReply = replyOf(pr.MailReply)
+			}
 			switch {
 			case pr.Blocked:
 				a.r.SMTPBlocked = true

@@ -77,7 +77,7 @@ export type Readiness = {
 
 /** The verify result, exactly as serialised by the API and in callback bodies. */
 export type VerifyResult = {
-  /** The address that was verified, in normalised form: surrounding white space removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part is kept exactly as sent. An address that fails the syntax check is returned trimmed but otherwise as sent. */
+  /** The address that was verified, in normalised form: the spaces and tabs around it removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part keeps its case; a UTF-8 local part (RFC 6531) is in Unicode normalisation form C. An address that fails the syntax check is returned with its surrounding spaces and tabs removed but otherwise as sent; a CR or LF anywhere makes it invalid. */
   email: string;
   /** `true` only when the mailbox was confirmed (status `deliverable`). */
   valid: boolean;
@@ -101,12 +101,24 @@ export type VerifyResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
+  smtp_reply: SMTPReply | null;
+};
+
+/** An SMTP reply as evidence of a verdict: its code, its enhanced status code and the first line of its text, sanitised. */
+export type SMTPReply = {
+  /** The three-digit reply code (RFC 5321), e.g. 550. */
+  code: number;
+  /** The enhanced status code (RFC 3463) the reply began with, e.g. 5.1.1; null when it had none. */
+  enhanced_code: string | null;
+  /** The first line of the reply's text after its codes, as the server wrote it but made safe: valid UTF-8, without control or bidirectional-control characters, spaces around it trimmed, at most 200 bytes (cut on a character boundary). May be empty. */
+  text: string;
 };
 
 /** The callback body of an asynchronous verification (docs/api.md, "The callback request"): the fields of VerifyResult plus job_id, and error when verification itself failed. */
 export type JobResult = {
-  /** The address that was verified, in normalised form: surrounding white space removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part is kept exactly as sent. An address that fails the syntax check is returned trimmed but otherwise as sent. When verification itself failed (`error` is set), it is the address exactly as sent. */
+  /** The address that was verified, in normalised form: the spaces and tabs around it removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part keeps its case; a UTF-8 local part (RFC 6531) is in Unicode normalisation form C. An address that fails the syntax check is returned with its surrounding spaces and tabs removed but otherwise as sent; a CR or LF anywhere makes it invalid. When verification itself failed (`error` is set), it is the address exactly as sent. */
   email: string;
   /** `true` only when the mailbox was confirmed (status `deliverable`). */
   valid: boolean;
@@ -130,7 +142,9 @@ export type JobResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
+  smtp_reply?: SMTPReply | null;
   job_id: string;
   /** Present only when verification itself failed (job status failed); the result then has status unknown, valid false and confidence 0. */
   error?: "internal";

@@ -32,10 +32,12 @@ type session struct {
 
 	pipelining bool
 	starttls   bool
+	smtputf8   bool // EHLO offered SMTPUTF8 (RFC 6531)
 	tls        bool
 	rcptMax    int
 
 	inTxn    bool // a MAIL FROM has been accepted and not reset
+	txnUTF8  bool // the open transaction declared SMTPUTF8
 	txnRcpts int
 	txnTaken int  // RCPTs of this transaction answered other than "too many recipients"
 	errors   int  // failed commands; see maxErrors
@@ -124,6 +126,8 @@ func (s *session) ehlo() error {
 			s.pipelining = true
 		case "STARTTLS":
 			s.starttls = true
+		case "SMTPUTF8":
+			s.smtputf8 = true
 		case "LIMITS":
 			for _, f := range strings.Fields(arg) {
 				if v, ok := strings.CutPrefix(f, "RCPTMAX="); ok {
@@ -154,13 +158,23 @@ func (s *session) startTLS() error {
 	s.conn, s.tls, s.inTxn = tc, true, false
 	s.r.Reset(tc)
 	s.w.Reset(tc)
-	s.pipelining, s.starttls = false, false
+	s.pipelining, s.starttls, s.smtputf8 = false, false, false
 	return s.ehlo()
 }
 
 // exchange sends batch's RCPTs — after MAIL FROM when no transaction is open — and settles every
-// job in it: finished, or handed back to the pool when the session could not answer it.
+// job in it: finished, or handed back to the pool when the session could not answer it. An
+// address with a UTF-8 local part goes in a transaction that declared SMTPUTF8, or is settled
+// unknown when the server does not offer it (smtputf8.go).
 func (s *session) exchange(batch []rcpt) {
+	batch, utf8 := s.screenUTF8(batch)
+	if len(batch) == 0 {
+		s.pl.replied(s)
+		if s.last {
+			s.full = true // the session was to retire after this exchange: it still does
+		}
+		return
+	}
 	deadline := batch[0].deadline
 	for _, it := range batch {
 		if it.deadline.Before(deadline) {
@@ -171,12 +185,13 @@ func (s *session) exchange(batch []rcpt) {
 	defer s.conn.SetDeadline(time.Time{})
 
 	var cmds []string
-	if s.txnRcpts+len(batch) > s.rcptMax && s.inTxn {
+	if s.inTxn && (s.txnRcpts+len(batch) > s.rcptMax || utf8 && !s.txnUTF8) {
 		cmds = append(cmds, "RSET")
 		s.inTxn = false
 	}
 	if !s.inTxn {
-		cmds = append(cmds, "MAIL FROM:<"+s.pl.p.cfg.MailFrom+">")
+		cmds = append(cmds, s.mailFrom(utf8))
+		s.txnUTF8 = utf8
 		plainOK, _ := s.pl.tlsState()
 		// Until a MAIL FROM has been accepted here in plain text, a server that offers STARTTLS
 		// may demand it first: the MAIL goes alone, since RCPTs pipelined behind a refused MAIL
@@ -209,7 +224,7 @@ func (s *session) exchange(batch []rcpt) {
 	if pre > 0 {
 		if len(replies) < pre {
 			s.broken = true
-			s.abandon(batch, err, false)
+			s.abandon(batch, err)
 			return
 		}
 		if rep := replies[pre-1]; rep.Code/100 != 2 {
@@ -228,7 +243,7 @@ func (s *session) exchange(batch []rcpt) {
 	for i, it := range batch {
 		if i >= len(replies) {
 			s.broken = true
-			s.abandon(batch[i:], err, false)
+			s.abandon(batch[i:], err)
 			return
 		}
 		s.settle(it, replies[i])
@@ -241,7 +256,7 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 	replies, err := s.send(cmds)
 	if err != nil {
 		s.broken = true
-		s.abandon(batch, err, false)
+		s.abandon(batch, err)
 		return false
 	}
 	rep := replies[len(replies)-1]
@@ -259,10 +274,10 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 		s.pl.setNeedTLS()
 		if err := s.startTLS(); err != nil {
 			s.broken = true
-			s.abandon(batch, err, false)
+			s.abandon(batch, err)
 			return false
 		}
-		return s.mail([]string{"MAIL FROM:<" + s.pl.p.cfg.MailFrom + ">"}, batch)
+		return s.mail([]string{s.mailFrom(s.txnUTF8)}, batch)
 	}
 	s.refusedMail(batch, rep)
 	return false
@@ -282,7 +297,7 @@ func (s *session) refusedMail(batch []rcpt, rep Reply) {
 				it.j.lastReply = rep
 			}
 		}
-		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), false)
+		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep))
 	case rep.Code/100 == 4:
 		for _, it := range batch {
 			if it.probe != nil {
@@ -292,7 +307,16 @@ func (s *session) refusedMail(batch []rcpt, rep Reply) {
 			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Reply: rep})
 		}
 	default:
-		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), true)
+		// A permanent refusal of our sender covers every address of the batch: each is
+		// settled with it, and it is their smtp_reply.
+		err := fmt.Errorf("MAIL FROM: %s", rep)
+		for _, it := range batch {
+			if it.probe != nil {
+				s.pl.p.resolveCatchAll(it.probe, caInconclusive)
+				continue
+			}
+			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: err, MailReply: rep})
+		}
 	}
 }
 
@@ -388,8 +412,8 @@ func tooManyRecipients(rep Reply) bool {
 }
 
 // abandon settles RCPTs that got no answer: probes are inconclusive; jobs past their budget are
-// unknown, the others go back to the pool — unless final, when the server's refusal covers them.
-func (s *session) abandon(batch []rcpt, err error, final bool) {
+// unknown, the others go back to the pool.
+func (s *session) abandon(batch []rcpt, err error) {
 	now := time.Now()
 	var back []*job
 	for _, it := range batch {
@@ -398,8 +422,6 @@ func (s *session) abandon(batch []rcpt, err error, final bool) {
 			continue
 		}
 		switch {
-		case final:
-			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: err})
 		case it.j.expired(now) || isTimeout(err):
 			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: fmt.Errorf("%w: %v", ErrTimeout, err)})
 		default:

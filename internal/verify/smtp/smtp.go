@@ -145,6 +145,9 @@ type Result struct {
 	Host    string // the MX host that answered, if any
 	Reply   Reply  // the reply to the address's RCPT, if any
 	Err     error  // why the verdict is Unknown when there is no reply to tell
+	// MailReply is the permanent refusal of our MAIL FROM that settled the address without a
+	// RCPT, if that is what happened: the reply the verdict was decided on when Reply is empty.
+	MailReply Reply
 }
 
 // Stats count a prober's work.
