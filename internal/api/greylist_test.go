@@ -33,7 +33,7 @@ func TestAsyncJobGreylisting(t *testing.T) {
 	acct, key := b.customer(plan.Builder)
 
 	sync := b.verify(key, map[string]string{"email": "wes@wall.test"}).want(t, http.StatusOK, "").body
-	if sync["status"] != "unknown" || sync["reason"] != "greylisted" {
+	if sync["status"] != "unknown" || sync["reason"] != "greylisted" || replyCode(sync) != 450 {
 		t.Fatalf("sync answer %v", sync)
 	}
 
@@ -65,11 +65,13 @@ func TestAsyncJobGreylisting(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	check := func(id string, status, reason string, minRetries int, minLatency time.Duration) {
+	// code is the smtp_reply the final verdict was decided on: the last probe's, in the job's
+	// result and in its callback alike.
+	check := func(id string, status, reason string, code int, minRetries int, minLatency time.Duration) {
 		t.Helper()
 		job, sawRetrying := poll(id)
 		res, _ := job["result"].(map[string]any)
-		if job["status"] != "completed" || res["status"] != status || res["reason"] != reason {
+		if job["status"] != "completed" || res["status"] != status || res["reason"] != reason || replyCode(res) != code {
 			t.Fatalf("job %s: %v", id, job)
 		}
 		// latency_ms counts from the 202, re-probes included, not only the last probe.
@@ -85,7 +87,7 @@ func TestAsyncJobGreylisting(t *testing.T) {
 		pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT count(*), min(body::text)::bytea FROM deliveries WHERE job_id = $1`, id).Scan(&n, &body), "deliveries")
 		var cb map[string]any
 		_ = json.Unmarshal(body, &cb)
-		if n != 1 || cb["status"] != status || cb["reason"] != reason || cb["job_id"] != id {
+		if n != 1 || cb["status"] != status || cb["reason"] != reason || cb["job_id"] != id || replyCode(cb) != code {
 			t.Errorf("job %s: %d deliveries, callback %s", id, n, body)
 		}
 		if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key = $2`, acct, "job:"+id); n != 1 {
@@ -97,9 +99,16 @@ func TestAsyncJobGreylisting(t *testing.T) {
 			t.Errorf("job %s: %d re-probes, want at least %d", id, retries, minRetries)
 		}
 	}
-	check(grey, "deliverable", "accepted", 1, 200*time.Millisecond)
+	check(grey, "deliverable", "accepted", 250, 1, 200*time.Millisecond)
 	// 200 ms, 400 ms, then what is left of the 1.5 s window: three re-probes, then unknown.
-	check(wall, "unknown", "greylisted", 3, 1500*time.Millisecond)
+	check(wall, "unknown", "greylisted", 450, 3, 1500*time.Millisecond)
+}
+
+// replyCode is the code of a result's smtp_reply, 0 when it is null or missing.
+func replyCode(result map[string]any) int {
+	rep, _ := result["smtp_reply"].(map[string]any)
+	code, _ := rep["code"].(float64)
+	return int(code)
 }
 
 // startGreylistVerifier runs a verifier worker like startVerifier, with a greylisting window and

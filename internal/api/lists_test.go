@@ -112,6 +112,12 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 			t.Errorf("row %d: %v, want %v", i+1, got, w)
 		}
 	}
+	// The last three columns are the smtp_reply: the refusal of the unknown mailbox, nothing for
+	// the address no server was asked about.
+	if n := len(recs[0]); strings.Join(recs[0][n-3:], ",") != "smtp_code,smtp_enhanced_code,smtp_text" ||
+		strings.Join(recs[4][n-3:n-1], " ") != "550 5.1.1" || recs[4][n-1] == "" || strings.Join(recs[5][n-3:], "") != "" {
+		t.Errorf("smtp_reply columns: header %v, unknown mailbox %v, syntax failure %v", recs[0], recs[4], recs[5])
+	}
 	// NDJSON, filtered by status: the input's fields by name, then the result.
 	_, body = b.download(key, id, "?format=ndjson&status=undeliverable,invalid")
 	lines := strings.Split(strings.TrimSpace(body), "\n")
@@ -127,7 +133,9 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 		t.Errorf("NDJSON result not in the API's form: %s", lines[0])
 	}
 	res, _ := first["result"].(map[string]any)
-	if first["first"] != "Nobody" || res["status"] != "undeliverable" || res["reason"] != "mailbox_unknown" {
+	reply, _ := res["smtp_reply"].(map[string]any)
+	if first["first"] != "Nobody" || res["status"] != "undeliverable" || res["reason"] != "mailbox_unknown" ||
+		reply["code"] != 550.0 || reply["enhanced_code"] != "5.1.1" {
 		t.Errorf("first NDJSON line %v", first)
 	}
 
