@@ -224,7 +224,7 @@ func (s *session) exchange(batch []rcpt) {
 	if pre > 0 {
 		if len(replies) < pre {
 			s.broken = true
-			s.abandon(batch, err)
+			s.abandon(batch, err, false)
 			return
 		}
 		if rep := replies[pre-1]; rep.Code/100 != 2 {
@@ -243,7 +243,7 @@ func (s *session) exchange(batch []rcpt) {
 	for i, it := range batch {
 		if i >= len(replies) {
 			s.broken = true
-			s.abandon(batch[i:], err)
+			s.abandon(batch[i:], err, false)
 			return
 		}
 		s.settle(it, replies[i])
@@ -256,7 +256,7 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 	replies, err := s.send(cmds)
 	if err != nil {
 		s.broken = true
-		s.abandon(batch, err)
+		s.abandon(batch, err, false)
 		return false
 	}
 	rep := replies[len(replies)-1]
@@ -274,7 +274,7 @@ func (s *session) mail(cmds []string, batch []rcpt) bool {
 		s.pl.setNeedTLS()
 		if err := s.startTLS(); err != nil {
 			s.broken = true
-			s.abandon(batch, err)
+			s.abandon(batch, err, false)
 			return false
 		}
 		return s.mail([]string{s.mailFrom(s.txnUTF8)}, batch)
@@ -297,7 +297,7 @@ func (s *session) refusedMail(batch []rcpt, rep Reply) {
 				it.j.lastReply = rep
 			}
 		}
-		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep))
+		s.abandon(batch, fmt.Errorf("MAIL FROM: %s", rep), false)
 	case rep.Code/100 == 4:
 		for _, it := range batch {
 			if it.probe != nil {
@@ -307,18 +307,15 @@ func (s *session) refusedMail(batch []rcpt, rep Reply) {
 			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Reply: rep})
 		}
 	default:
-		// A permanent refusal of our sender covers every address of the batch: each is
-		// settled with it, and it is their smtp_reply.
-		err := fmt.Errorf("MAIL FROM: %s", rep)
-		for _, it := range batch {
-			if it.probe != nil {
-				s.pl.p.resolveCatchAll(it.probe, caInconclusive)
-				continue
-			}
-			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: err, MailReply: rep})
-		}
+		s.abandon(batch, &mailRefused{rep}, true)
 	}
 }
+
+// mailRefused is a permanent refusal of our MAIL FROM. It covers every address of the batch,
+// and is their smtp_reply (Result.MailReply).
+type mailRefused struct{ rep Reply }
+
+func (e *mailRefused) Error() string { return "MAIL FROM: " + e.rep.String() }
 
 // settle acts on the reply to one RCPT.
 func (s *session) settle(it rcpt, rep Reply) {
@@ -412,8 +409,8 @@ func tooManyRecipients(rep Reply) bool {
 }
 
 // abandon settles RCPTs that got no answer: probes are inconclusive; jobs past their budget are
-// unknown, the others go back to the pool.
-func (s *session) abandon(batch []rcpt, err error) {
+// unknown, the others go back to the pool — unless final, when the server's refusal covers them.
+func (s *session) abandon(batch []rcpt, err error, final bool) {
 	now := time.Now()
 	var back []*job
 	for _, it := range batch {
@@ -422,6 +419,12 @@ func (s *session) abandon(batch []rcpt, err error) {
 			continue
 		}
 		switch {
+		case final:
+			r := Result{Verdict: Unknown, Host: it.j.host(), Err: err}
+			if mr := (*mailRefused)(nil); errors.As(err, &mr) {
+				r.MailReply = mr.rep
+			}
+			it.j.finish(r)
 		case it.j.expired(now) || isTimeout(err):
 			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: fmt.Errorf("%w: %v", ErrTimeout, err)})
 		default:
