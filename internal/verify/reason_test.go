@@ -18,14 +18,8 @@ import (
 func TestProbeReason(t *testing.T) {
 	t.Parallel()
 	reply := func(code int, enh, text string) smtp.Result {
-		v := smtp.Unknown
-		switch {
-		case code/100 == 2:
-			v = smtp.Deliverable
-		case enh != "" && enh[:4] == "5.1.", code == 550 && enh == "", code == 551, code == 553:
-			v = smtp.Undeliverable
-		}
-		return smtp.Result{Verdict: v, Host: "mx.example.test", Reply: smtp.Reply{Code: code, Enhanced: enh, Text: text}}
+		rep := smtp.Reply{Code: code, Enhanced: enh, Text: text}
+		return smtp.Result{Verdict: smtp.Classify(rep).Verdict, Host: "mx.example.test", Reply: rep}
 	}
 	withErr := func(err error) smtp.Result { return smtp.Result{Verdict: smtp.Unknown, Err: err} }
 	for _, tc := range []struct {
@@ -38,6 +32,12 @@ func TestProbeReason(t *testing.T) {
 		{"550 5.1.1", reply(550, "5.1.1", "No such user"), ReasonMailboxUnknown},
 		{"550 without enhanced code", reply(550, "", "User unknown"), ReasonMailboxUnknown},
 		{"553 5.1.3", reply(553, "5.1.3", "Bad address"), ReasonMailboxUnknown},
+		{"550 5.7.1 in no-such-user words", reply(550, "5.7.1", "No such user!"), ReasonMailboxUnknown},
+		{"511 without enhanced code", reply(511, "", "sorry, no mailbox here by that name. (#5.1.1)"), ReasonMailboxUnknown},
+		{"550 5.2.1 disabled", reply(550, "5.2.1", "The email account that you tried to reach is disabled."), ReasonMailboxDisabled},
+		{"bare 550 administrative prohibition", reply(550, "", "Administrative prohibition"), ReasonPolicyBlocked},
+		{"bare 550 without words", reply(550, "", ""), ReasonPolicyBlocked},
+		{"554 banner in no-such-user words", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Text: "no such user here"}, Err: fmt.Errorf("%w: banner: 554 no such user here", smtp.ErrNoHost)}, ReasonPolicyBlocked},
 		{"552 5.2.2", reply(552, "5.2.2", "Mailbox full"), ReasonMailboxFull},
 		{"552 without enhanced code", reply(552, "", "Quota exceeded"), ReasonMailboxFull},
 		{"452 4.2.2", reply(452, "4.2.2", "Over quota"), ReasonMailboxFull},
@@ -85,8 +85,14 @@ func TestEveryReasonIsListed(t *testing.T) {
 		}
 		listed[r] = true
 	}
-	if len(Reasons) != 19 {
-		t.Errorf("%d reasons, want the 19 of docs/api.md", len(Reasons))
+	if len(Reasons) != 20 {
+		t.Errorf("%d reasons, want the 20 of docs/api.md", len(Reasons))
+	}
+	// The classifier's meanings are passed on as reasons unchanged.
+	for _, m := range smtp.Meanings {
+		if !listed[Reason(m)] {
+			t.Errorf("the classifier's meaning %q is no reason", m)
+		}
 	}
 	for o, v := range verdicts {
 		if !listed[v.reason] {

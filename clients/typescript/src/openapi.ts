@@ -101,7 +101,7 @@ export type VerifyResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
 };
 
 /** The callback body of an asynchronous verification (docs/api.md, "The callback request"): the fields of VerifyResult plus job_id, and error when verification itself failed. */
@@ -130,7 +130,7 @@ export type JobResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "internal";
   job_id: string;
   /** Present only when verification itself failed (job status failed); the result then has status unknown, valid false and confidence 0. */
   error?: "internal";
