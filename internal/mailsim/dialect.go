@@ -7,8 +7,9 @@ package mailsim
 // recipient through Domain.All, and a busy greeting through ServerOptions.Banner.
 //
 // Every text is a real one, copied from the reply corpus of the prober's classifier
-// (internal/verify/smtp/testdata/replies.tsv), which names where each was found; a zero Reply
-// means the dialect has no wording of its own for that case.
+// (internal/verify/smtp/testdata/replies.tsv), which names where each was found (texts that the
+// corpus has only as a lower-case fragment are written so here too); a zero Reply means the
+// dialect has no wording of its own for that case.
 type Dialect struct {
 	Name        string
 	UnknownUser Reply // a local part that does not exist
@@ -41,13 +42,13 @@ var (
 		Disabled:    Reply{Code: 550, Enhanced: "5.2.1", Text: "mailbox cannot be accessed"},
 		Full:        Reply{Code: 550, Enhanced: "5.2.2", Text: "mailbox full"},
 		Refusal:     Reply{Code: 550, Enhanced: "5.7.606", Text: "Access denied, banned sending IP [IP1.IP2.IP3.IP4]"},
-		Busy:        Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"},
+		Busy:        Reply{Code: 421, Enhanced: "4.3.2", Text: "service not available"},
 	}
 
-	// Exim is Exim's own wording for an address none of its routers accepts.
+	// Exim is Exim's wording for an address none of its routers accepts, as Freenet sends it.
 	Exim = Dialect{
 		Name:        "exim",
-		UnknownUser: Reply{Code: 550, Text: "Unrouteable address"},
+		UnknownUser: Reply{Code: 550, Text: "unrouteable address"},
 		Refusal:     Reply{Code: 550, Text: "relay not permitted"},
 	}
 
@@ -88,15 +89,15 @@ var (
 	// name no mailbox.
 	Gateway = Dialect{
 		Name:        "gateway",
-		UnknownUser: Reply{Code: 550, Text: "Invalid Recipient"},
-		Refusal:     Reply{Code: 550, Text: "Administrative prohibition envelope blocked"},
-		Busy:        Reply{Code: 421, Text: "Sender address blocked"},
+		UnknownUser: Reply{Code: 550, Text: "invalid recipient"},
+		Refusal:     Reply{Code: 550, Text: "administrative prohibition envelope blocked"},
+		Busy:        Reply{Code: 421, Text: "sender address blocked"},
 	}
 
 	// Postfix is Postfix with its stock recipient checks.
 	Postfix = Dialect{
 		Name:        "postfix",
-		UnknownUser: Reply{Code: 550, Enhanced: "5.1.1", Text: "<x@noxtm.com>: Recipient address rejected: User unknown in local recipient table"},
+		UnknownUser: Reply{Code: 550, Enhanced: "5.1.1", Text: ": Recipient address rejected: User unknown in local recipient table"},
 		Refusal:     Reply{Code: 550, Enhanced: "5.7.1", Text: "Service unavailable; Client host [x.x.x.x] blocked using Spamhaus"},
 	}
 )

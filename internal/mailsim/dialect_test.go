@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func TestDialectsOnTheWire(t *testing.T) {
 			"550 5.1.1 http://support.google.com/mail/bin/answer.py?answer=6596 vw5si4655694pab.333 - gsmtp",
 		}},
 		{"bob@qmail.test", []string{"511 sorry, no mailbox here by that name. (#5.1.1)"}},
-		{"ann@gateway.test", []string{"550 Administrative prohibition envelope blocked"}},
+		{"ann@gateway.test", []string{"550 administrative prohibition envelope blocked"}},
 		{"old@plain.test", []string{"554 delivery error: dd ****@yahoo.com is no longer valid."}},
 		{"bob@plain.test", []string{"550 5.1.1 No such user here"}},
 	} {
@@ -78,4 +79,32 @@ func rcptLines(t *testing.T, host string, port int, addr string) []string {
 	}
 	fmt.Fprintf(c, "RCPT TO:<%s>\r\n", addr)
 	return reply()
+}
+
+// TestDialectsAreReal keeps every dialect's replies in the classifier's corpus of real replies
+// (internal/verify/smtp/testdata/replies.tsv), which says where each was found.
+func TestDialectsAreReal(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../verify/smtp/testdata/replies.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := map[string]bool{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if cols := strings.Split(l, "\t"); len(cols) == 6 && !strings.HasPrefix(l, "#") {
+			text := strings.ReplaceAll(cols[2], `\n`, "\n")
+			corpus[cols[0]+" "+cols[1]+" "+text] = true
+			if cols[1] != "" {
+				// A server that repeats the enhanced code on every line writes it as text.
+				corpus[cols[0]+"  "+text] = true
+			}
+		}
+	}
+	for _, d := range Dialects {
+		for _, r := range []Reply{d.UnknownUser, d.Disabled, d.Full, d.Refusal, d.Busy} {
+			if r.Code != 0 && !corpus[strconv.Itoa(r.Code)+" "+r.Enhanced+" "+r.Text] {
+				t.Errorf("%s: %s is not in the corpus", d.Name, r)
+			}
+		}
+	}
 }
