@@ -55,10 +55,10 @@ type signals struct {
 	class    int    // the first digit: a code outside RFC 5321's table is read by it
 	enhanced string // like "5.1.1", or empty
 	sender   bool   // our envelope sender is refused (SenderRefused)
-	found    map[family]bool
+	found    uint32 // a bit per family whose phrases the text holds
 }
 
-func (s signals) has(f family) bool { return s.found[f] }
+func (s signals) has(f family) bool { return s.found&(1<<f) != 0 }
 
 // rule is one row of the table: a condition on the signals and the class it gives.
 type rule struct {
@@ -109,14 +109,17 @@ var rules = []rule{
 }
 
 func readSignals(r Reply) signals {
-	s := signals{code: r.Code, class: r.Code / 100, enhanced: r.Enhanced, sender: SenderRefused(r), found: map[family]bool{}}
+	s := signals{code: r.Code, class: r.Code / 100, enhanced: r.Enhanced, sender: SenderRefused(r)}
+	if s.class != 4 && s.class != 5 {
+		return s // an acceptance, or no reply class: its words change nothing
+	}
 	text := normalise(r)
 	if s.enhanced == "" {
 		s.enhanced = hashEnhanced(text, s.class)
 	}
 	for _, p := range phrases {
-		if !s.found[p.fam] && containsPhrase(text, p.text) {
-			s.found[p.fam] = true
+		if !s.has(p.fam) && containsPhrase(text, p.text) {
+			s.found |= 1 << p.fam
 		}
 	}
 	return s
@@ -247,7 +250,8 @@ var phrases = []struct {
 	{famUs, "your ip"}, {famUs, "ip address"}, {famUs, "ip addresses"}, {famUs, "client host"},
 	{famUs, "client ip"}, {famUs, "sending ip"}, {famUs, "sender ip"}, {famUs, "banned sending"},
 	{famUs, "your host"}, {famUs, "your server"}, {famUs, "your network"}, {famUs, "mail server ["},
-	{famUs, "reverse dns"}, {famUs, "rdns"}, {famUs, "ptr record"}, {famUs, "helo"}, {famUs, "ehlo"},
+	{famUs, "reverse dns"}, {famUs, "rdns"}, {famUs, "ptr"}, {famUs, "reverse lookup"},
+	{famUs, "your domain"}, {famUs, "sending domain"}, {famUs, "your account"}, {famUs, "helo"}, {famUs, "ehlo"},
 	{famUs, "blocked using"}, {famUs, "blacklist*"}, {famUs, "black list*"}, {famUs, "blocklist*"},
 	{famUs, "block list*"}, {famUs, "black listed"}, {famUs, "block listed"}, {famUs, "rbl"},
 	{famUs, "dnsbl"}, {famUs, "spamhaus"}, {famUs, "spamcop"}, {famUs, "barracudacentral"},
