@@ -2,9 +2,12 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
@@ -143,4 +146,84 @@ func TestSuggestionsWithoutNoise(t *testing.T) {
 	if r := b.v.Verify(context.Background(), "ann@broken.test"); r.Status != StatusUnknown || r.Suggestion == nil || *r.Suggestion != "broken.de" {
 		t.Errorf("DNS failure: %s", jsonOf(r))
 	}
+}
+
+// TestReasonsDocumented keeps Reasons, the reason enums of internal/api/openapi.json and the
+// table of docs/api.md, "Reasons", the same lists.
+func TestReasonsDocumented(t *testing.T) {
+	t.Parallel()
+	want := map[string]bool{}
+	for _, r := range Reasons {
+		want[string(r)] = true
+	}
+	same := func(where string, got []string) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, r := range got {
+			seen[r] = true
+			if !want[r] {
+				t.Errorf("%s lists %q, which is no reason", where, r)
+			}
+		}
+		for r := range want {
+			if !seen[r] {
+				t.Errorf("%s does not list %q", where, r)
+			}
+		}
+	}
+
+	spec, err := os.ReadFile("../api/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		t.Fatal(err)
+	}
+	enums := 0
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if r, ok := v["reason"].(map[string]any); ok {
+				if list, ok := r["enum"].([]any); ok {
+					var got []string
+					for _, x := range list {
+						got = append(got, x.(string))
+					}
+					enums++
+					same("openapi.json", got)
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	if enums == 0 {
+		t.Error("openapi.json has no reason enum")
+	}
+
+	md, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(md), "### Reasons\n")
+	if !ok {
+		t.Fatal(`docs/api.md has no "Reasons" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n### ")
+	var rows []string
+	for _, l := range strings.Split(table, "\n") {
+		if name, ok := strings.CutPrefix(l, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows = append(rows, name)
+		}
+	}
+	same("docs/api.md", rows)
 }
