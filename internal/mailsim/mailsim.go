@@ -4,10 +4,11 @@
 // dials every MX address at the single configured MAILVET_SMTP_PORT.
 //
 // Behaviour is scripted per domain (DNS answers, mailboxes, catch-all, greylisting, policy blocks,
-// slow replies) and per server (tarpit, connection refused, STARTTLS required, SMTPUTF8 offered
-// or not, added round-trip latency, recipient limits, a Postfix-like throttle after too many
-// rejected recipients). Mailboxes may have UTF-8 names (RFC 6531), which a server accepts only in
-// a transaction that declared SMTPUTF8. Every
+// slow replies, the wording of real servers' replies: dialect.go) and per server (tarpit,
+// connection refused, STARTTLS required, SMTPUTF8 offered or not, added round-trip latency,
+// recipient limits, a Postfix-like throttle after too many rejected recipients). Mailboxes may
+// have UTF-8 names (RFC 6531), which a server accepts only in a transaction that declared
+// SMTPUTF8. Every
 // server counts sessions, peak concurrency, commands and round trips so that tests and
 // benchmarks can assert on how politely and how efficiently a client behaved.
 //
@@ -141,7 +142,8 @@ type Domain struct {
 	// SMTP.
 	Users     []string         // local parts that exist (250)
 	CatchAll  bool             // every local part is accepted
-	Unknown   *Reply           // the reply for a local part that does not exist; nil means ReplyUnknownUser
+	Unknown   *Reply           // the reply for a local part that does not exist; nil means the dialect's, else ReplyUnknownUser
+	Dialect   *Dialect         // the wording of the domain's answers (dialect.go); nil means mailsim's own
 	Mailboxes map[string]Reply // per-local-part replies that override everything else
 	All       *Reply           // a reply for every RCPT of the domain (greylisting, policy block)
 	RcptDelay time.Duration    // processing time before each RCPT reply for the domain
@@ -217,10 +219,7 @@ func (w *World) rcptReply(addr string) (Reply, time.Duration) {
 			return ReplyOK, d.RcptDelay
 		}
 	}
-	if d.Unknown != nil {
-		return *d.Unknown, d.RcptDelay
-	}
-	return ReplyUnknownUser, d.RcptDelay
+	return d.unknownReply(), d.RcptDelay
 }
 
 // allocIP returns the next unused loopback address.

@@ -14,11 +14,12 @@ type Reason string
 // The reasons.
 const (
 	ReasonAccepted             Reason = "accepted"                // RCPT accepted, not catch-all
-	ReasonMailboxUnknown       Reason = "mailbox_unknown"         // 5.1.x, 550/551/553: no such mailbox
-	ReasonMailboxFull          Reason = "mailbox_full"            // 552, 4.2.2, 5.2.2
+	ReasonMailboxUnknown       Reason = "mailbox_unknown"         // the reply says there is no such mailbox
+	ReasonMailboxDisabled      Reason = "mailbox_disabled"        // the reply says the mailbox is disabled, suspended or inactive
+	ReasonMailboxFull          Reason = "mailbox_full"            // over quota: 552, 4.2.2, 5.2.2 or its words
 	ReasonCatchAll             Reason = "catch_all"               // any local part is accepted
 	ReasonGreylisted           Reason = "greylisted"              // a 4xx that asks to retry later
-	ReasonPolicyBlocked        Reason = "policy_blocked"          // 5.7.x, 554, other 5xx refusals
+	ReasonPolicyBlocked        Reason = "policy_blocked"          // a 5xx refusal of us, or one that says nothing readable
 	ReasonSenderRejected       Reason = "sender_rejected"         // our MAIL FROM was refused, or our sender at RCPT
 	ReasonTimeout              Reason = "timeout"                 // the probe budget ran out
 	ReasonConnectionRefused    Reason = "connection_refused"      // no MX host accepted a connection
@@ -37,7 +38,7 @@ const (
 
 // Reasons lists every reason, in the order of docs/api.md.
 var Reasons = []Reason{
-	ReasonAccepted, ReasonMailboxUnknown, ReasonMailboxFull, ReasonCatchAll, ReasonGreylisted,
+	ReasonAccepted, ReasonMailboxUnknown, ReasonMailboxDisabled, ReasonMailboxFull, ReasonCatchAll, ReasonGreylisted,
 	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonConnectionRefused,
 	ReasonTLSFailed, ReasonMXPrivate, ReasonDNSError, ReasonNoMX, ReasonNullMX,
 	ReasonInvalidSyntax, ReasonDisposable, ReasonProviderBlocksProbes, ReasonTemporarilyUnavail,
@@ -81,38 +82,23 @@ func probeReason(pr smtp.Result) Reason {
 	return errReason(pr.Err)
 }
 
-// replyReason classifies a refused or deferred RCPT.
+// replyReason is the reason of a refused or deferred RCPT: the meaning the smtp package's
+// classifier reads in the reply (docs/architecture.md, "Reading replies"), whose names are the
+// reasons'. A reply that reads as "no such mailbox" on a result whose verdict is not
+// undeliverable (a refusing banner, which answers no RCPT) is a refusal that says nothing about
+// the mailbox: policy_blocked.
 func replyReason(v smtp.Verdict, rep smtp.Reply) Reason {
-	enh := rep.Enhanced
+	c := smtp.Classify(rep)
 	switch {
-	case rep.Code == 552, enh == "4.2.2", enh == "5.2.2":
-		return ReasonMailboxFull
-	case smtp.SenderRefused(rep) && rep.Code/100 == 5:
-		return ReasonSenderRejected
-	case v == smtp.Undeliverable:
+	case v == smtp.Undeliverable && c.Verdict != smtp.Undeliverable:
 		return ReasonMailboxUnknown
-	case rep.Code/100 == 5:
-		// 5.7.x, 554, and every other permanent refusal that is not about the mailbox.
-		return ReasonPolicyBlocked
-	case rep.Code == 421:
-		return ReasonTemporarilyUnavail
-	case isGreylisting(rep):
-		return ReasonGreylisted
-	}
-	return ReasonTemporarilyUnavail
-}
-
-// isGreylisting recognises a greylisting deferral: the text says so, or a 450/451 carries the
-// 4.7.x (security/policy) enhanced code that greylisting daemons (postgrey, rspamd, Exchange)
-// answer with.
-func isGreylisting(rep smtp.Reply) bool {
-	t := strings.ToLower(rep.Text)
-	for _, w := range []string{"greylist", "graylist", "grey-list", "gray-list", "try again later", "retry later"} {
-		if strings.Contains(t, w) {
-			return true
+	case v != smtp.Undeliverable && c.Verdict == smtp.Undeliverable:
+		if rep.Code/100 == 5 {
+			return ReasonPolicyBlocked
 		}
+		return ReasonTemporarilyUnavail
 	}
-	return (rep.Code == 450 || rep.Code == 451) && strings.HasPrefix(rep.Enhanced, "4.7.")
+	return Reason(c.Meaning)
 }
 
 // errReason classifies a probe that ended without a reply to the address's RCPT.

@@ -2,9 +2,12 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
@@ -18,14 +21,8 @@ import (
 func TestProbeReason(t *testing.T) {
 	t.Parallel()
 	reply := func(code int, enh, text string) smtp.Result {
-		v := smtp.Unknown
-		switch {
-		case code/100 == 2:
-			v = smtp.Deliverable
-		case enh != "" && enh[:4] == "5.1.", code == 550 && enh == "", code == 551, code == 553:
-			v = smtp.Undeliverable
-		}
-		return smtp.Result{Verdict: v, Host: "mx.example.test", Reply: smtp.Reply{Code: code, Enhanced: enh, Text: text}}
+		rep := smtp.Reply{Code: code, Enhanced: enh, Text: text}
+		return smtp.Result{Verdict: smtp.Classify(rep).Verdict, Host: "mx.example.test", Reply: rep}
 	}
 	withErr := func(err error) smtp.Result { return smtp.Result{Verdict: smtp.Unknown, Err: err} }
 	for _, tc := range []struct {
@@ -38,6 +35,12 @@ func TestProbeReason(t *testing.T) {
 		{"550 5.1.1", reply(550, "5.1.1", "No such user"), ReasonMailboxUnknown},
 		{"550 without enhanced code", reply(550, "", "User unknown"), ReasonMailboxUnknown},
 		{"553 5.1.3", reply(553, "5.1.3", "Bad address"), ReasonMailboxUnknown},
+		{"550 5.7.1 in no-such-user words", reply(550, "5.7.1", "No such user!"), ReasonMailboxUnknown},
+		{"511 without enhanced code", reply(511, "", "sorry, no mailbox here by that name. (#5.1.1)"), ReasonMailboxUnknown},
+		{"550 5.2.1 disabled", reply(550, "5.2.1", "The email account that you tried to reach is disabled."), ReasonMailboxDisabled},
+		{"bare 550 administrative prohibition", reply(550, "", "Administrative prohibition"), ReasonPolicyBlocked},
+		{"bare 550 without words", reply(550, "", ""), ReasonPolicyBlocked},
+		{"554 banner in no-such-user words", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Text: "no such user here"}, Err: fmt.Errorf("%w: banner: 554 no such user here", smtp.ErrNoHost)}, ReasonPolicyBlocked},
 		{"552 5.2.2", reply(552, "5.2.2", "Mailbox full"), ReasonMailboxFull},
 		{"552 without enhanced code", reply(552, "", "Quota exceeded"), ReasonMailboxFull},
 		{"452 4.2.2", reply(452, "4.2.2", "Over quota"), ReasonMailboxFull},
@@ -86,8 +89,14 @@ func TestEveryReasonIsListed(t *testing.T) {
 		}
 		listed[r] = true
 	}
-	if len(Reasons) != 20 {
-		t.Errorf("%d reasons, want the 20 of docs/api.md", len(Reasons))
+	if len(Reasons) != 21 {
+		t.Errorf("%d reasons, want the 21 of docs/api.md", len(Reasons))
+	}
+	// The classifier's meanings are passed on as reasons unchanged.
+	for _, m := range smtp.Meanings {
+		if !listed[Reason(m)] {
+			t.Errorf("the classifier's meaning %q is no reason", m)
+		}
 	}
 	for o, v := range verdicts {
 		if !listed[v.reason] {
@@ -138,4 +147,84 @@ func TestSuggestionsWithoutNoise(t *testing.T) {
 	if r := b.v.Verify(context.Background(), "ann@broken.test"); r.Status != StatusUnknown || r.Suggestion == nil || *r.Suggestion != "broken.de" {
 		t.Errorf("DNS failure: %s", jsonOf(r))
 	}
+}
+
+// TestReasonsDocumented keeps Reasons, the reason enums of internal/api/openapi.json and the
+// table of docs/api.md, "Reasons", the same lists.
+func TestReasonsDocumented(t *testing.T) {
+	t.Parallel()
+	want := map[string]bool{}
+	for _, r := range Reasons {
+		want[string(r)] = true
+	}
+	same := func(where string, got []string) {
+		t.Helper()
+		seen := map[string]bool{}
+		for _, r := range got {
+			seen[r] = true
+			if !want[r] {
+				t.Errorf("%s lists %q, which is no reason", where, r)
+			}
+		}
+		for r := range want {
+			if !seen[r] {
+				t.Errorf("%s does not list %q", where, r)
+			}
+		}
+	}
+
+	spec, err := os.ReadFile("../api/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		t.Fatal(err)
+	}
+	enums := 0
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if r, ok := v["reason"].(map[string]any); ok {
+				if list, ok := r["enum"].([]any); ok {
+					var got []string
+					for _, x := range list {
+						got = append(got, x.(string))
+					}
+					enums++
+					same("openapi.json", got)
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	if enums == 0 {
+		t.Error("openapi.json has no reason enum")
+	}
+
+	md, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(md), "### Reasons\n")
+	if !ok {
+		t.Fatal(`docs/api.md has no "Reasons" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n### ")
+	var rows []string
+	for _, l := range strings.Split(table, "\n") {
+		if name, ok := strings.CutPrefix(l, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows = append(rows, name)
+		}
+	}
+	same("docs/api.md", rows)
 }

@@ -101,7 +101,7 @@ export type VerifyResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply: SMTPReply | null;
 };
@@ -142,7 +142,7 @@ export type JobResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply?: SMTPReply | null;
   job_id: string;

@@ -340,6 +340,9 @@ func (s *session) settle(it rcpt, rep Reply) {
 		case rep.Code/100 == 2:
 			o = caYes
 		case rep.Code/100 == 5 && classify(rep) == Undeliverable:
+			// Refused in "no such mailbox" or "disabled" words, whatever the code (a 550 5.7.1
+			// "No such user", qmail's 511): the domain refuses what does not exist, so it is no
+			// catch-all (docs/architecture.md, "Reading replies").
 			o = caNo
 		}
 		var said Reply

@@ -634,25 +634,6 @@ func probeLocal(domain string) string {
 	return "mv" + hex.EncodeToString(sum[:8])
 }
 
-// classify maps an RCPT reply to a verdict by the reply classes of docs/architecture.md, "The verification pipeline". Enhanced codes
-// decide first: a 550 5.7.1 is the server refusing us, not a missing mailbox, and so is a refusal
-// of our sender at RCPT time (SenderRefused).
-func classify(r Reply) Verdict {
-	switch {
-	case r.Code == 250 || r.Code == 251:
-		return Deliverable
-	case SenderRefused(r):
-		return Unknown
-	case strings.HasPrefix(r.Enhanced, "5.1."):
-		return Undeliverable
-	case strings.HasPrefix(r.Enhanced, "5.7."), r.Code == 554:
-		return Unknown
-	case r.Code == 550 || r.Code == 551 || r.Code == 553:
-		return Undeliverable
-	}
-	return Unknown
-}
-
 // SenderRefused reports a reply to RCPT that refuses our envelope sender, not the recipient:
 // enhanced code X.1.7 (bad sender's mailbox address) or X.1.8 (bad sender's system address) of
 // RFC 3463, or Postfix's "Sender address rejected" without an enhanced code. Postfix checks the

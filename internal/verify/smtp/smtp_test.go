@@ -266,34 +266,3 @@ func TestContextCancel(t *testing.T) {
 		t.Fatalf("%+v", res[0])
 	}
 }
-
-func TestClassify(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		r    Reply
-		want Verdict
-	}{
-		{Reply{Code: 250}, Deliverable},
-		{Reply{Code: 251}, Deliverable},
-		{Reply{Code: 550, Enhanced: "5.1.1"}, Undeliverable},
-		{Reply{Code: 550}, Undeliverable},
-		{Reply{Code: 553}, Undeliverable},
-		{Reply{Code: 551}, Undeliverable},
-		{Reply{Code: 554, Enhanced: "5.1.1"}, Undeliverable},
-		{Reply{Code: 550, Enhanced: "5.7.1"}, Unknown},
-		{Reply{Code: 554}, Unknown},
-		{Reply{Code: 450, Enhanced: "4.2.0"}, Unknown},
-		{Reply{Code: 421}, Unknown},
-		{Reply{Code: 252}, Unknown},
-		// Our sender refused at RCPT time (Postfix's smtpd_delay_reject): not about the mailbox.
-		{Reply{Code: 553, Enhanced: "5.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Unknown},
-		{Reply{Code: 550, Enhanced: "5.1.7", Text: "Bad sender's mailbox address syntax"}, Unknown},
-		{Reply{Code: 450, Enhanced: "4.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Unknown},
-		{Reply{Code: 553, Text: "<ann@x.test>: Sender address rejected: not owned by user"}, Unknown},
-		{Reply{Code: 550, Enhanced: "5.1.1", Text: "<ann@x.test>: Recipient address rejected: User unknown"}, Undeliverable},
-	} {
-		if got := classify(tc.r); got != tc.want {
-			t.Errorf("classify(%s) = %v, want %v", tc.r, got, tc.want)
-		}
-	}
-}
