@@ -20,7 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -347,8 +347,8 @@ func (s *Server) listResults(c echo.Context) error {
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
-			switch verify.Status(st) {
-			case verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusUnknown, verify.StatusCatchAll, verify.StatusInvalid:
+			switch verdict.Status(st) {
+			case verdict.StatusDeliverable, verdict.StatusUndeliverable, verdict.StatusUnknown, verdict.StatusCatchAll, verdict.StatusInvalid:
 			default:
 				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", st)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -62,7 +63,7 @@ func NewVerify(reg prometheus.Registerer) *Verify {
 }
 
 // Result counts one finished result.
-func (m *Verify) Result(status verify.Status, reason verify.Reason) {
+func (m *Verify) Result(status verdict.Status, reason verdict.Reason) {
 	m.results.WithLabelValues(string(status), string(reason)).Inc()
 }
 

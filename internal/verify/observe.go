@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
@@ -20,7 +21,7 @@ type Observer interface {
 	Layer(layer string, d time.Duration)
 	// Result is called once per finished result, with its status and reason. A result Local
 	// leaves pending for the network layers is not finished and is not reported.
-	Result(status Status, reason Reason)
+	Result(status verdict.Status, reason verdict.Reason)
 }
 
 // The layer names Observer.Layer is called with.

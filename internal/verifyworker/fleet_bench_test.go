@@ -17,6 +17,7 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
@@ -158,12 +159,12 @@ func scaleRun(b *testing.B, w *mailsim.World, n int, warm, load []string) float6
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer rcancel()
 		start := time.Now()
-		missing, err := d.VerifyMany(rctx, emails, func(i int, r verify.Result) {
-			want := verify.StatusDeliverable
+		missing, err := d.VerifyMany(rctx, emails, func(i int, r verdict.Result) {
+			want := verdict.StatusDeliverable
 			var u int
 			fmt.Sscanf(emails[i], "u%d@", &u)
 			if u >= 1000 {
-				want = verify.StatusUndeliverable
+				want = verdict.StatusUndeliverable
 			}
 			if r.Status != want {
 				b.Errorf("%s: %s (%s), want %s", emails[i], r.Status, r.Reason, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -46,7 +47,7 @@ func TestSessionsGauge(t *testing.T) {
 	if got := sessionsSeries(t, reg); len(got) != 0 {
 		t.Fatalf("before any probe: %v, want no series", got)
 	}
-	if r := v.Verify(context.Background(), "ann@a.test"); r.Status != verify.StatusDeliverable {
+	if r := v.Verify(context.Background(), "ann@a.test"); r.Status != verdict.StatusDeliverable {
 		t.Fatalf("%+v", r)
 	}
 	// The session stays open, idle, for the next address of its MX address.

@@ -1,0 +1,52 @@
+package verdict
+
+// Reason is a result's sub-status: the reason field (docs/api.md, "Reasons"). Every result has
+// one; the step sets it on every path, and Apply falls back to the outcome's default.
+type Reason string
+
+// The reasons.
+const (
+	ReasonAccepted             Reason = "accepted"                // RCPT accepted, not catch-all
+	ReasonMailboxUnknown       Reason = "mailbox_unknown"         // 5.1.x, 550/551/553: no such mailbox
+	ReasonMailboxFull          Reason = "mailbox_full"            // 552, 4.2.2, 5.2.2
+	ReasonCatchAll             Reason = "catch_all"               // any local part is accepted
+	ReasonGreylisted           Reason = "greylisted"              // a 4xx that asks to retry later
+	ReasonPolicyBlocked        Reason = "policy_blocked"          // 5.7.x, 554, other 5xx refusals
+	ReasonSenderRejected       Reason = "sender_rejected"         // our MAIL FROM was refused, or our sender at RCPT
+	ReasonTimeout              Reason = "timeout"                 // the probe budget ran out
+	ReasonConnectionRefused    Reason = "connection_refused"      // no MX host accepted a connection
+	ReasonTLSFailed            Reason = "tls_failed"              // STARTTLS failed
+	ReasonMXPrivate            Reason = "mx_private"              // the MX addresses are private or loopback
+	ReasonDNSError             Reason = "dns_error"               // SERVFAIL, REFUSED, DNS timeout
+	ReasonNoMX                 Reason = "no_mx"                   // NXDOMAIN, or neither MX nor A/AAAA
+	ReasonNullMX               Reason = "null_mx"                 // RFC 7505 null MX
+	ReasonInvalidSyntax        Reason = "invalid_syntax"          // not an address
+	ReasonDisposable           Reason = "disposable"              // a disposable domain
+	ReasonProviderBlocksProbes Reason = "provider_blocks_probes"  // smtp_blocked provider, never probed
+	ReasonTemporarilyUnavail   Reason = "temporarily_unavailable" // other 4xx, 421
+	ReasonInternal             Reason = "internal"                // verification itself failed
+)
+
+// Reasons lists every reason, in the order of docs/api.md.
+var Reasons = []Reason{
+	ReasonAccepted, ReasonMailboxUnknown, ReasonMailboxFull, ReasonCatchAll, ReasonGreylisted,
+	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonConnectionRefused,
+	ReasonTLSFailed, ReasonMXPrivate, ReasonDNSError, ReasonNoMX, ReasonNullMX,
+	ReasonInvalidSyntax, ReasonDisposable, ReasonProviderBlocksProbes, ReasonTemporarilyUnavail,
+	ReasonInternal,
+}
+
+// checkReason is the reason of a failed check when its path set none.
+func checkReason(c Check) Reason {
+	switch c {
+	case CheckSyntax:
+		return ReasonInvalidSyntax
+	case CheckDisposable:
+		return ReasonDisposable
+	case CheckNoMX:
+		return ReasonNoMX
+	case CheckSMTP:
+		return ReasonMailboxUnknown
+	}
+	return ReasonInternal
+}
