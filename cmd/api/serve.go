@@ -38,7 +38,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// layers stay idle here unless dev mode runs the verifier in-process.
 	// Its observer counts the results the API decides itself and times their layers
 	// (docs/operations.md, "Metrics").
-	engine, err := verify.NewObserved(engineConfig(cfg, demo), opsmetrics.NewVerify(in.Metrics))
+	vc, err := app.VerifyConfig(cfg)
+	if err != nil {
+		return err
+	}
+	engine, err := verify.NewObserved(engineConfig(vc, demo), opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err
 	}

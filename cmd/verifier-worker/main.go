@@ -65,7 +65,11 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	}
 	defer in.Close()
-	engine, err := verify.NewObserved(cfg, opsmetrics.NewVerify(in.Metrics)) // docs/operations.md, "Metrics"
+	vc, err := app.VerifyConfig(cfg)
+	if err != nil {
+		return err
+	}
+	engine, err := verify.NewObserved(vc, opsmetrics.NewVerify(in.Metrics)) // docs/operations.md, "Metrics"
 	if err != nil {
 		return err
 	}
@@ -110,7 +114,11 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	v, err := verify.New(cfg)
+	vc, err := app.VerifyConfig(cfg)
+	if err != nil {
+		return err
+	}
+	v, err := verify.New(vc)
 	if err != nil {
 		return err
 	}

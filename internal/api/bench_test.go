@@ -128,7 +128,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		tb.Fatal(err)
 	}
-	engine, err := verify.New(cfg)
+	engine, err := verify.New(engineConfig(tb, cfg))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -520,7 +520,7 @@ func BenchmarkStream1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	newEngine := func() *verify.Verifier {
-		v, err := verify.New(bb.cfg)
+		v, err := verify.New(engineConfig(b, bb.cfg))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -24,6 +23,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verify/mx"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
@@ -67,10 +67,10 @@ func join(t *testing.T, url string, w *mailsim.World, maxPerHost int, opts fleet
 // alone is a worker that shares nothing: its cap and caches are its own.
 func alone(t *testing.T, w *mailsim.World, maxPerHost int) *member {
 	t.Helper()
-	v, err := verify.New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	v, err := verify.New(verify.Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: maxPerHost, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/opsmetrics"
@@ -37,7 +38,11 @@ func observedVerifier(t *testing.T) (*verify.Verifier, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	v, err := verify.NewObserved(cfg, opsmetrics.NewVerify(reg))
+	vc, err := app.VerifyConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := verify.NewObserved(vc, opsmetrics.NewVerify(reg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/verdict"
+	"github.com/mailvet/mailvet/internal/verify/mx"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
 const benchRTT = 20 * time.Millisecond
@@ -17,10 +18,10 @@ const benchRTT = 20 * time.Millisecond
 // newVerifier returns a Verifier pointed at w's DNS and SMTP servers. The caller closes it.
 func newVerifier(tb testing.TB, w *mailsim.World, maxPerHost int) *Verifier {
 	tb.Helper()
-	v, err := New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	v, err := New(Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: maxPerHost, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -3,7 +3,6 @@ package verify
 import (
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
@@ -34,7 +33,7 @@ const (
 
 // NewObserved is New with an observer (nil for none) that is told every layer's time, every SMTP
 // reply and every finished result.
-func NewObserved(cfg config.Config, obs Observer) (*Verifier, error) {
+func NewObserved(cfg Config, obs Observer) (*Verifier, error) {
 	v, err := newWithObserver(cfg, obs)
 	if err != nil {
 		return nil, err

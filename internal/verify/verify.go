@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/disposable"
 	"github.com/mailvet/mailvet/internal/verify/mx"
@@ -32,9 +31,20 @@ type Verifier struct {
 	finished func(verdict.Result) verdict.Result
 }
 
-// New builds a Verifier from the configuration: the disposable list with the operator's extra
-// and allow files, the MX resolver, and the SMTP prober.
-func New(cfg config.Config) (*Verifier, error) { return newWithObserver(cfg, nil) }
+// Config is what the pipeline needs: the operator's disposable-domain files and the settings of
+// its two network layers. The binaries build it from the process configuration (internal/app).
+type Config struct {
+	// DisposableExtraFile and DisposableAllowFile extend the embedded disposable list and make
+	// exceptions to it (docs/operations.md, "Disposable domains"); empty for none.
+	DisposableExtraFile string
+	DisposableAllowFile string
+	MX                  mx.Config
+	SMTP                smtp.Config
+}
+
+// New builds a Verifier from cfg: the disposable list with the operator's extra and allow files,
+// the MX resolver, and the SMTP prober.
+func New(cfg Config) (*Verifier, error) { return newWithObserver(cfg, nil) }
 
 // Fleet is what a verifier worker shares with the others of its deployment (internal/fleet,
 // docs/fleet.md): the per-MX-address session cap, and the MX and catch-all answers. The zero
@@ -58,26 +68,20 @@ func (v *Verifier) Join(f Fleet) {
 func (v *Verifier) OpenSessions(fn func(ip netip.Addr, n int)) { v.prober.OpenSessions(fn) }
 
 // newWithObserver is New with the SMTP prober's observer (nil for none); NewObserved sets the rest.
-func newWithObserver(cfg config.Config, obs smtp.Observer) (*Verifier, error) {
+func newWithObserver(cfg Config, obs smtp.Observer) (*Verifier, error) {
 	list, err := disposable.Load(cfg.DisposableExtraFile, cfg.DisposableAllowFile)
 	if err != nil {
 		return nil, err
 	}
-	prober, err := smtp.New(smtp.Config{
-		Port:       cfg.SMTPPort,
-		Helo:       cfg.SMTPHelo,
-		MailFrom:   cfg.SMTPMailFrom,
-		Timeout:    cfg.SMTPTimeout,
-		Proxy:      cfg.SMTPProxy,
-		Blocked:    cfg.SMTPBlockedDomains,
-		MaxPerHost: cfg.SMTPMaxPerHost,
-		AllowCIDRs: cfg.SMTPAllowCIDRs,
-		Observer:   obs,
-	})
+	sc := cfg.SMTP
+	if obs != nil {
+		sc.Observer = obs
+	}
+	prober, err := smtp.New(sc)
 	if err != nil {
 		return nil, err
 	}
-	return &Verifier{disposable: list, mx: mx.New(mx.Config{Server: cfg.DNSResolver}), prober: prober}, nil
+	return &Verifier{disposable: list, mx: mx.New(cfg.MX), prober: prober}, nil
 }
 
 // Close ends idle SMTP sessions.
