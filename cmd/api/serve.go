@@ -37,7 +37,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
 	// layers stay idle here unless dev mode runs the verifier in-process.
 	// Its observer counts the results the API decides itself and times their layers
-	// (docs/operations.md, "Metrics").
+	// (docs/operations.md, "Health, readiness and metrics").
 	vc, err := app.VerifyConfig(cfg)
 	if err != nil {
 		return err

@@ -69,7 +69,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	engine, err := verify.NewObserved(vc, opsmetrics.NewVerify(in.Metrics)) // docs/operations.md, "Metrics"
+	// Its observer is the metrics of docs/operations.md, "Health, readiness and metrics".
+	engine, err := verify.NewObserved(vc, opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err
 	}

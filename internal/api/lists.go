@@ -37,10 +37,10 @@ const (
 	listExportBudget  = 30 * time.Minute
 )
 
-// uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline
-// do not apply to it, nor to the dashboard's upload form, which streams its file to this route
-// (docs/lists.md, "Uploading"; docs/dashboard.md, "Lists"). Both have an idle deadline instead
-// (httpbody) and the list limits.
+// uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline do
+// not apply to it, nor to the dashboard's upload form, which streams its file to this route
+// (docs/lists.md, "Uploading"; docs/dashboard.md, "What a customer can do"). Both have an idle
+// deadline instead (httpbody) and the list limits.
 const uploadPath = "/v1/email/lists"
 
 func isUpload(c echo.Context) bool {

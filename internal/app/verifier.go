@@ -12,7 +12,7 @@ import (
 
 // VerifyConfig is the verification engine's part of cfg. It reads the operator's disposable-domain
 // files as the engine will, so that a line that is not a domain stops the start-up with an error
-// naming its variable (docs/operations.md, "Disposable domains"): a typo in a blocklist must not
+// naming its variable (docs/operations.md, "Data lists"): a typo in a blocklist must not
 // silently block or allow nothing.
 func VerifyConfig(cfg config.Config) (verify.Config, error) {
 	for _, f := range []struct{ name, path string }{

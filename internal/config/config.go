@@ -64,7 +64,7 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 
 	// DisposableExtraFile and DisposableAllowFile are the operator's disposable-domain files
-	// (docs/operations.md, "Disposable domains"). Load checks that they can be read; their lines
+	// (docs/operations.md, "Data lists"). Load checks that they can be read; their lines
 	// are checked where the verification engine's configuration is built (app.VerifyConfig).
 	DisposableExtraFile string
 	DisposableAllowFile string

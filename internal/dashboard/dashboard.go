@@ -39,7 +39,7 @@ var staticFS embed.FS
 const Prefix = "/dashboard"
 
 // UploadPath is the list upload form's route. Its body is a file of up to the list limits, not
-// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "Lists").
+// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "What a customer can do").
 const UploadPath = Prefix + "/lists"
 
 // Portal opens Stripe billing portal sessions (billing.Stripe).

@@ -21,7 +21,8 @@ import (
 const syncAsks = 3
 
 // VerifyOne verifies one address over core NATS: the lowest-latency path, with nothing persisted
-// because the caller is waiting (docs/reliability.md, "A worker killed in the middle").
+// because the caller is waiting (docs/reliability.md, "A worker killed in the middle of a single
+// verification").
 //
 // Core NATS cannot tell that the worker which took a request has died, so the worker says every
 // WorkerSilence/4 that it is still at work (HeaderHeartbeat). A request that hears nothing for

@@ -8,9 +8,9 @@ import (
 )
 
 // Observer is told what the pipeline does, for the operator's metrics (internal/opsmetrics;
-// docs/operations.md, "Metrics"). The pipeline defines only what it calls, so it needs no
-// metrics library. Every method is called from the verifying goroutines and must be cheap and
-// safe for concurrent use. No argument ever carries an address or a domain.
+// docs/operations.md, "Health, readiness and metrics"). The pipeline defines only what it calls, so
+// it needs no metrics library. Every method is called from the verifying goroutines and must be
+// cheap and safe for concurrent use. No argument ever carries an address or a domain.
 type Observer interface {
 	// Reply is the SMTP prober's hook (smtp.Observer): one call per SMTP reply read.
 	smtp.Observer

@@ -35,7 +35,7 @@ type Verifier struct {
 // its two network layers. The binaries build it from the process configuration (internal/app).
 type Config struct {
 	// DisposableExtraFile and DisposableAllowFile extend the embedded disposable list and make
-	// exceptions to it (docs/operations.md, "Disposable domains"); empty for none.
+	// exceptions to it (docs/operations.md, "Data lists"); empty for none.
 	DisposableExtraFile string
 	DisposableAllowFile string
 	MX                  mx.Config
