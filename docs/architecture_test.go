@@ -80,8 +80,10 @@ var importRules = []importRule{
 	{"internal/queue", engine, "the queues carry results (internal/verdict), never the engine"},
 	{"internal/list", engine, "lists store results (internal/verdict), never the engine"},
 	{"internal/job", engine, "jobs store results, never the engine"},
+	{"internal/app", engine, "the process wiring every binary shares does not verify"},
+	{"internal/webhook", append([]string{"internal/config"}, engine...), "the delivery worker takes its own webhook.Config and never verifies"},
+	{"cmd/webhook-worker", engine, "the webhook binary delivers callbacks and never verifies"},
 	{"internal/billing", []string{"internal/config"}, "billing takes its own billing.Config"},
-	{"internal/webhook", []string{"internal/config"}, "the delivery worker takes its own webhook.Config"},
 	{"internal/dashboard", []string{"internal/config"}, "the dashboard takes its own dashboard.Config"},
 }
 

@@ -38,7 +38,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// layers stay idle here unless dev mode runs the verifier in-process.
 	// Its observer counts the results the API decides itself and times their layers
 	// (docs/operations.md, "Health, readiness and metrics").
-	vc, err := app.VerifyConfig(cfg)
+	vc, err := verifyworker.EngineConfig(cfg)
 	if err != nil {
 		return err
 	}

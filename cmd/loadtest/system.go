@@ -147,7 +147,7 @@ func start(ctx context.Context, dbURL string, rtt time.Duration, windows []time.
 	}
 
 	// The engine as `api -dev -demo` configures it for its mail world (cmd/api, engineConfig).
-	ecfg, err := app.VerifyConfig(s.cfg)
+	ecfg, err := verifyworker.EngineConfig(s.cfg)
 	if err != nil {
 		return nil, err
 	}

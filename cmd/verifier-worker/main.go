@@ -65,7 +65,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	}
 	defer in.Close()
-	vc, err := app.VerifyConfig(cfg)
+	vc, err := verifyworker.EngineConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	vc, err := app.VerifyConfig(cfg)
+	vc, err := verifyworker.EngineConfig(cfg)
 	if err != nil {
 		return err
 	}

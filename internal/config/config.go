@@ -65,7 +65,8 @@ type Config struct {
 
 	// DisposableExtraFile and DisposableAllowFile are the operator's disposable-domain files
 	// (docs/operations.md, "Data lists"). Load checks that they can be read; their lines
-	// are checked where the verification engine's configuration is built (app.VerifyConfig).
+	// are checked where the verification engine's configuration is built
+	// (verifyworker.EngineConfig).
 	DisposableExtraFile string
 	DisposableAllowFile string
 

@@ -229,7 +229,7 @@ func TestEveryPlanVariableIsRead(t *testing.T) {
 
 // A blocked-domains entry that would match nothing, and a domains file that is a directory, stop
 // the start-up naming the variable; accepted entries are stored as the prober compares them. (A
-// domains file's lines are checked by app.VerifyConfig, internal/app.)
+// domains file's lines are checked by verifyworker.EngineConfig.)
 func TestLoadRefusesWhatWouldMatchNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

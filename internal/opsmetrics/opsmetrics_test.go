@@ -8,11 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/opsmetrics"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 // observedVerifier is a Verifier pointed at a loopback mail world, reporting to a fresh registry.
@@ -38,7 +38,7 @@ func observedVerifier(t *testing.T) (*verify.Verifier, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	vc, err := app.VerifyConfig(cfg)
+	vc, err := verifyworker.EngineConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

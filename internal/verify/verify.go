@@ -32,7 +32,8 @@ type Verifier struct {
 }
 
 // Config is what the pipeline needs: the operator's disposable-domain files and the settings of
-// its two network layers. The binaries build it from the process configuration (internal/app).
+// its two network layers. The binaries build it from the process configuration
+// (verifyworker.EngineConfig).
 type Config struct {
 	// DisposableExtraFile and DisposableAllowFile extend the embedded disposable list and make
 	// exceptions to it (docs/operations.md, "Data lists"); empty for none.

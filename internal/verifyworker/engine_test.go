@@ -1,4 +1,4 @@
-package app_test
+package verifyworker_test
 
 import (
 	"os"
@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 // A disposable-domains file with a line that is not a domain stops the start-up with an error
 // naming its variable; good files reach the engine, which then treats their domains as listed.
-func TestVerifyConfigChecksTheDomainsFiles(t *testing.T) {
+func TestEngineConfigChecksTheDomainsFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -36,13 +36,13 @@ func TestVerifyConfigChecksTheDomainsFiles(t *testing.T) {
 		return cfg
 	}
 	for _, name := range []string{"MAILVET_DISPOSABLE_EXTRA_FILE", "MAILVET_DISPOSABLE_ALLOW_FILE"} {
-		_, err := app.VerifyConfig(load(map[string]string{name: bad}))
+		_, err := verifyworker.EngineConfig(load(map[string]string{name: bad}))
 		if err == nil || !strings.HasPrefix(err.Error(), name+":") || !strings.Contains(err.Error(), "line 3") {
 			t.Errorf("%s with a bad line: error %v, want one naming the variable and the line", name, err)
 		}
 	}
 
-	vc, err := app.VerifyConfig(load(map[string]string{"MAILVET_DISPOSABLE_EXTRA_FILE": extra, "MAILVET_DISPOSABLE_ALLOW_FILE": allow}))
+	vc, err := verifyworker.EngineConfig(load(map[string]string{"MAILVET_DISPOSABLE_EXTRA_FILE": extra, "MAILVET_DISPOSABLE_ALLOW_FILE": allow}))
 	if err != nil {
 		t.Fatal(err)
 	}

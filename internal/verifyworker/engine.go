@@ -1,4 +1,4 @@
-package app
+package verifyworker
 
 import (
 	"fmt"
@@ -10,11 +10,12 @@ import (
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
-// VerifyConfig is the verification engine's part of cfg. It reads the operator's disposable-domain
-// files as the engine will, so that a line that is not a domain stops the start-up with an error
-// naming its variable (docs/operations.md, "Data lists"): a typo in a blocklist must not
-// silently block or allow nothing.
-func VerifyConfig(cfg config.Config) (verify.Config, error) {
+// EngineConfig is the verification engine's part of cfg, for the binaries that verify (the
+// verifier, and the API for its local layers). It reads the operator's disposable-domain files as
+// the engine will, so that a line that is not a domain stops the start-up with an error naming its
+// variable (docs/operations.md, "Data lists"): a typo in a blocklist must not silently block or
+// allow nothing.
+func EngineConfig(cfg config.Config) (verify.Config, error) {
 	for _, f := range []struct{ name, path string }{
 		{"MAILVET_DISPOSABLE_EXTRA_FILE", cfg.DisposableExtraFile},
 		{"MAILVET_DISPOSABLE_ALLOW_FILE", cfg.DisposableAllowFile},
