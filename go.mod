@@ -19,6 +19,8 @@ require (
 
 require github.com/cenkalti/backoff/v4 v4.3.0
 
+require github.com/yuin/goldmark v1.8.7
+
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0

@@ -101,7 +101,7 @@ func jsonFields(t reflect.Type) []string {
 }
 
 // A list read from the API and written back out is what the API sent, nulls and all (the
-// example of docs/lists.md, "Upload").
+// example of docs/lists.md, "Uploading").
 func TestListRoundTrip(t *testing.T) {
 	const sent = `{"id":"019ab3c2-0000-7000-8000-000000000001","name":"june-campaign","state":"running","format":"csv",
  "columns":["first","Email Address","city"],"email_column":"Email Address",

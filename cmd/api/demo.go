@@ -9,6 +9,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verify"
 )
 
 // serveDemo is dev mode in the demo world of `make demo`: the embedded mail simulator answers
@@ -29,15 +30,15 @@ func serveDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 // never through a proxy (the world is on loopback), the world's loopback range allowed to the
 // prober (which refuses private and reserved MX addresses otherwise), and the demo's "large
 // provider" on the blocked list. Only the engine is pointed there: webhook deliveries keep the real resolver.
-func engineConfig(cfg config.Config, world *mailsim.World) config.Config {
+func engineConfig(cfg verify.Config, world *mailsim.World) verify.Config {
 	if world == nil {
 		return cfg
 	}
-	cfg.DNSResolver = world.DNSAddr()
-	cfg.SMTPPort = world.SMTPPort()
-	cfg.SMTPProxy = ""
-	cfg.SMTPAllowCIDRs = append(slices.Clone(cfg.SMTPAllowCIDRs), mailsim.Prefix)
-	cfg.SMTPBlockedDomains = append(slices.Clone(cfg.SMTPBlockedDomains), mailsim.DemoBlockedDomain)
+	cfg.MX.Server = world.DNSAddr()
+	cfg.SMTP.Port = world.SMTPPort()
+	cfg.SMTP.Proxy = ""
+	cfg.SMTP.AllowCIDRs = append(slices.Clone(cfg.SMTP.AllowCIDRs), mailsim.Prefix)
+	cfg.SMTP.Blocked = append(slices.Clone(cfg.SMTP.Blocked), mailsim.DemoBlockedDomain)
 	return cfg
 }
 

@@ -37,8 +37,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
 	// layers stay idle here unless dev mode runs the verifier in-process.
 	// Its observer counts the results the API decides itself and times their layers
-	// (docs/operations.md, "Metrics").
-	engine, err := verify.NewObserved(engineConfig(cfg, demo), opsmetrics.NewVerify(in.Metrics))
+	// (docs/operations.md, "Health, readiness and metrics").
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		return err
+	}
+	engine, err := verify.NewObserved(engineConfig(vc, demo), opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err
 	}
@@ -82,7 +86,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
-		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, cfg, 64, log, in.Metrics, in.Ready)
+		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver}, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err
 		}

@@ -147,9 +147,12 @@ func start(ctx context.Context, dbURL string, rtt time.Duration, windows []time.
 	}
 
 	// The engine as `api -dev -demo` configures it for its mail world (cmd/api, engineConfig).
-	ecfg := s.cfg
-	ecfg.SMTPProxy = ""
-	ecfg.SMTPAllowCIDRs = append(slices.Clone(ecfg.SMTPAllowCIDRs), mailsim.Prefix)
+	ecfg, err := verifyworker.EngineConfig(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	ecfg.SMTP.Proxy = ""
+	ecfg.SMTP.AllowCIDRs = append(slices.Clone(ecfg.SMTP.AllowCIDRs), mailsim.Prefix)
 	engine, err := verify.New(ecfg)
 	if err != nil {
 		return nil, err

@@ -65,7 +65,12 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	}
 	defer in.Close()
-	engine, err := verify.NewObserved(cfg, opsmetrics.NewVerify(in.Metrics)) // docs/operations.md, "Metrics"
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// Its observer is the metrics of docs/operations.md, "Health, readiness and metrics".
+	engine, err := verify.NewObserved(vc, opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err
 	}
@@ -110,7 +115,11 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	v, err := verify.New(cfg)
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		return err
+	}
+	v, err := verify.New(vc)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ flags:
 		return err
 	}
 	defer in.Close()
-	parts, err := webhook.Services(in.Pool, in.JS, in.Layout, cfg, *concurrency, log, in.Metrics, in.Ready)
+	parts, err := webhook.Services(in.Pool, in.JS, in.Layout, webhookConfig(cfg), *concurrency, log, in.Metrics, in.Ready)
 	if err != nil {
 		return err
 	}
@@ -56,4 +56,9 @@ flags:
 	err = in.Run(ctx, parts...)
 	log.Info("webhook worker stopped")
 	return err
+}
+
+// webhookConfig is the delivery worker's part of the process configuration.
+func webhookConfig(cfg config.Config) webhook.Config {
+	return webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver}
 }

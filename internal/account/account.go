@@ -223,7 +223,7 @@ const checkoutClaim = 15 * time.Second
 var ErrCheckoutPending = errors.New("another upgrade of the account is still opening its Checkout session")
 
 // Checkout returns the account's open Checkout session, or runs open to start one and records it
-// (docs/dashboard.md, "Billing"). A session completes once, so sending every upgrade of the
+// (docs/dashboard.md, "How an upgrade works"). A session completes once, so sending every upgrade of the
 // account to the one open session, instead of opening another, keeps a double click, a second tab
 // or the return page before Stripe's webhook from starting a second subscription. reused reports
 // an open session found; open is not run then.

@@ -15,9 +15,9 @@ var admissionRefusal = map[string]bool{
 	CodeServiceUnavailable:   true,
 }
 
-// newAdmissionRefusals is mailvet_admission_refusals_total (docs/operations.md, "Metrics"). It
-// is counted in logRejections, the verify group's middleware, which sees every refusal of those
-// routes after authentication.
+// newAdmissionRefusals is mailvet_admission_refusals_total (docs/operations.md, "Health, readiness
+// and metrics"). It is counted in logRejections, the verify group's middleware, which sees every
+// refusal of those routes after authentication.
 func newAdmissionRefusals() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mailvet_admission_refusals_total",

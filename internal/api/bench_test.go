@@ -42,6 +42,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -127,7 +128,7 @@ func setupBench(tb testing.TB, o benchOpts) *benchBundle {
 	if err := queue.EnsureStreams(ctx, js, queue.Layout{}, nil); err != nil {
 		tb.Fatal(err)
 	}
-	engine, err := verify.New(cfg)
+	engine, err := verify.New(engineConfig(tb, cfg))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -329,14 +330,14 @@ func benchCachedDeliverable(b *testing.B, rtt time.Duration) {
 		if err != nil {
 			return 0, err
 		}
-		var r verify.Result
-		if err := json.Unmarshal(raw, &r); err != nil || code != http.StatusOK || r.Status != verify.StatusDeliverable {
+		var r verdict.Result
+		if err := json.Unmarshal(raw, &r); err != nil || code != http.StatusOK || r.Status != verdict.StatusDeliverable {
 			return 0, fmt.Errorf("status %d: %s", code, raw)
 		}
 		return r.LatencyMS, nil
 	}
 	inproc := func() error {
-		if r := bb.engine.Verify(ctx, email); r.Status != verify.StatusDeliverable {
+		if r := bb.engine.Verify(ctx, email); r.Status != verdict.StatusDeliverable {
 			return fmt.Errorf("in-process: %+v", r)
 		}
 		return nil
@@ -344,13 +345,13 @@ func benchCachedDeliverable(b *testing.B, rtt time.Duration) {
 	// nats is the API's dispatch alone: NATS request/reply to the worker, no HTTP, no Postgres.
 	dispatch := func() error {
 		r, err := bb.srv.dispatch.VerifyOne(ctx, email)
-		if err != nil || r.Status != verify.StatusDeliverable {
+		if err != nil || r.Status != verdict.StatusDeliverable {
 			return fmt.Errorf("dispatch: %+v, %v", r, err)
 		}
 		return nil
 	}
 	// Warm the MX and catch-all caches, the SMTP session, the HTTP connection and the pools.
-	if r := bb.engine.Verify(ctx, "ann@acme.test"); r.Status != verify.StatusDeliverable {
+	if r := bb.engine.Verify(ctx, "ann@acme.test"); r.Status != verdict.StatusDeliverable {
 		b.Fatalf("warm-up: %+v", r)
 	}
 	for range 20 {
@@ -470,19 +471,19 @@ func (p *swapPipeline) swap(v *verify.Verifier) (old *verify.Verifier) {
 	return old
 }
 
-func (p *swapPipeline) Verify(ctx context.Context, raw string) verify.Result {
+func (p *swapPipeline) Verify(ctx context.Context, raw string) verdict.Result {
 	return p.get().Verify(ctx, raw)
 }
 
-func (p *swapPipeline) VerifyBatch(ctx context.Context, raws []string, each func(int, verify.Result)) []verify.Result {
+func (p *swapPipeline) VerifyBatch(ctx context.Context, raws []string, each func(int, verdict.Result)) []verdict.Result {
 	return p.get().VerifyBatch(ctx, raws, each)
 }
 
 // batchWorld scripts BenchmarkVerifyBatch's 1,000 addresses — 50 on each of 20 domains served by
 // mx.shared.test, every odd local part non-existent — on domains named after tag, so that each
 // run meets domains no cache has seen.
-func batchWorld(w *mailsim.World, tag string) (raws []string, want map[string]verify.Status) {
-	want = map[string]verify.Status{}
+func batchWorld(w *mailsim.World, tag string) (raws []string, want map[string]verdict.Status) {
+	want = map[string]verdict.Status{}
 	for d := range 20 {
 		dom := fmt.Sprintf("shared%02d.%s.test", d, tag)
 		var users []string
@@ -492,9 +493,9 @@ func batchWorld(w *mailsim.World, tag string) (raws []string, want map[string]ve
 			raws = append(raws, addr)
 			if u%2 == 0 {
 				users = append(users, local)
-				want[addr] = verify.StatusDeliverable
+				want[addr] = verdict.StatusDeliverable
 			} else {
-				want[addr] = verify.StatusUndeliverable
+				want[addr] = verdict.StatusUndeliverable
 			}
 		}
 		w.AddDomain(dom, mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.shared.test"}}, Users: users})
@@ -519,7 +520,7 @@ func BenchmarkStream1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	newEngine := func() *verify.Verifier {
-		v, err := verify.New(bb.cfg)
+		v, err := verify.New(engineConfig(b, bb.cfg))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -535,7 +536,7 @@ func BenchmarkStream1000(b *testing.B) {
 		took, first         time.Duration
 		sessions, throttled int64
 	}
-	stream := func(raws []string, want map[string]verify.Status) stats {
+	stream := func(raws []string, want map[string]verdict.Status) stats {
 		body := mustJSON(b, map[string]any{"emails": raws})
 		start := time.Now()
 		resp, err := bb.post("/v1/email/verify/stream", key, body)
@@ -555,8 +556,8 @@ func BenchmarkStream1000(b *testing.B) {
 				st.first = time.Since(start)
 			}
 			var line struct {
-				Email  string        `json:"email"`
-				Status verify.Status `json:"status"`
+				Email  string         `json:"email"`
+				Status verdict.Status `json:"status"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 				b.Fatalf("line %q: %v", sc.Text(), err)
@@ -657,11 +658,11 @@ func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 		raw, _ := io.ReadAll(r.Body)
 		at := time.Now()
 		var cb struct {
-			JobID  string        `json:"job_id"`
-			Status verify.Status `json:"status"`
+			JobID  string         `json:"job_id"`
+			Status verdict.Status `json:"status"`
 		}
 		_ = json.Unmarshal(raw, &cb)
-		if webhook.Verify([]byte(hookSecret), raw, r.Header.Get(webhook.SignatureHeader)) != nil || cb.Status != verify.StatusDeliverable {
+		if webhook.Verify([]byte(hookSecret), raw, r.Header.Get(webhook.SignatureHeader)) != nil || cb.Status != verdict.StatusDeliverable {
 			cb.JobID = "bad callback: " + string(raw) // never matches: the job times out and says why
 		}
 		select {
@@ -705,7 +706,7 @@ func benchAsyncCallback(b *testing.B, rtt time.Duration) {
 
 	key := bb.customer(b, plan.Scale)
 	body := mustJSON(b, map[string]string{"email": "bob@acme.test", "webhook_url": hookURL, "webhook_secret": hookSecret})
-	if r := bb.engine.Verify(context.Background(), "ann@acme.test"); r.Status != verify.StatusDeliverable {
+	if r := bb.engine.Verify(context.Background(), "ann@acme.test"); r.Status != verdict.StatusDeliverable {
 		b.Fatalf("warm-up: %+v", r)
 	}
 	job := func() (accepted, called time.Duration) {

@@ -20,7 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
 	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -37,10 +37,10 @@ const (
 	listExportBudget  = 30 * time.Minute
 )
 
-// uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline
-// do not apply to it, nor to the dashboard's upload form, which streams its file to this route
-// (docs/lists.md, "Uploading"; docs/dashboard.md, "Lists"). Both have an idle deadline instead
-// (httpbody) and the list limits.
+// uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline do
+// not apply to it, nor to the dashboard's upload form, which streams its file to this route
+// (docs/lists.md, "Uploading"; docs/dashboard.md, "What a customer can do"). Both have an idle
+// deadline instead (httpbody) and the list limits.
 const uploadPath = "/v1/email/lists"
 
 func isUpload(c echo.Context) bool {
@@ -347,8 +347,8 @@ func (s *Server) listResults(c echo.Context) error {
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
-			switch verify.Status(st) {
-			case verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusUnknown, verify.StatusCatchAll, verify.StatusInvalid:
+			switch verdict.Status(st) {
+			case verdict.StatusDeliverable, verdict.StatusUndeliverable, verdict.StatusUnknown, verdict.StatusCatchAll, verdict.StatusInvalid:
 			default:
 				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", st)
 			}

@@ -72,7 +72,7 @@ func setupPartition(t *testing.T) *partitionBundle {
 		t.Cleanup(pool.Close)
 		// Runs before the pool closes, which would otherwise wait for its held connections.
 		t.Cleanup(proxy.Restore)
-		engine, err := verify.New(d.Config)
+		engine, err := verify.New(engineConfig(t, d.Config))
 		mustOK(t, err)
 		t.Cleanup(engine.Close)
 		d.Pool, d.Local, d.Log = pool, engine, app.NewLogger(pb.logs, "test")

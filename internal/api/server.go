@@ -138,7 +138,7 @@ func New(d Deps) *Server {
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
 	}
-	stripe := billing.NewStripe(d.Config)
+	stripe := billing.NewStripe(billingConfig(d.Config))
 	if s.portal == nil {
 		s.portal = stripe
 	}
@@ -146,7 +146,7 @@ func New(d Deps) *Server {
 	if checkout == nil {
 		checkout = stripe
 	}
-	s.dashboard = dashboard.New(dashboard.Deps{Config: d.Config, Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
+	s.dashboard = dashboard.New(dashboard.Deps{Config: dashboardConfig(d.Config), Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
 		Portal: s.portal, Checkout: checkout, API: s, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)

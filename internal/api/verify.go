@@ -14,13 +14,13 @@ import (
 
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // LocalVerifier runs the local layers (syntax, disposable, signals) in the API process; final is
 // true when they already decide the result, so no worker round trip is needed.
 type LocalVerifier interface {
-	Local(raw string) (r verify.Result, final bool)
+	Local(raw string) (r verdict.Result, final bool)
 }
 
 // Bounds of the verify routes (docs/api.md, "Limits").

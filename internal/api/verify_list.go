@@ -13,7 +13,7 @@ import (
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Why a request ended early, for its error envelope.
@@ -89,7 +89,7 @@ func (s *Server) anyRemote(emails []string) bool {
 
 // runList verifies emails: local results at once, the rest through the worker fleet, calling
 // each in completion order. Missing is the indexes the fleet did not answer before ctx ended.
-func (s *Server) runList(ctx context.Context, emails []string, each func(i int, r verify.Result)) (missing []int, err error) {
+func (s *Server) runList(ctx context.Context, emails []string, each func(i int, r verdict.Result)) (missing []int, err error) {
 	var (
 		remote []string
 		at     []int
@@ -105,7 +105,7 @@ func (s *Server) runList(ctx context.Context, emails []string, each func(i int, 
 	if len(remote) == 0 {
 		return nil, nil
 	}
-	m, err := s.dispatch.VerifyMany(ctx, remote, func(j int, r verify.Result) { each(at[j], r) })
+	m, err := s.dispatch.VerifyMany(ctx, remote, func(j int, r verdict.Result) { each(at[j], r) })
 	for _, j := range m {
 		missing = append(missing, at[j])
 	}
@@ -144,8 +144,8 @@ func listCause(vctx context.Context, err error) error {
 }
 
 type batchResponse struct {
-	Results []verify.Result `json:"results"`
-	Count   int             `json:"count"`
+	Results []verdict.Result `json:"results"`
+	Count   int              `json:"count"`
 }
 
 // verifyBatch is POST /v1/email/verify/batch: results in input order, all of them or the error
@@ -160,8 +160,8 @@ func (s *Server) verifyBatch(c echo.Context) error {
 	ctx := c.Request().Context()
 	vctx, cancel := s.listContext(ctx, batchDeadline)
 	defer cancel()
-	results := make([]verify.Result, len(emails))
-	if _, err := s.runList(vctx, emails, func(i int, r verify.Result) { results[i] = r }); err != nil {
+	results := make([]verdict.Result, len(emails))
+	if _, err := s.runList(vctx, emails, func(i int, r verdict.Result) { results[i] = r }); err != nil {
 		return unavailable(listCause(vctx, err))
 	}
 	rows := make([]usage.Row, len(results))
@@ -200,13 +200,13 @@ func (s *Server) verifyStream(c echo.Context) error {
 
 	type done struct {
 		i int
-		r verify.Result
+		r verdict.Result
 	}
 	ready := make(chan done, len(emails))
 	var runErr error
 	go func() {
 		defer close(ready)
-		_, runErr = s.runList(vctx, emails, func(i int, r verify.Result) { ready <- done{i, r} })
+		_, runErr = s.runList(vctx, emails, func(i int, r verdict.Result) { ready <- done{i, r} })
 	}()
 
 	resp := c.Response()

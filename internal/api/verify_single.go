@@ -9,6 +9,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -67,7 +68,7 @@ func (s *Server) verifyOne(c echo.Context) error {
 // answerOne writes a single result and only then settles its charge: a result that did not reach
 // the client is given back (Close), and a replica killed before the write leaves its row held, for
 // the other replicas' sweep to withdraw (docs/reliability.md, "Usage of a replica that died").
-func (s *Server) answerOne(c echo.Context, charge *usage.Charge, r verify.Result) error {
+func (s *Server) answerOne(c echo.Context, charge *usage.Charge, r verdict.Result) error {
 	defer charge.Close()
 	if err := c.JSON(http.StatusOK, r); err != nil {
 		return nil // the client went away before it had the result: it is not owed
@@ -77,7 +78,7 @@ func (s *Server) answerOne(c echo.Context, charge *usage.Charge, r verify.Result
 }
 
 type fleetAnswer struct {
-	r   verify.Result
+	r   verdict.Result
 	err error
 }
 
@@ -87,9 +88,9 @@ type fleetAnswer struct {
 // for the mail server instead of adding to it; if admission then refuses, the answer is dropped
 // unseen and nothing is charged. Without room, or with no recent decision, admission comes first:
 // a throttled or exhausted account never makes the fleet work.
-func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage.Row) (verify.Result, *usage.Charge, error) {
+func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage.Row) (verdict.Result, *usage.Charge, error) {
 	if !s.dispatch.Up() {
-		return verify.Result{}, nil, unavailable(queue.ErrUnavailable) // at once, before anything is charged
+		return verdict.Result{}, nil, unavailable(queue.ErrUnavailable) // at once, before anything is charged
 	}
 	ctx := c.Request().Context()
 	vctx, cancel := context.WithTimeout(ctx, syncDeadline)
@@ -104,7 +105,7 @@ func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage
 	}
 	charge, err := s.admit(c, who, 1, logged)
 	if err != nil {
-		return verify.Result{}, nil, err
+		return verdict.Result{}, nil, err
 	}
 	var a fleetAnswer
 	if answer != nil {
@@ -114,7 +115,7 @@ func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage
 	}
 	if a.err != nil {
 		charge.Close() // nothing was delivered: the row, its counts and the quota unit go back
-		return verify.Result{}, nil, unavailable(a.err)
+		return verdict.Result{}, nil, unavailable(a.err)
 	}
 	return a.r, charge, nil
 }

@@ -102,7 +102,7 @@ func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 	b.js = js
 	b.testBundle = setup(t, env, func(d *Deps) {
 		cfg := d.Config
-		b.engine, err = verify.New(cfg)
+		b.engine, err = verify.New(engineConfig(t, cfg))
 		if err != nil {
 			t.Fatal(err)
 		}

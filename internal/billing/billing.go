@@ -16,7 +16,6 @@ import (
 	checkoutsession "github.com/stripe/stripe-go/v76/checkout/session"
 	"github.com/stripe/stripe-go/v76/customer"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/plan"
 )
 
@@ -38,7 +37,7 @@ type Stripe struct {
 	sessions   session.Client
 	customers  customer.Client
 	checkouts  checkoutsession.Client
-	prices     map[plan.Tier]string // tier ⇒ Stripe price id (the reverse of config.StripePrices)
+	prices     map[plan.Tier]string // tier ⇒ Stripe price id (the reverse of Config.Prices)
 	configured bool
 }
 
@@ -60,28 +59,39 @@ const (
 	AttemptTimeout = 4 * time.Second
 )
 
-// NewStripe builds the client from the configuration. MAILVET_STRIPE_API_BASE replaces Stripe's
-// URL (stripe-mock in tests).
-func NewStripe(cfg config.Config) *Stripe {
+// Config is what the Stripe client needs from the process configuration (docs/operations.md,
+// "Configuration"); the API builds it.
+type Config struct {
+	// SecretKey is STRIPE_SECRET_KEY; empty means billing is not configured (ErrNotConfigured).
+	SecretKey string
+	// APIBase replaces Stripe's URL (MAILVET_STRIPE_API_BASE; stripe-mock in tests); empty
+	// means Stripe's own.
+	APIBase string
+	// Prices maps a Stripe price id to its tier (MAILVET_STRIPE_PRICE_*).
+	Prices map[string]plan.Tier
+}
+
+// NewStripe builds the client from cfg.
+func NewStripe(cfg Config) *Stripe {
 	bc := &stripe.BackendConfig{
 		HTTPClient:        &http.Client{Timeout: AttemptTimeout},
 		MaxNetworkRetries: stripe.Int64(1),
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	}
-	if cfg.StripeAPIBase != "" {
-		bc.URL = stripe.String(cfg.StripeAPIBase)
+	if cfg.APIBase != "" {
+		bc.URL = stripe.String(cfg.APIBase)
 	}
 	b := stripe.GetBackendWithConfig(stripe.APIBackend, bc)
-	prices := make(map[plan.Tier]string, len(cfg.StripePrices))
-	for id, tier := range cfg.StripePrices {
+	prices := make(map[plan.Tier]string, len(cfg.Prices))
+	for id, tier := range cfg.Prices {
 		prices[tier] = id
 	}
 	return &Stripe{
-		sessions:   session.Client{B: b, Key: cfg.StripeSecretKey},
-		customers:  customer.Client{B: b, Key: cfg.StripeSecretKey},
-		checkouts:  checkoutsession.Client{B: b, Key: cfg.StripeSecretKey},
+		sessions:   session.Client{B: b, Key: cfg.SecretKey},
+		customers:  customer.Client{B: b, Key: cfg.SecretKey},
+		checkouts:  checkoutsession.Client{B: b, Key: cfg.SecretKey},
 		prices:     prices,
-		configured: cfg.StripeSecretKey != "",
+		configured: cfg.SecretKey != "",
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // MAILVET_STRIPE_PRICE_SCALE), so it cannot be bought through Checkout.
 var ErrNoPrice = errors.New("no Stripe price is configured for this tier")
 
-// CheckoutRequest is an upgrade from the dashboard (docs/dashboard.md, "Billing").
+// CheckoutRequest is an upgrade from the dashboard (docs/dashboard.md, "How an upgrade works").
 type CheckoutRequest struct {
 	AccountID  string
 	Email      string    // the dashboard user's address, given to a customer created here

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
@@ -68,8 +67,8 @@ func TestCheckoutCompletedLinksCustomerThenSubscriptionMovesTier(t *testing.T) {
 // comes back; a tier without a configured price is refused before Stripe is asked.
 func TestCheckoutURLAgainstStripeMock(t *testing.T) {
 	t.Parallel()
-	s := NewStripe(config.Config{StripeSecretKey: stripetest.SecretKey, StripeAPIBase: stripetest.URL(t),
-		StripePrices: map[string]plan.Tier{"price_b": plan.Builder}})
+	s := NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: stripetest.URL(t),
+		Prices: map[string]plan.Tier{"price_b": plan.Builder}})
 	ctx := context.Background()
 	r := CheckoutRequest{AccountID: "0b6f7d8e-3333-4c3e-9a55-0000000000c1", Email: "ann@example.com", Tier: plan.Builder,
 		SuccessURL: "https://mailvet.example/dashboard/billing?checkout=done", CancelURL: "https://mailvet.example/dashboard/billing"}
@@ -89,7 +88,7 @@ func TestCheckoutURLAgainstStripeMock(t *testing.T) {
 	if _, err := s.CheckoutURL(ctx, r); !errors.Is(err, ErrNoPrice) {
 		t.Fatalf("scale without a price: %v", err)
 	}
-	if _, err := NewStripe(config.Config{}).PrepareCustomer(ctx, r); !errors.Is(err, ErrNotConfigured) {
+	if _, err := NewStripe(Config{}).PrepareCustomer(ctx, r); !errors.Is(err, ErrNotConfigured) {
 		t.Fatalf("unconfigured: %v", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
@@ -19,8 +18,8 @@ import (
 func proxiedStripe(t *testing.T) (*Stripe, *tcpproxy.Proxy) {
 	t.Helper()
 	p := stripetest.Proxied(t)
-	return NewStripe(config.Config{StripeSecretKey: stripetest.SecretKey, StripeAPIBase: "http://" + p.Addr(),
-		StripePrices: map[string]plan.Tier{"price_b": plan.Builder}}), p
+	return NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: "http://" + p.Addr(),
+		Prices: map[string]plan.Tier{"price_b": plan.Builder}}), p
 }
 
 // stripeCalls are the calls made on a request's path, each as the dashboard or the API makes it.
@@ -133,8 +132,8 @@ func TestUnreadableStripeAnswerIsNotAnOutage(t *testing.T) {
 			w.WriteHeader(c.status)
 			_, _ = w.Write([]byte(c.body))
 		}))
-		s := NewStripe(config.Config{StripeSecretKey: stripetest.SecretKey, StripeAPIBase: srv.URL,
-			StripePrices: map[string]plan.Tier{"price_b": plan.Builder}})
+		s := NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: srv.URL,
+			Prices: map[string]plan.Tier{"price_b": plan.Builder}})
 		errs, _ := runAll(stripeCalls(s))
 		srv.Close()
 		for name, err := range errs {

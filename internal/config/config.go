@@ -23,7 +23,6 @@ import (
 	"github.com/mailvet/mailvet/internal/netguard"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/redact"
-	"github.com/mailvet/mailvet/internal/verify/disposable"
 )
 
 // Role names the binary that loads the configuration; the metrics listener default depends on it
@@ -64,6 +63,10 @@ type Config struct {
 	// (MAILVET_TRUSTED_PROXIES): from them, and only from them, X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
 
+	// DisposableExtraFile and DisposableAllowFile are the operator's disposable-domain files
+	// (docs/operations.md, "Data lists"). Load checks that they can be read; their lines
+	// are checked where the verification engine's configuration is built
+	// (verifyworker.EngineConfig).
 	DisposableExtraFile string
 	DisposableAllowFile string
 
@@ -210,8 +213,8 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		c.SMTPAllowCIDRs = allow
 	}
 
-	c.DisposableExtraFile = e.domainsFile("MAILVET_DISPOSABLE_EXTRA_FILE")
-	c.DisposableAllowFile = e.domainsFile("MAILVET_DISPOSABLE_ALLOW_FILE")
+	c.DisposableExtraFile = e.file("MAILVET_DISPOSABLE_EXTRA_FILE")
+	c.DisposableAllowFile = e.file("MAILVET_DISPOSABLE_ALLOW_FILE")
 
 	c.StreamReplicas = e.intIn("MAILVET_STREAM_REPLICAS", 1, 1, 5)
 	c.WebhookAllowPrivate = e.boolean("MAILVET_WEBHOOK_ALLOW_PRIVATE", false)
@@ -443,16 +446,6 @@ func (e *env) file(name string) string {
 		return ""
 	}
 	return v
-}
-
-// domainsFile is file for a list of domains (docs/operations.md, "Disposable domains"): a line
-// that is not a domain stops the process at start-up with the variable's name.
-func (e *env) domainsFile(name string) string {
-	path := e.file(name)
-	if path != "" {
-		e.check(name, disposable.CheckFile(path))
-	}
-	return path
 }
 
 // blockedDomains reads MAILVET_SMTP_BLOCKED_DOMAINS: domain names (each covers its subdomains,

@@ -7,10 +7,10 @@ import (
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
-// chart is the 30-day bar chart of daily calls, laid out on the server so that it is plain SVG
-// with no script (docs/dashboard.md, "Overview"). The SVG holds only the bars and the baseline,
-// which may stretch to any width; its labels (Max, First, Last) are HTML around it, so that text
-// is never stretched with the bars on a narrow screen.
+// chart is the 30-day bar chart of daily calls, laid out on the server so that it is plain SVG with
+// no script (docs/dashboard.md, "What a customer can do"). The SVG holds only the bars and the
+// baseline, which may stretch to any width; its labels (Max, First, Last) are HTML around it, so
+// that text is never stretched with the bars on a narrow screen.
 type chart struct {
 	Width, Height int
 	Bars          []bar

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"time"
@@ -23,7 +24,6 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -39,7 +39,7 @@ var staticFS embed.FS
 const Prefix = "/dashboard"
 
 // UploadPath is the list upload form's route. Its body is a file of up to the list limits, not
-// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "Lists").
+// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "What a customer can do").
 const UploadPath = Prefix + "/lists"
 
 // Portal opens Stripe billing portal sessions (billing.Stripe).
@@ -60,9 +60,32 @@ type API interface {
 	ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal)
 }
 
+// Config is what the dashboard takes from the process configuration (docs/operations.md,
+// "Configuration"); the API server builds it.
+type Config struct {
+	// PublicURL is the server's address as customers reach it (MAILVET_PUBLIC_URL): the links the
+	// dashboard gives out, and Secure cookies when it is https.
+	PublicURL string
+	// TrustedProxies name the reverse proxies whose X-Forwarded-For is believed
+	// (MAILVET_TRUSTED_PROXIES), for the sign-in throttle.
+	TrustedProxies []netip.Prefix
+	// Plans are the tiers' limits and prices shown and enforced on the pages.
+	Plans plan.Catalog
+	// Lists bound a list upload (MAILVET_LIST_MAX_ROWS, MAILVET_LIST_MAX_BYTES).
+	Lists ListLimits
+	// SessionTTL is how long a sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL, docs/dashboard.md).
+	SessionTTL time.Duration
+}
+
+// ListLimits bound one list upload (docs/lists.md, "Limits").
+type ListLimits struct {
+	MaxRows  int
+	MaxBytes int64
+}
+
 // Deps are what the dashboard needs; the API server provides them.
 type Deps struct {
-	Config   config.Config
+	Config   Config
 	Log      *slog.Logger
 	Pool     *pgxpool.Pool
 	JS       jetstream.JetStream // replays of failed deliveries are published here
@@ -76,7 +99,7 @@ type Deps struct {
 
 // Handler serves the dashboard.
 type Handler struct {
-	cfg      config.Config
+	cfg      Config
 	log      *slog.Logger
 	pool     *pgxpool.Pool
 	js       jetstream.JetStream

@@ -24,7 +24,6 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -98,10 +97,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, env map[string]string) *fixture {
 	t.Helper()
-	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t, env)
 	pool := pgtest.New(t)
 	f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
 	f.h = New(Deps{Config: cfg, Pool: pool, API: f.api})

@@ -22,8 +22,9 @@ import (
 	"github.com/mailvet/mailvet/internal/listname"
 )
 
-// The list pages (docs/dashboard.md, "Lists") are the bulk-list API (docs/lists.md) behind forms:
-// every call goes through the API's own routes with api.Server.ServeAs.
+// The list pages (docs/dashboard.md, "What a customer can do") are the bulk-list API
+// (docs/lists.md) behind forms: every call goes through the API's own routes with
+// api.Server.ServeAs.
 
 // Bounds of the upload form besides its file, which the API holds to the list limits: its
 // fields (key, name, format, column, CSRF token) are a few hundred bytes.

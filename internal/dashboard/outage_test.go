@@ -13,7 +13,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 )
@@ -46,10 +46,7 @@ func TestPostgresOutageAnswers503(t *testing.T) {
 	for _, mode := range []string{"refused", "black-holed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := config.Load(config.RoleAPI, false, func(string) string { return "" })
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := testConfig(t, nil)
 			dbURL, proxy := pgtest.Proxied(t, pgtest.URL(t))
 			pool := pgtest.Pool(t, dbURL)
 			f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
@@ -114,7 +111,8 @@ func TestStripeOutageAnswers503(t *testing.T) {
 	env := map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": "http://" + proxy.Addr(),
 		"MAILVET_STRIPE_PRICE_BUILDER": "price_b"}
 	f := newFixture(t, env)
-	s := billing.NewStripe(f.h.cfg)
+	s := billing.NewStripe(billing.Config{SecretKey: stripetest.SecretKey, APIBase: "http://" + proxy.Addr(),
+		Prices: map[string]plan.Tier{"price_b": plan.Builder}})
 	f.h.portal, f.h.checkout = s, s
 
 	// ann has no Stripe customer yet (the upgrade creates one); bob has one (the upgrade opens
@@ -201,7 +199,7 @@ func TestAPIUnavailablePassesRetryAfter(t *testing.T) {
 func TestBillingNotConfiguredIsA500(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	s := billing.NewStripe(f.h.cfg) // as the API wires it, with no STRIPE_SECRET_KEY
+	s := billing.NewStripe(billing.Config{}) // as the API wires it, with no STRIPE_SECRET_KEY
 	f.h.portal, f.h.checkout = s, s
 	b := f.browser(t)
 	b.signup("ann@example.com")

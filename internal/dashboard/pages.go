@@ -687,7 +687,7 @@ type playgroundData struct {
 	Raw    string
 }
 
-// resultField is one field of a verify result with what it means (docs/api.md, "Result").
+// resultField is one field of a verify result with what it means (docs/api.md, "The verify result").
 type resultField struct {
 	Name, Value, Meaning string
 }

@@ -62,10 +62,10 @@ func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, name, value 
 
 // sessionTTL is how long a session lasts (MAILVET_DASHBOARD_SESSION_TTL).
 func (h *Handler) sessionTTL() time.Duration {
-	if h.cfg.DashboardSessionTTL <= 0 {
+	if h.cfg.SessionTTL <= 0 {
 		return 12 * time.Hour
 	}
-	return h.cfg.DashboardSessionTTL
+	return h.cfg.SessionTTL
 }
 
 // endedCookie is the session cookie's value after a sign-out. A deleted cookie is gone for every

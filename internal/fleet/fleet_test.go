@@ -16,13 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verify/mx"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
@@ -66,10 +67,10 @@ func join(t *testing.T, url string, w *mailsim.World, maxPerHost int, opts fleet
 // alone is a worker that shares nothing: its cap and caches are its own.
 func alone(t *testing.T, w *mailsim.World, maxPerHost int) *member {
 	t.Helper()
-	v, err := verify.New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	v, err := verify.New(verify.Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: maxPerHost, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -110,14 +111,14 @@ func capWorld(t *testing.T) (*mailsim.World, *mailsim.Server, [][]string) {
 }
 
 // wantStatus is the status capWorld's address must get: u0…u39 exist.
-func wantStatus(addr string) verify.Status {
+func wantStatus(addr string) verdict.Status {
 	var n int
 	var dom string
 	fmt.Sscanf(addr, "u%d@%s", &n, &dom)
 	if n < 40 {
-		return verify.StatusDeliverable
+		return verdict.StatusDeliverable
 	}
-	return verify.StatusUndeliverable
+	return verdict.StatusUndeliverable
 }
 
 func verifyAll(t *testing.T, v *verify.Verifier, addrs []string) {
@@ -206,16 +207,16 @@ func TestSharedKnowledge(t *testing.T) {
 	w.AddDomain("nomail.test", mailsim.Domain{Rcode: dns.RcodeNameError})
 
 	members := []*member{join(t, url, w, 20, fleet.Options{}), join(t, url, w, 20, fleet.Options{}), join(t, url, w, 20, fleet.Options{})}
-	check := func(m *member, addr string, want verify.Status) {
+	check := func(m *member, addr string, want verdict.Status) {
 		t.Helper()
 		r := m.v.Verify(context.Background(), addr)
 		if r.Status != want {
 			t.Fatalf("%s: %s (%s), want %s", addr, r.Status, r.Reason, want)
 		}
 	}
-	check(members[0], "ann@users.test", verify.StatusDeliverable)
-	check(members[0], "x@catchall.test", verify.StatusCatchAll)
-	check(members[0], "x@nomail.test", verify.StatusInvalid)
+	check(members[0], "ann@users.test", verdict.StatusDeliverable)
+	check(members[0], "x@catchall.test", verdict.StatusCatchAll)
+	check(members[0], "x@nomail.test", verdict.StatusInvalid)
 	// The first worker shares its answers in the background: wait until the fleet has them.
 	for _, key := range []string{"users.test", "catchall.test", "nomail.test"} {
 		waitFor(t, func() bool { _, ok := members[0].fl.MX.Get(context.Background(), key); return ok })
@@ -224,12 +225,12 @@ func TestSharedKnowledge(t *testing.T) {
 		waitFor(t, func() bool { _, ok := members[0].fl.CatchAll.Get(context.Background(), key); return ok })
 	}
 
-	check(members[1], "bob@users.test", verify.StatusDeliverable)
-	check(members[1], "y@catchall.test", verify.StatusCatchAll)
-	check(members[1], "y@nomail.test", verify.StatusInvalid)
-	check(members[2], "cat@users.test", verify.StatusDeliverable)
-	check(members[2], "z@catchall.test", verify.StatusCatchAll)
-	check(members[2], "dan@users.test", verify.StatusUndeliverable)
+	check(members[1], "bob@users.test", verdict.StatusDeliverable)
+	check(members[1], "y@catchall.test", verdict.StatusCatchAll)
+	check(members[1], "y@nomail.test", verdict.StatusInvalid)
+	check(members[2], "cat@users.test", verdict.StatusDeliverable)
+	check(members[2], "z@catchall.test", verdict.StatusCatchAll)
+	check(members[2], "dan@users.test", verdict.StatusUndeliverable)
 
 	for _, dom := range []string{"users.test", "catchall.test", "nomail.test"} {
 		if n := w.DNSQueries(dom, dns.TypeMX); n != 1 {
@@ -400,7 +401,7 @@ func TestNATSUnreachable(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Verify with NATS down took %s", d)
 	}
-	if r.Status != verify.StatusDeliverable || !r.MXFound {
+	if r.Status != verdict.StatusDeliverable || !r.MXFound {
 		t.Errorf("with NATS down: %s (%s), mx_found %v; want deliverable", r.Status, r.Reason, r.MXFound)
 	}
 
@@ -553,7 +554,7 @@ func TestIdleSlotsGoToAWaitingWorker(t *testing.T) {
 	// every session the holder opened sits idle with its slot.
 	var deliverable []string
 	for _, a := range sets[0] {
-		if wantStatus(a) == verify.StatusDeliverable {
+		if wantStatus(a) == verdict.StatusDeliverable {
 			deliverable = append(deliverable, a)
 		}
 	}
@@ -563,7 +564,7 @@ func TestIdleSlotsGoToAWaitingWorker(t *testing.T) {
 	}
 	start := time.Now()
 	r := waiter.v.Verify(context.Background(), "u1@d0.cap.test")
-	if r.Status != verify.StatusDeliverable {
+	if r.Status != verdict.StatusDeliverable {
 		t.Fatalf("the waiting worker's probe: %s (%s), want deliverable", r.Status, r.Reason)
 	}
 	if took := time.Since(start); took > time.Second {

@@ -13,7 +13,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 var limits = list.Limits{MaxRows: 100, MaxLineBytes: 200}
@@ -141,10 +141,10 @@ func deliver(t *testing.T, s *list.Store, c list.Chunk) list.Written {
 	t.Helper()
 	w, err := s.Work(context.Background(), c)
 	pgtest.Must(t, err, "work")
-	res := make([]verify.Result, len(w.Addresses))
+	res := make([]verdict.Result, len(w.Addresses))
 	for i, addr := range w.Addresses {
-		res[i] = verify.Result{Email: addr.Email}
-		res[i].Apply(verify.OutcomeDeliverable)
+		res[i] = verdict.Result{Email: addr.Email}
+		res[i].Apply(verdict.OutcomeDeliverable)
 	}
 	out, err := s.Write(context.Background(), c, w, res, "https://api.test")
 	pgtest.Must(t, err, "write")

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // ResultColumns are the result fields a CSV download appends to the input's columns, named as
@@ -145,9 +145,9 @@ func (e exporter) flush() error {
 }
 
 func (e exporter) row(cols []string, doc []byte) error {
-	var r *verify.Result
+	var r *verdict.Result
 	if doc != nil {
-		r = new(verify.Result)
+		r = new(verdict.Result)
 		if err := json.Unmarshal(doc, r); err != nil {
 			return fmt.Errorf("stored result: %w", err)
 		}
@@ -275,7 +275,7 @@ func renameResultKey(obj string) string {
 }
 
 // resultValues are a result's values for ResultColumns; empty for a row not verified yet.
-func resultValues(r *verify.Result) []string {
+func resultValues(r *verdict.Result) []string {
 	if r == nil {
 		return make([]string, len(ResultColumns))
 	}

@@ -3,10 +3,9 @@ package list
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"strings"
 	"testing"
-
-	"github.com/mailvet/mailvet/internal/verify"
 )
 
 // An NDJSON download's lines are objects whose every key is unique: a CSV column named result (a
@@ -80,13 +79,13 @@ func TestNDJSONDownloadKeysAreUnique(t *testing.T) {
 // smtp_text, empty when there was no reply; every row has a value for every result column.
 func TestResultValuesCarryTheReply(t *testing.T) {
 	enh := "5.1.1"
-	withReply := &verify.Result{Status: verify.StatusUndeliverable, Reason: verify.ReasonMailboxUnknown,
-		SMTPReply: &verify.SMTPReply{Code: 550, EnhancedCode: &enh, Text: `<bob@acme.test>: Recipient address rejected: "User unknown", sorry`}}
-	noEnhanced := &verify.Result{Status: verify.StatusUnknown, Reason: verify.ReasonTemporarilyUnavail,
-		SMTPReply: &verify.SMTPReply{Code: 421, Text: "Service not available"}}
-	noReply := &verify.Result{Status: verify.StatusInvalid, Reason: verify.ReasonInvalidSyntax}
+	withReply := &verdict.Result{Status: verdict.StatusUndeliverable, Reason: verdict.ReasonMailboxUnknown,
+		SMTPReply: &verdict.SMTPReply{Code: 550, EnhancedCode: &enh, Text: `<bob@acme.test>: Recipient address rejected: "User unknown", sorry`}}
+	noEnhanced := &verdict.Result{Status: verdict.StatusUnknown, Reason: verdict.ReasonTemporarilyUnavail,
+		SMTPReply: &verdict.SMTPReply{Code: 421, Text: "Service not available"}}
+	noReply := &verdict.Result{Status: verdict.StatusInvalid, Reason: verdict.ReasonInvalidSyntax}
 	for _, c := range []struct {
-		r    *verify.Result
+		r    *verdict.Result
 		want [3]string
 	}{
 		{withReply, [3]string{"550", "5.1.1", `<bob@acme.test>: Recipient address rejected: "User unknown", sorry`}},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -150,7 +150,7 @@ type Written struct {
 // list and address, so nothing is billed twice) and the list's progress; the last chunk completes
 // the list, creates its callback and starts the account's next queued list. A list that is no
 // longer running (canceled, deleted) takes nothing, and nothing is billed.
-func (s *Store) Write(ctx context.Context, c Chunk, w Work, results []verify.Result, publicURL string) (Written, error) {
+func (s *Store) Write(ctx context.Context, c Chunk, w Work, results []verdict.Result, publicURL string) (Written, error) {
 	if len(results) != len(w.Addresses) {
 		return Written{}, fmt.Errorf("write chunk: %d results for %d addresses", len(results), len(w.Addresses))
 	}
@@ -220,7 +220,7 @@ func (s *Store) Write(ctx context.Context, c Chunk, w Work, results []verify.Res
 
 // count adds the written addresses to the list's counts and records their usage rows. The rows
 // carry no snapshot: the results live with the list, and go with it when it is deleted.
-func count(ctx context.Context, tx pgx.Tx, id uuid.UUID, written []Address, results []verify.Result, byIdx map[int]int, w Work) error {
+func count(ctx context.Context, tx pgx.Tx, id uuid.UUID, written []Address, results []verdict.Result, byIdx map[int]int, w Work) error {
 	type key struct{ status, reason string }
 	counts := map[key]int{}
 	rows := make([]usage.Row, 0, len(written))

@@ -1,7 +1,8 @@
 // Package opsmetrics holds the verification pipeline's Prometheus series (docs/operations.md,
-// "Metrics"): what it decides, how long its layers take, and the SMTP replies the prober reads.
-// The pipeline and the prober only call interfaces of their own (verify.Observer,
-// smtp.Observer); this package implements them, so that they need no metrics library.
+// "Health, readiness and metrics"): what it decides, how long its layers take, and the SMTP
+// replies the prober reads. The pipeline and the prober only call interfaces of their own
+// (verify.Observer, smtp.Observer); this package implements them, so that they need no metrics
+// library.
 //
 // Every label has a fixed, small set of values: statuses, reasons, layers, SMTP verbs, reply
 // classes. Never an address, a domain or a host.
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 )
 
@@ -62,7 +64,7 @@ func NewVerify(reg prometheus.Registerer) *Verify {
 }
 
 // Result counts one finished result.
-func (m *Verify) Result(status verify.Status, reason verify.Reason) {
+func (m *Verify) Result(status verdict.Status, reason verdict.Reason) {
 	m.results.WithLabelValues(string(status), string(reason)).Inc()
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/opsmetrics"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
 // observedVerifier is a Verifier pointed at a loopback mail world, reporting to a fresh registry.
@@ -37,7 +38,11 @@ func observedVerifier(t *testing.T) (*verify.Verifier, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	v, err := verify.NewObserved(cfg, opsmetrics.NewVerify(reg))
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := verify.NewObserved(vc, opsmetrics.NewVerify(reg))
 	if err != nil {
 		t.Fatal(err)
 	}

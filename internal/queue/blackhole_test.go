@@ -16,7 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // proxied is an API-side dispatcher and a verify.sync worker, both connected with Connect's
@@ -58,7 +58,7 @@ func startProxied(t *testing.T) *proxied {
 			p.slowSeen <- req.Email
 			return
 		}
-		body, _ := json.Marshal(queue.VerifyReply{Result: &verify.Result{Email: req.Email}})
+		body, _ := json.Marshal(queue.VerifyReply{Result: &verdict.Result{Email: req.Email}})
 		_ = m.Respond(body)
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func startProxied(t *testing.T) *proxied {
 }
 
 // verifyOne runs VerifyOne with a 10 s deadline (the API's) and says how long it took.
-func (p *proxied) verifyOne(email string) (verify.Result, time.Duration, error) {
+func (p *proxied) verifyOne(email string) (verdict.Result, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()

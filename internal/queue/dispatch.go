@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Errors the API turns into 503 service_unavailable.
@@ -93,7 +93,7 @@ func (d *Dispatcher) Up() bool { return d.link.Up() }
 // stream are asked for again (see Dispatcher). Each index is reported at most once. It returns
 // when every item has answered, or with the indexes still missing and ErrTimeout when ctx ends
 // first, or ErrUnavailable when the connection stays down longer than ListGrace.
-func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(i int, r verify.Result)) (missing []int, err error) {
+func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(i int, r verdict.Result)) (missing []int, err error) {
 	all := func() []int {
 		idx := make([]int, len(emails))
 		for i := range idx {

@@ -3,7 +3,7 @@ package queue
 import (
 	"github.com/google/uuid"
 
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Subjects of individual messages. Batch items carry their batch id in the subject so a consumer
@@ -62,8 +62,8 @@ type DeliveryMessage struct {
 
 // VerifyReply answers a VerifyRequest, on the request/reply inbox or the batch's reply subject.
 type VerifyReply struct {
-	Index  int            `json:"index"`
-	Result *verify.Result `json:"result,omitempty"`
+	Index  int             `json:"index"`
+	Result *verdict.Result `json:"result,omitempty"`
 	// Error is set instead of Result when the worker could not take the request ("busy").
 	Error string `json:"error,omitempty"`
 }

@@ -63,7 +63,7 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 }
 
 // A token in NATS_URL (nats://TOKEN@host) is a credential: the start-up wait neither logs it nor
-// returns it in its error (docs/operations.md, "Secrets").
+// returns it in its error (docs/operations.md, "Logs").
 func TestConnectWaitDoesNotLogTheToken(t *testing.T) {
 	t.Parallel()
 	var buf logtest.Buffer

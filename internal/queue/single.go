@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // syncAsks bounds how often one single verification is sent to the fleet because its worker went
@@ -21,7 +21,8 @@ import (
 const syncAsks = 3
 
 // VerifyOne verifies one address over core NATS: the lowest-latency path, with nothing persisted
-// because the caller is waiting (docs/reliability.md, "A worker killed in the middle").
+// because the caller is waiting (docs/reliability.md, "A worker killed in the middle of a single
+// verification").
 //
 // Core NATS cannot tell that the worker which took a request has died, so the worker says every
 // WorkerSilence/4 that it is still at work (HeaderHeartbeat). A request that hears nothing for
@@ -32,13 +33,13 @@ const syncAsks = 3
 //
 // A request whose connection drops (or stops answering) while it waits is sent again once the
 // connection is back within SyncGrace, and answers ErrUnavailable otherwise.
-func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result, error) {
+func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verdict.Result, error) {
 	if !d.link.Up() {
-		return verify.Result{}, ErrUnavailable
+		return verdict.Result{}, ErrUnavailable
 	}
 	w, err := d.replies.open(d.nc)
 	if err != nil {
-		return verify.Result{}, fmt.Errorf("%w: %v", ErrBusy, err)
+		return verdict.Result{}, fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	defer d.replies.done(w)
 	body, _ := json.Marshal(VerifyRequest{Email: email})
@@ -81,7 +82,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 		}
 	}
 	if err := ask(); err != nil {
-		return verify.Result{}, err
+		return verdict.Result{}, err
 	}
 	var (
 		resent  bool  // sent again because the worker that took it went silent
@@ -113,7 +114,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 			if !noResponders(m) {
 				var r VerifyReply
 				if err := json.Unmarshal(m.Data, &r); err != nil {
-					return verify.Result{}, fmt.Errorf("decode worker reply: %w", err)
+					return verdict.Result{}, fmt.Errorf("decode worker reply: %w", err)
 				}
 				if r.Result != nil {
 					return *r.Result, nil
@@ -121,7 +122,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 				refusal = ErrBusy
 			}
 			if !resent {
-				return verify.Result{}, refusal
+				return verdict.Result{}, refusal
 			}
 			// A refusal of an ask sent because a worker went silent: that worker may be alive
 			// after all (frozen for a while, or an older one that sends no heartbeats), and
@@ -131,16 +132,16 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 		case ctx.Err() != nil:
 			if !d.link.Up() {
 				// Even when ctx ended first: the broker, not the workers, is what failed.
-				return verify.Result{}, ErrUnavailable
+				return verdict.Result{}, ErrUnavailable
 			}
 			if refused != nil {
-				return verify.Result{}, refused
+				return verdict.Result{}, refused
 			}
-			return verify.Result{}, ErrTimeout
+			return verdict.Result{}, ErrTimeout
 		case lost || !d.link.Up():
 			// The request or its reply may have gone with the connection.
 			if err := linkBack(); err != nil {
-				return verify.Result{}, err
+				return verdict.Result{}, err
 			}
 		case time.Since(time.Unix(0, w.heard.Load())) < silence:
 			continue // a heartbeat came in while the timer fired
@@ -149,7 +150,7 @@ func (d *Dispatcher) VerifyOne(ctx context.Context, email string) (verify.Result
 			resent = true
 		}
 		if err := ask(); err != nil {
-			return verify.Result{}, err
+			return verdict.Result{}, err
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // lateCommit is a database whose statements that write usage rows commit and then report that
@@ -67,7 +67,7 @@ func TestRowsOfATimedOutWriteThatCommittedAreWithdrawn(t *testing.T) {
 	rows := make([]usage.Row, 2)
 	for i := range rows {
 		rows[i] = usage.ResultRow(usage.Item{Key: fmt.Sprintf("batch:%d", i), AccountID: acct, Route: "verify_batch"},
-			verify.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verify.StatusDeliverable}, nil)
+			verdict.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verdict.StatusDeliverable}, nil)
 		rows[i].OccurredAt = now
 	}
 	if err := charge.Record(ctx, rows); err == nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // A charge is owed for what was delivered: Close gives back the quota units of undelivered
@@ -22,7 +22,7 @@ func TestChargeSettlesWhatWasDelivered(t *testing.T) {
 	acct := newAccount(t, pool, "free")
 	result := func(i int) usage.Row {
 		r := usage.ResultRow(usage.Item{Key: fmt.Sprintf("stream:%d", i), AccountID: acct, Route: "verify_stream"},
-			verify.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verify.StatusDeliverable}, nil)
+			verdict.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verdict.StatusDeliverable}, nil)
 		r.OccurredAt = now
 		return r
 	}
@@ -69,10 +69,10 @@ func TestChargeSettlesWhatWasDelivered(t *testing.T) {
 func TestBillableUnlessSyntaxFailed(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		check *verify.Check
+		check *verdict.Check
 		want  bool
-	}{{nil, true}, {ptr(verify.CheckSyntax), false}, {ptr(verify.CheckDisposable), true}, {ptr(verify.CheckNoMX), true}, {ptr(verify.CheckSMTP), true}} {
-		if got := usage.Billable(verify.Result{FailedCheck: c.check}); got != c.want {
+	}{{nil, true}, {ptr(verdict.CheckSyntax), false}, {ptr(verdict.CheckDisposable), true}, {ptr(verdict.CheckNoMX), true}, {ptr(verdict.CheckSMTP), true}} {
+		if got := usage.Billable(verdict.Result{FailedCheck: c.check}); got != c.want {
 			t.Errorf("failed check %v: billable %v, want %v", c.check, got, c.want)
 		}
 	}

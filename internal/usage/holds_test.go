@@ -16,7 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // testGrace is the hold grace of these tests: short, so a replica is dead a second after it
@@ -31,7 +31,7 @@ func heldLedger(pool *pgxpool.Pool, db usage.DB) (*usage.Ledger, *usage.Holds) {
 
 func streamRow(acct, key string) usage.Row {
 	r := usage.ResultRow(usage.Item{Key: key, AccountID: acct, Route: "verify_stream"},
-		verify.Result{Email: key + "@example.com", Status: verify.StatusDeliverable}, nil)
+		verdict.Result{Email: key + "@example.com", Status: verdict.StatusDeliverable}, nil)
 	r.OccurredAt = now
 	return r
 }

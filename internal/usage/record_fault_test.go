@@ -14,7 +14,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/usage"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // batchRows are n result rows of a batch, keyed prefix:i.
@@ -22,7 +22,7 @@ func batchRows(acct, prefix string, n int) []usage.Row {
 	rows := make([]usage.Row, n)
 	for i := range rows {
 		rows[i] = usage.ResultRow(usage.Item{Key: fmt.Sprintf("%s:%d", prefix, i), AccountID: acct, Route: "verify_batch"},
-			verify.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verify.StatusDeliverable}, nil)
+			verdict.Result{Email: fmt.Sprintf("u%d@example.com", i), Status: verdict.StatusDeliverable}, nil)
 		rows[i].OccurredAt = now
 	}
 	return rows

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Item names one email of a request in the usage log: its idempotency key, the account and key
@@ -19,13 +19,13 @@ type Item struct {
 
 // Billable is the metering rule for a verified email: it is billable when it passed layer 1, the
 // syntax check; every other outcome (disposable, no MX, SMTP, deliverable, …) counts once.
-func Billable(r verify.Result) bool {
-	return r.FailedCheck == nil || *r.FailedCheck != verify.CheckSyntax
+func Billable(r verdict.Result) bool {
+	return r.FailedCheck == nil || *r.FailedCheck != verdict.CheckSyntax
 }
 
 // ResultRow is the usage-log row of an email whose result is known: billable by Billable, one
 // quota unit, its verdict and a snapshot. snapshot is the JSON the client got; nil means r's.
-func ResultRow(it Item, r verify.Result, snapshot []byte) Row {
+func ResultRow(it Item, r verdict.Result, snapshot []byte) Row {
 	v := VerdictOf(it.Key, r, snapshot)
 	row := PendingRow(it, r.Email)
 	row.Status, row.FailedCheck, row.Snapshot = v.Status, v.FailedCheck, v.Snapshot
@@ -44,7 +44,7 @@ func PendingRow(it Item, email string) Row {
 
 // FailedRow is the usage-log row of an email whose verification itself failed (errClass names
 // the failure): a quota unit, never billable.
-func FailedRow(it Item, r verify.Result, snapshot []byte, errClass string) Row {
+func FailedRow(it Item, r verdict.Result, snapshot []byte, errClass string) Row {
 	row := ResultRow(it, r, snapshot)
 	row.Billable, row.ErrorClass = false, errClass
 	return row
@@ -52,7 +52,7 @@ func FailedRow(it Item, r verify.Result, snapshot []byte, errClass string) Row {
 
 // VerdictOf is the verdict columns of a usage row: the result's status, failed check and
 // snapshot (snapshot, or r's JSON when nil).
-func VerdictOf(itemKey string, r verify.Result, snapshot []byte) Verdict {
+func VerdictOf(itemKey string, r verdict.Result, snapshot []byte) Verdict {
 	if snapshot == nil {
 		snapshot, _ = json.Marshal(r)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Postfix's stock limits, as the oracle world scripts them.
@@ -232,7 +233,7 @@ func BenchmarkOracle(b *testing.B) {
 	})
 	var (
 		raws  []string
-		want  []Status
+		want  []verdict.Status
 		world []oracleAddr
 	)
 	for d := range 20 {
@@ -245,9 +246,9 @@ func BenchmarkOracle(b *testing.B) {
 			world = append(world, oracleAddr{addr: local + "@" + dom, exists: exists})
 			if exists {
 				users = append(users, local)
-				want = append(want, StatusDeliverable)
+				want = append(want, verdict.StatusDeliverable)
 			} else {
-				want = append(want, StatusUndeliverable)
+				want = append(want, verdict.StatusUndeliverable)
 			}
 		}
 		tb.w.AddDomain(dom, mailsim.Domain{MX: mxOf("mx.oracle.test"), Users: users})
@@ -255,7 +256,7 @@ func BenchmarkOracle(b *testing.B) {
 	plan := oraclePlan(world, oracleSoftLimit)
 	srvAddr := netip.AddrPortFrom(srv.Addr(), uint16(tb.w.SMTPPort())).String()
 
-	check := func(res []Result) {
+	check := func(res []verdict.Result) {
 		for i, r := range res {
 			if r.Status != want[i] {
 				b.Fatalf("%s: %s, want %s", raws[i], r.Status, want[i])

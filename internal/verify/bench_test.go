@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
+	"github.com/mailvet/mailvet/internal/verify/mx"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
 const benchRTT = 20 * time.Millisecond
@@ -16,10 +18,10 @@ const benchRTT = 20 * time.Millisecond
 // newVerifier returns a Verifier pointed at w's DNS and SMTP servers. The caller closes it.
 func newVerifier(tb testing.TB, w *mailsim.World, maxPerHost int) *Verifier {
 	tb.Helper()
-	v, err := New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: maxPerHost,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	v, err := New(Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: maxPerHost, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -42,7 +44,7 @@ func BenchmarkVerifyFreshDomain(b *testing.B) {
 		b.StartTimer()
 		r := v.Verify(context.Background(), "ann@"+dom)
 		b.StopTimer()
-		if r.Status != StatusDeliverable {
+		if r.Status != verdict.StatusDeliverable {
 			b.Fatalf("%+v", r)
 		}
 		dnsQ += tb.w.DNSStats().Queries - q0
@@ -64,12 +66,12 @@ func BenchmarkVerifyCachedDomain(b *testing.B) {
 	tb.server(b, mailsim.ServerOptions{Name: "mx.cached.test"})
 	tb.w.AddDomain("cached.test", mailsim.Domain{MX: mxOf("mx.cached.test"), Users: []string{"ann", "bob"}})
 	v := tb.v
-	if r := v.Verify(context.Background(), "ann@cached.test"); r.Status != StatusDeliverable {
+	if r := v.Verify(context.Background(), "ann@cached.test"); r.Status != verdict.StatusDeliverable {
 		b.Fatalf("%+v", r)
 	}
 	before, q0 := v.ProbeStats(), tb.w.DNSStats().Queries
 	for b.Loop() {
-		if r := v.Verify(context.Background(), "bob@cached.test"); r.Status != StatusDeliverable {
+		if r := v.Verify(context.Background(), "bob@cached.test"); r.Status != verdict.StatusDeliverable {
 			b.Fatalf("%+v", r)
 		}
 	}
@@ -86,7 +88,7 @@ func BenchmarkVerifyBatch(b *testing.B) {
 	tb := setup(b, benchRTT, 40)
 	srv := tb.server(b, mailsim.ServerOptions{Name: "mx.shared.test", ThrottleAfter: 10, ThrottleDelay: time.Second})
 	var raws []string
-	var want []Status
+	var want []verdict.Status
 	for d := range 20 {
 		dom := fmt.Sprintf("shared%02d.test", d)
 		var users []string
@@ -95,9 +97,9 @@ func BenchmarkVerifyBatch(b *testing.B) {
 			raws = append(raws, local+"@"+dom)
 			if u%2 == 0 {
 				users = append(users, local)
-				want = append(want, StatusDeliverable)
+				want = append(want, verdict.StatusDeliverable)
 			} else {
-				want = append(want, StatusUndeliverable)
+				want = append(want, verdict.StatusUndeliverable)
 			}
 		}
 		tb.w.AddDomain(dom, mailsim.Domain{MX: mxOf("mx.shared.test"), Users: users})
@@ -140,7 +142,7 @@ func BenchmarkLocal(b *testing.B) {
 	tb := setup(b, 0, 20)
 	b.ReportAllocs()
 	for b.Loop() {
-		if r, final := tb.v.Local("Jane.Doe+news@example-corp.com"); final || r.Status != StatusUnknown {
+		if r, final := tb.v.Local("Jane.Doe+news@example-corp.com"); final || r.Status != verdict.StatusUnknown {
 			b.Fatalf("%+v, final %v", r, final)
 		}
 	}

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
@@ -21,17 +22,17 @@ func TestIssue30Dialects(t *testing.T) {
 	b.w.AddDomain("gateway.test", mailsim.Domain{MX: mxOf("mx.gateway.test"), Users: []string{"ann"}, Dialect: &mailsim.Gateway, All: &mailsim.Gateway.Refusal})
 	for _, tc := range []struct {
 		name, addr string
-		status     Status
-		reason     Reason
+		status     verdict.Status
+		reason     verdict.Reason
 	}{
 		// 550 5.7.1 "…User email address is marked as invalid.": no such mailbox, whatever the code.
-		{"no such user under 5.7.1", "bob@filtered.test", StatusUndeliverable, ReasonMailboxUnknown},
+		{"no such user under 5.7.1", "bob@filtered.test", verdict.StatusUndeliverable, verdict.ReasonMailboxUnknown},
 		// The catch-all probe got the same refusal: the domain is not catch-all.
-		{"real mailbox beside it", "ann@filtered.test", StatusDeliverable, ReasonAccepted},
-		{"qmail 511", "bob@qmail.test", StatusUndeliverable, ReasonMailboxUnknown},
-		{"real mailbox on qmail", "ann@qmail.test", StatusDeliverable, ReasonAccepted},
+		{"real mailbox beside it", "ann@filtered.test", verdict.StatusDeliverable, verdict.ReasonAccepted},
+		{"qmail 511", "bob@qmail.test", verdict.StatusUndeliverable, verdict.ReasonMailboxUnknown},
+		{"real mailbox on qmail", "ann@qmail.test", verdict.StatusDeliverable, verdict.ReasonAccepted},
 		// 550 "Administrative prohibition envelope blocked": a refusal of us, not of the mailbox.
-		{"gateway refusal under a bare 550", "ann@gateway.test", StatusUnknown, ReasonPolicyBlocked},
+		{"gateway refusal under a bare 550", "ann@gateway.test", verdict.StatusUnknown, verdict.ReasonPolicyBlocked},
 	} {
 		r := b.v.Verify(context.Background(), tc.addr)
 		if r.Status != tc.status || r.Reason != tc.reason {
@@ -49,8 +50,8 @@ func TestEveryDialect(t *testing.T) {
 	b := setup(t, 0, 4)
 	type want struct {
 		addr   string
-		status Status
-		reason Reason
+		status verdict.Status
+		reason verdict.Reason
 	}
 	var cases []want
 	for _, d := range mailsim.Dialects {
@@ -61,26 +62,26 @@ func TestEveryDialect(t *testing.T) {
 		boxes := map[string]mailsim.Reply{}
 		if d.Disabled.Code != 0 {
 			boxes["gone"] = d.Disabled
-			cases = append(cases, want{"gone@" + dom, StatusUndeliverable, ReasonMailboxDisabled})
+			cases = append(cases, want{"gone@" + dom, verdict.StatusUndeliverable, verdict.ReasonMailboxDisabled})
 		}
 		if d.Full.Code != 0 {
 			boxes["full"] = d.Full
-			cases = append(cases, want{"full@" + dom, StatusUnknown, ReasonMailboxFull})
+			cases = append(cases, want{"full@" + dom, verdict.StatusUnknown, verdict.ReasonMailboxFull})
 		}
 		b.w.AddDomain(dom, mailsim.Domain{MX: mxOf(mx), Users: []string{"ann"}, Mailboxes: boxes, Dialect: &d})
 		cases = append(cases,
-			want{"ann@" + dom, StatusDeliverable, ReasonAccepted},
-			want{"bob@" + dom, StatusUndeliverable, ReasonMailboxUnknown})
+			want{"ann@" + dom, verdict.StatusDeliverable, verdict.ReasonAccepted},
+			want{"bob@" + dom, verdict.StatusUndeliverable, verdict.ReasonMailboxUnknown})
 
 		refusing := "refusing." + dom
 		b.w.AddDomain(refusing, mailsim.Domain{MX: mxOf(mx), Users: []string{"ann"}, All: &d.Refusal})
-		cases = append(cases, want{"ann@" + refusing, StatusUnknown, ReasonPolicyBlocked})
+		cases = append(cases, want{"ann@" + refusing, verdict.StatusUnknown, verdict.ReasonPolicyBlocked})
 
 		if d.Busy.Code != 0 {
 			busy := "busy." + dom
 			b.server(t, mailsim.ServerOptions{Name: "mx." + busy, Banner: &d.Busy})
 			b.w.AddDomain(busy, mailsim.Domain{MX: mxOf("mx." + busy), Users: []string{"ann"}})
-			cases = append(cases, want{"ann@" + busy, StatusUnknown, ReasonTemporarilyUnavail})
+			cases = append(cases, want{"ann@" + busy, verdict.StatusUnknown, verdict.ReasonTemporarilyUnavail})
 		}
 	}
 	for _, c := range cases {

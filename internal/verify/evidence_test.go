@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -52,7 +53,7 @@ func TestReplyOf(t *testing.T) {
 		if got.Code != c.code || enh != c.enhanced || got.Text != c.text {
 			t.Errorf("%s: %d %q %q, want %d %q %q", c.name, got.Code, enh, got.Text, c.code, c.enhanced, c.text)
 		}
-		if len(got.Text) > MaxReplyText || !utf8.ValidString(got.Text) {
+		if len(got.Text) > verdict.MaxReplyText || !utf8.ValidString(got.Text) {
 			t.Errorf("%s: text of %d bytes (valid UTF-8: %v)", c.name, len(got.Text), utf8.ValidString(got.Text))
 		}
 	}
@@ -91,7 +92,7 @@ func TestResultsCarryTheirReply(t *testing.T) {
 	got := batch.VerifyBatch(context.Background(), raws, nil)
 	for i, c := range cases {
 		one := b.v.Verify(context.Background(), c.addr)
-		for _, r := range []Result{one, got[i]} {
+		for _, r := range []verdict.Result{one, got[i]} {
 			w, probed := want[c.name]
 			switch {
 			case !probed && r.SMTPReply != nil:
@@ -117,11 +118,11 @@ func TestUTF8LocalPart(t *testing.T) {
 	ctx := context.Background()
 
 	r := b.v.Verify(ctx, "用户@例子.广告")
-	if r.Email != "用户@xn--fsqu00a.xn--4rr70v" || r.Status != StatusDeliverable || r.Reason != ReasonAccepted || r.SMTPReply == nil || r.SMTPReply.Code != 250 {
+	if r.Email != "用户@xn--fsqu00a.xn--4rr70v" || r.Status != verdict.StatusDeliverable || r.Reason != verdict.ReasonAccepted || r.SMTPReply == nil || r.SMTPReply.Code != 250 {
 		t.Errorf("用户@例子.广告: %s, want deliverable with the server's 250", jsonOf(r))
 	}
 	r = b.v.Verify(ctx, "अजय@डाटा.भारत")
-	if r.Status != StatusUnknown || r.Reason != ReasonSMTPUTF8Unsupported || r.SMTPReply != nil || r.FailedCheck != nil {
+	if r.Status != verdict.StatusUnknown || r.Reason != verdict.ReasonSMTPUTF8Unsupported || r.SMTPReply != nil || r.FailedCheck != nil {
 		t.Errorf("अजय@डाटा.भारत: %s, want unknown, smtputf8_unsupported, no reply", jsonOf(r))
 	}
 }

@@ -3,14 +3,14 @@ package verify
 import (
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
 // Observer is told what the pipeline does, for the operator's metrics (internal/opsmetrics;
-// docs/operations.md, "Metrics"). The pipeline defines only what it calls, so it needs no
-// metrics library. Every method is called from the verifying goroutines and must be cheap and
-// safe for concurrent use. No argument ever carries an address or a domain.
+// docs/operations.md, "Health, readiness and metrics"). The pipeline defines only what it calls, so
+// it needs no metrics library. Every method is called from the verifying goroutines and must be
+// cheap and safe for concurrent use. No argument ever carries an address or a domain.
 type Observer interface {
 	// Reply is the SMTP prober's hook (smtp.Observer): one call per SMTP reply read.
 	smtp.Observer
@@ -20,7 +20,7 @@ type Observer interface {
 	Layer(layer string, d time.Duration)
 	// Result is called once per finished result, with its status and reason. A result Local
 	// leaves pending for the network layers is not finished and is not reported.
-	Result(status Status, reason Reason)
+	Result(status verdict.Status, reason verdict.Reason)
 }
 
 // The layer names Observer.Layer is called with.
@@ -33,7 +33,7 @@ const (
 
 // NewObserved is New with an observer (nil for none) that is told every layer's time, every SMTP
 // reply and every finished result.
-func NewObserved(cfg config.Config, obs Observer) (*Verifier, error) {
+func NewObserved(cfg Config, obs Observer) (*Verifier, error) {
 	v, err := newWithObserver(cfg, obs)
 	if err != nil {
 		return nil, err

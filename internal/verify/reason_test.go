@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 	"github.com/miekg/dns"
 )
@@ -28,50 +29,50 @@ func TestProbeReason(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pr   smtp.Result
-		want Reason
+		want verdict.Reason
 	}{
-		{"250", reply(250, "2.1.5", "OK"), ReasonAccepted},
-		{"catch-all", smtp.Result{Verdict: smtp.CatchAll, Reply: smtp.Reply{Code: 250}}, ReasonCatchAll},
-		{"550 5.1.1", reply(550, "5.1.1", "No such user"), ReasonMailboxUnknown},
-		{"550 without enhanced code", reply(550, "", "User unknown"), ReasonMailboxUnknown},
-		{"553 5.1.3", reply(553, "5.1.3", "Bad address"), ReasonMailboxUnknown},
-		{"550 5.7.1 in no-such-user words", reply(550, "5.7.1", "No such user!"), ReasonMailboxUnknown},
-		{"511 without enhanced code", reply(511, "", "sorry, no mailbox here by that name. (#5.1.1)"), ReasonMailboxUnknown},
-		{"550 5.2.1 disabled", reply(550, "5.2.1", "The email account that you tried to reach is disabled."), ReasonMailboxDisabled},
-		{"bare 550 administrative prohibition", reply(550, "", "Administrative prohibition"), ReasonPolicyBlocked},
-		{"bare 550 without words", reply(550, "", ""), ReasonPolicyBlocked},
-		{"554 banner in no-such-user words", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Text: "no such user here"}, Err: fmt.Errorf("%w: banner: 554 no such user here", smtp.ErrNoHost)}, ReasonPolicyBlocked},
-		{"552 5.2.2", reply(552, "5.2.2", "Mailbox full"), ReasonMailboxFull},
-		{"552 without enhanced code", reply(552, "", "Quota exceeded"), ReasonMailboxFull},
-		{"452 4.2.2", reply(452, "4.2.2", "Over quota"), ReasonMailboxFull},
-		{"550 5.2.2", reply(550, "5.2.2", "Mailbox full"), ReasonMailboxFull},
-		{"554 5.7.1", reply(554, "5.7.1", "Access denied"), ReasonPolicyBlocked},
-		{"550 5.7.1", reply(550, "5.7.1", "Relay denied"), ReasonPolicyBlocked},
-		{"554", reply(554, "", "Transaction failed"), ReasonPolicyBlocked},
-		{"450 4.7.1 greylisted", reply(450, "4.7.1", "Greylisted, please try again later"), ReasonGreylisted},
-		{"451 greylisting text", reply(451, "", "Greylisting in action"), ReasonGreylisted},
-		{"451 4.7.1", reply(451, "4.7.1", "Please come back"), ReasonGreylisted},
-		{"451 4.3.0", reply(451, "4.3.0", "Local error"), ReasonTemporarilyUnavail},
-		{"421", reply(421, "4.3.2", "Service not available"), ReasonTemporarilyUnavail},
-		{"blocked provider", smtp.Result{Verdict: smtp.Unknown, Blocked: true, Err: smtp.ErrBlocked}, ReasonProviderBlocksProbes},
-		{"budget", withErr(smtp.ErrTimeout), ReasonTimeout},
-		{"budget (ctx)", withErr(fmt.Errorf("%w: %v", smtp.ErrTimeout, context.DeadlineExceeded)), ReasonTimeout},
-		{"no addresses", withErr(smtp.ErrNoHost), ReasonConnectionRefused},
-		{"refused", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("dial tcp 192.0.2.1:25: connect: connection refused"))), ReasonConnectionRefused},
-		{"banner timeout", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("banner: read tcp: i/o timeout"))), ReasonTimeout},
-		{"TLS handshake", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, fmt.Errorf("TLS handshake: %w", io.EOF))), ReasonTLSFailed},
-		{"STARTTLS refused", withErr(fmt.Errorf("STARTTLS: %s", smtp.Reply{Code: 454, Enhanced: "4.7.0", Text: "TLS not available"})), ReasonTLSFailed},
-		{"sender refused at RCPT (553 5.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 553, Enhanced: "5.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonSenderRejected},
-		{"sender deferred at RCPT (450 4.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 450, Enhanced: "4.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, ReasonTemporarilyUnavail},
-		{"421 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"}, Err: fmt.Errorf("%w: banner: 421 4.3.2 Service not available", smtp.ErrNoHost)}, ReasonTemporarilyUnavail},
-		{"554 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Client host blocked"}, Err: fmt.Errorf("%w: banner: 554 5.7.1 Client host blocked", smtp.ErrNoHost)}, ReasonPolicyBlocked},
-		{"MAIL FROM refused", withErr(fmt.Errorf("MAIL FROM: %s", smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"})), ReasonSenderRejected},
-		{"private MX", withErr(fmt.Errorf("%w: %w", smtp.ErrForbiddenAddress, errors.New("127.0.0.1 is loopback"))), ReasonMXPrivate},
-		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), ReasonMXPrivate},
-		{"catch-all inconclusive", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 250}, Err: errors.New("smtp: catch-all check inconclusive")}, ReasonTemporarilyUnavail},
-		{"prober closed", withErr(smtp.ErrClosed), ReasonInternal},
-		{"UTF-8 local part, no SMTPUTF8", smtp.Result{Err: smtp.ErrSMTPUTF8Unsupported}, ReasonSMTPUTF8Unsupported},
-		{"nothing at all", smtp.Result{}, ReasonInternal},
+		{"250", reply(250, "2.1.5", "OK"), verdict.ReasonAccepted},
+		{"catch-all", smtp.Result{Verdict: smtp.CatchAll, Reply: smtp.Reply{Code: 250}}, verdict.ReasonCatchAll},
+		{"550 5.1.1", reply(550, "5.1.1", "No such user"), verdict.ReasonMailboxUnknown},
+		{"550 without enhanced code", reply(550, "", "User unknown"), verdict.ReasonMailboxUnknown},
+		{"553 5.1.3", reply(553, "5.1.3", "Bad address"), verdict.ReasonMailboxUnknown},
+		{"550 5.7.1 in no-such-user words", reply(550, "5.7.1", "No such user!"), verdict.ReasonMailboxUnknown},
+		{"511 without enhanced code", reply(511, "", "sorry, no mailbox here by that name. (#5.1.1)"), verdict.ReasonMailboxUnknown},
+		{"550 5.2.1 disabled", reply(550, "5.2.1", "The email account that you tried to reach is disabled."), verdict.ReasonMailboxDisabled},
+		{"bare 550 administrative prohibition", reply(550, "", "Administrative prohibition"), verdict.ReasonPolicyBlocked},
+		{"bare 550 without words", reply(550, "", ""), verdict.ReasonPolicyBlocked},
+		{"554 banner in no-such-user words", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Text: "no such user here"}, Err: fmt.Errorf("%w: banner: 554 no such user here", smtp.ErrNoHost)}, verdict.ReasonPolicyBlocked},
+		{"552 5.2.2", reply(552, "5.2.2", "Mailbox full"), verdict.ReasonMailboxFull},
+		{"552 without enhanced code", reply(552, "", "Quota exceeded"), verdict.ReasonMailboxFull},
+		{"452 4.2.2", reply(452, "4.2.2", "Over quota"), verdict.ReasonMailboxFull},
+		{"550 5.2.2", reply(550, "5.2.2", "Mailbox full"), verdict.ReasonMailboxFull},
+		{"554 5.7.1", reply(554, "5.7.1", "Access denied"), verdict.ReasonPolicyBlocked},
+		{"550 5.7.1", reply(550, "5.7.1", "Relay denied"), verdict.ReasonPolicyBlocked},
+		{"554", reply(554, "", "Transaction failed"), verdict.ReasonPolicyBlocked},
+		{"450 4.7.1 greylisted", reply(450, "4.7.1", "Greylisted, please try again later"), verdict.ReasonGreylisted},
+		{"451 greylisting text", reply(451, "", "Greylisting in action"), verdict.ReasonGreylisted},
+		{"451 4.7.1", reply(451, "4.7.1", "Please come back"), verdict.ReasonGreylisted},
+		{"451 4.3.0", reply(451, "4.3.0", "Local error"), verdict.ReasonTemporarilyUnavail},
+		{"421", reply(421, "4.3.2", "Service not available"), verdict.ReasonTemporarilyUnavail},
+		{"blocked provider", smtp.Result{Verdict: smtp.Unknown, Blocked: true, Err: smtp.ErrBlocked}, verdict.ReasonProviderBlocksProbes},
+		{"budget", withErr(smtp.ErrTimeout), verdict.ReasonTimeout},
+		{"budget (ctx)", withErr(fmt.Errorf("%w: %v", smtp.ErrTimeout, context.DeadlineExceeded)), verdict.ReasonTimeout},
+		{"no addresses", withErr(smtp.ErrNoHost), verdict.ReasonConnectionRefused},
+		{"refused", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("dial tcp 192.0.2.1:25: connect: connection refused"))), verdict.ReasonConnectionRefused},
+		{"banner timeout", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("banner: read tcp: i/o timeout"))), verdict.ReasonTimeout},
+		{"TLS handshake", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, fmt.Errorf("TLS handshake: %w", io.EOF))), verdict.ReasonTLSFailed},
+		{"STARTTLS refused", withErr(fmt.Errorf("STARTTLS: %s", smtp.Reply{Code: 454, Enhanced: "4.7.0", Text: "TLS not available"})), verdict.ReasonTLSFailed},
+		{"sender refused at RCPT (553 5.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 553, Enhanced: "5.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, verdict.ReasonSenderRejected},
+		{"sender deferred at RCPT (450 4.1.8)", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 450, Enhanced: "4.1.8", Text: "<v@probe.test>: Sender address rejected: Domain not found"}}, verdict.ReasonTemporarilyUnavail},
+		{"421 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service not available"}, Err: fmt.Errorf("%w: banner: 421 4.3.2 Service not available", smtp.ErrNoHost)}, verdict.ReasonTemporarilyUnavail},
+		{"554 banner on the last MX", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Client host blocked"}, Err: fmt.Errorf("%w: banner: 554 5.7.1 Client host blocked", smtp.ErrNoHost)}, verdict.ReasonPolicyBlocked},
+		{"MAIL FROM refused", withErr(fmt.Errorf("MAIL FROM: %s", smtp.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"})), verdict.ReasonSenderRejected},
+		{"private MX", withErr(fmt.Errorf("%w: %w", smtp.ErrForbiddenAddress, errors.New("127.0.0.1 is loopback"))), verdict.ReasonMXPrivate},
+		{"private MX after failover", withErr(fmt.Errorf("%w: %w", smtp.ErrNoHost, fmt.Errorf("%w: 10.0.0.1", smtp.ErrForbiddenAddress))), verdict.ReasonMXPrivate},
+		{"catch-all inconclusive", smtp.Result{Verdict: smtp.Unknown, Reply: smtp.Reply{Code: 250}, Err: errors.New("smtp: catch-all check inconclusive")}, verdict.ReasonTemporarilyUnavail},
+		{"prober closed", withErr(smtp.ErrClosed), verdict.ReasonInternal},
+		{"UTF-8 local part, no SMTPUTF8", smtp.Result{Err: smtp.ErrSMTPUTF8Unsupported}, verdict.ReasonSMTPUTF8Unsupported},
+		{"nothing at all", smtp.Result{}, verdict.ReasonInternal},
 	} {
 		if got := probeReason(tc.pr); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
@@ -79,35 +80,17 @@ func TestProbeReason(t *testing.T) {
 	}
 }
 
-// TestEveryReasonIsListed keeps Reasons, the outcome defaults and the checks' reasons in step.
-func TestEveryReasonIsListed(t *testing.T) {
+// TestClassifierMeaningsAreReasons: the classifier's meanings are passed on as reasons unchanged
+// (replyReason), so each must be one of verdict.Reasons.
+func TestClassifierMeaningsAreReasons(t *testing.T) {
 	t.Parallel()
-	listed := map[Reason]bool{}
-	for _, r := range Reasons {
-		if r == "" || listed[r] {
-			t.Errorf("reason %q empty or listed twice", r)
-		}
+	listed := map[verdict.Reason]bool{}
+	for _, r := range verdict.Reasons {
 		listed[r] = true
 	}
-	if len(Reasons) != 21 {
-		t.Errorf("%d reasons, want the 21 of docs/api.md", len(Reasons))
-	}
-	// The classifier's meanings are passed on as reasons unchanged.
 	for _, m := range smtp.Meanings {
-		if !listed[Reason(m)] {
+		if !listed[verdict.Reason(m)] {
 			t.Errorf("the classifier's meaning %q is no reason", m)
-		}
-	}
-	for o, v := range verdicts {
-		if !listed[v.reason] {
-			t.Errorf("outcome %d: default reason %q not listed", o, v.reason)
-		}
-	}
-	for _, c := range []Check{CheckSyntax, CheckDisposable, CheckNoMX, CheckSMTP} {
-		var r Result
-		r.Fail(c, OutcomeInvalid)
-		if !listed[r.Reason] || r.Reason == ReasonInternal {
-			t.Errorf("check %s: reason %q", c, r.Reason)
 		}
 	}
 }
@@ -125,14 +108,14 @@ func TestSuggestionsWithoutNoise(t *testing.T) {
 	b.w.AddDomain("broken.test", mailsim.Domain{Rcode: dns.RcodeServerFailure})
 	for _, tc := range []struct {
 		addr   string
-		status Status
+		status verdict.Status
 		want   string // "" for none
 	}{
-		{"carol@company.test", StatusDeliverable, ""},       // confirmed mailbox: no company.de
-		{"dave@company.test", StatusUndeliverable, ""},      // the domain receives mail: still no TLD swap
-		{"ann@comcastt.net", StatusCatchAll, "comcast.net"}, // a near miss of a provider, with MX
-		{"carol@webb.de", StatusDeliverable, "web.de"},      // the same, with a mailbox
-		{"ann@gmail.cm", StatusInvalid, "gmail.com"},        // no MX
+		{"carol@company.test", verdict.StatusDeliverable, ""},       // confirmed mailbox: no company.de
+		{"dave@company.test", verdict.StatusUndeliverable, ""},      // the domain receives mail: still no TLD swap
+		{"ann@comcastt.net", verdict.StatusCatchAll, "comcast.net"}, // a near miss of a provider, with MX
+		{"carol@webb.de", verdict.StatusDeliverable, "web.de"},      // the same, with a mailbox
+		{"ann@gmail.cm", verdict.StatusInvalid, "gmail.com"},        // no MX
 	} {
 		r := b.v.Verify(context.Background(), tc.addr)
 		got := ""
@@ -144,7 +127,7 @@ func TestSuggestionsWithoutNoise(t *testing.T) {
 		}
 	}
 	// A DNS failure says nothing about the domain: its suggestion stays.
-	if r := b.v.Verify(context.Background(), "ann@broken.test"); r.Status != StatusUnknown || r.Suggestion == nil || *r.Suggestion != "broken.de" {
+	if r := b.v.Verify(context.Background(), "ann@broken.test"); r.Status != verdict.StatusUnknown || r.Suggestion == nil || *r.Suggestion != "broken.de" {
 		t.Errorf("DNS failure: %s", jsonOf(r))
 	}
 }
@@ -154,7 +137,7 @@ func TestSuggestionsWithoutNoise(t *testing.T) {
 func TestReasonsDocumented(t *testing.T) {
 	t.Parallel()
 	want := map[string]bool{}
-	for _, r := range Reasons {
+	for _, r := range verdict.Reasons {
 		want[string(r)] = true
 	}
 	same := func(where string, got []string) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/signals"
 	"github.com/miekg/dns"
 )
@@ -16,11 +17,11 @@ import (
 // stepCase is one outcome of the pipeline, with what the result must say.
 type stepCase struct {
 	name, addr string
-	status     Status
+	status     verdict.Status
 	confidence float64
-	failed     Check // "" for null
-	local      bool  // the local layers decide it: Local's result is final
-	reason     Reason
+	failed     verdict.Check // "" for null
+	local      bool          // the local layers decide it: Local's result is final
+	reason     verdict.Reason
 }
 
 // stepWorld scripts a mail world with one address for every outcome the pipeline can reach.
@@ -51,37 +52,37 @@ func stepWorld(t *testing.T) (*testBundle, []stepCase) {
 	b.w.AddDomain("refused.test", mailsim.Domain{MX: mxOf("mx.refused.test")})
 	b.w.AddDomain("strict.test", mailsim.Domain{MX: mxOf("mx.strict.test"), Users: []string{"ann"}})
 	return b, []stepCase{
-		{"not an address", "not an address", StatusInvalid, 0, CheckSyntax, true, ReasonInvalidSyntax},
-		{"invalid syntax", "ann..x@acme.test", StatusInvalid, 0, CheckSyntax, true, ReasonInvalidSyntax},
-		{"disposable role", "info@mailinator.com", StatusInvalid, 0, CheckDisposable, true, ReasonDisposable},
-		{"no MX", "ann@nomx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
-		{"no MX, typo suggestion", "ann@gmail.cm", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
-		{"null MX", "ann@nullmx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNullMX},
-		{"MX hosts without addresses", "ann@deadmx.test", StatusInvalid, 0, CheckNoMX, false, ReasonNoMX},
-		{"implicit MX", "ann@implicit.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},
-		{"DNS failure", "ann@servfail.test", StatusUnknown, 0.50, "", false, ReasonDNSError},
-		{"deliverable", "Ann@acme.test", StatusDeliverable, 0.95, "", false, ReasonAccepted},
-		{"deliverable role", "info@acme.test", StatusDeliverable, 0.90, "", false, ReasonAccepted},
-		{"deliverable free provider", "ann@proton.me", StatusDeliverable, 0.95, "", false, ReasonAccepted},
-		{"undeliverable", "bob@acme.test", StatusUndeliverable, 0.02, CheckSMTP, false, ReasonMailboxUnknown},
-		{"mailbox full", "full@acme.test", StatusUnknown, 0.50, "", false, ReasonMailboxFull},
-		{"greylisted", "grey@acme.test", StatusUnknown, 0.50, "", false, ReasonGreylisted},
-		{"policy block", "policy@acme.test", StatusUnknown, 0.50, "", false, ReasonPolicyBlocked},
-		{"other 4xx", "busy@acme.test", StatusUnknown, 0.50, "", false, ReasonTemporarilyUnavail},
-		{"sender rejected", "ann@strict.test", StatusUnknown, 0.50, "", false, ReasonSenderRejected},
-		{"connection refused", "ann@refused.test", StatusUnknown, 0.50, "", false, ReasonConnectionRefused},
-		{"catch-all", "whoever@catchall.test", StatusCatchAll, 0.60, "", false, ReasonCatchAll},
-		{"blocked provider", "ann@gmail.com", StatusUnknown, 0.75, "", false, ReasonProviderBlocksProbes},
+		{"not an address", "not an address", verdict.StatusInvalid, 0, verdict.CheckSyntax, true, verdict.ReasonInvalidSyntax},
+		{"invalid syntax", "ann..x@acme.test", verdict.StatusInvalid, 0, verdict.CheckSyntax, true, verdict.ReasonInvalidSyntax},
+		{"disposable role", "info@mailinator.com", verdict.StatusInvalid, 0, verdict.CheckDisposable, true, verdict.ReasonDisposable},
+		{"no MX", "ann@nomx.test", verdict.StatusInvalid, 0, verdict.CheckNoMX, false, verdict.ReasonNoMX},
+		{"no MX, typo suggestion", "ann@gmail.cm", verdict.StatusInvalid, 0, verdict.CheckNoMX, false, verdict.ReasonNoMX},
+		{"null MX", "ann@nullmx.test", verdict.StatusInvalid, 0, verdict.CheckNoMX, false, verdict.ReasonNullMX},
+		{"MX hosts without addresses", "ann@deadmx.test", verdict.StatusInvalid, 0, verdict.CheckNoMX, false, verdict.ReasonNoMX},
+		{"implicit MX", "ann@implicit.test", verdict.StatusDeliverable, 0.95, "", false, verdict.ReasonAccepted},
+		{"DNS failure", "ann@servfail.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonDNSError},
+		{"deliverable", "Ann@acme.test", verdict.StatusDeliverable, 0.95, "", false, verdict.ReasonAccepted},
+		{"deliverable role", "info@acme.test", verdict.StatusDeliverable, 0.90, "", false, verdict.ReasonAccepted},
+		{"deliverable free provider", "ann@proton.me", verdict.StatusDeliverable, 0.95, "", false, verdict.ReasonAccepted},
+		{"undeliverable", "bob@acme.test", verdict.StatusUndeliverable, 0.02, verdict.CheckSMTP, false, verdict.ReasonMailboxUnknown},
+		{"mailbox full", "full@acme.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonMailboxFull},
+		{"greylisted", "grey@acme.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonGreylisted},
+		{"policy block", "policy@acme.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonPolicyBlocked},
+		{"other 4xx", "busy@acme.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonTemporarilyUnavail},
+		{"sender rejected", "ann@strict.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonSenderRejected},
+		{"connection refused", "ann@refused.test", verdict.StatusUnknown, 0.50, "", false, verdict.ReasonConnectionRefused},
+		{"catch-all", "whoever@catchall.test", verdict.StatusCatchAll, 0.60, "", false, verdict.ReasonCatchAll},
+		{"blocked provider", "ann@gmail.com", verdict.StatusUnknown, 0.75, "", false, verdict.ReasonProviderBlocksProbes},
 	}
 }
 
 // sansLatency is r without latency_ms, the one field that may differ between the entry points.
-func sansLatency(r Result) Result {
+func sansLatency(r verdict.Result) verdict.Result {
 	r.LatencyMS = 0
 	return r
 }
 
-func jsonOf(r Result) string {
+func jsonOf(r verdict.Result) string {
 	b, _ := json.Marshal(r)
 	return string(b)
 }
@@ -110,12 +111,12 @@ func TestOneStepPerAddress(t *testing.T) {
 	ctx := context.Background()
 
 	// run verifies raws through every entry point and checks that they agree.
-	run := func(t *testing.T) []Result {
+	run := func(t *testing.T) []verdict.Result {
 		t.Helper()
-		streamed := make([]Result, len(raws))
+		streamed := make([]verdict.Result, len(raws))
 		calls := make([]int, len(raws))
-		got := batch.VerifyBatch(ctx, raws, func(i int, r Result) { streamed[i] = r; calls[i]++ })
-		verified := make([]Result, len(raws))
+		got := batch.VerifyBatch(ctx, raws, func(i int, r verdict.Result) { streamed[i] = r; calls[i]++ })
+		verified := make([]verdict.Result, len(raws))
 		for i, c := range cases {
 			one := single.Verify(ctx, c.addr)
 			verified[i] = one
@@ -128,7 +129,7 @@ func TestOneStepPerAddress(t *testing.T) {
 			if !reflect.DeepEqual(got[i], streamed[i]) {
 				t.Errorf("%s: VerifyBatch returned and streamed differ:\n  returned %s\n  streamed %s", c.name, jsonOf(got[i]), jsonOf(streamed[i]))
 			}
-			failed := Check("")
+			failed := verdict.Check("")
 			if one.FailedCheck != nil {
 				failed = *one.FailedCheck
 			}
@@ -149,7 +150,7 @@ func TestOneStepPerAddress(t *testing.T) {
 			// A pending result has the signals every later answer has, and "unknown" until the
 			// network layers decide. Its suggestion is mailcheck's: whether the domain receives
 			// mail, which may silence it, is not known yet.
-			want := Result{Email: one.Email, Role: one.Role, FreeProvider: one.FreeProvider}
+			want := verdict.Result{Email: one.Email, Role: one.Role, FreeProvider: one.FreeProvider}
 			s := signals.Suggest(one.Email[strings.LastIndexByte(one.Email, '@')+1:])
 			if single.finished != nil {
 				s = "step:" + one.Email + "|" + s // the second half's mark
@@ -157,7 +158,7 @@ func TestOneStepPerAddress(t *testing.T) {
 			if s != "" {
 				want.Suggestion = &s
 			}
-			want.Apply(OutcomeUnknown)
+			want.Apply(verdict.OutcomeUnknown)
 			if !reflect.DeepEqual(sansLatency(local), want) {
 				t.Errorf("%s: Local = %s, want the pending %s", c.name, jsonOf(local), jsonOf(want))
 			}
@@ -165,18 +166,18 @@ func TestOneStepPerAddress(t *testing.T) {
 		return verified
 	}
 
-	var plain []Result
+	var plain []verdict.Result
 	t.Run("results agree", func(t *testing.T) {
 		plain = run(t)
 		// The cases exercise the signals too, or their agreement would prove little.
-		at := func(name string) Result {
+		at := func(name string) verdict.Result {
 			for i, c := range cases {
 				if c.name == name {
 					return plain[i]
 				}
 			}
 			t.Fatalf("no case %q", name)
-			return Result{}
+			return verdict.Result{}
 		}
 		if r := at("disposable role"); !r.Role || !r.Disposable {
 			t.Errorf("disposable role: %s", jsonOf(r))
@@ -216,7 +217,7 @@ func TestOneStepPerAddress(t *testing.T) {
 		// The hook marks the result with its own email, so a verdict copied from another
 		// address would show the wrong mark. Suggestion carries the mark because Result has no
 		// spare field; the mark keeps the real suggestion, if any, after a "|".
-		mark := func(r Result) Result {
+		mark := func(r verdict.Result) verdict.Result {
 			mu.Lock()
 			seen[r.Email]++
 			mu.Unlock()
@@ -244,7 +245,7 @@ func TestOneStepPerAddress(t *testing.T) {
 			// the first run found to be one: this run answers it from the cache, with no RCPT
 			// and so no reply to show (docs/api.md, "The verify result").
 			r.Suggestion, p.Suggestion = nil, nil
-			if c.status == StatusCatchAll {
+			if c.status == verdict.StatusCatchAll {
 				if r.SMTPReply != nil {
 					t.Errorf("%s: smtp_reply %s from the catch-all cache, want null", c.name, jsonOf(r))
 				}

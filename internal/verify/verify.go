@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/disposable"
 	"github.com/mailvet/mailvet/internal/verify/mx"
 	"github.com/mailvet/mailvet/internal/verify/signals"
@@ -28,12 +28,24 @@ type Verifier struct {
 	// sets a new field, and shows that whatever the step writes reaches Local, Verify and
 	// VerifyBatch alike without an edit to any of them. It takes and returns a value rather than
 	// a pointer so that Local's address state does not escape to the heap.
-	finished func(Result) Result
+	finished func(verdict.Result) verdict.Result
 }
 
-// New builds a Verifier from the configuration: the disposable list with the operator's extra
-// and allow files, the MX resolver, and the SMTP prober.
-func New(cfg config.Config) (*Verifier, error) { return newWithObserver(cfg, nil) }
+// Config is what the pipeline needs: the operator's disposable-domain files and the settings of
+// its two network layers. The binaries build it from the process configuration
+// (verifyworker.EngineConfig).
+type Config struct {
+	// DisposableExtraFile and DisposableAllowFile extend the embedded disposable list and make
+	// exceptions to it (docs/operations.md, "Data lists"); empty for none.
+	DisposableExtraFile string
+	DisposableAllowFile string
+	MX                  mx.Config
+	SMTP                smtp.Config
+}
+
+// New builds a Verifier from cfg: the disposable list with the operator's extra and allow files,
+// the MX resolver, and the SMTP prober.
+func New(cfg Config) (*Verifier, error) { return newWithObserver(cfg, nil) }
 
 // Fleet is what a verifier worker shares with the others of its deployment (internal/fleet,
 // docs/fleet.md): the per-MX-address session cap, and the MX and catch-all answers. The zero
@@ -57,26 +69,20 @@ func (v *Verifier) Join(f Fleet) {
 func (v *Verifier) OpenSessions(fn func(ip netip.Addr, n int)) { v.prober.OpenSessions(fn) }
 
 // newWithObserver is New with the SMTP prober's observer (nil for none); NewObserved sets the rest.
-func newWithObserver(cfg config.Config, obs smtp.Observer) (*Verifier, error) {
+func newWithObserver(cfg Config, obs smtp.Observer) (*Verifier, error) {
 	list, err := disposable.Load(cfg.DisposableExtraFile, cfg.DisposableAllowFile)
 	if err != nil {
 		return nil, err
 	}
-	prober, err := smtp.New(smtp.Config{
-		Port:       cfg.SMTPPort,
-		Helo:       cfg.SMTPHelo,
-		MailFrom:   cfg.SMTPMailFrom,
-		Timeout:    cfg.SMTPTimeout,
-		Proxy:      cfg.SMTPProxy,
-		Blocked:    cfg.SMTPBlockedDomains,
-		MaxPerHost: cfg.SMTPMaxPerHost,
-		AllowCIDRs: cfg.SMTPAllowCIDRs,
-		Observer:   obs,
-	})
+	sc := cfg.SMTP
+	if obs != nil {
+		sc.Observer = obs
+	}
+	prober, err := smtp.New(sc)
 	if err != nil {
 		return nil, err
 	}
-	return &Verifier{disposable: list, mx: mx.New(mx.Config{Server: cfg.DNSResolver}), prober: prober}, nil
+	return &Verifier{disposable: list, mx: mx.New(cfg.MX), prober: prober}, nil
 }
 
 // Close ends idle SMTP sessions.
@@ -88,7 +94,7 @@ func (v *Verifier) ProbeStats() smtp.Stats { return v.prober.Stats() }
 // Local runs the layers that need no network — syntax and disposable — and the signals. final
 // is true when the address failed one of them: the result is then complete and needs no worker.
 // Otherwise the result is the pending one, with the signals filled in and status "unknown".
-func (v *Verifier) Local(raw string) (r Result, final bool) {
+func (v *Verifier) Local(raw string) (r verdict.Result, final bool) {
 	start := time.Now()
 	a := newAddress(raw)
 	// Local never does network I/O: it stops where the step first asks for it, and finishes the
@@ -104,7 +110,7 @@ func (v *Verifier) Local(raw string) (r Result, final bool) {
 
 // Verify runs all five layers on one address. It does the network I/O the step asks for, one
 // request at a time.
-func (v *Verifier) Verify(ctx context.Context, raw string) Result {
+func (v *Verifier) Verify(ctx context.Context, raw string) verdict.Result {
 	start := time.Now()
 	a := newAddress(raw)
 	for n := v.step(&a); n != needNothing; n = v.step(&a) {
@@ -131,9 +137,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) Result {
 // grouping of the network I/O the steps ask for: one MX look-up per distinct domain, and one
 // ProbeAll for every address that needs a probe, so that the prober sees all addresses bound for
 // one mail server together and shares its sessions between them.
-func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i int, r Result)) []Result {
+func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i int, r verdict.Result)) []verdict.Result {
 	start := time.Now()
-	results := make([]Result, len(raws))
+	results := make([]verdict.Result, len(raws))
 	as := make([]address, len(raws))
 
 	var (
@@ -234,10 +240,10 @@ const (
 // address and VerifyBatch for many at once while every decision stays in the step.
 type address struct {
 	raw     string
-	r       Result
-	addr    syntax.Address // layer 1's parse, valid from layerDisposable on
-	parsed  bool           // layer 1 passed: the signals apply
-	outcome Outcome        // the row of the confidence table the check layers chose
+	r       verdict.Result
+	addr    syntax.Address  // layer 1's parse, valid from layerDisposable on
+	parsed  bool            // layer 1 passed: the signals apply
+	outcome verdict.Outcome // the row of the confidence table the check layers chose
 	next    layer
 
 	route  *route      // layer 3's answer; nil until looked up
@@ -248,7 +254,7 @@ type address struct {
 // newAddress starts raw's way through the pipeline. Until a layer decides, the honest answer is
 // "unknown": that is what Local reports for an address that still needs the network.
 func newAddress(raw string) address {
-	return address{raw: raw, outcome: OutcomeUnknown}
+	return address{raw: raw, outcome: verdict.OutcomeUnknown}
 }
 
 // route is the answer of one MX look-up. VerifyBatch shares it between the addresses of a domain,
@@ -283,13 +289,13 @@ func (a *address) request() smtp.Request {
 }
 
 // end ends the check layers with outcome o for reason why: the address goes on to the signals.
-func (a *address) end(o Outcome, why Reason) {
+func (a *address) end(o verdict.Outcome, why verdict.Reason) {
 	a.outcome, a.next = o, layerSignals
 	a.r.Reason = why
 }
 
 // fail ends the check layers because check c failed.
-func (a *address) fail(c Check, o Outcome, why Reason) {
+func (a *address) fail(c verdict.Check, o verdict.Outcome, why verdict.Reason) {
 	a.r.FailedCheck = &c
 	a.end(o, why)
 }
@@ -309,7 +315,7 @@ func (v *Verifier) step(a *address) need {
 			v.layerDone(ObservedSyntax, start)
 			if err != nil {
 				a.r.Email = strings.Trim(a.raw, " \t") // as layer 1 trims (docs/api.md, "The verify result")
-				a.fail(CheckSyntax, OutcomeInvalid, ReasonInvalidSyntax)
+				a.fail(verdict.CheckSyntax, verdict.OutcomeInvalid, verdict.ReasonInvalidSyntax)
 				continue
 			}
 			a.addr, a.parsed = addr, true
@@ -322,7 +328,7 @@ func (v *Verifier) step(a *address) need {
 			v.layerDone(ObservedDisposable, start)
 			if disposable {
 				a.r.Disposable = true
-				a.fail(CheckDisposable, OutcomeInvalid, ReasonDisposable)
+				a.fail(verdict.CheckDisposable, verdict.OutcomeInvalid, verdict.ReasonDisposable)
 				continue
 			}
 			a.next = layerMX
@@ -334,15 +340,15 @@ func (v *Verifier) step(a *address) need {
 			rt := a.route
 			switch {
 			case errors.Is(rt.err, mx.ErrNullMX):
-				a.fail(CheckNoMX, OutcomeInvalid, ReasonNullMX)
+				a.fail(verdict.CheckNoMX, verdict.OutcomeInvalid, verdict.ReasonNullMX)
 				continue
 			case errors.Is(rt.err, mx.ErrNoMX):
-				a.fail(CheckNoMX, OutcomeInvalid, ReasonNoMX)
+				a.fail(verdict.CheckNoMX, verdict.OutcomeInvalid, verdict.ReasonNoMX)
 				continue
 			case rt.err != nil:
 				// SERVFAIL, REFUSED or a timeout says nothing about the domain: unknown, never
 				// invalid.
-				a.end(OutcomeUnknown, ReasonDNSError)
+				a.end(verdict.OutcomeUnknown, verdict.ReasonDNSError)
 				continue
 			}
 			// An implicit MX (RFC 5321 §5.1: no MX records, but an A/AAAA record) is a mail
@@ -354,7 +360,7 @@ func (v *Verifier) step(a *address) need {
 				// A provider that blocks or falsifies probes is never dialled: a probe would
 				// only cost the worker's address its reputation.
 				a.r.SMTPBlocked = true
-				a.end(OutcomeSMTPBlocked, ReasonProviderBlocksProbes)
+				a.end(verdict.OutcomeSMTPBlocked, verdict.ReasonProviderBlocksProbes)
 				continue
 			}
 			a.next = layerSMTP
@@ -372,17 +378,17 @@ func (v *Verifier) step(a *address) need {
 			switch {
 			case pr.Blocked:
 				a.r.SMTPBlocked = true
-				a.end(OutcomeSMTPBlocked, why)
+				a.end(verdict.OutcomeSMTPBlocked, why)
 			case pr.Verdict == smtp.Deliverable:
-				a.end(OutcomeDeliverable, why)
+				a.end(verdict.OutcomeDeliverable, why)
 			case pr.Verdict == smtp.Undeliverable:
-				a.fail(CheckSMTP, OutcomeUndeliverable, why)
+				a.fail(verdict.CheckSMTP, verdict.OutcomeUndeliverable, why)
 			case pr.Verdict == smtp.CatchAll:
 				a.r.CatchAll = true
-				a.end(OutcomeCatchAll, why)
+				a.end(verdict.OutcomeCatchAll, why)
 			default:
-				a.end(OutcomeUnknown, why)
-				if why == ReasonGreylisted {
+				a.end(verdict.OutcomeUnknown, why)
+				if why == verdict.ReasonGreylisted {
 					a.r.RetryAfter = RetryHint(pr.Reply.Text)
 				}
 			}
@@ -415,10 +421,10 @@ func (v *Verifier) finish(a *address) {
 		}
 	}
 	o := a.outcome
-	if o == OutcomeDeliverable && a.r.Role {
+	if o == verdict.OutcomeDeliverable && a.r.Role {
 		// The confidence table has a row of its own for a deliverable role address, and only
 		// the signals know whether the address is one.
-		o = OutcomeDeliverableRole
+		o = verdict.OutcomeDeliverableRole
 	}
 	a.r.Apply(o)
 	if v.finished != nil {

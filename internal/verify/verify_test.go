@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/miekg/dns"
 )
 
@@ -71,44 +72,44 @@ func TestVerify(t *testing.T) {
 	b.w.AddDomain("gmail.com", mailsim.Domain{MX: mxOf("mx.google.test"), CatchAll: true})
 
 	type want struct {
-		status     Status
+		status     verdict.Status
 		valid      bool
 		confidence float64
-		failed     Check // "" for null
+		failed     verdict.Check // "" for null
 		mxHost     string
 		role       bool
 		catchAll   bool
 		blocked    bool
 		disposable bool
-		reason     Reason
+		reason     verdict.Reason
 		maxTook    time.Duration // 0 means the 1500ms probe budget
 	}
 	for _, tc := range []struct {
 		name, addr string
 		want       want
 	}{
-		{"deliverable", "ann@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.acme.test", reason: ReasonAccepted}},
-		{"deliverable role", "info@acme.test", want{status: StatusDeliverable, valid: true, confidence: 0.90, mxHost: "mx.acme.test", role: true, reason: ReasonAccepted}},
-		{"undeliverable 5.1.1", "bob@acme.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "mx.acme.test", reason: ReasonMailboxUnknown}},
-		{"catch-all", "whoever@catchall.test", want{status: StatusCatchAll, confidence: 0.60, mxHost: "mx.acme.test", catchAll: true, reason: ReasonCatchAll}},
-		{"greylisted 450", "grey@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: ReasonGreylisted}},
-		{"policy 554 5.7.1", "policy@acme.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: ReasonPolicyBlocked}},
-		{"STARTTLS required", "ann@tls.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.tls.test", reason: ReasonAccepted}},
-		{"tarpit", "ann@tarpit.test", want{status: StatusUnknown, confidence: 0.50, mxHost: "mx.tarpit.test", reason: ReasonTimeout}},
-		{"refused first MX, second answers", "ann@fallback.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.refused.test", reason: ReasonAccepted}},
-		{"implicit MX (an A record, RFC 5321 5.1)", "ann@implicit.test", want{status: StatusDeliverable, valid: true, confidence: 0.95, mxHost: "implicit.test", reason: ReasonAccepted}},
-		{"implicit MX, unknown mailbox", "bob@implicit.test", want{status: StatusUndeliverable, confidence: 0.02, failed: CheckSMTP, mxHost: "implicit.test", reason: ReasonMailboxUnknown}},
-		{"neither MX nor A", "ann@nomx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNoMX}},
-		{"null MX (with an A record)", "ann@nullmx.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNullMX}},
-		{"NXDOMAIN", "ann@nowhere.test", want{status: StatusInvalid, confidence: 0, failed: CheckNoMX, reason: ReasonNoMX}},
+		{"deliverable", "ann@acme.test", want{status: verdict.StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.acme.test", reason: verdict.ReasonAccepted}},
+		{"deliverable role", "info@acme.test", want{status: verdict.StatusDeliverable, valid: true, confidence: 0.90, mxHost: "mx.acme.test", role: true, reason: verdict.ReasonAccepted}},
+		{"undeliverable 5.1.1", "bob@acme.test", want{status: verdict.StatusUndeliverable, confidence: 0.02, failed: verdict.CheckSMTP, mxHost: "mx.acme.test", reason: verdict.ReasonMailboxUnknown}},
+		{"catch-all", "whoever@catchall.test", want{status: verdict.StatusCatchAll, confidence: 0.60, mxHost: "mx.acme.test", catchAll: true, reason: verdict.ReasonCatchAll}},
+		{"greylisted 450", "grey@acme.test", want{status: verdict.StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: verdict.ReasonGreylisted}},
+		{"policy 554 5.7.1", "policy@acme.test", want{status: verdict.StatusUnknown, confidence: 0.50, mxHost: "mx.acme.test", reason: verdict.ReasonPolicyBlocked}},
+		{"STARTTLS required", "ann@tls.test", want{status: verdict.StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.tls.test", reason: verdict.ReasonAccepted}},
+		{"tarpit", "ann@tarpit.test", want{status: verdict.StatusUnknown, confidence: 0.50, mxHost: "mx.tarpit.test", reason: verdict.ReasonTimeout}},
+		{"refused first MX, second answers", "ann@fallback.test", want{status: verdict.StatusDeliverable, valid: true, confidence: 0.95, mxHost: "mx.refused.test", reason: verdict.ReasonAccepted}},
+		{"implicit MX (an A record, RFC 5321 5.1)", "ann@implicit.test", want{status: verdict.StatusDeliverable, valid: true, confidence: 0.95, mxHost: "implicit.test", reason: verdict.ReasonAccepted}},
+		{"implicit MX, unknown mailbox", "bob@implicit.test", want{status: verdict.StatusUndeliverable, confidence: 0.02, failed: verdict.CheckSMTP, mxHost: "implicit.test", reason: verdict.ReasonMailboxUnknown}},
+		{"neither MX nor A", "ann@nomx.test", want{status: verdict.StatusInvalid, confidence: 0, failed: verdict.CheckNoMX, reason: verdict.ReasonNoMX}},
+		{"null MX (with an A record)", "ann@nullmx.test", want{status: verdict.StatusInvalid, confidence: 0, failed: verdict.CheckNoMX, reason: verdict.ReasonNullMX}},
+		{"NXDOMAIN", "ann@nowhere.test", want{status: verdict.StatusInvalid, confidence: 0, failed: verdict.CheckNoMX, reason: verdict.ReasonNoMX}},
 		// DNS failures are temporary: unknown, and fast — well inside the DNS budget (500ms),
 		// with a generous margin for -race.
-		{"SERVFAIL", "ann@servfail.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 300 * time.Millisecond}},
-		{"REFUSED", "ann@refused.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 300 * time.Millisecond}},
-		{"DNS never answers", "ann@silent.test", want{status: StatusUnknown, confidence: 0.50, reason: ReasonDNSError, maxTook: 900 * time.Millisecond}},
-		{"smtp_blocked provider", "ann@gmail.com", want{status: StatusUnknown, confidence: 0.75, mxHost: "mx.google.test", blocked: true, reason: ReasonProviderBlocksProbes}},
-		{"syntax", "ann..x@acme.test", want{status: StatusInvalid, confidence: 0, failed: CheckSyntax, reason: ReasonInvalidSyntax}},
-		{"disposable", "ann@mailinator.com", want{status: StatusInvalid, confidence: 0, failed: CheckDisposable, disposable: true, reason: ReasonDisposable}},
+		{"SERVFAIL", "ann@servfail.test", want{status: verdict.StatusUnknown, confidence: 0.50, reason: verdict.ReasonDNSError, maxTook: 300 * time.Millisecond}},
+		{"REFUSED", "ann@refused.test", want{status: verdict.StatusUnknown, confidence: 0.50, reason: verdict.ReasonDNSError, maxTook: 300 * time.Millisecond}},
+		{"DNS never answers", "ann@silent.test", want{status: verdict.StatusUnknown, confidence: 0.50, reason: verdict.ReasonDNSError, maxTook: 900 * time.Millisecond}},
+		{"smtp_blocked provider", "ann@gmail.com", want{status: verdict.StatusUnknown, confidence: 0.75, mxHost: "mx.google.test", blocked: true, reason: verdict.ReasonProviderBlocksProbes}},
+		{"syntax", "ann..x@acme.test", want{status: verdict.StatusInvalid, confidence: 0, failed: verdict.CheckSyntax, reason: verdict.ReasonInvalidSyntax}},
+		{"disposable", "ann@mailinator.com", want{status: verdict.StatusInvalid, confidence: 0, failed: verdict.CheckDisposable, disposable: true, reason: verdict.ReasonDisposable}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -125,7 +126,7 @@ func TestVerify(t *testing.T) {
 				}
 				t.Logf("%s answered %s/%s in %v", tc.addr, r.Status, r.Reason, took)
 			}
-			failed := Check("")
+			failed := verdict.Check("")
 			if r.FailedCheck != nil {
 				failed = *r.FailedCheck
 			}
@@ -168,7 +169,7 @@ func TestSignalsOnFailedAddresses(t *testing.T) {
 	// A typo of a well-known provider with no MX still gets its suggestion: the signals run for
 	// every syntactically valid address, also one that fails a later check.
 	r := b.v.Verify(context.Background(), "ann@gmial.con")
-	if r.Status != StatusInvalid || r.Suggestion == nil {
+	if r.Status != verdict.StatusInvalid || r.Suggestion == nil {
 		t.Fatalf("%+v", r)
 	}
 	r, final := b.v.Local("postmaster@mailinator.com")
@@ -187,9 +188,9 @@ func TestVerifyBatch(t *testing.T) {
 	b.w.AddDomain("a.test", mailsim.Domain{MX: mxOf("mx.batch.test"), Users: []string{"ann"}})
 	b.w.AddDomain("b.test", mailsim.Domain{MX: mxOf("mx.batch.test"), CatchAll: true})
 	raws := []string{"ann@a.test", "bob@a.test", "x@b.test", "not an address", "ann@nowhere.test", "ann@a.test"}
-	want := []Status{StatusDeliverable, StatusUndeliverable, StatusCatchAll, StatusInvalid, StatusInvalid, StatusDeliverable}
+	want := []verdict.Status{verdict.StatusDeliverable, verdict.StatusUndeliverable, verdict.StatusCatchAll, verdict.StatusInvalid, verdict.StatusInvalid, verdict.StatusDeliverable}
 	var order []int
-	res := b.v.VerifyBatch(context.Background(), raws, func(i int, r Result) { order = append(order, i) })
+	res := b.v.VerifyBatch(context.Background(), raws, func(i int, r verdict.Result) { order = append(order, i) })
 	for i, r := range res {
 		if r.Status != want[i] {
 			t.Errorf("%s: %s, want %s", raws[i], r.Status, want[i])
@@ -217,10 +218,10 @@ func TestCNAMEdMXHost(t *testing.T) {
 
 	for _, tc := range []struct {
 		addr   string
-		status Status
+		status verdict.Status
 	}{
-		{"ann@alias.test", StatusDeliverable},
-		{"bob@alias.test", StatusUndeliverable},
+		{"ann@alias.test", verdict.StatusDeliverable},
+		{"bob@alias.test", verdict.StatusUndeliverable},
 	} {
 		r := b.v.Verify(context.Background(), tc.addr)
 		if r.Status != tc.status || r.MXHost == nil || *r.MXHost != "mx.alias.test" {
@@ -244,14 +245,14 @@ func TestIDNDomain(t *testing.T) {
 	raws := []string{"anna@bücher.example", "anna@BÜCHER.example", "anna@xn--bcher-kva.example", "otto@bücher.example"}
 	want := []struct {
 		email  string
-		status Status
+		status verdict.Status
 	}{
-		{"anna@xn--bcher-kva.example", StatusDeliverable},
-		{"anna@xn--bcher-kva.example", StatusDeliverable},
-		{"anna@xn--bcher-kva.example", StatusDeliverable},
-		{"otto@xn--bcher-kva.example", StatusUndeliverable},
+		{"anna@xn--bcher-kva.example", verdict.StatusDeliverable},
+		{"anna@xn--bcher-kva.example", verdict.StatusDeliverable},
+		{"anna@xn--bcher-kva.example", verdict.StatusDeliverable},
+		{"otto@xn--bcher-kva.example", verdict.StatusUndeliverable},
 	}
-	check := func(how string, i int, r Result) {
+	check := func(how string, i int, r verdict.Result) {
 		t.Helper()
 		if r.Email != want[i].email || r.Status != want[i].status || r.MXHost == nil || *r.MXHost != "mx.xn--bcher-kva.example" {
 			t.Errorf("%s(%q) = %+v, want %s %s", how, raws[i], r, want[i].email, want[i].status)
@@ -282,20 +283,20 @@ func TestTemporaryRefusalsOfTheSender(t *testing.T) {
 		name string
 		opts mailsim.ServerOptions
 		dom  mailsim.Domain
-		want Reason
+		want verdict.Reason
 	}{
-		{"m554", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"}}, mailsim.Domain{}, ReasonSenderRejected},
-		{"m451", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 451, Enhanced: "4.7.1", Text: "Greylisted, please try again later"}}, mailsim.Domain{}, ReasonGreylisted},
-		{"m450", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 450, Enhanced: "4.3.2", Text: "System busy"}}, mailsim.Domain{}, ReasonTemporarilyUnavail},
-		{"m421", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service shutting down"}}, mailsim.Domain{}, ReasonTemporarilyUnavail},
-		{"r421", mailsim.ServerOptions{}, mailsim.Domain{All: &mailsim.Reply{Code: 421, Enhanced: "4.7.0", Text: "Too busy"}}, ReasonTemporarilyUnavail},
+		{"m554", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 554, Enhanced: "5.7.1", Text: "Sender rejected"}}, mailsim.Domain{}, verdict.ReasonSenderRejected},
+		{"m451", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 451, Enhanced: "4.7.1", Text: "Greylisted, please try again later"}}, mailsim.Domain{}, verdict.ReasonGreylisted},
+		{"m450", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 450, Enhanced: "4.3.2", Text: "System busy"}}, mailsim.Domain{}, verdict.ReasonTemporarilyUnavail},
+		{"m421", mailsim.ServerOptions{MailReply: &mailsim.Reply{Code: 421, Enhanced: "4.3.2", Text: "Service shutting down"}}, mailsim.Domain{}, verdict.ReasonTemporarilyUnavail},
+		{"r421", mailsim.ServerOptions{}, mailsim.Domain{All: &mailsim.Reply{Code: 421, Enhanced: "4.7.0", Text: "Too busy"}}, verdict.ReasonTemporarilyUnavail},
 	} {
 		c.opts.Name = "mx." + c.name + ".test"
 		b.server(t, c.opts)
 		c.dom.MX, c.dom.Users = mxOf(c.opts.Name), []string{"ann"}
 		b.w.AddDomain(c.name+".test", c.dom)
 		r := b.v.Verify(context.Background(), "ann@"+c.name+".test")
-		if r.Status != StatusUnknown || r.Reason != c.want {
+		if r.Status != verdict.StatusUnknown || r.Reason != c.want {
 			t.Errorf("%s: %s/%s, want unknown/%s", c.name, r.Status, r.Reason, c.want)
 		}
 	}
@@ -312,7 +313,7 @@ func TestGreylistedCatchAllProbe(t *testing.T) {
 	b.w.AddDomain("grey.test", mailsim.Domain{MX: mxOf("mx.grey.test"), Users: []string{"ann"},
 		Unknown: &mailsim.Reply{Code: 451, Enhanced: "4.7.1", Text: "Greylisted, please try again later"}})
 	r := b.v.Verify(context.Background(), "ann@grey.test")
-	if r.Status != StatusUnknown || r.Reason != ReasonGreylisted {
+	if r.Status != verdict.StatusUnknown || r.Reason != verdict.ReasonGreylisted {
 		t.Errorf("ann@grey.test: %s/%s, want unknown/greylisted", r.Status, r.Reason)
 	}
 }

@@ -12,12 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verify/mx"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -131,10 +133,10 @@ func scaleRun(b *testing.B, w *mailsim.World, n int, warm, load []string) float6
 		if err != nil {
 			b.Fatal(err)
 		}
-		v, err := verify.New(config.Config{
-			DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-			SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: 20,
-			SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+		v, err := verify.New(verify.Config{
+			MX: mx.Config{Server: w.DNSAddr()},
+			SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+				Timeout: 1500 * time.Millisecond, MaxPerHost: 20, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -158,12 +160,12 @@ func scaleRun(b *testing.B, w *mailsim.World, n int, warm, load []string) float6
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer rcancel()
 		start := time.Now()
-		missing, err := d.VerifyMany(rctx, emails, func(i int, r verify.Result) {
-			want := verify.StatusDeliverable
+		missing, err := d.VerifyMany(rctx, emails, func(i int, r verdict.Result) {
+			want := verdict.StatusDeliverable
 			var u int
 			fmt.Sscanf(emails[i], "u%d@", &u)
 			if u >= 1000 {
-				want = verify.StatusUndeliverable
+				want = verdict.StatusUndeliverable
 			}
 			if r.Status != want {
 				b.Errorf("%s: %s (%s), want %s", emails[i], r.Status, r.Reason, want)

@@ -19,6 +19,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
@@ -131,7 +132,7 @@ func (j *JobRunner) Ready(ctx context.Context) error { return j.consumer().Check
 // callback is the body POSTed to the caller: the verify result plus job_id, and error
 // "internal" when verification itself failed (docs/api.md, "The callback request").
 type callback struct {
-	verify.Result
+	verdict.Result
 	JobID string `json:"job_id"`
 	Error string `json:"error,omitempty"`
 }
@@ -164,7 +165,7 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	// creation: queueing and greylisting re-probes included. created_at is Postgres's clock, so
 	// a worker's clock running behind it can never make the answer shorter than the probe.
 	res.LatencyMS = verify.MS(max(time.Since(start), time.Since(jb.CreatedAt)))
-	if verr == nil && res.Reason == verify.ReasonGreylisted {
+	if verr == nil && res.Reason == verdict.ReasonGreylisted {
 		if wait, ok := j.reprobe(jb, res.RetryAfter, time.Now()); ok {
 			// Greylisted: the real answer comes on a retry. Nothing is recorded or delivered
 			// until the job finishes, so the job is billed and called back once.
@@ -179,8 +180,8 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	state, errClass := job.Completed, ""
 	if verr != nil {
 		j.log.Error("job verification failed", "job_id", jb.ID, "err", verr)
-		cb.Result = verify.Result{Email: jb.Email}
-		cb.Result.Apply(verify.OutcomeUnknown)
+		cb.Result = verdict.Result{Email: jb.Email}
+		cb.Result.Apply(verdict.OutcomeUnknown)
 		cb.Confidence = 0
 		cb.Error = "internal"
 		state, errClass = job.Failed, errorType(verr)
@@ -250,7 +251,7 @@ func (j *JobRunner) reprobe(jb job.Job, hint time.Duration, now time.Time) (wait
 
 // verify runs the pipeline and turns a panic into an error, so one bad address fails its own
 // job instead of the worker.
-func (j *JobRunner) verify(ctx context.Context, email string) (r verify.Result, err error) {
+func (j *JobRunner) verify(ctx context.Context, email string) (r verdict.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			if e, ok := p.(error); ok {

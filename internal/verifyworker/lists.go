@@ -18,7 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -294,7 +294,7 @@ func (r *ListRunner) republish(c list.Chunk) error {
 
 // verify runs the pipeline on the chunk's addresses, turning a panic into an error so that one
 // bad chunk does not take the worker down.
-func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []verify.Result, err error) {
+func (r *ListRunner) verify(ctx context.Context, addrs []list.Address) (res []verdict.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic verifying chunk: %v", p)

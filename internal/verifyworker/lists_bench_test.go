@@ -17,7 +17,6 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -25,6 +24,8 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verify/mx"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -61,10 +62,10 @@ func BenchmarkList100k(b *testing.B) {
 			fmt.Fprintf(&file, "u%d@%s\n", u, dom)
 		}
 	}
-	engine, err := verify.New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: 20,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	engine, err := verify.New(verify.Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: 20, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		b.Fatal(err)

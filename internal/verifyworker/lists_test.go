@@ -20,7 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -31,18 +31,18 @@ type stuckPipeline struct {
 	release chan struct{}
 }
 
-func (p *stuckPipeline) Verify(context.Context, string) verify.Result { panic("not used") }
+func (p *stuckPipeline) Verify(context.Context, string) verdict.Result { panic("not used") }
 
-func (p *stuckPipeline) VerifyBatch(_ context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
+func (p *stuckPipeline) VerifyBatch(_ context.Context, emails []string, _ func(int, verdict.Result)) []verdict.Result {
 	select {
 	case p.took <- struct{}{}:
 	default:
 	}
 	<-p.release
-	out := make([]verify.Result, len(emails))
+	out := make([]verdict.Result, len(emails))
 	for i, e := range emails {
-		out[i] = verify.Result{Email: e}
-		out[i].Apply(verify.OutcomeDeliverable)
+		out[i] = verdict.Result{Email: e}
+		out[i].Apply(verdict.OutcomeDeliverable)
 	}
 	return out
 }
@@ -254,19 +254,19 @@ func waitDeliveries(t *testing.T, js jetstream.JetStream, n uint64) {
 // its context ends, then answers every address unknown, as the prober does.
 type budgetPipeline struct{ calls atomic.Int64 }
 
-func (p *budgetPipeline) Verify(context.Context, string) verify.Result { panic("not used") }
+func (p *budgetPipeline) Verify(context.Context, string) verdict.Result { panic("not used") }
 
-func (p *budgetPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
+func (p *budgetPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verdict.Result)) []verdict.Result {
 	p.calls.Add(1)
 	<-ctx.Done()
-	return resultsOf(emails, verify.OutcomeUnknown)
+	return resultsOf(emails, verdict.OutcomeUnknown)
 }
 
 // resultsOf is one result of outcome for each of emails.
-func resultsOf(emails []string, outcome verify.Outcome) []verify.Result {
-	out := make([]verify.Result, len(emails))
+func resultsOf(emails []string, outcome verdict.Outcome) []verdict.Result {
+	out := make([]verdict.Result, len(emails))
 	for i, e := range emails {
-		out[i] = verify.Result{Email: e}
+		out[i] = verdict.Result{Email: e}
 		out[i].Apply(outcome)
 	}
 	return out
@@ -290,7 +290,7 @@ func TestListChunkThatUsesItsBudgetIsWritten(t *testing.T) {
 	if got.State != list.Completed || got.Verified != 10 {
 		t.Fatalf("list %s with %d of 10 verified (error %q), want completed with all 10", got.State, got.Verified, errorOf(got))
 	}
-	if len(got.Counts) != 1 || got.Counts[0].Status != string(verify.StatusUnknown) || got.Counts[0].N != 10 {
+	if len(got.Counts) != 1 || got.Counts[0].Status != string(verdict.StatusUnknown) || got.Counts[0].N != 10 {
 		t.Errorf("counts %+v, want 10 unknown", got.Counts)
 	}
 	if n := p.calls.Load(); n != 1 {
@@ -306,13 +306,13 @@ type flakyPipeline struct {
 	fail  func(n int64) bool
 }
 
-func (p *flakyPipeline) Verify(context.Context, string) verify.Result { panic("not used") }
+func (p *flakyPipeline) Verify(context.Context, string) verdict.Result { panic("not used") }
 
-func (p *flakyPipeline) VerifyBatch(_ context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
+func (p *flakyPipeline) VerifyBatch(_ context.Context, emails []string, _ func(int, verdict.Result)) []verdict.Result {
 	if p.fail(p.calls.Add(1)) {
 		panic("flaky pipeline")
 	}
-	return resultsOf(emails, verify.OutcomeDeliverable)
+	return resultsOf(emails, verdict.OutcomeDeliverable)
 }
 
 // Postgres unreachable for many more deliveries of a chunk than MaxFailures: the chunk keeps
@@ -428,7 +428,7 @@ func TestListResumesAfterAWorkerDiesBetweenWriteAndPublish(t *testing.T) {
 	w, err := store.Work(ctx, c)
 	pgtest.Must(t, err, "work")
 	res := (&scriptedPipeline{}).VerifyBatch(ctx, []string{"x"}, nil)[0]
-	results := make([]verify.Result, len(w.Addresses))
+	results := make([]verdict.Result, len(w.Addresses))
 	for i := range results {
 		results[i] = res
 	}
@@ -452,13 +452,13 @@ type heldPipeline struct {
 	ended chan error
 }
 
-func (p *heldPipeline) Verify(context.Context, string) verify.Result { panic("not used") }
+func (p *heldPipeline) Verify(context.Context, string) verdict.Result { panic("not used") }
 
-func (p *heldPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verify.Result)) []verify.Result {
+func (p *heldPipeline) VerifyBatch(ctx context.Context, emails []string, _ func(int, verdict.Result)) []verdict.Result {
 	p.took <- struct{}{}
 	<-ctx.Done()
 	p.ended <- ctx.Err()
-	return resultsOf(emails, verify.OutcomeUnknown)
+	return resultsOf(emails, verdict.OutcomeUnknown)
 }
 
 // A list canceled or deleted while a chunk of it is being verified stops that chunk's probing

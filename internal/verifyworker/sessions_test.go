@@ -8,9 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verify/mx"
+	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
 // mailvet_smtp_sessions shows the engine's open sessions by MX address, and only the addresses
@@ -31,10 +33,10 @@ func TestSessionsGauge(t *testing.T) {
 	}
 	w.AddDomain("a.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.a.test"}}, Users: []string{"ann"}})
 	w.AddDomain("b.test", mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx.b.test"}}, Users: []string{"bob"}})
-	v, err := verify.New(config.Config{
-		DNSResolver: w.DNSAddr(), SMTPPort: w.SMTPPort(), SMTPHelo: "probe.mailvet.test",
-		SMTPMailFrom: "verify@probe.mailvet.test", SMTPTimeout: 1500 * time.Millisecond, SMTPMaxPerHost: 20,
-		SMTPAllowCIDRs: []netip.Prefix{mailsim.Prefix},
+	v, err := verify.New(verify.Config{
+		MX: mx.Config{Server: w.DNSAddr()},
+		SMTP: smtp.Config{Port: w.SMTPPort(), Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test",
+			Timeout: 1500 * time.Millisecond, MaxPerHost: 20, AllowCIDRs: []netip.Prefix{mailsim.Prefix}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +48,7 @@ func TestSessionsGauge(t *testing.T) {
 	if got := sessionsSeries(t, reg); len(got) != 0 {
 		t.Fatalf("before any probe: %v, want no series", got)
 	}
-	if r := v.Verify(context.Background(), "ann@a.test"); r.Status != verify.StatusDeliverable {
+	if r := v.Verify(context.Background(), "ann@a.test"); r.Status != verdict.StatusDeliverable {
 		t.Fatalf("%+v", r)
 	}
 	// The session stays open, idle, for the next address of its MX address.

@@ -18,13 +18,13 @@ import (
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // Pipeline is the verification engine as the worker uses it.
 type Pipeline interface {
-	Verify(ctx context.Context, raw string) verify.Result
-	VerifyBatch(ctx context.Context, raws []string, each func(i int, r verify.Result)) []verify.Result
+	Verify(ctx context.Context, raw string) verdict.Result
+	VerifyBatch(ctx context.Context, raws []string, each func(i int, r verdict.Result)) []verdict.Result
 }
 
 // Options tune a worker.
@@ -260,7 +260,7 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 	// A long group keeps its items from being redelivered while it is still working on them.
 	stop := w.keepAlive(items)
 	defer stop()
-	w.pipe.VerifyBatch(ctx, emails, func(i int, r verify.Result) {
+	w.pipe.VerifyBatch(ctx, emails, func(i int, r verdict.Result) {
 		it := items[i]
 		w.handled.WithLabelValues("batch", string(r.Status)).Inc()
 		// Ack only after the reply is published: a crash between the two, or a reply that

@@ -17,7 +17,7 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
-	"github.com/mailvet/mailvet/internal/verify"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -28,18 +28,18 @@ type scriptedPipeline struct {
 	calls atomic.Int64
 }
 
-func (p *scriptedPipeline) Verify(ctx context.Context, email string) verify.Result {
+func (p *scriptedPipeline) Verify(ctx context.Context, email string) verdict.Result {
 	p.calls.Add(1)
 	if p.hold != nil {
 		p.hold(ctx, email)
 	}
-	r := verify.Result{Email: email}
-	r.Apply(verify.OutcomeDeliverable)
+	r := verdict.Result{Email: email}
+	r.Apply(verdict.OutcomeDeliverable)
 	return r
 }
 
-func (p *scriptedPipeline) VerifyBatch(ctx context.Context, emails []string, each func(int, verify.Result)) []verify.Result {
-	out := make([]verify.Result, len(emails))
+func (p *scriptedPipeline) VerifyBatch(ctx context.Context, emails []string, each func(int, verdict.Result)) []verdict.Result {
+	out := make([]verdict.Result, len(emails))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, e := range emails {
@@ -124,7 +124,7 @@ func TestVerifyOne(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := b.dispatcher.VerifyOne(ctx, "ann@example.com")
-	if err != nil || r.Email != "ann@example.com" || r.Status != verify.StatusDeliverable {
+	if err != nil || r.Email != "ann@example.com" || r.Status != verdict.StatusDeliverable {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
@@ -167,7 +167,7 @@ func TestSyncVerifyOutlivesAKilledWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the API's deadline
 	defer cancel()
 	type outcome struct {
-		r   verify.Result
+		r   verdict.Result
 		err error
 	}
 	got := make(chan outcome, 1)
@@ -191,7 +191,7 @@ func TestSyncVerifyOutlivesAKilledWorker(t *testing.T) {
 	doomedConn.Close() // kill -9, as far as NATS can tell: no answer, no more heartbeats
 	o := <-got
 	took := time.Since(killed)
-	if o.err != nil || o.r.Email != email || o.r.Status != verify.StatusDeliverable {
+	if o.err != nil || o.r.Email != email || o.r.Status != verdict.StatusDeliverable {
 		t.Fatalf("after the kill: %+v, %v", o.r, o.err)
 	}
 	if limit := b.dispatcher.WorkerSilence + 2*time.Second; took > limit {
@@ -267,7 +267,7 @@ func TestSyncVerifyAsksAgainWhenItsWorkerIsSilent(t *testing.T) {
 	got := make(chan error, 1)
 	go func() {
 		r, err := b.dispatcher.VerifyOne(ctx, "quiet@example.com")
-		if err == nil && r.Status != verify.StatusDeliverable {
+		if err == nil && r.Status != verdict.StatusDeliverable {
 			err = fmt.Errorf("status %s", r.Status)
 		}
 		got <- err
@@ -316,8 +316,8 @@ func TestRefusedReaskStillTakesTheFirstWorkersAnswer(t *testing.T) {
 					var req queue.VerifyRequest
 					_ = json.Unmarshal(m.Data, &req)
 					time.Sleep(b.dispatcher.WorkerSilence + time.Second) // a slow SMTP probe
-					r := verify.Result{Email: req.Email}
-					r.Apply(verify.OutcomeDeliverable)
+					r := verdict.Result{Email: req.Email}
+					r.Apply(verdict.OutcomeDeliverable)
 					body, _ := json.Marshal(queue.VerifyReply{Result: &r})
 					_ = m.Respond(body)
 				}()
@@ -409,7 +409,7 @@ func TestVerifyManyAnswersEveryItemOnce(t *testing.T) {
 	seen := make([]int, len(emails))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	missing, err := b.dispatcher.VerifyMany(ctx, emails, func(i int, r verify.Result) {
+	missing, err := b.dispatcher.VerifyMany(ctx, emails, func(i int, r verdict.Result) {
 		seen[i]++
 		if r.Email != emails[i] {
 			t.Errorf("item %d answered for %s", i, r.Email)
@@ -453,7 +453,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 	got := make(chan outcome, 1)
 	var answered atomic.Int64
 	go func() {
-		m, err := b.dispatcher.VerifyMany(ctx, emails, func(int, verify.Result) { answered.Add(1) })
+		m, err := b.dispatcher.VerifyMany(ctx, emails, func(int, verdict.Result) { answered.Add(1) })
 		got <- outcome{m, err}
 	}()
 	for deadline := time.Now().Add(20 * time.Second); taken.Load() == 0; time.Sleep(5 * time.Millisecond) {

@@ -22,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -512,13 +511,23 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 	return createdAt, err
 }
 
-// Services builds a worker from the configuration and returns its long-running parts — delivery,
-// the outbox sweep and retention — for app.Infra.Run. The webhook binary and `api -dev` run the
-// same parts. ready (may be nil) gets a check that the deliveries consumer is running.
-func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg config.Config, concurrency int, log *slog.Logger, reg prometheus.Registerer, ready *health.Checker) ([]func(context.Context) error, error) {
+// Config is what the delivery worker takes from the process configuration; the binaries that run
+// it build it (cmd/webhook-worker, and cmd/api in dev mode).
+type Config struct {
+	// AllowPrivate lets callbacks reach loopback and private networks
+	// (MAILVET_WEBHOOK_ALLOW_PRIVATE; tests only).
+	AllowPrivate bool
+	// DNSResolver is the host:port callback hosts are looked up at (MAILVET_DNS_RESOLVER).
+	DNSResolver string
+}
+
+// Services builds a worker from cfg and returns its long-running parts — delivery, the outbox
+// sweep and retention — for app.Infra.Run. The webhook binary and `api -dev` run the same parts.
+// ready (may be nil) gets a check that the deliveries consumer is running.
+func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg Config, concurrency int, log *slog.Logger, reg prometheus.Registerer, ready *health.Checker) ([]func(context.Context) error, error) {
 	w, err := NewWorker(db, js, Options{
 		Concurrency: concurrency,
-		Client:      ClientOptions{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver},
+		Client:      ClientOptions{AllowPrivate: cfg.AllowPrivate, DNSResolver: cfg.DNSResolver},
 		Log:         log,
 		Metrics:     reg,
 		Layout:      layout,
@@ -529,7 +538,7 @@ func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg config.Con
 	if ready != nil {
 		ready.Add("consumer webhooks", w.Ready)
 	}
-	if cfg.WebhookAllowPrivate {
+	if cfg.AllowPrivate {
 		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")
 	}
 	return []func(context.Context) error{w.Run, w.RunSweeper, w.RunRetention}, nil

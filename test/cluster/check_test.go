@@ -24,7 +24,7 @@ type row struct {
 	finalFailures                int // async: deliveries that failed after 3 attempts
 	// unbilledAtKill are results delivered by an API replica within a second of its kill and not
 	// billed: their rows' confirmations (queued for up to 150 ms) died with it, and the
-	// survivors' sweep withdrew them (docs/reliability.md, "What a crash still costs": in the
+	// survivors' sweep withdrew them (docs/reliability.md, "Usage of a replica that died": in the
 	// customer's favour). Reported, not failed; any other unbilled result is lost.
 	unbilledAtKill int
 	// resentAfterKill are async callbacks sent again because the webhook worker was killed

@@ -13,7 +13,7 @@ import (
 )
 
 // guardDialer refuses, before anything is dialled, an address that is private or reserved and
-// not in Config.AllowCIDRs (docs/architecture.md, "SMTP probe"). It wraps the direct dialer and
+// not in Config.AllowCIDRs (docs/architecture.md, "4. SMTP probe"). It wraps the direct dialer and
 // the SOCKS5 proxy dialer alike, so that a forbidden MX address never reaches the proxy either;
 // the direct dialer checks once more in its Control hook, on the socket's address.
 type guardDialer struct {

@@ -3,8 +3,8 @@ package smtp
 import "strings"
 
 // Observer is told about the prober's SMTP traffic. The verifier worker passes one that counts
-// replies for its metrics (internal/opsmetrics; docs/operations.md, "Metrics"); this package
-// defines only what it calls, so it needs no metrics library.
+// replies for its metrics (internal/opsmetrics; docs/operations.md, "Health, readiness and
+// metrics"); this package defines only what it calls, so it needs no metrics library.
 //
 // Reply is called once per reply read, from the session's goroutine, so it must be cheap and
 // safe for concurrent use. command is the command the reply answers, reduced to a fixed set:

@@ -1,4 +1,4 @@
-package verify
+package verdict
 
 import (
 	"encoding/json"

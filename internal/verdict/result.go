@@ -1,15 +1,8 @@
-// Package verify is the verification pipeline: it turns an address into the verify result that
-// clients get (docs/api.md) by running five layers in order — syntax, disposable, MX, SMTP probe,
-// signals (docs/architecture.md). The first check that fails ends the checks; the signals are
-// computed for every syntactically valid address, even one that fails a later check, so that a
-// typo'd domain with no MX still gets its suggestion.
-//
-// One per-address step (Verifier.step) runs the layers and decides every result. Local, Verify
-// and VerifyBatch differ only in the network I/O they do for it: none (the API runs Local for
-// every address, and answers those that fail a local layer itself), one address's at a time
-// (Verify), or many addresses' grouped so that they share MX look-ups and SMTP sessions
-// (VerifyBatch, which the verifier workers use for batches and streams).
-package verify
+// Package verdict is the verify result clients get (docs/api.md) and the vocabulary it is made
+// of: statuses, failed checks, reasons and the confidence table. It imports nothing of the
+// project, so that metering, queues and lists can name a result without depending on the
+// verification engine (internal/verify) that produces it.
+package verdict
 
 import "time"
 
@@ -55,7 +48,7 @@ type Result struct {
 	LatencyMS    float64 `json:"latency_ms"`
 	// Reason is the sub-status: why the result is what it is (reason.go). Never empty.
 	Reason Reason `json:"reason"`
-	// SMTPReply is the mail server's reply the verdict was decided on (evidence.go); nil when no
+	// SMTPReply is the mail server's reply the verdict was decided on (reply.go); nil when no
 	// server answered the probe or none ran.
 	SMTPReply *SMTPReply `json:"smtp_reply"`
 	// RetryAfter is the delay a greylisting reply's text asked for (RetryHint), 0 when it named

@@ -1,11 +1,4 @@
-package verify
-
-import (
-	"errors"
-	"strings"
-
-	"github.com/mailvet/mailvet/internal/verify/smtp"
-)
+package verdict
 
 // Reason is a result's sub-status: the reason field (docs/api.md, "Reasons"). Every result has
 // one; the step sets it on every path, and Apply falls back to the outcome's default.
@@ -58,79 +51,4 @@ func checkReason(c Check) Reason {
 		return ReasonMailboxUnknown
 	}
 	return ReasonInternal
-}
-
-// probeReason derives the reason from the SMTP probe's answer: its verdict, the RCPT reply
-// (code and enhanced code) and, when there is no reply, the error. The smtp package keeps most
-// errors as text (fmt.Errorf with %v), so the sender and TLS cases are recognised by the
-// prefixes its session code writes ("MAIL FROM:", "STARTTLS:", "TLS handshake:").
-func probeReason(pr smtp.Result) Reason {
-	switch {
-	case pr.Blocked:
-		return ReasonProviderBlocksProbes
-	case pr.Verdict == smtp.Deliverable:
-		return ReasonAccepted
-	case pr.Verdict == smtp.CatchAll:
-		return ReasonCatchAll
-	}
-	if rep := pr.Reply; rep.Code != 0 && rep.Code/100 != 2 {
-		return replyReason(pr.Verdict, rep)
-	}
-	if pr.Verdict == smtp.Undeliverable {
-		return ReasonMailboxUnknown
-	}
-	return errReason(pr.Err)
-}
-
-// replyReason is the reason of a refused or deferred RCPT: the meaning the smtp package's
-// classifier reads in the reply (docs/architecture.md, "Reading replies"), whose names are the
-// reasons'. A reply that reads as "no such mailbox" on a result whose verdict is not
-// undeliverable (a refusing banner, which answers no RCPT) is a refusal that says nothing about
-// the mailbox: policy_blocked.
-func replyReason(v smtp.Verdict, rep smtp.Reply) Reason {
-	c := smtp.Classify(rep)
-	switch {
-	case v == smtp.Undeliverable && c.Verdict != smtp.Undeliverable:
-		return ReasonMailboxUnknown
-	case v != smtp.Undeliverable && c.Verdict == smtp.Undeliverable:
-		if rep.Code/100 == 5 {
-			return ReasonPolicyBlocked
-		}
-		return ReasonTemporarilyUnavail
-	}
-	return Reason(c.Meaning)
-}
-
-// errReason classifies a probe that ended without a reply to the address's RCPT.
-func errReason(err error) Reason {
-	if err == nil {
-		return ReasonInternal // an unknown verdict with neither reply nor error: a bug
-	}
-	msg := err.Error()
-	switch {
-	case errors.Is(err, smtp.ErrForbiddenAddress):
-		return ReasonMXPrivate
-	case errors.Is(err, smtp.ErrBlocked):
-		return ReasonProviderBlocksProbes
-	case errors.Is(err, smtp.ErrSMTPUTF8Unsupported):
-		return ReasonSMTPUTF8Unsupported
-	case errors.Is(err, smtp.ErrTimeout):
-		return ReasonTimeout
-	case errors.Is(err, smtp.ErrClosed):
-		return ReasonInternal
-	case strings.Contains(msg, "MAIL FROM:"):
-		return ReasonSenderRejected
-	case strings.Contains(msg, "STARTTLS:"), strings.Contains(msg, "TLS handshake:"):
-		return ReasonTLSFailed
-	case errors.Is(err, smtp.ErrNoHost):
-		// Every MX address was tried and none gave a session: refused, unreachable, a banner
-		// that was not 220, or a tarpit that let the connection time out.
-		if strings.Contains(msg, "timeout") {
-			return ReasonTimeout
-		}
-		return ReasonConnectionRefused
-	case strings.Contains(msg, "timeout"):
-		return ReasonTimeout
-	}
-	return ReasonTemporarilyUnavail
 }
