@@ -2,6 +2,7 @@ package smtp
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -191,9 +192,12 @@ func slotRCPTs(yields []float64, rounds, n int) float64 {
 	return total
 }
 
-// waveYield is, for each number of sessions s up to sessions, the most RCPTs slots slots can be
-// expected to send in rounds round trips with s sessions in all (a knapsack over the slots).
-func waveYield(budget, slots, rounds, sessions int) []float64 {
+// waveYield is, for each number of new sessions s up to sessions, the most RCPTs slots slots
+// can be expected to send in rounds round trips with s new sessions in all (a knapsack over the
+// slots). left holds the error budgets of sessions already open (a warm run), one per slot: such
+// a slot first makes k ≥ 1 writes on its open session (QUIT with the last), then runs new
+// sessions in the rounds left.
+func waveYield(budget, slots, rounds, sessions int, left []float64) []float64 {
 	yields := make([]float64, rounds+1)
 	for k := range yields {
 		yields[k] = sessionYield(budget, k)
@@ -203,7 +207,19 @@ func waveYield(budget, slots, rounds, sessions int) []float64 {
 		best[i] = math.Inf(-1)
 	}
 	best[0] = 0
-	for range slots {
+	for slot := range slots {
+		// opts[n]: the most this slot can be expected to send with n new sessions.
+		opts := make([]float64, rounds/3+1)
+		for n := range opts {
+			if slot >= len(left) {
+				opts[n] = slotRCPTs(yields, rounds, n)
+				continue
+			}
+			for k := 1; k+3*n <= rounds; k++ {
+				// The yield is linear in the budget: budget × 2 × (1 − 2⁻ᵏ) at half rejected.
+				opts[n] = max(opts[n], left[slot]*2*(1-math.Pow(0.5, float64(k)))+slotRCPTs(yields, rounds-k, n))
+			}
+		}
 		next := make([]float64, sessions+1)
 		for i := range next {
 			next[i] = math.Inf(-1)
@@ -212,8 +228,10 @@ func waveYield(budget, slots, rounds, sessions int) []float64 {
 			if math.IsInf(v, -1) {
 				continue
 			}
-			for n := 0; s+n <= sessions && 3*n <= rounds; n++ {
-				next[s+n] = max(next[s+n], v+slotRCPTs(yields, rounds, n))
+			for n, y := range opts {
+				if s+n <= sessions {
+					next[s+n] = max(next[s+n], v+y)
+				}
 			}
 		}
 		best = next
@@ -221,12 +239,13 @@ func waveYield(budget, slots, rounds, sessions int) []float64 {
 	return best
 }
 
-// minRounds is the fewest round trips in which at most sessions sessions over slots slots can
-// be expected to send work RCPTs, and the fewest sessions that do it in that time.
-func minRounds(work float64, slots, sessions int) (rounds, used int) {
+// minRounds is the fewest round trips in which at most sessions new sessions over slots slots
+// (and the open sessions left) can be expected to send work RCPTs, and the fewest new sessions
+// that do it in that time.
+func minRounds(work float64, slots, sessions int, left []float64) (rounds, used int) {
 	for rounds = 3; ; rounds++ {
 		// No slot runs more than rounds/3 sessions (set-up and one write each).
-		for s, y := range waveYield(maxErrors, slots, rounds, min(sessions, slots*(rounds/3))) {
+		for s, y := range waveYield(maxErrors, slots, rounds, min(sessions, slots*(rounds/3)), left) {
 			if y >= work {
 				return rounds, s
 			}
@@ -246,10 +265,10 @@ func TestWaveBound(t *testing.T) {
 	if got := sessionYield(maxErrors, 3); math.Abs(got-15.75) > 1e-9 {
 		t.Errorf("three writes yield %.3f RCPTs, want 9 + 4.5 + 2.25", got)
 	}
-	check := func(name string, work float64, cap, extra, wantRounds, wantSessions int) {
+	check := func(name string, work float64, cap int, left []float64, extra, wantRounds, wantSessions int) {
 		t.Helper()
-		rounds, used := minRounds(work, slots, cap)
-		t.Logf("%s: %.0f RCPTs within %d sessions: ≥ %d round trips of SMTP (in %d sessions at the fewest), + %d = %d, %.2f× the RFC 2920 oracle's %d",
+		rounds, used := minRounds(work, slots, cap, left)
+		t.Logf("%s: %.0f RCPTs within %d new sessions: ≥ %d round trips of SMTP (in %d sessions at the fewest), + %d = %d, %.2f× the RFC 2920 oracle's %d",
 			name, work, cap, rounds, used, extra, rounds+extra, float64(rounds+extra)/oracle, oracle)
 		if rounds != wantRounds || used != wantSessions {
 			t.Errorf("%s: %d round trips in %d sessions, BENCHMARKS.md quotes %d in %d", name, rounds, used, wantRounds, wantSessions)
@@ -257,15 +276,20 @@ func TestWaveBound(t *testing.T) {
 	}
 	// One round trip short of the cold bound: 24 slots running two sessions of 2 and 3 writes
 	// (29.25 RCPTs) and 16 running one of 7 writes (17.86) are the best within 64 sessions.
-	if y := waveYield(maxErrors, slots, 9, sessions)[sessions]; math.Abs(y-987.8) > 0.1 {
+	if y := waveYield(maxErrors, slots, 9, sessions, nil)[sessions]; math.Abs(y-987.8) > 0.1 {
 		t.Errorf("9 round trips, 64 sessions: %.1f RCPTs, BENCHMARKS.md quotes 988", y)
 	}
 	// Cold: 1,000 addresses and 20 catch-all probes, after one DNS round trip.
-	check("cold", 1020, sessions, 1, 10, 63)
-	check("cold, sessions unbounded", 1020, 1000, 1, 8, 74)
-	// Warm: no DNS and no probe; the sessions the cold run left open are counted as free RCPTs
-	// (at most 64 × 9 − 520 = 56 errors of budget left, twice as many RCPTs at half rejected),
-	// which flatters the warm run, so this stays a lower bound.
-	check("warm, 64 new sessions", 1000-112, sessions, 0, 8, 60)
-	check("warm, new sessions unbounded", 1000-112, 1000, 0, 7, 78)
+	check("cold", 1020, sessions, nil, 1, 10, 63)
+	check("cold, sessions unbounded", 1020, 1000, nil, 1, 8, 74)
+	// Warm: no DNS and no probe. A cold run within 64 sessions leaves at most 64 × 9 − 520 = 56
+	// errors of budget in the sessions it leaves open. Left in 7 sessions of 8 errors, the fewest
+	// slots that can hold it, it helps the warm run most; left as the engine leaves it, in about
+	// 23 sessions (BENCHMARKS.md), each slot spends a round trip on an open session with little
+	// budget — given all 56 errors between them here, which flatters the warm run.
+	fewest := slices.Repeat([]float64{8}, 7)
+	spread := slices.Repeat([]float64{56.0 / 23}, 23)
+	check("warm, 56 errors left in 7 sessions", 1000, sessions, fewest, 0, 8, 63)
+	check("warm, 56 errors left in 23 sessions", 1000, sessions, spread, 0, 9, 60)
+	check("warm, 56 errors left in 23 sessions, sessions unbounded", 1000, 1000, spread, 0, 8, 73)
 }
