@@ -224,7 +224,8 @@ func waitIdle(tb testing.TB, srv *mailsim.Server) {
 //   - the oracle a third time waiting for EHLO's reply before pipelining the rest (or-ehlo-wait-ms),
 //     the best a client that follows RFC 2920 to the letter can do.
 //
-// Every verdict of both is checked. The ratios are Mailvet / oracle.
+// Every verdict of both is checked. The ratios are Mailvet / oracle; rfc-cold-ratio and
+// rfc-warm-ratio are Mailvet / the RFC 2920 oracle.
 func BenchmarkOracle(b *testing.B) {
 	tb := setup(b, benchRTT, oracleConnLimit)
 	srv := tb.server(b, mailsim.ServerOptions{
@@ -357,10 +358,14 @@ func BenchmarkOracle(b *testing.B) {
 	b.ReportMetric(float64(mvColdT)/float64(orColdT), "cold-ratio")
 	b.ReportMetric(float64(mvWarmT)/float64(orWarmT), "warm-ratio")
 	// The oracle itself, made to obey RFC 2920 (it still knows every answer and needs no DNS):
-	// its time over the pipelining oracle's is the floor of both time ratios above for a client
-	// that may not pipeline past EHLO, as Postfix 3.9 and later enforce by disconnecting.
+	// its time over the pipelining oracle's is the floor of the cold ratio above for a client that
+	// may not pipeline past EHLO, as Postfix 3.9 and later enforce by disconnecting.
 	b.ReportMetric(float64(orRFCT)/float64(orColdT), "rfc-oracle-cold-ratio")
 	b.ReportMetric(float64(orRFCT)/float64(orWarmT), "rfc-oracle-warm-ratio")
+	// Issue 30 states the time targets against that oracle: Mailvet's cold and warm times over
+	// its time in the same iterations (BENCHMARKS.md, "Engine vs an oracle client").
+	b.ReportMetric(float64(mvColdT)/float64(orRFCT), "rfc-cold-ratio")
+	b.ReportMetric(float64(mvWarmT)/float64(orRFCT), "rfc-warm-ratio")
 	b.ReportMetric(float64(mvColdRT)/n, "mv-cold-rtt")
 	b.ReportMetric(ms(slots.firstConn), "mv-cold-first-conn-ms")
 	b.ReportMetric(ms(slots.allOpen), "mv-cold-all-open-ms")

@@ -7,16 +7,6 @@ import (
 	"time"
 )
 
-// The circuit breaker of an MX address. One failed connection (refused, silent, closed before
-// the banner) is often transient: the address is skipped for retryAfter only, then half-open —
-// one session may try it while the addresses waiting for it queue behind that session. Every
-// further failure in a row doubles the pause, up to downFor, so that a server that keeps refusing
-// is skipped without a dial per address. A refusing 5xx banner is persistent at once.
-const (
-	retryAfter = 250 * time.Millisecond
-	downFor    = 30 * time.Second
-)
-
 // limitFor is how long a pool keeps to the number of sessions that worked when the server
 // refused one more (a per-client connection limit).
 const limitFor = 30 * time.Second
@@ -37,10 +27,8 @@ type pool struct {
 	sessions  int    // open or opening
 	opening   int
 	idle      []*session
-	returning int // sessions that have their replies and are on their way back to take
-	downUntil time.Time
-	downErr   error
-	failures  int                   // failed connections in a row while no session was open (circuit breaker)
+	returning int                   // sessions that have their replies and are on their way back to take
+	breaker                         // failed connections to this address (breaker.go)
 	limit     int                   // sessions the server tolerates, learnt from a refused extra one; 0 means MaxPerHost
 	limitTill time.Time             // until when limit holds
 	txnMax    int                   // recipients per transaction the server takes, learnt from 452 4.5.3; 0 means unknown
@@ -58,20 +46,7 @@ type pool struct {
 
 func (pl *pool) enqueue(js ...*job) {
 	pl.mu.Lock()
-	var moved []*job
-	if time.Now().Before(pl.downUntil) {
-		// The breaker is open: addresses with another MX go there; the others wait for the
-		// half-open trial when the failure may be transient, and are answered now when not.
-		for _, j := range js {
-			if pl.failures == 1 && j.next < len(j.targets)-1 || pl.failures > 1 {
-				moved = append(moved, j)
-			} else {
-				pl.queue = append(pl.queue, j)
-			}
-		}
-	} else {
-		pl.queue = append(pl.queue, js...)
-	}
+	moved := pl.admitLocked(js)
 	if len(pl.live) > 0 {
 		// A host that works: the stretch on unreachable ones ends here.
 		now := time.Now()
@@ -96,7 +71,7 @@ func (pl *pool) maxSessionsLocked() int {
 	now := time.Now()
 	n := pl.p.cfg.MaxPerHost
 	switch {
-	case now.Before(pl.downUntil):
+	case pl.openAt(now):
 		return 0
 	case pl.failures > 0 || !pl.proven:
 		// Half-open, or never reached: one session finds out before others knock.
@@ -230,9 +205,10 @@ func (pl *pool) shortfallLocked(pending int, except *session) float64 {
 // Its windows are that small from then on, and a session that spends the budget to the end
 // takes one more round trip per RCPT or two; retiring wastes half the budget at a rejection rate
 // of one half. On BenchmarkOracle's world (internal/verify; BENCHMARKS.md, "Engine vs an oracle
-// client") 2 has the first wave of sessions retire after three writes rather than four: 63
-// sessions as with 1, and 3-5 % less wall time; 3 opened up to 64 and was no faster cold.
-const retireBudget = 2
+// client") 3 has the first wave of sessions retire after three writes, the last of them at most
+// 3 RCPTs with QUIT: 63 sessions as with 2, the warm run 6 % faster and the cold one within 2 %;
+// 4 was faster still but opened 65, over the issue's 64.
+const retireBudget = 3
 
 // lastLocked reports whether s, with at most retireBudget errors left, should send its next
 // window (its whole budget) together with QUIT and make room for a fresh session: when every
@@ -381,41 +357,7 @@ func (pl *pool) run() {
 		}
 		var moved []*job
 		if pl.sessions == 0 {
-			// Nobody can reach this address: the breaker opens. The waiting addresses go to
-			// their next MX; those without one wait for the half-open trial after a first
-			// failure, which may be transient.
-			pl.failures++
-			pause := min(retryAfter<<min(pl.failures-1, 10), downFor)
-			if persistent(err) {
-				pl.failures, pause = max(pl.failures, 8), downFor
-			}
-			pl.downUntil, pl.downErr = time.Now().Add(pause), err
-			keep := pl.queue[:0:0]
-			for _, j := range pl.queue {
-				if j.unreachedSince.IsZero() {
-					// The time an address spends on MX hosts that cannot be reached counts
-					// against its budget from here (failover, expireQueued); waiting for a free
-					// session of a host that works does not.
-					j.unreachedSince = dialed
-					if j.queued.After(dialed) {
-						j.unreachedSince = j.queued
-					}
-					if pl.openedAt.After(j.unreachedSince) {
-						j.unreachedSince = pl.openedAt // a dial that began while a session worked
-					}
-				}
-				if pl.failures == 1 && j.next == len(j.targets)-1 && !j.finished.Load() {
-					keep = append(keep, j)
-				} else {
-					moved = append(moved, j)
-				}
-			}
-			pl.queue = keep
-			pl.dropProbesLocked()
-			time.AfterFunc(pause, pl.halfOpen)
-			// The half-open try may still be dialling when the waiting addresses' budgets end:
-			// they are answered then, not when the dial gives up.
-			pl.watchLocked(keep)
+			moved = pl.tripLocked(err, dialed)
 		}
 		pl.mu.Unlock()
 		for _, j := range moved {
@@ -423,7 +365,8 @@ func (pl *pool) run() {
 		}
 		return
 	}
-	pl.failures, pl.downUntil, pl.proven = 0, time.Time{}, true
+	pl.breaker.reset()
+	pl.proven = true
 	// The address answers: the addresses waiting here wait for a working host now, which is not
 	// counted against them (unreachable) until a dial here fails again.
 	now := time.Now()
@@ -455,41 +398,6 @@ func (pl *pool) run() {
 	pl.arrivedLocked(s)
 	delete(pl.live, s)
 	pl.sessions--
-	pl.dispatchLocked()
-	pl.mu.Unlock()
-}
-
-// expireQueued answers the queued addresses whose budget ended while they waited for this
-// address to be reached: unknown, timeout. Once a session is open here they wait for a working
-// host, which is not counted against them.
-func (pl *pool) expireQueued() {
-	now := time.Now()
-	var expired []*job
-	pl.mu.Lock()
-	if len(pl.live) > 0 {
-		pl.mu.Unlock()
-		return
-	}
-	keep := pl.queue[:0:0]
-	for _, j := range pl.queue {
-		switch {
-		case j.finished.Load():
-		case j.expired(now) || j.unreachable(now, pl.p.cfg.Timeout):
-			expired = append(expired, j)
-		default:
-			keep = append(keep, j)
-		}
-	}
-	pl.queue = keep
-	pl.mu.Unlock()
-	for _, j := range expired {
-		j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrTimeout})
-	}
-}
-
-// halfOpen lets one session try the address again for the addresses waiting on it.
-func (pl *pool) halfOpen() {
-	pl.mu.Lock()
 	pl.dispatchLocked()
 	pl.mu.Unlock()
 }

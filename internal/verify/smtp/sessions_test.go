@@ -205,7 +205,7 @@ func TestWindowKeepsToTheBudget(t *testing.T) {
 	}
 }
 
-// A session down to its last two errors, while every connection the server tolerates is open
+// A session down to its last three errors, while every connection the server tolerates is open
 // and the queue has work for a fresh session, sends its last RCPTs with QUIT to make room; not
 // when a connection is free, nor with more budget left, nor when the queue is nearly done, nor
 // when the fresh sessions that will replace those already retiring take what is left.
@@ -222,7 +222,8 @@ func TestLastRCPTTravelsWithQuit(t *testing.T) {
 		{"last error, every slot taken, long queue", maxErrors - 1, 3, 100, 0, true},
 		{"a slot is free: open a session instead", maxErrors - 1, 2, 100, 0, false},
 		{"two errors left", maxErrors - 2, 3, 100, 0, true},
-		{"three errors left", maxErrors - 3, 3, 100, 0, false},
+		{"three errors left", maxErrors - 3, 3, 100, 0, true},
+		{"four errors left", maxErrors - 4, 3, 100, 0, false},
 		{"the queue is nearly done", maxErrors - 1, 3, 2, 0, false},
 		// The prior rejection rate is 1 here: a fresh session is counted on for maxErrors RCPTs.
 		{"another retires: its replacement takes the queue", maxErrors - 1, 3, maxErrors + 5, 1, false},

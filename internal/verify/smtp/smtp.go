@@ -13,7 +13,7 @@
 //     errors it has left could absorb if every one were rejected;
 //   - a new session is opened only for the work that the open ones are not expected to take at
 //     the rejection rate seen at that MX address, so that a batch does not end with many
-//     half-used sessions; one down to its last two errors while every allowed session is open
+//     half-used sessions; one down to its last three errors while every allowed session is open
 //     and the queue has work for a fresh one sends its last RCPTs together with QUIT to make
 //     room for it;
 //   - to an address never reached yet, one session dials first and the others once its banner

@@ -246,41 +246,6 @@ func (hangDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error
 	return nil, ctx.Err()
 }
 
-// An address that fails over, with most of its budget for unreachable hosts spent, into a pool
-// whose breaker is open (failures == 1, its last MX) waits for the half-open try with a timer
-// for what is left of its budget (it had none: 1.65 s on unreachable hosts for a 1 s budget).
-func TestAddressFailingOverIntoAnOpenBreakerKeepsItsBudget(t *testing.T) {
-	t.Parallel()
-	const budget = time.Second
-	p, err := New(Config{Helo: "probe.mailvet.test", MailFrom: "verify@probe.mailvet.test", Timeout: budget, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	p.dialer = hangDialer{}
-	pl := p.pool(netip.MustParseAddr("192.0.2.7"))
-	pl.mu.Lock()
-	pl.failures, pl.downUntil, pl.downErr = 1, time.Now().Add(retryAfter), errors.New("connection refused")
-	pl.mu.Unlock()
-	time.AfterFunc(retryAfter, pl.halfOpen) // as run() arms it when the breaker opens
-	done := make(chan Result, 1)
-	start := time.Now()
-	j := &job{addr: "ann@x.test", domain: "x.test", targets: []target{{host: "mx", ip: pl.ip}},
-		queued: start.Add(-900 * time.Millisecond), unreachedSince: start.Add(-900 * time.Millisecond)}
-	j.finishFn = func(r Result) { done <- r }
-	pl.enqueue(j) // as failover does, from a previous MX that could not be reached for 900 ms
-	select {
-	case r := <-done:
-		spent := 900*time.Millisecond + time.Since(start)
-		t.Logf("%v (%v): %v on unreachable hosts", r.Verdict, r.Err, spent)
-		if spent > budget+150*time.Millisecond {
-			t.Errorf("%v spent on unreachable hosts, budget %v", spent, budget)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("never answered")
-	}
-}
-
 // Close at various moments of a batch over working, refusing, silent and flaky MX hosts, with
 // failover between them: every address answered once, ProbeAll returns soon after Close, no race.
 func TestCloseAtAnyMomentOfABatch(t *testing.T) {
