@@ -108,7 +108,7 @@ func (l *Ledger) Admit(ctx context.Context, r Request) (*Charge, Decision, error
 			// A statement whose deadline expired may still have committed (the cancel came
 			// after the commit), or may commit later still: take back the rows it may have
 			// written, with the quota units it took, now and again as late as a doubtful
-			// Record's rows (withdrawLate). Withdraw removes only rows that exist, so each goes
+			// Record's rows (withdrawLate). withdraw removes only rows that exist, so each goes
 			// once. All of it behind the 503: Postgres most likely did not answer the admission
 			// either.
 			keys := make([]string, len(r.Rows))

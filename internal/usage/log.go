@@ -172,14 +172,6 @@ func recordReserved(ctx context.Context, db DB, rows []Row, id uuid.UUID) error 
 	return err
 }
 
-// Withdraw removes logged rows of accountID whose results never reached the client (a stream
-// whose client went away between the row's commit and its line), and takes their billable ones
-// back from the daily and monthly counters, in one statement. A result the client did not get
-// is not billed. Quota units are the caller's to give back (Refund), as Admit charged them.
-func Withdraw(ctx context.Context, db DB, accountID string, itemKeys []string) error {
-	return withdraw(ctx, db, accountID, itemKeys, keepUnits)
-}
-
 // units says what withdraw does with the free tier's monthly-quota unit of each row it removes.
 type units int
 
@@ -194,7 +186,9 @@ const (
 // whichever of the two comes first.
 const unitRefundID = `md5('quota unit ' || $1::uuid::text || ' ' || k)::uuid`
 
-// withdraw is Withdraw, with the quota units of the removed rows given back as u says. The sweep
+// withdraw removes logged rows of accountID whose results never reached the client, and takes
+// their billable ones back from the daily and monthly counters, in one statement: a result the
+// client did not get is not billed. The quota units of the removed rows go back as u says. The sweep
 // of a dead replica's rows gives them back once (returnUnitsOnce): the request whose Charge
 // would have refunded them died with its process — or, for rows whose write had an unknown
 // outcome, gave them back already (Charge.Close).
