@@ -339,7 +339,7 @@ var errUsageUnchecked = errors.New("usage limits could not be checked")
 
 // publicCauses are the causes a 503's message names.
 var publicCauses = []error{queue.ErrNoWorkers, queue.ErrBusy, queue.ErrTimeout, queue.ErrUnavailable,
-	errUnstored, errUsageNotRecorded, errUsageUnchecked, errShuttingDown, errSpool}
+	errUnstored, errUsageUnchecked, errShuttingDown, errSpool}
 
 // publicCause is the text of the first public cause in err's chain.
 func publicCause(err error) string {
