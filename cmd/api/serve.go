@@ -61,13 +61,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	parts := []func(context.Context) error{
 		func(ctx context.Context) error {
-			defer srv.Close() // the verdicts of the last requests, once no handler can add more
+			defer srv.Close() // the usage rows of the last requests, once no handler can add more
 			// Lists in flight end properly (a stream with its error line) within the grace.
 			stop := context.AfterFunc(ctx, srv.BeginShutdown)
 			defer stop()
 			return httpSrv.Serve(ctx, app.ShutdownGrace, log)
 		},
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
+		func(ctx context.Context) error { return expireHolds(ctx, in, log) },
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in. The
@@ -116,6 +117,24 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	}
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
+}
+
+// holdSweep is how often each API replica ends the usage holds whose lifetime has passed. A killed
+// replica's room is back within its requests' hold lifetime plus this (docs/reliability.md,
+// "Metering guarantees").
+const holdSweep = 10 * time.Second
+
+// expireHolds runs the only metering sweep (usage.Expire); every replica may do it at once.
+func expireHolds(ctx context.Context, in *app.Infra, log *slog.Logger) error {
+	return loop.Every(ctx, holdSweep, func(ctx context.Context) {
+		n, err := usage.Expire(ctx, in.Pool)
+		if n > 0 {
+			log.Warn("usage: ended the holds of requests whose replica died", "holds", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("usage: expire holds", "err", err)
+		}
+	})
 }
 
 // pruneRateWindows deletes expired rate-limit windows once a minute; every replica may do it.

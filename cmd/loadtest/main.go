@@ -368,30 +368,32 @@ func printMedians(o options, results map[string][]result, tallies map[string][]t
 
 // checkMetering asserts that the usage log holds exactly one admitted row per 200 answer of each
 // API phase (warm-ups included, so the expected count is read from the runs' answers), that the
-// daily and monthly billable counts equal the rows', and that no fleet row lacks its verdict.
+// daily and monthly billable counts equal the rows', that every row has its verdict, and that no
+// hold is left open once the servers have stopped.
 func checkMetering(ctx context.Context, sys *system, accounts []metered) error {
 	var problems []string
 	for _, m := range accounts {
-		var rows, billable, pendingVerdicts, monthly, daily int
+		var rows, billable, pendingVerdicts, monthly, daily, held int
 		err := sys.pool.QueryRow(ctx, `
 			SELECT count(*), count(*) FILTER (WHERE billable), count(*) FILTER (WHERE status IS NULL),
 				(SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1),
-				(SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1)
+				(SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1),
+				(SELECT coalesce(sum(held), 0) FROM usage_monthly WHERE account_id = $1)
 			FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, m.account).
-			Scan(&rows, &billable, &pendingVerdicts, &monthly, &daily)
+			Scan(&rows, &billable, &pendingVerdicts, &monthly, &daily, &held)
 		if err != nil {
 			return err
 		}
 		want := m.ok
-		fmt.Printf("metering %-16s account %s: %d answers 200, %d usage rows, %d billable (monthly %d, daily %d), %d without verdict\n",
-			m.phase, m.account[:8], want, rows, billable, monthly, daily, pendingVerdicts)
-		if rows != want || billable != monthly || billable != daily || pendingVerdicts != 0 {
+		fmt.Printf("metering %-16s account %s: %d answers 200, %d usage rows, %d billable (monthly %d, daily %d), %d without verdict, %d held\n",
+			m.phase, m.account[:8], want, rows, billable, monthly, daily, pendingVerdicts, held)
+		if rows != want || billable != monthly || billable != daily || pendingVerdicts != 0 || held != 0 {
 			problems = append(problems, fmt.Sprintf("%s (account %s)", m.phase, m.account))
 		}
 	}
 	if len(problems) > 0 {
 		return errors.New("metering is not exact for: " + strings.Join(problems, "; "))
 	}
-	fmt.Println("metering: exact (one usage row per 200 answer, counts equal to the rows)")
+	fmt.Println("metering: exact (one usage row per 200 answer, counts equal to the rows, nothing held)")
 	return nil
 }

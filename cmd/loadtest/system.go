@@ -226,7 +226,7 @@ func (s *system) customer(ctx context.Context) (accountID, key string, err error
 }
 
 // stopAPIs stops the API servers and waits for what they still write behind their responses
-// (verdicts, refunds), so that the usage log is final.
+// (usage rows and hold releases), so that the usage log is final.
 func (s *system) stopAPIs() {
 	s.stop()
 	for _, a := range s.apis {

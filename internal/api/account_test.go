@@ -8,6 +8,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 func TestGetAccount(t *testing.T) {
@@ -19,8 +20,8 @@ func TestGetAccount(t *testing.T) {
 	}, func(d *Deps) { d.Now = func() time.Time { return now } })
 
 	free, freeKey := b.account(plan.Free, "")
-	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES
-		($1, '2026-11-01', 37, 30), ($1, '2026-10-01', 500, 480)`, free.ID)
+	usagetest.SetMonth(t, b.pool, free.ID, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), 37, 30)
+	usagetest.SetMonth(t, b.pool, free.ID, time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), 500, 480)
 	r := b.call(http.MethodGet, "/v1/management/account", freeKey, nil).want(t, 200, "")
 	want := map[string]any{
 		"account_id": free.ID, "tier": "free", "subscription_status": "none", "cancel_at_period_end": false,

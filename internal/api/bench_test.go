@@ -392,7 +392,7 @@ func benchCachedDeliverable(b *testing.B, rtt time.Duration) {
 	b.ReportMetric(millis(percentile(natsLat, 0.5)), "nats-p50-ms")
 	b.ReportMetric(millis(percentile(handlerLat, 0.5)), "handler-p50-ms")
 	// Where the API's own time goes in Postgres: client-side round-trip medians per statement.
-	for _, label := range []string{"auth", "admit", "verdict"} {
+	for _, label := range []string{"auth", "admit", "bill"} {
 		b.ReportMetric(millis(percentile(sql.by[label], 0.5)), "sql-"+label+"-ms")
 	}
 }
@@ -419,16 +419,16 @@ func (s *sqlTimes) start() {
 }
 
 // sqlLabel names the statements of the sync verify path: the key look-up (auth.Lookup), the
-// admission with the usage row (usage.Admit), and the verdict written behind the response
-// (usage.Verdicts, off the response's path).
+// admission that holds the email (usage.Admit), and the bill that writes its usage row and
+// releases the hold behind the response (usage.Ledger, off the response's path).
 func sqlLabel(sql string) string {
 	switch {
 	case strings.Contains(sql, "FROM api_keys"):
 		return "auth"
 	case strings.Contains(sql, "INTO rate_windows"):
 		return "admit"
-	case strings.Contains(sql, "UPDATE usage_log"):
-		return "verdict"
+	case strings.Contains(sql, "INSERT INTO usage_log"):
+		return "bill"
 	}
 	return ""
 }

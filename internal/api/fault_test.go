@@ -24,6 +24,7 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -107,11 +108,11 @@ func blip(b *verifyBundle, d time.Duration) {
 // row each, as many billable and (free tier) quota units, and nothing for the rest.
 func assertUsage(t *testing.T, b *verifyBundle, acct string, delivered int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second) // refunds of undelivered items may land just after the response
+	deadline := time.Now().Add(3 * time.Second) // the rows of delivered items land just after the response
 	for {
-		rows := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct)
-		billable := b.count(`SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1`, acct)
-		quota := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct)
+		rows := b.rows(acct, usagetest.Delivered)
+		billable := b.usage(acct).Billable
+		quota := b.usage(acct).Quota
 		if rows == delivered && billable == delivered && quota == delivered {
 			return
 		}

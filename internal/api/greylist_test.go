@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -90,7 +91,7 @@ func TestAsyncJobGreylisting(t *testing.T) {
 		if n != 1 || cb["status"] != status || cb["reason"] != reason || cb["job_id"] != id || replyCode(cb) != code {
 			t.Errorf("job %s: %d deliveries, callback %s", id, n, body)
 		}
-		if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key = $2`, acct, "job:"+id); n != 1 {
+		if n := b.rows(acct, func(r usagetest.Row) bool { return r.ItemKey == "job:"+id }); n != 1 {
 			t.Errorf("job %s: %d usage rows, want 1", id, n)
 		}
 		var retries int

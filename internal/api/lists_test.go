@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -140,13 +141,13 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 	}
 
 	// Billed once per unique address that passed the syntax check; nothing for the duplicate.
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list'`, acct); n != 5 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" }); n != 5 {
 		t.Errorf("usage rows %d, want 5", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list' AND billable`, acct); n != 4 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" && r.Billable }); n != 4 {
 		t.Errorf("billable rows %d, want 4", n)
 	}
-	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 4 {
+	if n := b.usage(acct).Billable; n != 4 {
 		t.Errorf("monthly billable %d, want 4", n)
 	}
 
@@ -195,7 +196,7 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 			t.Errorf("%s keeps %d rows of a deleted list", table, n)
 		}
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list' AND snapshot IS NULL`, acct); n != 5 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" && !r.HasSnapshot }); n != 5 {
 		t.Errorf("usage rows after delete %d, want 5 without snapshots", n)
 	}
 }
@@ -310,12 +311,12 @@ func TestListBadInput(t *testing.T) {
 	if n := b.count(`SELECT count(*) FROM list_rows r WHERE NOT EXISTS (SELECT 1 FROM lists l WHERE l.id = r.list_id)`); n != 0 {
 		t.Errorf("%d rows of refused uploads stored", n)
 	}
-	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 2 {
-		t.Errorf("quota units %d, want the good list's 2", n)
+	if c := usagetest.Of(t, b.pool, acct); c.Quota+c.Held != 2 {
+		t.Errorf("counts %+v, want the good list's 2 units held", c)
 	}
 	// Refused uploads get no usage-log rows: those are for the verify routes (docs/errors.md).
 	b.srv.Close() // writes the usage rows still queued behind responses
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NOT NULL`, acct); n != 0 {
+	if n := b.rows(acct, usagetest.Refused("")); n != 0 {
 		t.Errorf("%d usage-log rows of refused uploads", n)
 	}
 }
@@ -367,15 +368,17 @@ func TestListAdmission(t *testing.T) {
 	b.verify(pkey, map[string]string{"email": "not-an-address"}).want(t, http.StatusOK, "")
 }
 
-// Cancel stops a list and gives back the quota units of what it did not verify; chunks still
-// queued are dropped by the workers, unbilled. Delete of a running list does the same.
+// Cancel stops a list and releases its hold, so the quota units of what it did not verify are
+// back; chunks still queued are dropped by the workers, unbilled. Delete of a running list does
+// the same.
 func TestListCancelRefunds(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
 	acct, key := b.customer(plan.Free)
 	id := b.upload(key, "text/plain", "", "ann@acme.test\nbob@acme.test\nzed@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
 	quota := func() int {
-		return b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct)
+		c := usagetest.Of(t, b.pool, acct)
+		return c.Quota + c.Held
 	}
 	if q := quota(); q != 3 {
 		t.Fatalf("quota units after upload %d, want 3", q)
@@ -396,7 +399,7 @@ func TestListCancelRefunds(t *testing.T) {
 	// A worker now takes the queued chunk and drops it: nothing is verified or billed.
 	b.startWorker(t)
 	time.Sleep(500 * time.Millisecond)
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list'`, acct); n != 0 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" }); n != 0 {
 		t.Errorf("a canceled list billed %d rows", n)
 	}
 	if n := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1 AND result IS NOT NULL`, id); n != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // nulBodyCase is a JSON body with a NUL in one field, and the field the 400 must name.
@@ -90,13 +91,13 @@ func TestNULIsBadInput(t *testing.T) {
 		want(t, http.StatusBadRequest, CodeInvalidRequest)
 
 	b.srv.Close() // writes the usage rows still queued behind responses
-	if n := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 0 {
+	if n := b.charged(acct); n != 0 {
 		t.Errorf("refused requests charged %d quota units and billable calls", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 1 {
+	if n := b.rows(acct, usagetest.Delivered); n != 1 {
 		t.Errorf("%d usage rows of verifications, want 1 (the escaped backslash)", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != verifyRefusals {
+	if n := b.rows(acct, usagetest.Refused("invalid_request")); n != verifyRefusals {
 		t.Errorf("%d invalid_request rows, want %d", n, verifyRefusals)
 	}
 	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct) + b.count(`SELECT count(*) FROM stripe_events`); n != 0 {

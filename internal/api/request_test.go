@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // A JSON value of the wrong type is named for what the field takes, in JSON's words.
@@ -122,13 +123,13 @@ func TestStrictJSONBodies(t *testing.T) {
 	}
 
 	b.srv.Close() // writes the usage rows still queued behind responses
-	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 2 {
+	if n := b.usage(acct).Quota; n != 2 {
 		t.Errorf("%d quota units used, want the 2 good verifications'", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 2 {
+	if n := b.rows(acct, usagetest.Delivered); n != 2 {
 		t.Errorf("%d usage rows of verifications, want 2", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != verifyRefusals {
+	if n := b.rows(acct, usagetest.Refused("invalid_request")); n != verifyRefusals {
 		t.Errorf("%d invalid_request rows, want %d", n, verifyRefusals)
 	}
 	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
@@ -162,7 +163,7 @@ func TestListNDJSONEscapesInEmail(t *testing.T) {
 	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 0 {
 		t.Errorf("%d lists stored from refused uploads", n)
 	}
-	if n := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 0 {
+	if n := b.charged(acct); n != 0 {
 		t.Errorf("refused uploads charged %d", n)
 	}
 }

@@ -99,14 +99,12 @@ type Server struct {
 	// then end properly instead of being cut.
 	stopping chan struct{}
 	stopOnce sync.Once
-	// ledger admits verify requests and settles their charges (refunds retried behind the
-	// response included); Close waits for it. Its rows stay held by this replica until delivered
-	// (usage.Holds), so a replica killed mid-request leaves nothing undelivered billed.
+	// ledger admits verify requests, each holding its emails until it ends, and bills what they
+	// deliver behind their responses (usage.Ledger); Close writes what is queued.
 	ledger   *usage.Ledger
 	jobs     *job.Store
 	lists    *list.Store
-	verdicts *usage.Verdicts
-	headroom *usage.Headroom
+	headroom *headroom
 	// rejections writes the usage-log rows of refused verify requests behind their responses.
 	rejections *usage.Rejections
 	// refusals counts the verify routes' admission refusals (admission_metrics.go).
@@ -126,7 +124,7 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, layout: d.Layout, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Layout), verdicts: usage.NewVerdicts(d.Pool, d.Log), ledger: usage.NewGroupedLedger(d.Pool, d.Log, d.Config.AdmissionWindow).HoldRows(usage.NewHolds(d.Pool, d.Log, usage.HoldOptions{})), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: usage.NewHeadroom(),
+		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Layout), ledger: usage.NewGroupedLedger(d.Pool, d.Log, d.Config.AdmissionWindow), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: newHeadroom(),
 		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
@@ -300,12 +298,11 @@ func (s *Server) BeginShutdown() { s.stopOnce.Do(func() { close(s.stopping) }) }
 // Shutdown stops accepting requests and waits for in-flight ones until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.echo.Shutdown(ctx) }
 
-// Close writes the usage verdicts and rejection rows still queued. Call it once the HTTP server
-// has stopped.
+// Close writes the usage rows, hold releases and rejection rows still queued. Call it once the
+// HTTP server has stopped.
 func (s *Server) Close() {
 	s.BeginShutdown()
 	s.ledger.Close()
-	s.verdicts.Close()
 	s.dispatch.Close()
 	s.rejections.Close()
 }

@@ -36,6 +36,12 @@ const (
 	retryAfterSeconds = "2"
 )
 
+// holdMargin is how long a request's hold outlives the request's deadline (usage.Request.
+// Lifetime): the time for its last rows and its release to be written behind the response, with
+// room for a Postgres failover. A replica killed mid-request has its requests' room back within
+// their lifetime plus one sweep (docs/reliability.md, "Metering guarantees").
+const holdMargin = time.Minute
+
 type verifyRequest struct {
 	Email         *string `json:"email"`
 	WebhookURL    *string `json:"webhook_url"`
@@ -73,15 +79,16 @@ func checkEmail(field, e string) error {
 	return nil
 }
 
-// admit runs admission for n emails, writing rows with it when admitted, and sets the
-// RateLimit-* headers. The charge it returns is settled in one place: the handler defers its
-// Close, which gives back whatever was not delivered (usage.Charge).
-func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*usage.Charge, error) {
+// admit runs admission for n emails of a request whose deadline is deadline, and sets the
+// RateLimit-* headers. The handler hands the hold it returns the rows of the results that reached
+// the client (Deliver) and defers its Close, which gives back whatever was not delivered
+// (usage.Ledger).
+func (s *Server) admit(c echo.Context, who caller, n int, deadline time.Duration) (*usage.Hold, error) {
 	now := s.now()
-	charge, d, err := s.ledger.Admit(c.Request().Context(), usage.Request{
+	hold, d, err := s.ledger.Admit(c.Request().Context(), usage.Request{
 		AccountID: who.account, Free: who.tier == plan.Free, Units: n,
 		RatePerMin: who.plan.RateLimitPerMin, MonthlyCalls: who.plan.MonthlyCalls,
-		OverageEUR: who.plan.OverageEUR, Now: now, Rows: rows,
+		OverageEUR: who.plan.OverageEUR, Now: now, Lifetime: deadline + holdMargin,
 	})
 	s.headroom.Note(who.account, now, d, err)
 	// The headers describe the rate window whenever admission got as far as it: also on a quota,
@@ -105,7 +112,7 @@ func (s *Server) admit(c echo.Context, who caller, n int, rows ...usage.Row) (*u
 		// guessed (a 0 would make a client wait for nothing); when it ends is the clock's.
 		h.Set("RateLimit-Reset", strconv.Itoa(secondsUntil(usage.WindowEnd(now), now)))
 	}
-	return charge, err
+	return hold, err
 }
 
 // rateHeaderBudget bounds the read of the rate window for a verify response refused before

@@ -18,9 +18,8 @@ import (
 
 // Why a request ended early, for its error envelope.
 var (
-	errShuttingDown     = errors.New("the server is shutting down")
-	errUsageNotRecorded = errors.New("usage could not be recorded")
-	errUnstored         = errors.New("the job could not be stored")
+	errShuttingDown = errors.New("the server is shutting down")
+	errUnstored     = errors.New("the job could not be stored")
 )
 
 // stopGrace is how long a batch or stream may still wait for answers in flight once the server
@@ -57,7 +56,7 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 
 // admitList parses a batch or stream request and admits its emails. It refuses at once, charging
 // nothing, when some need the worker fleet and NATS is down or no worker is alive.
-func (s *Server) admitList(c echo.Context, limit int) ([]string, caller, *usage.Charge, error) {
+func (s *Server) admitList(c echo.Context, limit int, deadline time.Duration) ([]string, caller, *usage.Hold, error) {
 	emails, err := parseList(c, limit)
 	if err != nil {
 		return nil, caller{}, nil, err
@@ -67,15 +66,15 @@ func (s *Server) admitList(c echo.Context, limit int) ([]string, caller, *usage.
 	if remote && !s.dispatch.Up() {
 		return nil, who, nil, unavailable(queue.ErrUnavailable)
 	}
-	charge, err := s.admit(c, who, len(emails))
+	hold, err := s.admit(c, who, len(emails), deadline)
 	if err != nil {
 		return nil, who, nil, err
 	}
 	if remote && !s.dispatch.WorkersAlive(c.Request().Context()) {
-		charge.Close()
+		hold.Close()
 		return nil, who, nil, unavailable(queue.ErrNoWorkers)
 	}
-	return emails, who, charge, nil
+	return emails, who, hold, nil
 }
 
 func (s *Server) anyRemote(emails []string) bool {
@@ -152,11 +151,11 @@ type batchResponse struct {
 // envelope (and then nothing is charged).
 func (s *Server) verifyBatch(c echo.Context) error {
 	start := time.Now()
-	emails, who, charge, err := s.admitList(c, maxBatch)
+	emails, who, hold, err := s.admitList(c, maxBatch, batchDeadline)
 	if err != nil {
 		return err
 	}
-	defer charge.Close()
+	defer hold.Close()
 	ctx := c.Request().Context()
 	vctx, cancel := s.listContext(ctx, batchDeadline)
 	defer cancel()
@@ -164,36 +163,34 @@ func (s *Server) verifyBatch(c echo.Context) error {
 	if _, err := s.runList(vctx, emails, func(i int, r verdict.Result) { results[i] = r }); err != nil {
 		return unavailable(listCause(vctx, err))
 	}
-	rows := make([]usage.Row, len(results))
 	lat := elapsedMS(start)
 	for i := range results {
 		results[i].LatencyMS = lat
-		rows[i] = usage.ResultRow(who.item(c, "verify_batch", i), results[i], nil)
-	}
-	if err := charge.Record(ctx, rows); err != nil {
-		s.log.Error("usage log", "err", err)
-		return unavailable(errUsageNotRecorded)
 	}
 	if err := c.JSON(http.StatusOK, batchResponse{Results: results, Count: len(results)}); err != nil {
 		return nil // the client went away before it had the results: they are not owed
 	}
-	charge.Settle()
+	rows := make([]usage.Row, len(results))
+	for i := range results {
+		rows[i] = usage.ResultRow(who.item(c, "verify_batch", i), results[i], nil)
+	}
+	hold.Deliver(rows...)
 	return nil
 }
 
 // verifyStream is POST /v1/email/verify/stream: one NDJSON line per result, in completion order,
-// each flushed as soon as its usage row is durable. A stream that cannot be completed (the fleet
-// did not answer in time, the server is shutting down, usage could not be recorded) ends with an
+// each flushed as soon as it is ready; a line is billed once its flush succeeded. A stream that
+// cannot be completed (the fleet did not answer in time, the server is shutting down) ends with an
 // error line: the error envelope plus the emails that were not verified and not charged. A
 // stream without one is complete (docs/reliability.md).
 func (s *Server) verifyStream(c echo.Context) error {
 	start := time.Now()
 	// Everything that can refuse the request happens before the 200 is committed.
-	emails, who, charge, err := s.admitList(c, maxStream)
+	emails, who, hold, err := s.admitList(c, maxStream, streamDeadline)
 	if err != nil {
 		return err
 	}
-	defer charge.Close() // gives back what did not reach the client
+	defer hold.Close() // gives back what did not reach the client
 	ctx := c.Request().Context()
 	vctx, cancel := s.listContext(ctx, streamDeadline)
 	defer cancel()
@@ -220,27 +217,18 @@ func (s *Server) verifyStream(c echo.Context) error {
 	delivered := make([]bool, len(emails))
 	var (
 		pending []done
-		failure error // set when a line could not be recorded: the stream ends there
-		gone    bool  // the client went away
+		gone    bool // the client went away
 	)
-	// Take everything that is ready, make its usage rows durable in one statement, then write
-	// and flush its lines.
+	// Take everything that is ready, write and flush its lines, then hand their usage rows to
+	// the hold.
 	for first := range ready {
-		if failure != nil || gone {
+		if gone {
 			continue // ending: what still arrives is neither sent nor charged
 		}
 		pending = loop.Gather(append(pending[:0], first), ready, len(emails))
-		rows := make([]usage.Row, len(pending))
 		lat := elapsedMS(start)
 		for k := range pending {
 			pending[k].r.LatencyMS = lat
-			rows[k] = usage.ResultRow(who.item(c, "verify_stream", pending[k].i), pending[k].r, nil)
-		}
-		if err := charge.Record(ctx, rows); err != nil {
-			s.log.Error("usage log (stream)", "err", err)
-			failure = errUsageNotRecorded // not recorded: not sent, and not charged either
-			cancel()
-			continue
 		}
 		// A line is owed once the flush that carries it to the connection has succeeded: the
 		// encoder only fills the response's buffer, and a client that is gone shows only when
@@ -259,10 +247,12 @@ func (s *Server) verifyStream(c echo.Context) error {
 			cancel() // stop verifying for a client that is not there
 			continue
 		}
+		rows := make([]usage.Row, len(pending))
 		for k, x := range pending {
 			delivered[x.i] = true
-			charge.Deliver(rows[k].ItemKey)
+			rows[k] = usage.ResultRow(who.item(c, "verify_stream", x.i), x.r, nil)
 		}
+		hold.Deliver(rows...)
 	}
 
 	var undelivered []int
@@ -272,13 +262,9 @@ func (s *Server) verifyStream(c echo.Context) error {
 		}
 	}
 	if len(undelivered) == 0 {
-		charge.Settle()
 		return nil
 	}
-	cause := failure
-	if cause == nil {
-		cause = listCause(vctx, runErr)
-	}
+	cause := listCause(vctx, runErr)
 	if cause == nil {
 		cause = queue.ErrTimeout
 	}

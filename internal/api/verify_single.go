@@ -42,38 +42,34 @@ func (s *Server) verifyOne(c echo.Context) error {
 	}
 
 	who := s.callerOf(c)
-	it := who.item(c, "verify", 0)
 	r, final := s.local.Local(*req.Email)
-	// The usage row is written by the admission statement itself: complete when the local layers
-	// decide, else with its metering facts and the verdict to follow (usage.Verdicts). Either way
-	// it is durable before the response, with one commit on the request's path.
+	// Admission holds the email; its usage row is written once the answer has reached the client,
+	// behind the response (docs/architecture.md, "Metering and admission").
 	if final {
-		r.LatencyMS = elapsedMS(start)
-		charge, err := s.admit(c, who, 1, usage.ResultRow(it, r, nil))
+		hold, err := s.admit(c, who, 1, syncDeadline)
 		if err != nil {
 			return err
 		}
-		r.LatencyMS = elapsedMS(start) // end to end; the row's snapshot has the time before admission
-		return s.answerOne(c, charge, r)
+		r.LatencyMS = elapsedMS(start)
+		return s.answerOne(c, who, hold, r)
 	}
-	r, charge, err := s.askFleet(c, who, *req.Email, usage.PendingRow(it, *req.Email))
+	r, hold, err := s.askFleet(c, who, *req.Email)
 	if err != nil {
 		return err
 	}
 	r.LatencyMS = elapsedMS(start)
-	s.verdicts.Add(usage.VerdictOf(it.Key, r, nil))
-	return s.answerOne(c, charge, r)
+	return s.answerOne(c, who, hold, r)
 }
 
-// answerOne writes a single result and only then settles its charge: a result that did not reach
-// the client is given back (Close), and a replica killed before the write leaves its row held, for
-// the other replicas' sweep to withdraw (docs/reliability.md, "Usage of a replica that died").
-func (s *Server) answerOne(c echo.Context, charge *usage.Charge, r verdict.Result) error {
-	defer charge.Close()
+// answerOne writes a single result and only then bills it: a result that did not reach the client
+// is not billed, and its hold goes back (Close). A replica killed before the write leaves only the
+// hold, which expires (docs/reliability.md, "Metering guarantees").
+func (s *Server) answerOne(c echo.Context, who caller, hold *usage.Hold, r verdict.Result) error {
+	defer hold.Close()
 	if err := c.JSON(http.StatusOK, r); err != nil {
 		return nil // the client went away before it had the result: it is not owed
 	}
-	charge.Settle()
+	hold.Deliver(usage.ResultRow(who.item(c, "verify", 0), r, nil))
 	return nil
 }
 
@@ -83,12 +79,12 @@ type fleetAnswer struct {
 }
 
 // askFleet admits one email that needs the worker fleet and returns the fleet's result with the
-// request's charge, which the caller settles. When the account's last admission on this replica
+// request's hold, which the caller settles. When the account's last admission on this replica
 // left room, the fleet is asked while Postgres admits, so the admission's commit overlaps the wait
 // for the mail server instead of adding to it; if admission then refuses, the answer is dropped
 // unseen and nothing is charged. Without room, or with no recent decision, admission comes first:
 // a throttled or exhausted account never makes the fleet work.
-func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage.Row) (verdict.Result, *usage.Charge, error) {
+func (s *Server) askFleet(c echo.Context, who caller, email string) (verdict.Result, *usage.Hold, error) {
 	if !s.dispatch.Up() {
 		return verdict.Result{}, nil, unavailable(queue.ErrUnavailable) // at once, before anything is charged
 	}
@@ -103,7 +99,7 @@ func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage
 			answer <- fleetAnswer{r, err}
 		}()
 	}
-	charge, err := s.admit(c, who, 1, logged)
+	hold, err := s.admit(c, who, 1, syncDeadline)
 	if err != nil {
 		return verdict.Result{}, nil, err
 	}
@@ -114,10 +110,10 @@ func (s *Server) askFleet(c echo.Context, who caller, email string, logged usage
 		a.r, a.err = s.dispatch.VerifyOne(vctx, email)
 	}
 	if a.err != nil {
-		charge.Close() // nothing was delivered: the row, its counts and the quota unit go back
+		hold.Close() // nothing was delivered: the hold goes back
 		return verdict.Result{}, nil, unavailable(a.err)
 	}
-	return a.r, charge, nil
+	return a.r, hold, nil
 }
 
 func elapsedMS(start time.Time) float64 {

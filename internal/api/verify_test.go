@@ -30,6 +30,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -168,7 +169,8 @@ func (b *verifyBundle) verify(key string, body any) reply {
 
 func (b *verifyBundle) count(sql string, args ...any) int {
 	b.t.Helper()
-	b.srv.rejections.Flush() // rejection rows are written behind their responses
+	b.srv.rejections.Flush()      // rejection rows are written behind their responses
+	usagetest.Settle(b.t, b.pool) // so are the rows of delivered results
 	var n int
 	pgtest.Must(b.t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n), sql)
 	return n
@@ -211,16 +213,14 @@ func TestVerifySyncOutcomesAndUsage(t *testing.T) {
 
 	// Six emails entered verification: six quota units, six log rows with a null error_class;
 	// five passed layer 1 and are billable (docs/api.md, "Metering").
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 6 {
+	if n := b.rows(acct, usagetest.Delivered); n != 6 {
 		t.Errorf("usage rows %d, want 6", n)
 	}
-	// The rows of addresses the worker fleet answered were written before it was asked, their
-	// verdicts behind the responses; once those are written every row has its outcome.
-	b.srv.Close()
+	// Every row has its result's outcome and the snapshot the client got.
 	for _, c := range append(cases, cases[0]) {
-		if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND coalesce(email_domain, '') = $2
-			AND status = $3 AND coalesce(failed_check, '') = $4 AND snapshot->>'email' = $5`,
-			acct, domainPart(c.email), c.status, c.failed, c.email); n < 1 {
+		if n := b.rows(acct, func(r usagetest.Row) bool {
+			return r.EmailDomain == domainPart(c.email) && r.Status == c.status && r.FailedCheck == c.failed && r.Email == c.email
+		}); n < 1 {
 			t.Errorf("%s: no usage row with status %s and its snapshot", c.email, c.status)
 		}
 	}
@@ -288,10 +288,10 @@ func TestVerifyBadInput(t *testing.T) {
 	r.want(t, http.StatusBadRequest, CodeInvalidRequest)
 
 	// Refused requests cost nothing and are logged with their class (docs/errors.md).
-	if used := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); used != 0 {
+	if used := b.usage(acct).Quota; used != 0 {
 		t.Errorf("bad requests charged %d quota units", used)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != len(cases)+1 {
+	if n := b.rows(acct, usagetest.Refused("invalid_request")); n != len(cases)+1 {
 		t.Errorf("logged %d invalid_request rows, want %d", n, len(cases)+1)
 	}
 }
@@ -334,10 +334,10 @@ func TestRateLimit(t *testing.T) {
 	if a, _ := r.body["action"].(string); !strings.Contains(a, "Split the request into requests of at most 10 emails") {
 		t.Errorf("action for 11 emails against 10 a minute: %q", a)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit' AND route = 'verify_batch'`, acct); n != 2 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.ErrorClass == "rate_limit" && r.Route == "verify_batch" }); n != 2 {
 		t.Errorf("rate_limit rows %d", n)
 	}
-	if used := b.count(`SELECT quota_units FROM usage_monthly WHERE account_id = $1`, acct); used != 8 {
+	if used := b.usage(acct).Quota; used != 8 {
 		t.Errorf("quota %d, want 8: a rate-limited request is not counted", used)
 	}
 }
@@ -396,7 +396,7 @@ func TestMonthlyQuota(t *testing.T) {
 	if want := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC); !isoUTC(t, r.body["reset_at"]).Equal(want) {
 		t.Errorf("reset_at %v, want %v", r.body["reset_at"], want)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'monthly_quota_exceeded'`, acct); n != 2 {
+	if n := b.rows(acct, usagetest.Refused("monthly_quota_exceeded")); n != 2 {
 		t.Errorf("monthly_quota_exceeded rows %d", n)
 	}
 }
@@ -406,7 +406,7 @@ func TestQuotaAdmissionAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
 	acct, key := b.customer(plan.Free)
-	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 495)`, acct)
+	usagetest.SetMonth(t, b.pool, acct, time.Now(), 495, 0)
 	second := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica2"), Pool: pgtest.Pool(t, b.pool.Config().ConnString()),
 		NATS: b.srv.nc, JS: b.js, Local: b.engine, Ready: b.srv.ready})
 	replicas := []http.Handler{b.srv.Handler(), second.Handler()}
@@ -439,7 +439,7 @@ func TestSpendCap(t *testing.T) {
 	b := setupVerify(t, verifyOpts{})
 	acct, key := b.customer(plan.Builder)
 	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 0.01 WHERE id = $1`, acct)
-	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 5000)`, acct)
+	usagetest.SetMonth(t, b.pool, acct, time.Now(), 0, 5000)
 	// 2 more billable calls would cost 0.008 EUR: within the 0.01 cap. The worst case of 3 is not.
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x"}}).want(t, 200, "")
 	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
@@ -447,30 +447,28 @@ func TestSpendCap(t *testing.T) {
 	if r.body["hard_cap_eur"] != 0.01 || r.body["current_overage_eur"] != float64(0) {
 		t.Errorf("body %v", r.body)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'payment_required'`, acct); n != 1 {
+	if n := b.rows(acct, usagetest.Refused("payment_required")); n != 1 {
 		t.Errorf("payment_required rows %d", n)
 	}
 }
 
-// A batch admitted while another is still being verified counts the other's emails as reserved:
-// with room for 3 billable emails under the cap, a 2-email batch still running (a slow mail
-// server) leaves room for 1, not 3 (before, the second 2-email batch passed and the account went
-// over its cap). Once the first batch is answered its emails are billed, no longer reserved.
+// A batch admitted while another is still being verified counts the other's emails as held: with
+// room for 3 billable emails under the cap, a 2-email batch still running (a slow mail server)
+// leaves room for 1, not 3. Once the first batch is answered its emails are billed, no longer
+// held.
 func TestBatchesRunningAtOnceKeepToTheSpendCap(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{
 		"MAILVET_PLAN_BUILDER_MONTHLY_CALLS": "5", "MAILVET_OVERAGE_EUR_BUILDER": "1"}})
 	acct, key := b.customer(plan.Builder)
 	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 3 WHERE id = $1`, acct) // 3 beyond the included 5
-	pgtest.Exec(t, b.pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 5)`, acct)
+	usagetest.SetMonth(t, b.pool, acct, time.Now(), 0, 5)
 
 	slow := make(chan reply, 1)
 	go func() {
 		slow <- b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"sue@slow.test", "ann@acme.test"}})
 	}()
-	waitForTB(t, "the slow batch's reservation", func() bool {
-		return b.count(`SELECT coalesce(sum(emails), 0) FROM usage_reservations WHERE account_id = $1`, acct) == 2
-	})
+	waitForTB(t, "the slow batch's hold", func() bool { return usagetest.Of(t, b.pool, acct).Held == 2 })
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"bob@acme.test", "info@acme.test"}}).
 		want(t, http.StatusPaymentRequired, CodePaymentRequired)
 	if r := <-slow; r.status != http.StatusOK {
@@ -479,12 +477,9 @@ func TestBatchesRunningAtOnceKeepToTheSpendCap(t *testing.T) {
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"bob@acme.test"}}).want(t, http.StatusOK, "")
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"info@acme.test"}}).
 		want(t, http.StatusPaymentRequired, CodePaymentRequired)
-	waitForTB(t, "every reservation released", func() bool {
-		return b.count(`SELECT count(*) FROM usage_reservations WHERE account_id = $1`, acct) == 0 &&
-			b.count(`SELECT reserved FROM usage_monthly WHERE account_id = $1`, acct) == 0
-	})
-	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 8 {
-		t.Fatalf("billable %d, want 8", n)
+	usagetest.Settle(t, b.pool)
+	if c := usagetest.Of(t, b.pool, acct); c.Billable != 8 || c.Held != 0 || c.Holds != 0 {
+		t.Fatalf("counts %+v, want 8 billable and nothing held", c)
 	}
 }
 
@@ -517,19 +512,17 @@ func TestNoWorkersIs503(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("503s took %v", took)
 	}
-	if used := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); used != 0 {
+	if used := b.usage(acct).Quota; used != 0 {
 		t.Errorf("charged %d units for failed requests", used)
 	}
-	// The single address's usage row, written with its admission, went with the refund; what
-	// stays is the logged rejections.
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 0 {
+	// Nothing was delivered, so no usage row was written; what stays is the logged rejections.
+	if n := b.rows(acct, usagetest.Delivered); n != 0 {
 		t.Errorf("%d usage rows of verifications that never happened", n)
 	}
-	if n := b.count(`SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1`, acct) +
-		b.count(`SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1`, acct); n != 0 {
-		t.Errorf("%d billable counts for failed requests", n)
+	if c := b.usage(acct); c.Billable+c.Daily != 0 {
+		t.Errorf("%+v: billable counts for failed requests", c)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'service_unavailable'`, acct); n != 3 {
+	if n := b.rows(acct, usagetest.Refused("service_unavailable")); n != 3 {
 		t.Errorf("%d logged 503s, want 3", n)
 	}
 	// Addresses the API decides locally still work without workers.
@@ -548,13 +541,13 @@ func TestReusedRequestIDIsCountedEveryTime(t *testing.T) {
 		b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"not-an-address", "y@mailinator.com"}},
 			"X-Request-ID", "same").want(t, 200, "")
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 6 {
+	if n := b.rows(acct, usagetest.Delivered); n != 6 {
 		t.Errorf("%d verification rows, want 6", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'invalid_request'`, acct); n != 2 {
+	if n := b.rows(acct, usagetest.Refused("invalid_request")); n != 2 {
 		t.Errorf("%d rejection rows, want 2", n)
 	}
-	if n := b.count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct); n != 4 {
+	if n := b.usage(acct).Billable; n != 4 {
 		t.Errorf("billable %d, want 4", n)
 	}
 }
@@ -634,13 +627,13 @@ func TestFleetWorksOnlyForAdmittedRequests(t *testing.T) {
 
 	b.srv.Close()
 	second.Close()
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL AND status = 'deliverable'`, acct); n != 4 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return usagetest.Delivered(r) && r.Status == "deliverable" }); n != 4 {
 		t.Errorf("%d verified rows with their verdict, want 4", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit'`, acct); n != 4 {
+	if n := b.rows(acct, usagetest.Refused("rate_limit")); n != 4 {
 		t.Errorf("%d rate_limit rows, want 4", n)
 	}
-	if n := b.count(`SELECT quota_units + billable FROM usage_monthly WHERE account_id = $1`, acct); n != 8 {
+	if n := b.charged(acct); n != 8 {
 		t.Errorf("quota units + billable = %d, want 4 + 4", n)
 	}
 }
@@ -663,10 +656,10 @@ func TestClientGoneMidVerifyIsNotCharged(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	if n := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 0 {
+	if n := b.charged(acct); n != 0 {
 		t.Errorf("quota units + billable = %d after the client left, want 0", n)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct); n != 0 {
+	if n := b.rows(acct, usagetest.Delivered); n != 0 {
 		t.Errorf("%d usage rows for a verification the client never got", n)
 	}
 }
@@ -770,7 +763,7 @@ func TestAsyncJob(t *testing.T) {
 	if !bytes.Contains(body, []byte(`"job_id":"`+jobID+`"`)) {
 		t.Errorf("callback body %s", body)
 	}
-	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key = $2 AND billable`, acct, "job:"+jobID); n != 1 {
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.ItemKey == "job:"+jobID && r.Billable }); n != 1 {
 		t.Errorf("job usage rows %d", n)
 	}
 
@@ -786,7 +779,7 @@ func TestAsyncJob(t *testing.T) {
 func TestAsyncJobQueueingFailed(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
-	acct, key := b.customer(plan.Free)              // the free tier takes a quota unit at admission
+	acct, key := b.customer(plan.Free)              // the free tier holds a quota unit at admission
 	b.srv.dispatch.PublishTimeout = time.Nanosecond // every publish fails, as when the PubAck is lost
 	async := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x"}
 
@@ -805,8 +798,8 @@ func TestAsyncJobQueueingFailed(t *testing.T) {
 		t.Fatalf("the started job %q is gone", id)
 	}
 	b.srv.Close() // writes what is queued behind responses
-	if n := b.count(`SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1`, acct); n != 1 {
-		t.Errorf("%d quota units taken, want the kept job's 1 (the 503's refunded)", n)
+	if c := usagetest.Of(t, b.pool, acct); c.Quota != 0 || c.Held != 1 || c.Holds != 1 {
+		t.Errorf("counts %+v, want the kept job's hold of 1 only (the 503's released)", c)
 	}
 }
 
@@ -917,10 +910,10 @@ func TestStreamLinesOfAFailedFlushAreNotCharged(t *testing.T) {
 	if w.Code != http.StatusOK || w.flushes < 2 {
 		t.Fatalf("status %d after %d flushes", w.Code, w.flushes)
 	}
-	deadline := time.Now().Add(3 * time.Second) // the refund may land just after the response
+	deadline := time.Now().Add(3 * time.Second) // the hold may be released just after the response
 	for {
-		units := b.count(`SELECT coalesce(sum(quota_units + billable), 0) FROM usage_monthly WHERE account_id = $1`, acct)
-		rows := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class IS NULL`, acct)
+		units := b.charged(acct)
+		rows := b.rows(acct, usagetest.Delivered)
 		if units == 0 && rows == 0 {
 			break
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // fakeAPI stands in for the verify API (api.Server.ServeAs, tested in internal/api); it records
@@ -429,8 +430,8 @@ func TestAccountIsolation(t *testing.T) {
 	const job, delivery = "0b6f7d8e-1111-4c3e-9a55-000000000001", "0b6f7d8e-2222-4c3e-9a55-000000000001"
 	pgtest.Exec(t, f.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'x@acme.example', 'https://ann-hooks.example/x', 'completed')`, job, annAcct)
 	pgtest.Exec(t, f.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts, finished_at) VALUES ($1, $2, $3, 'https://ann-hooks.example/x', '{}', 'failed', 3, now())`, delivery, job, annAcct)
-	pgtest.Exec(t, f.pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC')::date, 42, 42)`, annAcct)
-	pgtest.Exec(t, f.pool, `INSERT INTO usage_daily (account_id, day, billable) VALUES ($1, (now() AT TIME ZONE 'UTC')::date, 42)`, annAcct)
+	usagetest.SetMonth(t, f.pool, annAcct, time.Now(), 42, 42)
+	usagetest.SetDay(t, f.pool, annAcct, time.Now(), 42)
 
 	csrf := bob.csrf("/dashboard/keys")
 	if resp, _ := bob.post("/dashboard/keys/"+annKey+"/revoke", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {

@@ -74,6 +74,9 @@ func NewStore(db database.DB) *Store { return &Store{db: db} }
 
 // New is what Create needs to store a job.
 type New struct {
+	// ID is the job's id; the zero id makes a new one. The API passes the id of the request's
+	// usage hold, which the job then owns (usage.Adopt).
+	ID            uuid.UUID
 	AccountID     string
 	KeyID         string // "" when not known
 	Email         string
@@ -83,7 +86,10 @@ type New struct {
 
 // Create stores a Pending job and returns its id.
 func (s *Store) Create(ctx context.Context, n New) (uuid.UUID, error) {
-	id := uuid.New()
+	id := n.ID
+	if id == uuid.Nil {
+		id = uuid.New()
+	}
 	var key, secret *string
 	if n.KeyID != "" {
 		key = &n.KeyID

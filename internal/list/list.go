@@ -200,8 +200,8 @@ func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limi
 }
 
 // Cancel stops a queued or running list: chunks still queued are dropped by the workers, a chunk
-// being verified is not written, and the free-tier quota units of the addresses not verified are
-// given back. It returns the list as canceled, ErrFinished if it had already finished, and the
+// being verified is not written, and the list's hold is released: the addresses not verified
+// were never billed. It returns the list as canceled, ErrFinished if it had already finished, and the
 // chunks of another list of the account that it let start, for the caller to publish.
 func (s *Store) Cancel(ctx context.Context, account string, id uuid.UUID) (List, []Chunk, error) {
 	var started []Chunk
@@ -227,7 +227,7 @@ func (s *Store) Cancel(ctx context.Context, account string, id uuid.UUID) (List,
 }
 
 // Delete removes a list with its rows, results and counts — personal data, gone for good. A list
-// still running is canceled first, with its refund. The usage rows of what was verified stay
+// still running is canceled first, releasing its hold. The usage rows of what was verified stay
 // (they are the bill) but hold no address. It returns the chunks of another list of the account
 // that it let start.
 func (s *Store) Delete(ctx context.Context, account string, id uuid.UUID) ([]Chunk, error) {
@@ -289,42 +289,37 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 
 // lockedList is what the state changes of a locked list need.
 type lockedList struct {
-	id         uuid.UUID
-	account    uuid.UUID
-	tier       plan.Tier
-	state      State
-	unique     int
-	verified   int
-	quotaUnits int
-	quotaMonth time.Time
+	id       uuid.UUID
+	account  uuid.UUID
+	tier     plan.Tier
+	state    State
+	unique   int
+	verified int
 }
 
 // lockList locks list id (of account, unless account is empty) for the rest of tx.
 func lockList(ctx context.Context, tx pgx.Tx, id uuid.UUID, account string) (lockedList, error) {
 	st := lockedList{id: id}
-	err := tx.QueryRow(ctx, `SELECT l.account_id, a.tier, l.state, l.unique_addresses, l.verified, l.quota_units, l.quota_month
+	err := tx.QueryRow(ctx, `SELECT l.account_id, a.tier, l.state, l.unique_addresses, l.verified
 		FROM lists l JOIN accounts a ON a.id = l.account_id
 		WHERE l.id = $1 AND ($2 = '' OR l.account_id::text = $2) FOR UPDATE OF l`, id, account).
-		Scan(&st.account, &st.tier, &st.state, &st.unique, &st.verified, &st.quotaUnits, &st.quotaMonth)
+		Scan(&st.account, &st.tier, &st.state, &st.unique, &st.verified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, ErrNotFound
 	}
 	return st, err
 }
 
-// finish moves a locked, unfinished list to a final state. A list that stops before every address
-// is verified gives back the free-tier quota units of the addresses it did not verify: a result
-// the customer did not get is never billed.
+// finish moves a locked, unfinished list to a final state and releases the list's hold in the
+// same transaction: the addresses it did not verify were never billed, and their room under the
+// account's quota or spend cap is back (docs/lists.md, "Metering").
 func finish(ctx context.Context, tx pgx.Tx, st lockedList, to State, reason string, cfg Config) error {
 	_, err := tx.Exec(ctx, `UPDATE lists SET state = $2, error = nullif($3, ''), finished_at = now(), updated_at = now(),
 		expires_at = now() + $4::interval WHERE id = $1`, st.id, to, reason, cfg.Retention[st.tier])
 	if err != nil {
 		return err
 	}
-	if back := min(st.quotaUnits, st.unique-st.verified); back > 0 {
-		return usage.Refund(ctx, tx, usage.Decision{AccountID: st.account.String(), Month: st.quotaMonth, QuotaCharged: back})
-	}
-	return nil
+	return usage.Bill(ctx, tx, st.id, nil, true)
 }
 
 func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {

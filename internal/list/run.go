@@ -218,8 +218,9 @@ func (s *Store) Write(ctx context.Context, c Chunk, w Work, results []verdict.Re
 	return out, nil
 }
 
-// count adds the written addresses to the list's counts and records their usage rows. The rows
-// carry no snapshot: the results live with the list, and go with it when it is deleted.
+// count adds the written addresses to the list's counts and bills their usage rows against the
+// list's hold, in the chunk's transaction. The rows carry no snapshot: the results live with the
+// list, and go with it when it is deleted.
 func count(ctx context.Context, tx pgx.Tx, id uuid.UUID, written []Address, results []verdict.Result, byIdx map[int]int, w Work) error {
 	type key struct{ status, reason string }
 	counts := map[key]int{}
@@ -246,7 +247,7 @@ func count(ctx context.Context, tx pgx.Tx, id uuid.UUID, written []Address, resu
 		ON CONFLICT (list_id, status, reason) DO UPDATE SET n = list_counts.n + EXCLUDED.n`, id, ss, rs, ns); err != nil {
 		return err
 	}
-	return usage.Record(ctx, tx, rows)
+	return usage.Bill(ctx, tx, id, rows, false)
 }
 
 // callback creates the list's completion callback, if it has a webhook: the list as GET shows it.

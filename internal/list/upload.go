@@ -74,8 +74,8 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		// counts are filled in once the file has been read.
 		qctx, qcancel := quick()
 		_, err := tx.Exec(qctx, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column,
-			quota_month, webhook_url, webhook_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), usage.MonthStart(u.Now), hook, secret)
+			webhook_url, webhook_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), hook, secret)
 		qcancel()
 		if err != nil {
 			return fmt.Errorf("store list: %w", err)
@@ -97,23 +97,15 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		}
 		unique = tag.RowsAffected()
 		// Admission of the whole list, worst case: every unique address verified and billable.
-		// One list admission of an account at a time: the account row is locked first, in a
-		// statement of its own, so that a second upload's admission statement starts after the
-		// first has committed and its snapshot counts that list's addresses as spoken for
-		// (usage.Admit's lists still to verify). Otherwise both read the room under the spend
-		// cap or the quota before either list is there, and both spend it. FOR NO KEY UPDATE, as
-		// every locker of the accounts row takes it: it does not wait on the key-share lock the
-		// list row's insert holds, in this upload or another.
+		// The list owns the hold (its id is the list's), which its chunks bill and its end
+		// releases; it never expires. Concurrent uploads and requests of the account are decided
+		// one after another on the month row, which this transaction keeps locked until it
+		// commits (docs/lists.md, "Metering").
 		qctx, qcancel = quick()
-		_, err = tx.Exec(qctx, `SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, u.AccountID)
-		qcancel()
-		if err != nil {
-			return err
-		}
-		qctx, qcancel = quick()
-		d, err := usage.Admit(qctx, tx, usage.Request{
+		_, err = usage.Admit(qctx, tx, usage.Request{
 			AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
 			RatePerMin: u.Plan.RateLimitPerMin, MonthlyCalls: u.Plan.MonthlyCalls, OverageEUR: u.Plan.OverageEUR, Now: u.Now,
+			Hold: id,
 		})
 		qcancel()
 		if err != nil {
@@ -122,8 +114,8 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		chunks = (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
 		qctx, qcancel = quick()
 		defer qcancel()
-		_, err = tx.Exec(qctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4, quota_units = $5 WHERE id = $1`,
-			id, rd.Rows(), unique, chunks, d.QuotaCharged)
+		_, err = tx.Exec(qctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4 WHERE id = $1`,
+			id, rd.Rows(), unique, chunks)
 		return err
 	}()
 	if err == nil {

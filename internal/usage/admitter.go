@@ -3,7 +3,6 @@ package usage
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -16,13 +15,6 @@ import (
 	"github.com/mailvet/mailvet/internal/database"
 )
 
-// BatchDB is a DB that can also send many statements in one round trip (a pool or a
-// transaction), as an Admitter needs.
-type BatchDB interface {
-	DB
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // Admitter admits requests in groups: the admission statements of many requests go to Postgres
 // in one round trip and are committed together, so a busy replica pays one commit for a group
 // instead of one per request (docs/api.md, "Metering").
@@ -30,8 +22,8 @@ type BatchDB interface {
 // Each request is still decided exactly as if it were alone. A group is one transaction whose
 // statements are Admit's own, run one after the other in the order the requests arrived (per
 // account), each seeing the ones before it: the rate limit, the quota and the spend cap cannot
-// be overshot, a refusal is the same error with the same fields, and rows are written only for
-// admitted requests. A statement that fails (a duplicate usage key, say) rolls the transaction
+// be overshot, a refusal is the same error with the same fields, and holds are made only for
+// admitted requests. A statement that fails (a hold id used already, say) rolls the transaction
 // back; that request gets its error and the group is sent again without it, so its group-mates
 // are decided as if it had not been there.
 //
@@ -41,8 +33,8 @@ type BatchDB interface {
 type Admitter struct {
 	db     BatchDB
 	window time.Duration
-	// refunds gives back what an abandoned request was charged, retrying behind the scenes.
-	refunds *Ledger
+	// release gives back the hold of a request admitted after its caller gave up.
+	release func(account string, hold uuid.UUID)
 
 	mu       sync.Mutex
 	pending  []*waiter
@@ -65,17 +57,14 @@ const (
 )
 
 // NewAdmitter returns an admitter on db that collects requests for up to window while a group is
-// in flight. A window of zero or less admits every request alone with Admit.
-func NewAdmitter(db BatchDB, log *slog.Logger, window time.Duration) *Admitter {
-	return &Admitter{db: db, window: window, refunds: NewLedger(db, log)}
+// in flight. A window of zero or less admits every request alone with Admit. release is handed
+// the hold of every request that the group admitted after its caller had given up.
+func NewAdmitter(db BatchDB, window time.Duration, release func(account string, hold uuid.UUID)) *Admitter {
+	return &Admitter{db: db, window: window, release: release}
 }
 
-// Close waits for the groups in flight and for the refunds of abandoned requests. Call it once
-// nothing admits any more.
-func (a *Admitter) Close() {
-	a.running.Wait()
-	a.refunds.Close()
-}
+// Close waits for the groups in flight. Call it once nothing admits any more.
+func (a *Admitter) Close() { a.running.Wait() }
 
 // waiter is one request waiting for its group. Its fields after adm are guarded by the
 // Admitter's mutex until done is closed.
@@ -94,8 +83,7 @@ type waiter struct {
 //
 // A request whose ctx ends before its group is sent is dropped from the group: nothing is
 // charged. One whose ctx ends while its group runs returns at once; if the group then admits it,
-// the admission is taken back (its rows withdrawn, its quota units returned), so a caller that
-// gave up is never billed. Its rate-limit units stay spent, as with Refund.
+// its hold is released. Its rate-limit units stay spent.
 func (a *Admitter) Admit(ctx context.Context, r Request) (Decision, error) {
 	if a.window <= 0 {
 		return Admit(ctx, a.db, r)
@@ -209,7 +197,7 @@ func (a *Admitter) run(group []*waiter) {
 func (a *Admitter) send(ctx context.Context, group []*waiter) (int, error) {
 	b := &pgx.Batch{}
 	for _, w := range group {
-		b.Queue(w.adm.sql, w.adm.args...)
+		b.Queue(admitSQL, w.adm.args...)
 	}
 	br := a.db.SendBatch(ctx, b)
 	for i, w := range group {
@@ -228,8 +216,8 @@ func (a *Admitter) send(ctx context.Context, group []*waiter) (int, error) {
 	return -1, nil
 }
 
-// deliver hands each request of group its outcome and takes back the admissions of the requests
-// whose callers gave up meanwhile. When the whole group failed because Postgres is unreachable
+// deliver hands each request of group its outcome and releases the holds of the requests whose
+// callers gave up meanwhile. When the whole group failed because Postgres is unreachable
 // (down), the requests still waiting for a group get the same error at once rather than each
 // waiting out another deadline: a partitioned database still yields a prompt 503.
 func (a *Admitter) deliver(group []*waiter, down error) {
@@ -254,15 +242,6 @@ func (a *Admitter) deliver(group []*waiter, down error) {
 	a.mu.Unlock()
 
 	for _, adm := range abandoned {
-		// An admitted request needs no read to be decided.
-		d, err := adm.decide(context.Background(), a.db)
-		if err != nil {
-			continue
-		}
-		// Its caller, told at once, released the reservation before the group had committed it
-		// (Ledger.Admit): it is released here, after the commit.
-		a.refunds.release(d.Reservation)
-		d.RefundID = uuid.New()
-		a.refunds.settle(d, d.Logged, nil)
+		a.release(adm.r.AccountID, adm.r.Hold)
 	}
 }

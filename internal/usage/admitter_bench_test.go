@@ -16,17 +16,19 @@ import (
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
-// BenchmarkAdmission is admission alone, without HTTP: 50 concurrent callers admit single
-// locally decided emails (each with its usage row, as POST /v1/email/verify does) for one paid
-// account, through Admit (window=0) and through an Admitter. It shows what Postgres allows the
-// admission step by itself on this machine (BENCHMARKS.md, "Grouped admissions (issue 16)").
+// BenchmarkAdmission is metering alone, without HTTP: 50 concurrent callers each admit a single
+// locally decided email for one paid account, hand over its usage row and release its hold, as
+// POST /v1/email/verify does, through a Ledger that admits each alone (window=0) or in groups.
+// The time includes writing every row (Ledger.Flush), behind the admissions. It shows what
+// Postgres allows metering by itself on this machine (BENCHMARKS.md, "Metering as holds
+// (issue 29)").
 func BenchmarkAdmission(b *testing.B) {
 	for _, window := range []time.Duration{0, time.Millisecond} {
 		b.Run(fmt.Sprintf("window=%s", window), func(b *testing.B) {
 			pool := pgtest.New(b)
 			acct := newBenchAccount(b, pool)
-			a := usage.NewAdmitter(pool, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)), window)
-			defer a.Close()
+			l := usage.NewGroupedLedger(pool, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)), window)
+			defer l.Close()
 			const callers = 50
 			var (
 				next   atomic.Int64
@@ -45,15 +47,20 @@ func BenchmarkAdmission(b *testing.B) {
 							return
 						}
 						r := usage.Request{AccountID: acct, Units: 1, RatePerMin: 1 << 30, MonthlyCalls: 1 << 30, OverageEUR: 0.002,
-							Now: time.Now(), Rows: []usage.Row{{ItemKey: fmt.Sprintf("bench:%d", i), AccountID: acct, Route: "verify",
-								Status: "invalid", FailedCheck: "disposable", Billable: true, QuotaUnit: true, Snapshot: []byte(`{"status":"invalid"}`)}}}
-						if _, err := a.Admit(ctx, r); err != nil {
+							Now: time.Now(), Lifetime: time.Minute}
+						h, _, err := l.Admit(ctx, r)
+						if err != nil {
 							failed.Add(1)
+							continue
 						}
+						h.Deliver(usage.Row{ItemKey: fmt.Sprintf("bench:%d", i), AccountID: acct, Route: "verify",
+							Status: "invalid", FailedCheck: "disposable", Billable: true, QuotaUnit: true, Snapshot: []byte(`{"status":"invalid"}`)})
+						h.Close()
 					}
 				}()
 			}
 			wg.Wait()
+			l.Flush()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "admissions/s")
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d admissions failed", n)

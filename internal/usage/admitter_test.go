@@ -3,18 +3,17 @@ package usage_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // groups is a BatchDB on a real pool that notes the size of every batch it sends, so that a test
@@ -45,7 +44,11 @@ func (g *groups) largest() int {
 
 func newAdmitter(t *testing.T, db usage.BatchDB, window time.Duration) *usage.Admitter {
 	t.Helper()
-	a := usage.NewAdmitter(db, slog.New(slog.NewTextHandler(&logtest.Buffer{}, nil)), window)
+	a := usage.NewAdmitter(db, window, func(_ string, hold uuid.UUID) {
+		if err := usage.Bill(context.Background(), db, hold, nil, true); err != nil {
+			t.Errorf("release %s: %v", hold, err)
+		}
+	})
 	t.Cleanup(a.Close)
 	return a
 }
@@ -101,29 +104,25 @@ func burst(a *usage.Admitter, n int, req func(i int) usage.Request) *outcome {
 }
 
 // Many concurrent requests of one free account at the edge of its quota and of its rate limit:
-// exactly the limit is admitted, the refusals are the same errors as Admit's, and rows are
-// written for the admitted requests only.
+// exactly the limit is admitted, the refusals are the same errors as Admit's, and holds are
+// made for the admitted requests only.
 func TestAdmitterIsExactAtTheLimit(t *testing.T) {
 	t.Parallel()
 	db := &groups{Pool: pgtest.New(t)}
 	a := newAdmitter(t, db, 5*time.Millisecond)
 
 	quotaAcct := newAccount(t, db.Pool, "free")
-	pgtest.Exec(t, db.Pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, $2, 480)`, quotaAcct, usage.MonthStart(now))
+	usagetest.SetMonth(t, db.Pool, quotaAcct, now, 480, 0)
 	o := burst(a, 100, func(i int) usage.Request {
 		r := freeReq(quotaAcct, 1)
 		r.RatePerMin = 1000
-		r.Rows = []usage.Row{pendingRow(quotaAcct, fmt.Sprintf("q:%d", i))}
 		return r
 	})
 	if o.admitted != 20 || o.quota != 80 || len(o.other) > 0 || o.rate > 0 {
 		t.Fatalf("quota: admitted %d, quota refusals %d, rate %d, other %v; want 20 and 80", o.admitted, o.quota, o.rate, o.other)
 	}
-	if q, b, day := monthly(t, db.Pool, quotaAcct); q != 500 || b != 20 || day != 20 {
-		t.Fatalf("quota %d billable %d daily %d, want 500 20 20", q, b, day)
-	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, quotaAcct); n != 20 {
-		t.Fatalf("%d usage rows, want one per admitted request (20)", n)
+	if c := usagetest.Of(t, db.Pool, quotaAcct); c.Quota != 480 || c.Held != 20 || c.Holds != 20 {
+		t.Fatalf("counts %+v, want 480 delivered and one hold per admitted request (20)", c)
 	}
 
 	rateAcct := newAccount(t, db.Pool, "free")
@@ -155,17 +154,16 @@ func TestAdmitterSpendCap(t *testing.T) {
 	a := newAdmitter(t, db, 5*time.Millisecond)
 	acct := newAccount(t, db.Pool, "builder")
 	// 5,000 included; 1.00 EUR at 0.004 EUR a call is 250 calls over: 10 left.
-	pgtest.Exec(t, db.Pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5240)`, acct, usage.MonthStart(now))
+	usagetest.SetMonth(t, db.Pool, acct, now, 0, 5240)
 	pgtest.Exec(t, db.Pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
 	o := burst(a, 60, func(i int) usage.Request {
-		return usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now,
-			Rows: []usage.Row{pendingRow(acct, fmt.Sprintf("p:%d", i))}}
+		return usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now}
 	})
 	if o.admitted != 10 || o.capX != 50 || len(o.other) > 0 {
 		t.Fatalf("admitted %d, cap refusals %d, other %v; want 10 and 50", o.admitted, o.capX, o.other)
 	}
-	if _, b, _ := monthly(t, db.Pool, acct); b != 5250 {
-		t.Fatalf("billable %d, want 5250 (the cap)", b)
+	if c := usagetest.Of(t, db.Pool, acct); c.Billable+c.Held != 5250 {
+		t.Fatalf("counts %+v: billed and held %d, want 5250 (the cap)", c, c.Billable+c.Held)
 	}
 }
 
@@ -184,18 +182,14 @@ func TestAdmitterMixedAccounts(t *testing.T) {
 		k := i % len(accts)
 		r := freeReq(accts[k], 1)
 		r.RatePerMin = limit(k)
-		r.Rows = []usage.Row{pendingRow(accts[k], fmt.Sprintf("m:%d", i))}
 		return r
 	})
 	if o.admitted != 5+12+19+26 || len(o.other) > 0 {
 		t.Fatalf("admitted %d (other %v), want %d", o.admitted, o.other, 5+12+19+26)
 	}
 	for k, acct := range accts {
-		if n := count(t, db.Pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != limit(k) {
-			t.Errorf("account %d: %d rows, want %d", k, n, limit(k))
-		}
-		if q, _, _ := monthly(t, db.Pool, acct); q != limit(k) {
-			t.Errorf("account %d: %d quota units, want %d", k, q, limit(k))
+		if c := usagetest.Of(t, db.Pool, acct); c.Holds != limit(k) || c.Held != limit(k) {
+			t.Errorf("account %d: %+v, want %d holds of one unit", k, c, limit(k))
 		}
 	}
 	if db.largest() < 2 {
@@ -203,7 +197,7 @@ func TestAdmitterMixedAccounts(t *testing.T) {
 	}
 }
 
-// One request whose statement fails (its usage key is logged already) gets Admit's error; the
+// One request whose statement fails (its hold id is taken already) gets Admit's error; the
 // others of its group are admitted as if it had not been there.
 func TestAdmitterOneFailureDoesNotFailTheGroup(t *testing.T) {
 	t.Parallel()
@@ -212,28 +206,27 @@ func TestAdmitterOneFailureDoesNotFailTheGroup(t *testing.T) {
 	acct := newAccount(t, db.Pool, "free")
 	r := freeReq(acct, 1)
 	r.RatePerMin = 1000
-	r.Rows = []usage.Row{pendingRow(acct, "dup")}
+	r.Hold = uuid.New()
 	if _, err := usage.Admit(ctx, db.Pool, r); err != nil {
 		t.Fatal(err)
 	}
+	dup := r.Hold
 	o := burst(a, 30, func(i int) usage.Request {
 		r := freeReq(acct, 1)
 		r.RatePerMin = 1000
-		key := fmt.Sprintf("k:%d", i)
 		if i == 15 {
-			key = "dup"
+			r.Hold = dup
 		}
-		r.Rows = []usage.Row{pendingRow(acct, key)}
 		return r
 	})
 	if o.admitted != 29 || len(o.other) != 1 {
 		t.Fatalf("admitted %d, failed %v; want 29 and the duplicate", o.admitted, o.other)
 	}
 	if !errors.Is(o.other[0], usage.ErrQuotaCheck) {
-		t.Fatalf("duplicate key: %v, want ErrQuotaCheck as with Admit", o.other[0])
+		t.Fatalf("duplicate hold: %v, want ErrQuotaCheck as with Admit", o.other[0])
 	}
-	if q, b, day := monthly(t, db.Pool, acct); q != 30 || b != 30 || day != 30 {
-		t.Fatalf("quota %d billable %d daily %d, want 30 each (the first admission and 29)", q, b, day)
+	if c := usagetest.Of(t, db.Pool, acct); c.Held != 30 || c.Holds != 30 {
+		t.Fatalf("counts %+v, want 30 holds (the first admission and 29)", c)
 	}
 	if db.largest() < 2 {
 		t.Fatalf("batches %v: the requests were never grouped", db.sizes)
@@ -241,17 +234,22 @@ func TestAdmitterOneFailureDoesNotFailTheGroup(t *testing.T) {
 }
 
 // A request whose caller gives up while it waits for a group is dropped; one whose caller gives
-// up while its group runs is taken back after the group admits it. Neither is billed.
+// up while its group runs has its hold released after the group admits it. Neither holds
+// anything afterwards.
 func TestAdmitterCancellation(t *testing.T) {
 	t.Parallel()
 	db := &groups{Pool: pgtest.New(t)}
 	a := newAdmitter(t, db, 5*time.Millisecond)
 	acct := newAccount(t, db.Pool, "free")
+	holds := map[string]uuid.UUID{}
 	req := func(key string) usage.Request {
 		r := freeReq(acct, 1)
 		r.RatePerMin = 1000
-		r.Rows = []usage.Row{pendingRow(acct, key)}
+		r.Hold = holds[key]
 		return r
+	}
+	for _, k := range []string{"first", "inflight", "kept", "queued"} {
+		holds[k] = uuid.New()
 	}
 	// The account's rate window exists, and another transaction holds its row: every admission
 	// of the account blocks until it ends.
@@ -308,13 +306,10 @@ func TestAdmitterCancellation(t *testing.T) {
 	if got := <-kept; got.err != nil {
 		t.Fatalf("kept: %v", got.err)
 	}
-	a.Close() // the refund of "inflight" has run
+	a.Close() // the release of "inflight" has run
 
-	if n := count(t, db.Pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND item_key IN ('queued', 'inflight')`, acct); n != 0 {
-		t.Fatalf("%d rows of requests whose callers gave up", n)
-	}
-	if q, b, day := monthly(t, db.Pool, acct); q != 2 || b != 2 || day != 2 {
-		t.Fatalf("quota %d billable %d daily %d, want 2 each (first and kept)", q, b, day)
+	if c := usagetest.Of(t, db.Pool, acct); c.Held != 2 || c.Holds != 2 || c.Quota != 0 {
+		t.Fatalf("counts %+v, want the holds of first and kept only", c)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/google/uuid"
 
 	"github.com/mailvet/mailvet/internal/loop"
 )
@@ -97,10 +98,15 @@ func (w *Rejections) Flush() {
 
 // Close writes the queued rows, waiting rejectionDrain at most, and stops the writer.
 func (w *Rejections) Close() {
-	started, first := closeQueue(&w.mu, &w.shut, &w.started, w.in)
-	if !first {
+	w.mu.Lock()
+	if w.shut {
+		w.mu.Unlock()
 		return
 	}
+	w.shut = true
+	close(w.in)
+	started := w.started
+	w.mu.Unlock()
 	if started {
 		t := time.NewTimer(rejectionDrain)
 		select {
@@ -133,7 +139,7 @@ func (w *Rejections) write(batch []Row) {
 	op := func() error {
 		ctx, cancel := context.WithTimeout(w.ctx, rejectionAttempt)
 		defer cancel()
-		return Record(ctx, w.db, batch)
+		return Bill(ctx, w.db, uuid.Nil, batch, false)
 	}
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxElapsedTime(rejectionPatience))

@@ -10,6 +10,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 func rejected(acct string, i int) usage.Row {
@@ -28,11 +29,11 @@ func TestRejectionsAreWrittenAndNeverCounted(t *testing.T) {
 	}
 	w.Add(rejected(acct, 0)) // the same item key is logged once
 	w.Flush()
-	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND error_class = 'rate_limit'`, acct); n != 600 {
+	if n := usagetest.Count(usagetest.Rows(t, pool, acct), func(r usagetest.Row) bool { return r.ErrorClass == "rate_limit" }); n != 600 {
 		t.Errorf("%d rejection rows, want 600", n)
 	}
-	if q, b, d := monthly(t, pool, acct); q+b+d != 0 {
-		t.Errorf("rejections counted: quota %d, billable %d, daily %d", q, b, d)
+	if c := usagetest.Of(t, pool, acct); c != (usagetest.Counts{}) {
+		t.Errorf("rejections counted: %+v", c)
 	}
 	if w.Dropped() != 0 {
 		t.Errorf("%d dropped on a healthy database", w.Dropped())

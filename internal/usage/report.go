@@ -6,6 +6,34 @@ import (
 	"time"
 )
 
+// month reads the counts of account's month (sql/month.sql).
+func month(ctx context.Context, db DB, account string, start time.Time) (quota, billable, held int, err error) {
+	err = db.QueryRow(ctx, monthSQL, account, start).Scan(&quota, &billable, &held)
+	return quota, billable, held, err
+}
+
+// QuotaUsed is the free-tier monthly-quota count for now's UTC month (account.usage_this_month):
+// the units of results delivered and those held by requests, lists and jobs still running, as
+// admission counts them.
+func QuotaUsed(ctx context.Context, db DB, accountID string, now time.Time) (int, error) {
+	quota, _, held, err := month(ctx, db, accountID, MonthStart(now))
+	return quota + held, err
+}
+
+// pruneTimeout bounds PruneRateWindows. It is background work, and a minute's windows of every
+// active account can take longer to delete than the pool's default deadline for request-path
+// statements (database.QueryTimeout).
+const pruneTimeout = 30 * time.Second
+
+// PruneRateWindows deletes rate-limit windows that ended before now minus one minute. Any
+// replica may run it; it touches only rows no request will read again.
+func PruneRateWindows(ctx context.Context, db DB, now time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, pruneTimeout)
+	defer cancel()
+	tag, err := db.Exec(ctx, pruneSQL, now.UTC().Truncate(time.Minute).Add(-time.Minute))
+	return tag.RowsAffected(), err
+}
+
 // Day is one entry of GET /v1/management/usage (docs/api.md).
 type Day struct {
 	Date  string `json:"date"`
@@ -19,11 +47,7 @@ const DailyWindow = 30
 // days without calls included as zero.
 func Daily(ctx context.Context, db DB, accountID string, now time.Time) ([]Day, error) {
 	today := now.UTC().Truncate(24 * time.Hour)
-	rows, err := db.Query(ctx, `
-		SELECT to_char(g.day, 'YYYY-MM-DD'), coalesce(d.billable, 0)
-		FROM generate_series($2::date - ($3::int - 1), $2::date, interval '1 day') AS g(day)
-		LEFT JOIN usage_daily d ON d.account_id = $1 AND d.day = g.day::date
-		ORDER BY g.day`, accountID, today, DailyWindow)
+	rows, err := db.Query(ctx, dailySQL, accountID, today, DailyWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -56,21 +80,19 @@ type Summary struct {
 	Tier             string  `json:"tier"`
 }
 
-// Summarize builds the usage summary. The free tier counts monthly-quota units, exactly as
-// verify admission and account.usage_this_month do (docs/api.md, "Metering"); paid tiers count
-// billable verifications, as GET /usage does (rule 4).
+// Summarize builds the usage summary. The free tier counts monthly-quota units delivered or held,
+// exactly as verify admission and account.usage_this_month do (docs/api.md, "Metering"); paid
+// tiers count billable verifications, as GET /usage does (rule 4).
 func Summarize(ctx context.Context, db DB, accountID string, tier string, free bool, included int, overagePrice float64, now time.Time) (Summary, error) {
 	start := MonthStart(now)
 	s := Summary{Period: Period{Start: start, End: start.AddDate(0, 1, 0)}, CallsIncluded: included, Tier: tier}
-	var quota, billable int
-	err := db.QueryRow(ctx, `SELECT coalesce(max(quota_units), 0), coalesce(max(billable), 0)
-		FROM usage_monthly WHERE account_id = $1 AND month = $2`, accountID, start).Scan(&quota, &billable)
+	quota, billable, held, err := month(ctx, db, accountID, start)
 	if err != nil {
 		return s, err
 	}
 	s.CallsUsed = billable
 	if free {
-		s.CallsUsed = quota
+		s.CallsUsed = quota + held
 	}
 	s.CallsRemaining = max(0, included-s.CallsUsed)
 	s.OverageCalls = max(0, s.CallsUsed-included)

@@ -9,7 +9,8 @@ import (
 )
 
 // Item names one email of a request in the usage log: its idempotency key, the account and key
-// that sent it, and the route ("verify", "verify_batch", "verify_stream", "verify_async").
+// that sent it, and the route ("verify", "verify_batch", "verify_stream", "verify_async",
+// "verify_list").
 type Item struct {
 	Key       string
 	AccountID string
@@ -23,23 +24,21 @@ func Billable(r verdict.Result) bool {
 	return r.FailedCheck == nil || *r.FailedCheck != verdict.CheckSyntax
 }
 
-// ResultRow is the usage-log row of an email whose result is known: billable by Billable, one
-// quota unit, its verdict and a snapshot. snapshot is the JSON the client got; nil means r's.
+// ResultRow is the usage-log row of a delivered result: billable by Billable, one quota unit, its
+// verdict and a snapshot. snapshot is the JSON the client got; nil means r's.
 func ResultRow(it Item, r verdict.Result, snapshot []byte) Row {
-	v := VerdictOf(it.Key, r, snapshot)
-	row := PendingRow(it, r.Email)
-	row.Status, row.FailedCheck, row.Snapshot = v.Status, v.FailedCheck, v.Snapshot
-	row.Billable = Billable(r)
-	return row
-}
-
-// PendingRow is the usage-log row of an email that passed the local layers (so it is billable)
-// and waits for the worker fleet; Verdicts fills in its verdict later.
-func PendingRow(it Item, email string) Row {
-	return Row{
-		ItemKey: it.Key, AccountID: it.AccountID, KeyID: it.KeyID, OccurredAt: time.Now(), Route: it.Route,
-		EmailDomain: domainOf(email), Billable: true, QuotaUnit: true,
+	if snapshot == nil {
+		snapshot, _ = json.Marshal(r)
 	}
+	row := Row{
+		ItemKey: it.Key, AccountID: it.AccountID, KeyID: it.KeyID, OccurredAt: time.Now(), Route: it.Route,
+		EmailDomain: domainOf(r.Email), Status: string(r.Status), Billable: Billable(r), QuotaUnit: true,
+		Snapshot: snapshot,
+	}
+	if r.FailedCheck != nil {
+		row.FailedCheck = string(*r.FailedCheck)
+	}
+	return row
 }
 
 // FailedRow is the usage-log row of an email whose verification itself failed (errClass names
@@ -48,19 +47,6 @@ func FailedRow(it Item, r verdict.Result, snapshot []byte, errClass string) Row 
 	row := ResultRow(it, r, snapshot)
 	row.Billable, row.ErrorClass = false, errClass
 	return row
-}
-
-// VerdictOf is the verdict columns of a usage row: the result's status, failed check and
-// snapshot (snapshot, or r's JSON when nil).
-func VerdictOf(itemKey string, r verdict.Result, snapshot []byte) Verdict {
-	if snapshot == nil {
-		snapshot, _ = json.Marshal(r)
-	}
-	fc := ""
-	if r.FailedCheck != nil {
-		fc = string(*r.FailedCheck)
-	}
-	return Verdict{ItemKey: itemKey, Status: string(r.Status), FailedCheck: fc, Snapshot: snapshot}
 }
 
 // domainOf is the lower-cased part after the last @, or "" when there is none.

@@ -3,7 +3,7 @@ package usage_test
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"github.com/mailvet/mailvet/internal/verdict"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 var ctx = context.Background()
@@ -74,7 +75,7 @@ func TestQuotaAdmissionIsAtomicAcrossReplicas(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	replicas := []*pgxpool.Pool{pgtest.Pool(t, dbURL), pgtest.Pool(t, dbURL)}
 	acct := newAccount(t, replicas[0], "free")
-	pgtest.Exec(t, replicas[0], `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES ($1, $2, 495)`, acct, usage.MonthStart(now))
+	usagetest.SetMonth(t, replicas[0], acct, now, 495, 0)
 
 	var admitted, refused atomic.Int32
 	var wg sync.WaitGroup
@@ -108,14 +109,15 @@ func TestQuotaAdmissionIsAtomicAcrossReplicas(t *testing.T) {
 	}
 }
 
-func TestQuotaExceededAndRefund(t *testing.T) {
+// A refused free request takes nothing; a released hold gives its units back.
+func TestQuotaExceededAndRelease(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "free")
 	r := freeReq(acct, 3)
 	r.MonthlyCalls, r.RatePerMin = 5, 100
 	d, err := usage.Admit(ctx, pool, r)
-	if err != nil || d.QuotaCharged != 3 {
+	if err != nil || d.Hold == uuid.Nil {
 		t.Fatalf("%+v %v", d, err)
 	}
 	_, err = usage.Admit(ctx, pool, r)
@@ -123,11 +125,14 @@ func TestQuotaExceededAndRefund(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Used != 3 || qe.Limit != 5 || !qe.Reset.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("%v %+v", err, qe)
 	}
-	if err := usage.Refund(ctx, pool, d); err != nil {
+	if err := usage.Bill(ctx, pool, d.Hold, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 0 {
-		t.Errorf("after refund: %d", used)
+		t.Errorf("after release: %d", used)
+	}
+	if c := usagetest.Of(t, pool, acct); c != (usagetest.Counts{}) {
+		t.Errorf("after release: %+v", c)
 	}
 }
 
@@ -135,7 +140,7 @@ func TestSpendCap(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "builder")
-	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5100)`, acct, usage.MonthStart(now))
+	usagetest.SetMonth(t, pool, acct, now, 0, 5100)
 	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
 	r := usage.Request{AccountID: acct, Units: 150, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now}
 	// 5100 + 150 billable = 250 over: 1.00 EUR, exactly the cap.
@@ -150,8 +155,11 @@ func TestSpendCap(t *testing.T) {
 	}
 	// No cap: anything goes, and paid tiers take no quota units.
 	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = NULL WHERE id = $1`, acct)
-	if d, err := usage.Admit(ctx, pool, r); err != nil || d.QuotaCharged != 0 {
-		t.Fatalf("no cap: %+v %v", d, err)
+	if _, err := usage.Admit(ctx, pool, r); err != nil {
+		t.Fatalf("no cap: %v", err)
+	}
+	if c := usagetest.Of(t, pool, acct); c.Quota != 0 || c.Billable != 5100 || c.Held != 150+151 {
+		t.Fatalf("counts %+v, want no quota units, 5100 billed and both requests held", c)
 	}
 }
 
@@ -167,17 +175,16 @@ func TestRecordIsIdempotentAndCounts(t *testing.T) {
 		{ItemKey: "req2:rejected", AccountID: acct, Route: "verify", FailedCheck: "rate_limit_exceeded", ErrorClass: "rate_limit", OccurredAt: now},
 	}
 	for range 2 { // the second time is a redelivery: nothing is logged or counted twice
-		if err := usage.Record(ctx, pool, rows); err != nil {
+		if err := usage.Bill(ctx, pool, uuid.Nil, rows, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var logged int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct).Scan(&logged); err != nil || logged != 4 {
-		t.Fatalf("logged %d, %v", logged, err)
+	logged := usagetest.Rows(t, pool, acct)
+	if len(logged) != 4 {
+		t.Fatalf("logged %d rows, want 4", len(logged))
 	}
-	var class *string
-	if err := pool.QueryRow(ctx, `SELECT error_class FROM usage_log WHERE item_key = 'req1:0'`).Scan(&class); err != nil || class != nil {
-		t.Errorf("success error_class = %v, %v; want null", class, err)
+	if n := usagetest.Count(logged, usagetest.Delivered); n != 3 || logged[0].ItemKey != "req1:0" || logged[0].ErrorClass != "" {
+		t.Errorf("%d rows without an error class (first %+v), want the 3 results", n, logged[0])
 	}
 	days, err := usage.Daily(ctx, pool, acct, now)
 	if err != nil {
@@ -198,7 +205,8 @@ func TestSummaryFreeUsesQuotaAndPaidPricesOverage(t *testing.T) {
 	free := newAccount(t, pool, "free")
 	paid := newAccount(t, pool, "scale")
 	m := usage.MonthStart(now)
-	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable) VALUES ($1, $3, 120, 100), ($2, $3, 0, 100250)`, free, paid, m)
+	usagetest.SetMonth(t, pool, free, now, 120, 100)
+	usagetest.SetMonth(t, pool, paid, now, 0, 100250)
 
 	s, err := usage.Summarize(ctx, pool, free, "free", true, 500, 0, now)
 	if err != nil || s.CallsUsed != 120 || s.CallsRemaining != 380 || s.EstimatedCostEUR != 0 {
@@ -261,8 +269,8 @@ func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "free")
-	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, quota_units) VALUES
-		($1, '2026-10-01', 499), ($1, '2026-11-01', 42)`, acct)
+	usagetest.SetMonth(t, pool, acct, time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), 499, 0)
+	usagetest.SetMonth(t, pool, acct, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), 42, 0)
 
 	// 00:30 on 1 December in UTC+2 is still 30 November in UTC.
 	late := time.Date(2026, 12, 1, 0, 30, 0, 0, time.FixedZone("UTC+2", 2*3600))
@@ -281,160 +289,6 @@ func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%s: QuotaUsed = %d, %v; want %d", tt.name, got, err, tt.want)
 		}
-	}
-}
-
-// count is a one-number query.
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-// monthly is the account's (quota_units, billable) for now's month, and its daily billable count.
-func monthly(t *testing.T, pool *pgxpool.Pool, acct string) (quota, billable, daily int) {
-	t.Helper()
-	quota = count(t, pool, `SELECT coalesce(sum(quota_units), 0) FROM usage_monthly WHERE account_id = $1 AND month = $2`, acct, usage.MonthStart(now))
-	billable = count(t, pool, `SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1 AND month = $2`, acct, usage.MonthStart(now))
-	daily = count(t, pool, `SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1 AND day = '2026-11-22'`, acct)
-	return
-}
-
-// Rows handed to Admit are written and counted by the admission statement only when the request
-// is admitted, and Refund takes back exactly the rows that still wait for a verdict.
-func TestAdmitWritesRowsOnlyWhenAdmitted(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.New(t)
-	acct := newAccount(t, pool, "free")
-	r := freeReq(acct, 1)
-	r.MonthlyCalls = 2
-
-	// A syntax failure decided locally: complete, a quota unit, not billable.
-	r.Rows = []usage.Row{{ItemKey: "a:0", AccountID: acct, Route: "verify", Status: "invalid", FailedCheck: "syntax", QuotaUnit: true}}
-	if _, err := usage.Admit(ctx, pool, r); err != nil {
-		t.Fatal(err)
-	}
-	// An address for the worker fleet: billable, its verdict still to come.
-	r.Rows = []usage.Row{{ItemKey: "b:0", AccountID: acct, Route: "verify", EmailDomain: "acme.test", Billable: true, QuotaUnit: true}}
-	d, err := usage.Admit(ctx, pool, r)
-	if err != nil || len(d.Logged) != 1 || d.Logged[0] != "b:0" || d.QuotaCharged != 1 {
-		t.Fatalf("%+v %v", d, err)
-	}
-	if q, b, day := monthly(t, pool, acct); q != 2 || b != 1 || day != 1 {
-		t.Fatalf("after two admissions: quota %d billable %d daily %d, want 2 1 1", q, b, day)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND occurred_at = $2`, acct, now); n != 2 {
-		t.Fatalf("%d rows at the admission time, want 2", n)
-	}
-	// The quota is spent: the third request is refused and writes nothing.
-	r.Rows = []usage.Row{pendingRow(acct, "c:0")}
-	var qe *usage.QuotaExceeded
-	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &qe) {
-		t.Fatalf("third: %v", err)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE item_key = 'c:0'`); n != 0 {
-		t.Fatal("a refused request's row was written")
-	}
-	// The fleet failed for b: its row, its billable count and its quota unit go back.
-	if err := usage.Refund(ctx, pool, d); err != nil {
-		t.Fatal(err)
-	}
-	if q, b, day := monthly(t, pool, acct); q != 1 || b != 0 || day != 0 {
-		t.Fatalf("after refund: quota %d billable %d daily %d, want 1 0 0", q, b, day)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != 1 {
-		t.Fatalf("%d rows after refund, want the syntax failure's only", n)
-	}
-}
-
-// A key that is already logged fails the whole admission: nothing is charged or counted twice.
-func TestAdmitRowsWithAUsedKeyFail(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.New(t)
-	acct := newAccount(t, pool, "free")
-	r := freeReq(acct, 1)
-	r.Rows = []usage.Row{pendingRow(acct, "same")}
-	if _, err := usage.Admit(ctx, pool, r); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := usage.Admit(ctx, pool, r); !errors.Is(err, usage.ErrQuotaCheck) {
-		t.Fatalf("second admission with the same key: %v", err)
-	}
-	if q, b, _ := monthly(t, pool, acct); q != 1 || b != 1 {
-		t.Fatalf("quota %d billable %d, want 1 1", q, b)
-	}
-}
-
-// On paid tiers the rows are written with the spend-cap check: at the cap yes, over it no.
-func TestAdmitRowsAndSpendCap(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.New(t)
-	acct := newAccount(t, pool, "builder")
-	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5249)`, acct, usage.MonthStart(now))
-	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 1.00 WHERE id = $1`, acct)
-	r := usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000, MonthlyCalls: 5000, OverageEUR: 0.004, Now: now,
-		Rows: []usage.Row{pendingRow(acct, "p:0")}}
-	if _, err := usage.Admit(ctx, pool, r); err != nil { // 250 over: exactly 1.00 EUR
-		t.Fatalf("at the cap: %v", err)
-	}
-	r.Rows = []usage.Row{pendingRow(acct, "p:1")}
-	var sc *usage.SpendCapExceeded
-	if _, err := usage.Admit(ctx, pool, r); !errors.As(err, &sc) || sc.CurrentOverageEUR != 1.0 {
-		t.Fatalf("over the cap: %v %+v", err, sc)
-	}
-	if q, b, day := monthly(t, pool, acct); q != 0 || b != 5250 || day != 1 {
-		t.Fatalf("quota %d billable %d daily %d, want 0 5250 1", q, b, day)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct); n != 1 {
-		t.Fatalf("%d rows, want 1", n)
-	}
-}
-
-// Verdicts fills in rows written without one, once; a row with a verdict is no longer refundable.
-func TestVerdicts(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.New(t)
-	acct := newAccount(t, pool, "scale")
-	r := freeReq(acct, 3)
-	r.Free = false
-	for _, k := range []string{"v:0", "v:1", "v:2"} {
-		r.Rows = append(r.Rows, pendingRow(acct, k))
-	}
-	d, err := usage.Admit(ctx, pool, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := usage.NewVerdicts(pool, slog.New(slog.DiscardHandler))
-	w.Add(usage.Verdict{ItemKey: "v:0", Status: "deliverable", Snapshot: []byte(`{"status":"deliverable"}`)})
-	w.Add(usage.Verdict{ItemKey: "v:1", Status: "undeliverable", FailedCheck: "smtp"})
-	w.Add(usage.Verdict{ItemKey: "v:0", Status: "unknown"}) // a second verdict does not overwrite the first
-	w.Close()
-	w.Add(usage.Verdict{ItemKey: "v:2", Status: "risky"}) // after Close: written at once
-	got := map[string]string{}
-	rows, err := pool.Query(ctx, `SELECT item_key, status || '/' || coalesce(failed_check, '') || '/' || coalesce(snapshot->>'status', '')
-		FROM usage_log WHERE account_id = $1`, acct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatal(err)
-		}
-		got[k] = v
-	}
-	if got["v:0"] != "deliverable//deliverable" || got["v:1"] != "undeliverable/smtp/" || got["v:2"] != "risky//" {
-		t.Fatalf("verdicts: %v", got)
-	}
-	// Every row has its verdict: a late refund removes nothing.
-	if err := usage.Refund(ctx, pool, d); err != nil {
-		t.Fatal(err)
-	}
-	if _, b, _ := monthly(t, pool, acct); b != 3 || len(got) != 3 {
-		t.Fatalf("billable %d, rows %d after a late refund; want 3 and 3", b, len(got))
 	}
 }
 
@@ -467,49 +321,22 @@ func TestDecisionRoom(t *testing.T) {
 	}
 }
 
-func TestHeadroom(t *testing.T) {
-	t.Parallel()
-	h := usage.NewHeadroom()
-	if h.Take("a", now) {
-		t.Fatal("room without a decision")
-	}
-	h.Note("a", now, usage.Decision{Room: 2}, nil)
-	if !h.Take("a", now) || !h.Take("a", now.Add(10*time.Second)) || h.Take("a", now) {
-		t.Fatal("two units of room, taken once each")
-	}
-	h.Note("a", now, usage.Decision{Room: 5}, nil)
-	if h.Take("a", now.Add(time.Minute)) {
-		t.Fatal("room carried into the next window")
-	}
-	h.Note("a", now, usage.Decision{Room: 5}, &usage.RateLimited{})
-	if h.Take("a", now) || h.Take("b", now) {
-		t.Fatal("room after a refusal, or for another account")
-	}
-}
-
-// pendingRow is the row of a sync verify that waits for the worker fleet: billable, a quota unit,
-// no verdict yet.
-func pendingRow(acct, key string) usage.Row {
-	return usage.Row{ItemKey: key, AccountID: acct, Route: "verify", Billable: true, QuotaUnit: true}
-}
-
-// An async verification writes its billable row only when its job completes, so its admission
-// counts the account's unfinished jobs as billed, as it counts a running list's remaining
-// addresses: sent one after another, one-email async requests stop at the cap (before, 50 of 50
-// passed a cap with room for 2). A finished job stops counting.
+// An asynchronous job holds its email from its admission until it ends, so sent one after
+// another, one-email async requests stop at the cap; a finished job's hold is released in the
+// transaction that finishes it, and its room is back.
 func TestAsyncJobsCountAgainstTheCap(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "builder")
 	pgtest.Exec(t, pool, `UPDATE accounts SET hard_cap_eur = 0.01 WHERE id = $1`, acct) // room for 2 at EUR 0.004
-	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, billable) VALUES ($1, $2, 5000)`, acct, usage.MonthStart(now))
+	usagetest.SetMonth(t, pool, acct, now, 0, 5000)
+	var jobs []uuid.UUID
 	admit := func() bool {
+		id := uuid.New()
 		_, err := usage.Admit(context.Background(), pool, usage.Request{AccountID: acct, Units: 1, RatePerMin: 1000,
-			MonthlyCalls: 5000, OverageEUR: 0.004, Now: now})
+			MonthlyCalls: 5000, OverageEUR: 0.004, Now: now, Hold: id})
 		if err == nil {
-			// The API stores the job after its admission.
-			pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state)
-				VALUES (gen_random_uuid(), $1, 'x@acme.test', 'https://hooks.example.com/x', 'pending')`, acct)
+			jobs = append(jobs, id)
 		}
 		return err == nil
 	}
@@ -522,15 +349,23 @@ func TestAsyncJobsCountAgainstTheCap(t *testing.T) {
 	if admitted != 2 {
 		t.Fatalf("admitted %d of 50 async requests with room for 2 under the cap", admitted)
 	}
-	pgtest.Exec(t, pool, `UPDATE jobs SET state = 'failed' WHERE account_id = $1`, acct) // finished, nothing billed
+	// The first job failed internally: its row is not billable, and its hold ends with it.
+	failed := usage.FailedRow(usage.Item{Key: "job:" + jobs[0].String(), AccountID: acct, Route: "verify_async"},
+		verdict.Result{Email: "x@acme.test"}, nil, "internal")
+	if err := usage.Bill(ctx, pool, jobs[0], []usage.Row{failed}, true); err != nil {
+		t.Fatal(err)
+	}
 	if !admit() {
-		t.Fatal("finished jobs still count against the cap")
+		t.Fatal("a finished job still counts against the cap")
+	}
+	if c := usagetest.Of(t, pool, acct); c.Billable != 5000 || c.Held != 2 || c.Holds != 2 {
+		t.Fatalf("counts %+v, want 5000 billed and two jobs held", c)
 	}
 }
 
-// A refund whose statement committed but whose answer was lost is retried: with its refund id,
-// the units of emails that never had a row go back once, not once per try.
-func TestRefundRetriedCountsOnce(t *testing.T) {
+// Billing the same items again (a redelivered job, a retried statement) counts them once and
+// takes their units off the hold once.
+func TestBillRetriedCountsOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "free")
@@ -538,14 +373,28 @@ func TestRefundRetriedCountsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, pool, `UPDATE usage_monthly SET quota_units = quota_units + 6 WHERE account_id = $1`, acct) // earlier usage
-	d.RefundID = uuid.New()
+	rows := []usage.Row{resultRow(acct, "r:0", true), resultRow(acct, "r:1", false)}
 	for range 3 {
-		if err := usage.Refund(ctx, pool, d); err != nil {
+		if err := usage.Bill(ctx, pool, d.Hold, rows, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if q, _, _ := monthly(t, pool, acct); q != 6 {
-		t.Fatalf("quota units %d after a refund of 4 tried 3 times, want 6", q)
+	if c := usagetest.Of(t, pool, acct); c.Quota != 2 || c.Billable != 1 || c.Daily != 1 || c.Held != 2 || c.Holds != 1 {
+		t.Fatalf("counts %+v after billing two rows three times, want 2 units, 1 billable, 2 still held", c)
 	}
+	if err := usage.Bill(ctx, pool, d.Hold, rows, true); err != nil {
+		t.Fatal(err)
+	}
+	if c := usagetest.Of(t, pool, acct); c.Quota != 2 || c.Billable != 1 || c.Held != 0 || c.Holds != 0 {
+		t.Fatalf("counts %+v after the release, want 2 units, 1 billable, nothing held", c)
+	}
+}
+
+// resultRow is the row of a delivered result of account: billable, or a syntax failure.
+func resultRow(acct, key string, billable bool) usage.Row {
+	r := usage.Row{ItemKey: key, AccountID: acct, Route: "verify_batch", Status: "deliverable", Billable: true, QuotaUnit: true}
+	if !billable {
+		r.Status, r.FailedCheck, r.Billable = "invalid", "syntax", false
+	}
+	return r
 }

@@ -208,7 +208,9 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	if verr != nil {
 		row = usage.FailedRow(it, cb.Result, body, errClass)
 	}
-	if err := usage.Record(ctx, tx, []usage.Row{row}); err != nil {
+	// The job owns the hold its request made (its id is the job's): the row is billed against it
+	// and the hold ends with the job, in this transaction.
+	if err := usage.Bill(ctx, tx, jb.ID, []usage.Row{row}, true); err != nil {
 		return 0, err
 	}
 	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.ID, jb.AccountID, jb.WebhookURL, jb.WebhookSecret, body)

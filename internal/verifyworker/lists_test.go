@@ -20,6 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
@@ -148,10 +149,10 @@ func TestListSurvivesAWorkerDyingMidChunk(t *testing.T) {
 		if l.Verified != unique {
 			t.Errorf("%s: verified %d, want %d", when, l.Verified, unique)
 		}
-		if n := count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND route = 'verify_list'`, acct.ID); n != unique {
+		if n := usagetest.Count(usagetest.Rows(t, pool, acct.ID), func(r usagetest.Row) bool { return r.Route == "verify_list" }); n != unique {
 			t.Errorf("%s: %d usage rows, want %d (once per unique address)", when, n, unique)
 		}
-		if n := count(`SELECT billable FROM usage_monthly WHERE account_id = $1`, acct.ID); n != unique {
+		if n := usagetest.Of(t, pool, acct.ID).Billable; n != unique {
 			t.Errorf("%s: monthly billable %d, want %d", when, n, unique)
 		}
 		if n := count(`SELECT coalesce(sum(n), 0) FROM list_counts WHERE list_id = $1`, l.ID); n != unique {
@@ -528,9 +529,7 @@ func TestListStoppedMidChunkStopsProbing(t *testing.T) {
 				t.Error("the chunk of a stopped list was verified again")
 			case <-time.After(300 * time.Millisecond):
 			}
-			var billed int
-			pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1`, acct).Scan(&billed), "usage")
-			if billed != 0 {
+			if billed := len(usagetest.Rows(t, pool, acct)); billed != 0 {
 				t.Errorf("%d usage rows for a list stopped before any result, want 0", billed)
 			}
 		})

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // row is the report of one path: requests and addresses, and what became of them.
@@ -23,9 +25,9 @@ type row struct {
 	lost, duplicated, overbilled int // results
 	finalFailures                int // async: deliveries that failed after 3 attempts
 	// unbilledAtKill are results delivered by an API replica within a second of its kill and not
-	// billed: their rows' confirmations (queued for up to 150 ms) died with it, and the
-	// survivors' sweep withdrew them (docs/reliability.md, "Usage of a replica that died": in the
-	// customer's favour). Reported, not failed; any other unbilled result is lost.
+	// billed: their rows, written behind the responses, died with it (docs/reliability.md,
+	// "Metering guarantees": in the customer's favour). Reported, not failed; any other unbilled
+	// result is lost.
 	unbilledAtKill int
 	// resentAfterKill are async callbacks sent again because the webhook worker was killed
 	// during an attempt the receiver had already got (logged interrupted): at least once, as
@@ -33,8 +35,8 @@ type row struct {
 	resentAfterKill int
 }
 
-// confirmWindow is how close to its replica's kill a delivered result may have gone unconfirmed:
-// the 150 ms confirmation tick and the confirming statement, on a loaded machine.
+// confirmWindow is how close to its replica's kill a delivered result may have gone unbilled: the
+// statement that bills it behind its response, on a loaded machine.
 const confirmWindow = time.Second
 
 // beforeKill reports whether r's result for email reached the client within a second of the kill
@@ -49,14 +51,14 @@ func beforeKill(r *request, email string, kills map[int]time.Time) bool {
 // ledger is what Postgres says the account was charged and what became of its async work.
 type ledger struct {
 	rowsByEmail   map[string]int // non-list, non-async usage rows traced by their snapshot's email
-	anonymous     map[string]int // route ⇒ usage rows without a snapshot (a verdict not written yet)
+	anonymous     map[string]int // route ⇒ usage rows without a snapshot (none is expected)
 	anonDomains   map[string]int // email domain ⇒ such rows of single verifications
 	rowsByJob     map[string]int // async: usage rows by job id
 	listRows      map[string]int // list id ⇒ usage rows
 	billableRows  int
 	billableWrong []string
-	monthly       int // usage_monthly.billable
-	daily         int // sum of usage_daily.billable
+	monthly       int // the month's billable count
+	daily         int // the days' billable counts, summed
 	jobsByEmail   map[string]string
 	jobState      map[string]string
 	delivery      map[string]delivery // job id ⇒ its delivery
@@ -68,10 +70,10 @@ type delivery struct {
 	interrupted int
 }
 
-// settle waits until every accepted async job has finished and been delivered or has failed,
-// every list has completed, and no usage row is still held by the API replica that wrote it (a
-// live replica confirms within a fraction of a second; the rows of a killed one are withdrawn by
-// the survivors' sweep once its heartbeat lapses, docs/reliability.md), or until the deadline.
+// settle waits until every accepted async job has finished and been delivered or has failed and
+// every list has completed, or until the deadline; then a little more, for the usage rows the
+// live API replicas write behind their responses. A killed replica's undelivered results were
+// never billed, so nothing of it needs waiting for (docs/reliability.md, "Metering guarantees").
 func (s *system) settle(ctx context.Context, lists []string, deadline time.Duration) error {
 	end := time.Now().Add(deadline)
 	for {
@@ -79,15 +81,14 @@ func (s *system) settle(ctx context.Context, lists []string, deadline time.Durat
 		err := s.pool.QueryRow(ctx, `SELECT
 			(SELECT count(*) FROM jobs WHERE account_id = $1 AND state NOT IN ('completed', 'failed')) +
 			(SELECT count(*) FROM deliveries WHERE account_id = $1 AND state NOT IN ('delivered', 'failed')) +
-			(SELECT count(*) FROM lists WHERE account_id = $1 AND state <> 'completed') +
-			(SELECT count(*) FROM usage_log WHERE account_id = $1 AND held_by IS NOT NULL)`, s.accountID).Scan(&open)
+			(SELECT count(*) FROM lists WHERE account_id = $1 AND state <> 'completed')`, s.accountID).Scan(&open)
 		if err == nil && open == 0 {
-			// Verdicts of single verifications are written just behind their responses, batched.
+			// Usage rows are written just behind their responses, batched.
 			time.Sleep(2 * time.Second)
 			return nil
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("after %s still %d unfinished jobs, deliveries, lists or held usage rows (err %v)", deadline, open, err)
+			return fmt.Errorf("after %s still %d unfinished jobs, deliveries or lists (err %v)", deadline, open, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -97,17 +98,11 @@ func (s *system) readLedger(ctx context.Context) ledger {
 	l := ledger{rowsByEmail: map[string]int{}, anonymous: map[string]int{}, anonDomains: map[string]int{}, rowsByJob: map[string]int{},
 		listRows: map[string]int{}, jobsByEmail: map[string]string{}, jobState: map[string]string{},
 		delivery: map[string]delivery{}}
-	rows, err := s.pool.Query(ctx, `SELECT route, item_key, billable, coalesce(snapshot->>'email', ''), coalesce(email_domain, '')
-		FROM usage_log WHERE account_id = $1 AND item_key NOT LIKE '%:rejected'`, s.accountID)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	for rows.Next() {
-		var route, key, email, domain string
-		var billable bool
-		if err := rows.Scan(&route, &key, &billable, &email, &domain); err != nil {
-			s.t.Fatal(err)
+	for _, r := range usagetest.Rows(s.t, s.pool, s.accountID) {
+		if strings.HasSuffix(r.ItemKey, ":rejected") {
+			continue
 		}
+		route, key, email, billable := r.Route, r.ItemKey, r.Email, r.Billable
 		if billable {
 			l.billableRows++
 		}
@@ -120,7 +115,7 @@ func (s *system) readLedger(ctx context.Context) ledger {
 		case email == "":
 			l.anonymous[route]++
 			if route == "verify" {
-				l.anonDomains[domain]++
+				l.anonDomains[r.EmailDomain]++
 			}
 		default:
 			l.rowsByEmail[email]++
@@ -129,15 +124,8 @@ func (s *system) readLedger(ctx context.Context) ledger {
 			}
 		}
 	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(billable), 0) FROM usage_monthly WHERE account_id = $1`, s.accountID).Scan(&l.monthly); err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(billable), 0) FROM usage_daily WHERE account_id = $1`, s.accountID).Scan(&l.daily); err != nil {
-		s.t.Fatal(err)
-	}
+	counts := usagetest.Of(s.t, s.pool, s.accountID)
+	l.monthly, l.daily = counts.Billable, counts.Daily
 	jobs, err := s.pool.Query(ctx, `SELECT id::text, email, state FROM jobs WHERE account_id = $1`, s.accountID)
 	if err != nil {
 		s.t.Fatal(err)

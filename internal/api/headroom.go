@@ -1,19 +1,20 @@
-package usage
+package api
 
 import (
-	"math"
 	"sync"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/usage"
 )
 
-// Headroom remembers, per account and on this replica only, how much the account's last
+// headroom remembers, per account and on this replica only, how much the account's last
 // admission left: rate-limit units in the current one-minute window and, below them, the free
 // quota or the paid spend cap. It never admits anything. The API uses it to decide whether it may
 // ask the worker fleet for an answer while Postgres is still admitting the request: with room
 // left, a refusal is unlikely and its only cost is a verification nobody sees; without it (a
 // throttled or exhausted account, or no recent decision) admission comes first, so such an
 // account cannot make the fleet work.
-type Headroom struct {
+type headroom struct {
 	mu sync.Mutex
 	m  map[string]room
 }
@@ -26,12 +27,12 @@ type room struct {
 // headroomAccounts bounds the memory: past it, entries of earlier windows are dropped.
 const headroomAccounts = 100_000
 
-// NewHeadroom returns an empty memory.
-func NewHeadroom() *Headroom { return &Headroom{m: map[string]room{}} }
+// newHeadroom returns an empty memory.
+func newHeadroom() *headroom { return &headroom{m: map[string]room{}} }
 
 // Take reports whether the account's last decision in now's rate window left room, and uses one
 // unit of it, so that concurrent requests cannot all start early on the same room.
-func (h *Headroom) Take(account string, now time.Time) bool {
+func (h *headroom) Take(account string, now time.Time) bool {
 	w := now.UTC().Truncate(time.Minute)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -46,7 +47,7 @@ func (h *Headroom) Take(account string, now time.Time) bool {
 
 // Note records the outcome of an admission made at now: the decision's room, or none after a
 // refusal or failure.
-func (h *Headroom) Note(account string, now time.Time, d Decision, err error) {
+func (h *headroom) Note(account string, now time.Time, d usage.Decision, err error) {
 	w := now.UTC().Truncate(time.Minute)
 	left := d.Room
 	if err != nil {
@@ -65,14 +66,4 @@ func (h *Headroom) Note(account string, now time.Time, d Decision, err error) {
 		}
 	}
 	h.m[account] = room{window: w, left: left}
-}
-
-// capRoom is how many more emails a paid account may send, all assumed billable, before the
-// worst case would cross its spend cap: billable is the month's count after the request.
-func capRoom(capEUR *float64, billable, included int, price float64) int {
-	if capEUR == nil || price <= 0 {
-		return math.MaxInt32
-	}
-	most := included + int(math.Floor((*capEUR+1e-9)/price))
-	return max(0, most-billable)
 }

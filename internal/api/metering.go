@@ -1,0 +1,60 @@
+package api
+
+import (
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/usage"
+)
+
+// loggedRejections are the verify-route refusals that get a usage-log row (docs/errors.md: "logged"), with the error_class they are logged under (rule 3).
+var loggedRejections = map[string]string{
+	CodeInvalidRequest:       "invalid_request",
+	CodeQuotaCheckFailed:     "quota_check_failed",
+	CodeMonthlyQuotaExceeded: "monthly_quota_exceeded",
+	CodeRateLimitExceeded:    "rate_limit",
+	CodePaymentRequired:      "payment_required",
+	CodeServiceUnavailable:   "service_unavailable",
+}
+
+// logRejections records the refusals of the verify routes in the usage log (docs/api.md,
+// "Metering"); such rows never count toward the quota or billing. It is the verify group's
+// middleware, after authentication so that the row names the account; the error handler only
+// writes responses. Rows are queued for usage.Rejections and written behind the response: when the
+// datastore is what failed, writing one here would delay the error response by another datastore
+// timeout. Best effort: the writer drops (and logs and counts) rows it cannot write.
+func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err == nil {
+			return nil
+		}
+		env := toEnvelope(err)
+		if env == nil {
+			return err
+		}
+		class, logged := loggedRejections[env.Code]
+		p, authenticated := c.Get(principalKey).(auth.Principal)
+		if authenticated && admissionRefusal[env.Code] {
+			s.refusals.WithLabelValues(env.Code).Inc()
+		}
+		if route, verify := verifyRoutes[c.Path()]; logged && authenticated && verify {
+			s.rejections.Add(usage.Row{
+				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
+				Route: route, FailedCheck: env.Code, ErrorClass: class,
+			})
+		}
+		return err
+	}
+}
+
+// verifyRoutes are the routes whose refusals get a usage-log row (docs/errors.md, "logged"), with
+// the usage log's name of each, as the handlers log successful rows. The list and job routes'
+// refusals are not logged: their usage rows are the list's and the job's own.
+var verifyRoutes = map[string]string{
+	"/v1/email/verify":        "verify",
+	"/v1/email/verify/batch":  "verify_batch",
+	"/v1/email/verify/stream": "verify_stream",
+}
