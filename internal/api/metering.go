@@ -9,7 +9,8 @@ import (
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
-// loggedRejections are the verify-route refusals that get a usage-log row (docs/errors.md: "logged"), with the error_class they are logged under (rule 3).
+// loggedRejections are the verify-route refusals that get a usage-log row (docs/errors.md,
+// "Summary", its "logged" column), with the error_class they are logged under (rule 3).
 var loggedRejections = map[string]string{
 	CodeInvalidRequest:       "invalid_request",
 	CodeQuotaCheckFailed:     "quota_check_failed",
@@ -50,9 +51,10 @@ func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// verifyRoutes are the routes whose refusals get a usage-log row (docs/errors.md, "logged"), with
-// the usage log's name of each, as the handlers log successful rows. The list and job routes'
-// refusals are not logged: their usage rows are the list's and the job's own.
+// verifyRoutes are the routes whose refusals get a usage-log row (docs/errors.md, "Summary", its
+// "logged" column), with the usage log's name of each, as the handlers log successful rows.
+// The list and job routes' refusals are not logged: their usage rows are the list's and the
+// job's own.
 var verifyRoutes = map[string]string{
 	"/v1/email/verify":        "verify",
 	"/v1/email/verify/batch":  "verify_batch",
