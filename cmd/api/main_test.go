@@ -54,6 +54,14 @@ func TestBadConfigNamesVariable(t *testing.T) {
 	}
 }
 
+// A log format the binary does not know fails start-up with the variable, the value and the choices.
+func TestBadLogFormatFailsStartUp(t *testing.T) {
+	err := run(context.Background(), []string{"-dev"}, envFrom(map[string]string{"MAILVET_LOG_FORMAT": "pretty"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `MAILVET_LOG_FORMAT: "pretty": use "text" or "json"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 // waitHTTP polls url until it answers want.
 func waitHTTP(t *testing.T, url string, want int) {
 	t.Helper()
