@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -97,10 +96,8 @@ func Migrate(ctx context.Context, databaseURL string, log *slog.Logger) (applied
 	// this run applied (docs/operations.md, "Logs").
 	if log != nil {
 		var took time.Duration
-		files := make([]string, 0, len(results))
 		for _, r := range results {
 			took += r.Duration
-			files = append(files, path.Base(r.Source.Path))
 		}
 		version, err := p.GetDBVersion(ctx)
 		if err != nil {
@@ -108,7 +105,7 @@ func Migrate(ctx context.Context, databaseURL string, log *slog.Logger) (applied
 		}
 		attrs := []any{"version", version}
 		if len(results) > 0 {
-			attrs = append(attrs, "new_files", strings.Join(files, ","), "took", took)
+			attrs = append(attrs, "took", took)
 		}
 		log.Info(fmt.Sprintf("migrations: %d applied, %d new", appliedCount(p, version), len(results)), attrs...)
 	}
