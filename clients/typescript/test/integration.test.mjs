@@ -26,7 +26,7 @@ const repo = fileURLToPath(new URL("../../..", import.meta.url));
 const rateLimit = 450;
 const env = { ...process.env, PATH: `/usr/local/go/bin:${process.env.PATH}` };
 
-// What each demo address shows (cmd/api/demo_test.go, README "The demo world").
+// What each demo address shows (cmd/api/demo_test.go, docs/development.md, "The demo world").
 const demo = {
   "ann@acme.example": { status: "deliverable", reason: "accepted" },
   "zoe@acme.example": { status: "undeliverable", reason: "mailbox_unknown" },
