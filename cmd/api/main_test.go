@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,8 @@ func TestServeAndStopCleanly(t *testing.T) {
 func TestDevModeBootstrapsEverything(t *testing.T) {
 	t.Chdir(t.TempDir())
 	out := serveUntilStopped(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
-	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") {
+	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") ||
+		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) {
 		t.Errorf("dev banner missing: %q", out)
 	}
 }
