@@ -12,7 +12,12 @@ NATS_SERVER_VERSION := v2.15.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-ts cluster-test chromium lint fmt bench load migrate tools clean data
+.PHONY: all build run demo test test-go test-ts check-devdb cluster-test chromium lint fmt bench load migrate tools clean data
+
+# Runs a command with DATABASE_URL set: the caller's, the default server when it answers, else a
+# private cluster in .data/pg started for the command and stopped after it (docs/operations.md,
+# "A private Postgres for development").
+DEVDB := $(CURDIR)/scripts/devdb.sh exec
 
 all: build
 
@@ -21,30 +26,37 @@ build:
 
 ## run: the whole system in one process (embedded NATS unless NATS_URL is set, in-process workers)
 run: build
-	./bin/api -dev
+	$(DEVDB) ./bin/api -dev
 
 ## demo: `make run` in the demo world: the embedded mail simulator (internal/mailsim) answers the
 ## verifier's DNS and SMTP, so the demo addresses it prints show every outcome without the internet
 demo: build
-	./bin/api -dev -demo
+	$(DEVDB) ./bin/api -dev -demo
 
 ## test: every test, against the real Postgres (DATABASE_URL) and embedded NATS servers
 test: tools chromium
-	PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
-	$(MAKE) test-ts
+	$(DEVDB) $(MAKE) --no-print-directory test-go test-ts
+
+test-go:
+	$(DEVDB) env PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
+
+## check-devdb: `make demo` with no Postgres answering starts on a private cluster, answers, and
+## stops it (scripts/devdb-check.sh; .ci/run runs it). About a minute at most after the build.
+check-devdb:
+	scripts/devdb-check.sh
 
 ## cluster-test: the long form of the cluster fault test (docs/reliability.md, "Cluster fault test"):
 ## the real binaries and a 3-node NATS cluster on loopback, processes killed with SIGKILL and
 ## restarted one at a time under load; `make test` runs its short form. Under 3 minutes.
 cluster-test: tools
-	PATH="$(TOOLS):$$PATH" MAILVET_CLUSTER_TEST=long go test -race -count=1 -timeout 15m -run '^TestCluster$$' -v ./test/cluster
+	$(DEVDB) env PATH="$(TOOLS):$$PATH" MAILVET_CLUSTER_TEST=long go test -race -count=1 -timeout 15m -run '^TestCluster$$' -v ./test/cluster
 
 ## test-ts: the TypeScript client (clients/typescript): npm ci when node_modules is missing or the
 ## lockfile changed, build with tsc, then node's test runner (its integration test builds and
 ## starts a real bin/api -dev -demo on a fresh database; about 40-90 s, most of it one rate-limit window)
 TS_CLIENT := clients/typescript
 test-ts: $(TS_CLIENT)/node_modules/.package-lock.json
-	cd $(TS_CLIENT) && node_modules/.bin/tsc -p tsconfig.json && node --test test/*.test.mjs
+	cd $(TS_CLIENT) && node_modules/.bin/tsc -p tsconfig.json && $(DEVDB) node --test test/*.test.mjs
 
 # npm ci writes node_modules/.package-lock.json, so a newer lockfile or package.json reinstalls.
 $(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json $(TS_CLIENT)/package.json

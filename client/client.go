@@ -31,7 +31,7 @@ import (
 // Version is the client's version, sent in the User-Agent header.
 const Version = "0.1.0"
 
-// DefaultBaseURL is where `make run` and `make demo` serve the API (README, "Quick start").
+// DefaultBaseURL is where `make run` and `make demo` serve the API (docs/development.md, "The local system").
 const DefaultBaseURL = "http://localhost:8080"
 
 // DefaultMaxRetries is how many times a request refused for the rate limit (or answered 503 with
@@ -112,7 +112,7 @@ func WithUserAgent(ua string) Option {
 }
 
 // New returns a client that authenticates with apiKey: a standard key (sk_live_…) for the verify
-// methods, a provisioning key (sk_mgmt_…) for the management methods (README, "Authentication").
+// methods, a provisioning key (sk_mgmt_…) for the management methods (docs/api.md, "Authentication").
 func New(apiKey string, opts ...Option) *Client {
 	c := &Client{
 		baseURL:    DefaultBaseURL,

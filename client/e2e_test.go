@@ -27,7 +27,7 @@ var roomy = map[string]string{
 	"MAILVET_PLAN_FREE_MAX_KEYS":           "5",
 }
 
-// demoWants is the status and reason each demo address shows (README, "The demo world").
+// demoWants is the status and reason each demo address shows (docs/development.md, "The demo world").
 var demoWants = map[string][2]string{
 	"ann@acme.example":      {"deliverable", "accepted"},
 	"zoe@acme.example":      {"undeliverable", "mailbox_unknown"},

@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// The management API takes a provisioning key (sk_mgmt_…; README, "Accounts and keys").
+// The management API takes a provisioning key (sk_mgmt_…; docs/api.md, "Management API").
 
 // Account reads the caller's account: tier, billing state, limits, this month's usage.
 func (c *Client) Account(ctx context.Context) (Account, error) {

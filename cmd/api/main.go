@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return configError(err)
 		}
-		log := app.NewLogger(stderr, "api")
+		log := app.Logger(stderr, "api", cfg)
 		if *demo {
 			return serveDemo(ctx, cfg, log, stdout)
 		}
@@ -91,7 +91,7 @@ func migrate(ctx context.Context, args []string, load func() (config.Config, err
 	if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
-	n, err := database.Migrate(ctx, cfg.DatabaseURL, app.NewLogger(stderr, "api"))
+	n, err := database.Migrate(ctx, cfg.DatabaseURL, app.Logger(stderr, "api", cfg))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,14 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 func TestBadConfigNamesVariable(t *testing.T) {
 	err := run(context.Background(), nil, envFrom(map[string]string{"MAILVET_HTTP_ADDR": "nowhere"}), &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "MAILVET_HTTP_ADDR") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A log format the binary does not know fails start-up with the variable, the value and the choices.
+func TestBadLogFormatFailsStartUp(t *testing.T) {
+	err := run(context.Background(), []string{"-dev"}, envFrom(map[string]string{"MAILVET_LOG_FORMAT": "pretty"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `MAILVET_LOG_FORMAT: "pretty": use "text" or "json"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -130,7 +139,8 @@ func TestServeAndStopCleanly(t *testing.T) {
 func TestDevModeBootstrapsEverything(t *testing.T) {
 	t.Chdir(t.TempDir())
 	out := serveUntilStopped(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
-	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") {
+	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") ||
+		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) {
 		t.Errorf("dev banner missing: %q", out)
 	}
 }

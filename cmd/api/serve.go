@@ -115,6 +115,7 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	if demo {
 		writeDemoAddresses(w)
 	}
+	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up; its playground verifies with your keys)\n", base)
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
 }

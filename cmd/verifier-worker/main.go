@@ -59,7 +59,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	log := app.NewLogger(stderr, "verifier-worker")
+	log := app.Logger(stderr, "verifier-worker", cfg)
 	in, err := app.Start(ctx, cfg, "verifier-worker", log)
 	if err != nil {
 		return err

@@ -42,7 +42,7 @@ flags:
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log := app.NewLogger(stderr, "webhook-worker")
+	log := app.Logger(stderr, "webhook-worker", cfg)
 	in, err := app.Start(ctx, cfg, "webhook-worker", log)
 	if err != nil {
 		return err

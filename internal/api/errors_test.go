@@ -141,6 +141,25 @@ func TestEnvelopeCarriesExtraFieldsAndHeaders(t *testing.T) {
 	}
 }
 
+// The bare address sends a browser to the dashboard, as /openapi.json documents; other methods
+// are refused like on any other route.
+func TestRootRedirectsToTheDashboard(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	resp, body := serve(s.Handler(), req)
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/dashboard/" {
+		t.Fatalf("GET /: %d, Location %q; want 302 to /dashboard/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
+	req = httptest.NewRequest(http.MethodPost, "/", nil)
+	resp, body = serve(s.Handler(), req)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("POST /: %d, Allow %q; want 405, Allow GET", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
+}
+
 func TestHealthzOnAPIPort(t *testing.T) {
 	t.Parallel()
 	s := newBareServer(t)

@@ -13,6 +13,7 @@ import (
 // /openapi.json must describe (TestOpenAPICoversEveryRoute checks it).
 func (s *Server) routes() {
 	e := s.echo
+	e.GET("/", s.root)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.json", s.openapi)

@@ -278,6 +278,12 @@ func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// root sends whoever opens the server's bare address, a person with a browser, to the customer
+// dashboard; the API itself is under /v1 (docs/api.md, "Operational routes").
+func (s *Server) root(c echo.Context) error {
+	return c.Redirect(http.StatusFound, "/dashboard/")
+}
+
 // healthz and readyz are served on the API port as well as on the metrics port, so a load
 // balancer can probe the port it sends traffic to; there readyz names failing checks without
 // their error text.

@@ -36,9 +36,45 @@ import (
 // docs/operations.md, "Shutdown").
 const ShutdownGrace = 3 * time.Second
 
-// NewLogger returns the JSON logger every binary uses.
+// NewLogger returns a JSON logger, the format of every binary's logs in production.
 func NewLogger(w io.Writer, name string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})).With("service", name)
+}
+
+// Logger returns the logger a binary configured by cfg writes to w: JSON lines, or text lines
+// (time of day, level, message, then key=value pairs) when MAILVET_LOG_FORMAT says text or, unset,
+// in dev mode when w is a terminal, where a person reads them (docs/operations.md, "Logs").
+func Logger(w io.Writer, name string, cfg config.Config) *slog.Logger {
+	format := cfg.LogFormat
+	if format == "" {
+		format = config.LogJSON
+		if cfg.Dev && isTerminal(w) {
+			format = config.LogText
+		}
+	}
+	if format == config.LogJSON {
+		return NewLogger(w, name)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: shortTime})).With("service", name)
+}
+
+// shortTime writes the record's time as the time of day to the millisecond: a person watching a
+// dev process's logs knows the date.
+func shortTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+		return slog.String(slog.TimeKey, a.Value.Time().Format("15:04:05.000"))
+	}
+	return a
+}
+
+// isTerminal reports whether w is a terminal (a character device), not a file or a pipe.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // Infra holds a process's shared dependencies.

@@ -40,6 +40,10 @@ const (
 type Config struct {
 	Dev bool // -dev: embedded NATS when NatsURL is empty, in-process workers, auto-migrate, loopback listeners
 
+	// LogFormat is MAILVET_LOG_FORMAT: LogText, LogJSON, or empty for the default (text on a
+	// terminal in dev mode, JSON otherwise; docs/operations.md, "Logs").
+	LogFormat string
+
 	DatabaseURL string
 	NatsURL     string // one URL or several, comma-separated; empty means "start an embedded server" (dev mode only)
 	// NATS is how to reach the cluster besides its URLs, and this deployment's names on it.
@@ -112,6 +116,12 @@ type ListLimits struct {
 // up to the window, and a few milliseconds already fill a group.
 const maxAdmissionWindow = 100 * time.Millisecond
 
+// The log formats MAILVET_LOG_FORMAT names.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mailvet?sslmode=disable"
 
@@ -120,6 +130,11 @@ const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/mailvet?sslmode=d
 func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	e := env{getenv: getenv}
 	c := Config{Dev: dev}
+
+	c.LogFormat = e.str("MAILVET_LOG_FORMAT", "")
+	if c.LogFormat != "" && c.LogFormat != LogText && c.LogFormat != LogJSON {
+		e.fail("MAILVET_LOG_FORMAT", fmt.Errorf("%q: use %q or %q (unset: text on a terminal in dev mode, JSON otherwise)", c.LogFormat, LogText, LogJSON))
+	}
 
 	c.DatabaseURL = e.str("DATABASE_URL", DefaultDatabaseURL)
 	e.check("DATABASE_URL", validPostgresURL(c.DatabaseURL))

@@ -181,6 +181,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
 		"DATABASE_URL":                  "mysql://x",
+		"MAILVET_LOG_FORMAT":            "pretty",
 		"MAILVET_HTTP_ADDR":             "8080",
 		"MAILVET_SMTP_PORT":             "70000",
 		"MAILVET_SMTP_TIMEOUT":          "soon",

@@ -92,12 +92,36 @@ func Migrate(ctx context.Context, databaseURL string, log *slog.Logger) (applied
 	if err != nil {
 		return 0, fmt.Errorf("apply migrations: %w", err)
 	}
-	for _, r := range results {
-		if log != nil {
-			log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "took", r.Duration)
+	// One line for the whole run: how many migrations the database has now and how many of them
+	// this run applied (docs/operations.md, "Logs").
+	if log != nil {
+		var took time.Duration
+		for _, r := range results {
+			took += r.Duration
 		}
+		version, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return len(results), fmt.Errorf("read the schema version: %w", err)
+		}
+		attrs := []any{"version", version}
+		if len(results) > 0 {
+			attrs = append(attrs, "took", took)
+		}
+		log.Info(fmt.Sprintf("migrations: %d applied, %d new", appliedCount(p, version), len(results)), attrs...)
 	}
 	return len(results), nil
+}
+
+// appliedCount is how many of p's migrations are at or below version, the database's schema
+// version: the migrations it has.
+func appliedCount(p *goose.Provider, version int64) int {
+	n := 0
+	for _, src := range p.ListSources() {
+		if src.Version <= version {
+			n++
+		}
+	}
+	return n
 }
 
 func openSQL(databaseURL string) (*sql.DB, error) {

@@ -1,8 +1,12 @@
 package database_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/migrations"
 )
 
 // schema lists every column of the public schema, to show that a second migrate changes nothing.
@@ -63,6 +68,34 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 	if after := schema(t, url); after != before {
 		t.Errorf("schema changed on second migrate:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// A migration run logs one line: how many migrations the database has, and how many are new.
+func TestMigrateLogsOneSummaryLine(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyURL(t)
+	ctx := context.Background()
+	total := 0
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			total++
+		}
+	}
+	for _, want := range []string{fmt.Sprintf("migrations: %d applied, %d new", total, total), fmt.Sprintf("migrations: %d applied, 0 new", total)} {
+		var logs bytes.Buffer
+		if _, err := database.Migrate(ctx, url, slog.New(slog.NewJSONHandler(&logs, nil))); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		var rec struct{ Msg string }
+		if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec.Msg != want {
+			t.Errorf("logs:\n%s\nwant one line with msg %q", logs.String(), want)
+		}
 	}
 }
 

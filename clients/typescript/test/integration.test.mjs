@@ -1,7 +1,8 @@
 // The client against a real server: `bin/api -dev -demo` built from this repository, in the demo
 // mail world (internal/mailsim), on a fresh database that is dropped at the end. It needs Go
-// (/usr/local/go/bin), Postgres on 127.0.0.1:5432 (user postgres, trust) and psql, as `make test`
-// does.
+// (/usr/local/go/bin), Postgres where DATABASE_URL points (by default 127.0.0.1:5432, user
+// postgres, trust; `make test` sets it to the project's private cluster when nothing answers
+// there) and psql.
 //
 // The free tier's limits are raised for the run: 450 addresses a minute, so that a 500-address
 // batch (ten requests of 50) meets exactly one 429, after at most nine requests (fewer when the
@@ -25,7 +26,7 @@ const repo = fileURLToPath(new URL("../../..", import.meta.url));
 const rateLimit = 450;
 const env = { ...process.env, PATH: `/usr/local/go/bin:${process.env.PATH}` };
 
-// What each demo address shows (cmd/api/demo_test.go, README "The demo world").
+// What each demo address shows (cmd/api/demo_test.go, docs/development.md, "The demo world").
 const demo = {
   "ann@acme.example": { status: "deliverable", reason: "accepted" },
   "zoe@acme.example": { status: "undeliverable", reason: "mailbox_unknown" },
@@ -38,6 +39,12 @@ const demo = {
 
 const work = mkdtempSync(join(tmpdir(), "mailvet-ts-it-"));
 const database = `mailvet_ts_${process.pid}_${Date.now().toString(36)}`;
+// The server's URL with another database name: the test's own, or postgres to drop it.
+function databaseURL(name) {
+  const u = new URL(process.env.DATABASE_URL || "postgres://postgres@127.0.0.1:5432/mailvet?sslmode=disable");
+  u.pathname = "/" + name;
+  return u.toString();
+}
 let server; // the child process
 let stdout = "";
 let stderr = "";
@@ -76,7 +83,7 @@ before(async () => {
     cwd: work,
     env: {
       ...env,
-      DATABASE_URL: `postgres://postgres@127.0.0.1:5432/${database}?sslmode=disable`,
+      DATABASE_URL: databaseURL(database),
       MAILVET_HTTP_ADDR: `127.0.0.1:${httpPort}`,
       MAILVET_METRICS_ADDR: `127.0.0.1:${metricsPort}`,
       MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN: String(rateLimit),
@@ -104,7 +111,7 @@ after(async () => {
     clearTimeout(timer);
   }
   try {
-    execFileSync("psql", ["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc", `drop database if exists "${database}" with (force)`], { stdio: "pipe" });
+    execFileSync("psql", [databaseURL("postgres"), "-qc", `drop database if exists "${database}" with (force)`], { stdio: "pipe" });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

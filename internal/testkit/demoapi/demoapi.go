@@ -1,6 +1,6 @@
 // Package demoapi runs the real `api -dev -demo` binary for end-to-end tests of code that speaks
 // HTTP to Mailvet (the Go client, the CLI): the whole system in one process, in the demo world of
-// internal/mailsim, on a fresh database and free loopback ports (README, "The demo world").
+// internal/mailsim, on a fresh database and free loopback ports (docs/development.md, "The demo world").
 //
 // The binary is built from ./cmd/api once per test binary, so a test exercises exactly what
 // `make demo` serves, as a separate process. A test package that uses it runs its tests through

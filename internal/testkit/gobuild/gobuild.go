@@ -21,7 +21,7 @@ func Build(dir string, pkgs ...string) error {
 	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = "/usr/local/go/bin/go" // README, "Prerequisites"
+		goTool = "/usr/local/go/bin/go" // docs/development.md, "What the machine needs"
 	}
 	cmd := exec.Command(goTool, append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = root

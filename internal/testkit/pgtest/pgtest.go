@@ -64,7 +64,8 @@ func withDB(base, name string) string {
 func unreachable(t testing.TB, err error) {
 	t.Helper()
 	t.Fatalf("pgtest: Postgres is not reachable at %s: %v\n"+
-		"Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\n"+
+		"Run the tests with `make test`, which starts the project's private Postgres when none answers\n"+
+		"(scripts/devdb.sh; docs/operations.md, \"A private Postgres for development\"),\n"+
 		"or point DATABASE_URL at a server where this user may create databases.",
 		redact.URL(withDB(BaseURL(), "postgres")), err)
 }
