@@ -18,6 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -158,6 +159,9 @@ func toEnvelope(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if e := verificationEnvelope(err); e != nil {
+		return e
+	}
 	if e := admissionEnvelope(err); e != nil {
 		return e
 	}
@@ -271,6 +275,22 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
+// verificationEnvelope maps the verification service's own errors: bad input is the 400, a
+// dependency down or saturated the 503 of its cause.
+func verificationEnvelope(err error) *Error {
+	var (
+		inv *verification.InvalidError
+		un  *verification.UnavailableError
+	)
+	switch {
+	case errors.As(err, &inv):
+		return InvalidRequest("%s", inv.Message)
+	case errors.As(err, &un):
+		return unavailable(un.Cause)
+	}
+	return nil
+}
+
 // admissionEnvelope maps the refusals of verify admission (docs/errors.md), which carry extra fields.
 func admissionEnvelope(err error) *Error {
 	var (
@@ -339,7 +359,7 @@ var errUsageUnchecked = errors.New("usage limits could not be checked")
 
 // publicCauses are the causes a 503's message names.
 var publicCauses = []error{queue.ErrNoWorkers, queue.ErrBusy, queue.ErrTimeout, queue.ErrUnavailable,
-	errUnstored, errUsageUnchecked, errShuttingDown, errSpool}
+	verification.ErrUnstored, errUsageUnchecked, verification.ErrShuttingDown, errSpool}
 
 // publicCause is the text of the first public cause in err's chain.
 func publicCause(err error) string {
