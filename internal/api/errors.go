@@ -241,10 +241,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	env := toEnvelope(err)
-	var direct *Error
-	if env != nil && env.Status >= 500 && env.cause == nil && !errors.As(err, &direct) {
+	var (
+		direct  *Error
+		refusal *verification.UnavailableError
+	)
+	if env != nil && env.Status >= 500 && env.cause == nil && !errors.As(err, &direct) && !errors.As(err, &refusal) {
 		// A mapped server-side failure (datastore, billing provider): the client sees the envelope,
-		// the log keeps the cause.
+		// the log keeps the cause. The verification service's refusals for a public cause (no
+		// worker, the broker down) are the client's to wait out, as the envelopes built here are.
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "code", env.Code, "err", err)
 	}
