@@ -85,6 +85,65 @@ var importRules = []importRule{
 	{"cmd/webhook-worker", engine, "the webhook binary delivers callbacks and never verifies"},
 	{"internal/billing", []string{"internal/config"}, "billing takes its own billing.Config"},
 	{"internal/dashboard", []string{"internal/config"}, "the dashboard takes its own dashboard.Config"},
+	{"internal/dashboard", []string{"internal/api"}, "the dashboard calls the services the API calls, never the API"},
+	{"internal/verification", append([]string{"internal/api", "internal/dashboard", "internal/config"}, engine...), "the verification service is called by the API and the dashboard, runs the engine's local layers through an interface, and takes its own Config"},
+}
+
+// outsideRule is a rule of architecture.md, "Dependencies", about packages outside the module:
+// the packages under from must not import any of banned themselves (a dependency may: the
+// broker's client speaks HTTP), nor depend on any of deps at all.
+type outsideRule struct {
+	from   string
+	banned []string
+	deps   []string
+	why    string
+}
+
+var outsideRules = []outsideRule{
+	{"internal/verification", []string{"net/http"}, []string{"github.com/labstack/echo"}, "the verification service has no HTTP in it: the API's handlers adapt it"},
+}
+
+// TestOutsideImportRules checks outsideRules against `go list` (test files excluded).
+func TestOutsideImportRules(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	for _, r := range outsideRules {
+		t.Run(r.from, func(t *testing.T) {
+			cmd := exec.Command(goTool, "list", "-f", "{{.ImportPath}}|{{join .Imports \" \"}}|{{join .Deps \" \"}}", "./"+r.from+"/...")
+			cmd.Dir = repoRoot
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if len(lines) == 0 || lines[0] == "" {
+				t.Fatalf("the rule names %s, which has no package", r.from)
+			}
+			for _, line := range lines {
+				pkg, rest, _ := strings.Cut(line, "|")
+				imports, deps, _ := strings.Cut(rest, "|")
+				for _, i := range strings.Fields(imports) {
+					for _, b := range r.banned {
+						if under(i, b) {
+							t.Errorf("%s imports %s: %s", relative(pkg), i, r.why)
+						}
+					}
+				}
+				for _, d := range strings.Fields(deps) {
+					for _, b := range r.deps {
+						if under(d, b) {
+							t.Errorf("%s depends on %s: %s", relative(pkg), d, r.why)
+						}
+					}
+				}
+			}
+		})
+	}
 }
 
 // TestImportRules keeps the dependencies pointing one way (architecture.md, "Dependencies"): a

@@ -18,6 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -158,6 +159,9 @@ func toEnvelope(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if e := verificationEnvelope(err); e != nil {
+		return e
+	}
 	if e := admissionEnvelope(err); e != nil {
 		return e
 	}
@@ -237,10 +241,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	env := toEnvelope(err)
-	var direct *Error
-	if env != nil && env.Status >= 500 && env.cause == nil && !errors.As(err, &direct) {
+	var (
+		direct  *Error
+		refusal *verification.UnavailableError
+	)
+	if env != nil && env.Status >= 500 && env.cause == nil && !errors.As(err, &direct) && !errors.As(err, &refusal) {
 		// A mapped server-side failure (datastore, billing provider): the client sees the envelope,
-		// the log keeps the cause.
+		// the log keeps the cause. The verification service's refusals for a public cause (no
+		// worker, the broker down) are the client's to wait out, as the envelopes built here are.
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(),
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "code", env.Code, "err", err)
 	}
@@ -269,6 +277,22 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if werr := c.JSON(env.Status, env); werr != nil {
 		s.log.Warn("write error response", "err", werr)
 	}
+}
+
+// verificationEnvelope maps the verification service's own errors: bad input is the 400, a
+// dependency down or saturated the 503 of its cause.
+func verificationEnvelope(err error) *Error {
+	var (
+		inv *verification.InvalidError
+		un  *verification.UnavailableError
+	)
+	switch {
+	case errors.As(err, &inv):
+		return InvalidRequest("%s", inv.Message)
+	case errors.As(err, &un):
+		return unavailable(un.Cause)
+	}
+	return nil
 }
 
 // admissionEnvelope maps the refusals of verify admission (docs/errors.md), which carry extra fields.
@@ -339,7 +363,7 @@ var errUsageUnchecked = errors.New("usage limits could not be checked")
 
 // publicCauses are the causes a 503's message names.
 var publicCauses = []error{queue.ErrNoWorkers, queue.ErrBusy, queue.ErrTimeout, queue.ErrUnavailable,
-	errUnstored, errUsageUnchecked, errShuttingDown, errSpool}
+	verification.ErrUnstored, errUsageUnchecked, verification.ErrShuttingDown, errSpool}
 
 // publicCause is the text of the first public cause in err's chain.
 func publicCause(err error) string {

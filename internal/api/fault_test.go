@@ -25,6 +25,7 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
+	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -434,7 +435,7 @@ func TestStreamEndsWithErrorLineOnShutdown(t *testing.T) {
 		shutdownAt = time.Now()
 		b.srv.BeginShutdown()
 	})
-	if took := time.Since(shutdownAt); took > stopGrace+2*time.Second {
+	if took := time.Since(shutdownAt); took > verification.StopGrace+2*time.Second {
 		t.Errorf("the stream ended %v after the shutdown began", took)
 	}
 	last := lines[len(lines)-1]

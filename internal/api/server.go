@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +31,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verification"
 )
 
 // Deps are the dependencies of the API server.
@@ -93,18 +93,14 @@ type Server struct {
 	portal   BillingPortal
 	events   *billing.Events
 
-	local    LocalVerifier
 	dispatch *queue.Dispatcher
-	// stopping is closed when the server begins to shut down (BeginShutdown): lists in flight
-	// then end properly instead of being cut.
-	stopping chan struct{}
-	stopOnce sync.Once
 	// ledger admits verify requests, each holding its emails until it ends, and bills what they
 	// deliver behind their responses (usage.Ledger); Close writes what is queued.
-	ledger   *usage.Ledger
-	jobs     *job.Store
-	lists    *list.Store
-	headroom *headroom
+	ledger *usage.Ledger
+	// verify runs the verify routes' requests (package verification); the handlers adapt it.
+	verify *verification.Service
+	jobs   *job.Store
+	lists  *list.Store
 	// rejections writes the usage-log rows of refused verify requests behind their responses.
 	rejections *usage.Rejections
 	// refusals counts the verify routes' admission refusals (admission_metrics.go).
@@ -124,12 +120,12 @@ type Server struct {
 // New builds the server and registers its routes.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, log: d.Log, pool: d.Pool, nc: d.NATS, js: d.JS, layout: d.Layout, ready: d.Ready, now: d.Now, portal: d.Portal,
-		local: d.Local, dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Layout), ledger: usage.NewGroupedLedger(d.Pool, d.Log, d.Config.AdmissionWindow), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)), headroom: newHeadroom(),
+		dispatch: queue.NewDispatcher(d.NATS, d.JS, d.Layout), ledger: usage.NewGroupedLedger(d.Pool, d.Log, d.Config.AdmissionWindow), jobs: job.NewStore(d.Pool), lists: list.NewStore(d.Pool, list.Configured(d.Config.Lists.Retention)),
 		rejections: usage.NewRejections(d.Pool, d.Log)}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.stopping = make(chan struct{})
+	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now})
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
@@ -298,8 +294,8 @@ func (s *Server) readyz(c echo.Context) error {
 }
 
 // BeginShutdown tells batches and streams in flight that the server is going away: they end
-// within stopGrace, a stream with its error line, instead of being cut off mid-line.
-func (s *Server) BeginShutdown() { s.stopOnce.Do(func() { close(s.stopping) }) }
+// within verification.StopGrace, a stream with its error line, instead of being cut off mid-line.
+func (s *Server) BeginShutdown() { s.verify.BeginShutdown() }
 
 // Shutdown stops accepting requests and waits for in-flight ones until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.echo.Shutdown(ctx) }

@@ -1,30 +1,16 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/mailvet/mailvet/internal/loop"
-	"github.com/mailvet/mailvet/internal/queue"
-	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verdict"
+	"github.com/mailvet/mailvet/internal/verification"
 )
-
-// Why a request ended early, for its error envelope.
-var (
-	errShuttingDown = errors.New("the server is shutting down")
-	errUnstored     = errors.New("the job could not be stored")
-)
-
-// stopGrace is how long a batch or stream may still wait for answers in flight once the server
-// has begun to shut down; it stays well inside app.ShutdownGrace so the list can end properly.
-const stopGrace = time.Second
 
 // parseList validates the emails array of a batch or stream request.
 func parseList(c echo.Context, limit int) ([]string, error) {
@@ -47,99 +33,12 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 		if err := json.Unmarshal(raw, &out[i]); err != nil {
 			return nil, InvalidRequest("Field %s must be a string.", field)
 		}
-		if err := checkEmail(field, out[i]); err != nil {
+		// Checked here too, so that the first bad element is the one named.
+		if err := verification.CheckEmail(field, out[i]); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// admitList parses a batch or stream request and admits its emails. It refuses at once, charging
-// nothing, when some need the worker fleet and NATS is down or no worker is alive.
-func (s *Server) admitList(c echo.Context, limit int, deadline time.Duration) ([]string, caller, *usage.Hold, error) {
-	emails, err := parseList(c, limit)
-	if err != nil {
-		return nil, caller{}, nil, err
-	}
-	who := s.callerOf(c)
-	remote := s.anyRemote(emails)
-	if remote && !s.dispatch.Up() {
-		return nil, who, nil, unavailable(queue.ErrUnavailable)
-	}
-	hold, err := s.admit(c, who, len(emails), deadline)
-	if err != nil {
-		return nil, who, nil, err
-	}
-	if remote && !s.dispatch.WorkersAlive(c.Request().Context()) {
-		hold.Close()
-		return nil, who, nil, unavailable(queue.ErrNoWorkers)
-	}
-	return emails, who, hold, nil
-}
-
-func (s *Server) anyRemote(emails []string) bool {
-	for _, e := range emails {
-		if _, final := s.local.Local(e); !final {
-			return true
-		}
-	}
-	return false
-}
-
-// runList verifies emails: local results at once, the rest through the worker fleet, calling
-// each in completion order. Missing is the indexes the fleet did not answer before ctx ended.
-func (s *Server) runList(ctx context.Context, emails []string, each func(i int, r verdict.Result)) (missing []int, err error) {
-	var (
-		remote []string
-		at     []int
-	)
-	for i, e := range emails {
-		if r, final := s.local.Local(e); final {
-			each(i, r)
-			continue
-		}
-		remote = append(remote, e)
-		at = append(at, i)
-	}
-	if len(remote) == 0 {
-		return nil, nil
-	}
-	m, err := s.dispatch.VerifyMany(ctx, remote, func(j int, r verdict.Result) { each(at[j], r) })
-	for _, j := range m {
-		missing = append(missing, at[j])
-	}
-	return missing, err
-}
-
-// listContext bounds a batch or stream by its deadline and by the server's shutdown, which ends
-// the list stopGrace later, with cause errShuttingDown.
-func (s *Server) listContext(ctx context.Context, deadline time.Duration) (context.Context, context.CancelFunc) {
-	dctx, cancelDeadline := context.WithTimeout(ctx, deadline)
-	vctx, cancel := context.WithCancelCause(dctx)
-	go func() {
-		select {
-		case <-s.stopping:
-		case <-vctx.Done():
-			return
-		}
-		t := time.NewTimer(stopGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel(errShuttingDown)
-		case <-vctx.Done():
-		}
-	}()
-	return vctx, func() { cancel(nil); cancelDeadline() }
-}
-
-// listCause is why a list's verification ended early: the shutdown if that is what ended it,
-// else the dispatcher's error.
-func listCause(vctx context.Context, err error) error {
-	if errors.Is(context.Cause(vctx), errShuttingDown) {
-		return errShuttingDown
-	}
-	return err
 }
 
 type batchResponse struct {
@@ -151,30 +50,20 @@ type batchResponse struct {
 // envelope (and then nothing is charged).
 func (s *Server) verifyBatch(c echo.Context) error {
 	start := time.Now()
-	emails, who, hold, err := s.admitList(c, maxBatch, batchDeadline)
+	emails, err := parseList(c, verification.MaxBatch)
 	if err != nil {
 		return err
 	}
-	defer hold.Close()
-	ctx := c.Request().Context()
-	vctx, cancel := s.listContext(ctx, batchDeadline)
-	defer cancel()
-	results := make([]verdict.Result, len(emails))
-	if _, err := s.runList(vctx, emails, func(i int, r verdict.Result) { results[i] = r }); err != nil {
-		return unavailable(listCause(vctx, err))
+	ans, w, err := s.verify.Batch(c.Request().Context(), s.request(c, start), emails)
+	setRateHeaders(c, w)
+	if err != nil {
+		return err
 	}
-	lat := elapsedMS(start)
-	for i := range results {
-		results[i].LatencyMS = lat
-	}
-	if err := c.JSON(http.StatusOK, batchResponse{Results: results, Count: len(results)}); err != nil {
+	defer ans.Close()
+	if err := c.JSON(http.StatusOK, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
 		return nil // the client went away before it had the results: they are not owed
 	}
-	rows := make([]usage.Row, len(results))
-	for i := range results {
-		rows[i] = usage.ResultRow(who.item(c, "verify_batch", i), results[i], nil)
-	}
-	hold.Deliver(rows...)
+	ans.Deliver()
 	return nil
 }
 
@@ -186,25 +75,15 @@ func (s *Server) verifyBatch(c echo.Context) error {
 func (s *Server) verifyStream(c echo.Context) error {
 	start := time.Now()
 	// Everything that can refuse the request happens before the 200 is committed.
-	emails, who, hold, err := s.admitList(c, maxStream, streamDeadline)
+	emails, err := parseList(c, verification.MaxStream)
 	if err != nil {
 		return err
 	}
-	defer hold.Close() // gives back what did not reach the client
-	ctx := c.Request().Context()
-	vctx, cancel := s.listContext(ctx, streamDeadline)
-	defer cancel()
-
-	type done struct {
-		i int
-		r verdict.Result
+	st, w, err := s.verify.StartStream(c.Request().Context(), s.request(c, start), emails)
+	setRateHeaders(c, w)
+	if err != nil {
+		return err
 	}
-	ready := make(chan done, len(emails))
-	var runErr error
-	go func() {
-		defer close(ready)
-		_, runErr = s.runList(vctx, emails, func(i int, r verdict.Result) { ready <- done{i, r} })
-	}()
 
 	resp := c.Response()
 	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
@@ -214,62 +93,19 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp.Flush()
 
 	enc := json.NewEncoder(resp)
-	delivered := make([]bool, len(emails))
-	var (
-		pending []done
-		gone    bool // the client went away
-	)
-	// Take everything that is ready, write and flush its lines, then hand their usage rows to
-	// the hold.
-	for first := range ready {
-		if gone {
-			continue // ending: what still arrives is neither sent nor charged
-		}
-		pending = loop.Gather(append(pending[:0], first), ready, len(emails))
-		lat := elapsedMS(start)
-		for k := range pending {
-			pending[k].r.LatencyMS = lat
-		}
+	undelivered, cause := st.Run(func(lines []verification.Line) error {
 		// A line is owed once the flush that carries it to the connection has succeeded: the
 		// encoder only fills the response's buffer, and a client that is gone shows only when
 		// the buffer is written out. Lines of a failed flush are taken back, like those not
 		// written at all, even if some of their bytes left before the connection broke.
-		for _, x := range pending {
-			if enc.Encode(x.r) != nil {
-				gone = true
-				break
+		for _, l := range lines {
+			if err := enc.Encode(l.Result); err != nil {
+				return err
 			}
 		}
-		if !gone && http.NewResponseController(resp.Writer).Flush() != nil {
-			gone = true
-		}
-		if gone {
-			cancel() // stop verifying for a client that is not there
-			continue
-		}
-		rows := make([]usage.Row, len(pending))
-		for k, x := range pending {
-			delivered[x.i] = true
-			rows[k] = usage.ResultRow(who.item(c, "verify_stream", x.i), x.r, nil)
-		}
-		hold.Deliver(rows...)
-	}
-
-	var undelivered []int
-	for i, ok := range delivered {
-		if !ok {
-			undelivered = append(undelivered, i)
-		}
-	}
-	if len(undelivered) == 0 {
-		return nil
-	}
-	cause := listCause(vctx, runErr)
-	if cause == nil {
-		cause = queue.ErrTimeout
-	}
-	s.log.Warn("stream ended early", "undelivered", len(undelivered), "of", len(emails), "client_gone", gone, "err", cause)
-	if !gone {
+		return http.NewResponseController(resp.Writer).Flush()
+	})
+	if cause != nil {
 		_ = enc.Encode(s.streamError(cause, emails, undelivered))
 		resp.Flush()
 	}
@@ -280,7 +116,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 // cause, plus the emails that were not verified (and not charged), in input order, so that the
 // client can send exactly those again.
 func (s *Server) streamError(cause error, emails []string, undelivered []int) *Error {
-	e := unavailable(cause)
+	e := toEnvelope(cause)
 	e.Header = nil
 	e.Message = fmt.Sprintf("%d of %d addresses were not verified: %s.", len(undelivered), len(emails), publicCause(cause))
 	if e.cause != nil {

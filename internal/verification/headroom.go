@@ -1,4 +1,4 @@
-package api
+package verification
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 
 // headroom remembers, per account and on this replica only, how much the account's last
 // admission left: rate-limit units in the current one-minute window and, below them, the free
-// quota or the paid spend cap. It never admits anything. The API uses it to decide whether it may
+// quota or the paid spend cap. It never admits anything. The service uses it to decide whether it may
 // ask the worker fleet for an answer while Postgres is still admitting the request: with room
 // left, a refusal is unlikely and its only cost is a verification nobody sees; without it (a
 // throttled or exhausted account, or no recent decision) admission comes first, so such an

@@ -1,4 +1,4 @@
-package api
+package verification
 
 import (
 	"testing"

@@ -1,0 +1,82 @@
+package verification
+
+import (
+	"context"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/webhook"
+)
+
+// Callback is where an asynchronous verification's result goes.
+type Callback struct {
+	URL string
+	// Secret signs the delivery; nil: it is not signed. A secret given is checked, also an
+	// empty one.
+	Secret *string
+}
+
+// Async stores a job and queues it, and returns its id; a verifier worker completes it and the
+// webhook worker delivers the result (docs/api.md, "Asynchronous verification").
+func (s *Service) Async(ctx context.Context, req Request, email string, cb Callback) (uuid.UUID, Window, error) {
+	if err := CheckEmail("email", email); err != nil {
+		return uuid.Nil, Window{}, err
+	}
+	if err := webhook.CheckURL(cb.URL); err != nil {
+		return uuid.Nil, Window{}, invalid("%v.", err) // the message names webhook_url and the rule
+	}
+	secret := ""
+	if cb.Secret != nil {
+		secret = *cb.Secret
+		if n := utf8.RuneCountInString(secret); n < MinSecretLen || len(secret) > MaxSecretLen {
+			return uuid.Nil, Window{}, invalid("Field webhook_secret must be at least %d characters and at most %d bytes.", MinSecretLen, MaxSecretLen)
+		}
+	}
+	if !s.fleet.Up() {
+		return uuid.Nil, Window{}, unavailable(queue.ErrUnavailable) // at once, before anything is charged or stored
+	}
+	who := req.Caller
+	hold, w, err := s.admit(ctx, who, 1, SyncDeadline)
+	if err != nil {
+		return uuid.Nil, w, err
+	}
+	// The job is stored and takes over the request's hold in one transaction: from then on its
+	// end bills and releases the hold (docs/architecture.md, "Metering and admission").
+	id := hold.ID()
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := job.NewStore(tx).Create(ctx, job.New{ID: id, AccountID: who.Account, KeyID: who.Key, Email: email,
+			WebhookURL: cb.URL, WebhookSecret: secret}); err != nil {
+			return err
+		}
+		return usage.Adopt(ctx, tx, id)
+	})
+	if err != nil {
+		hold.Close()
+		s.log.Error("store job", "err", err)
+		return uuid.Nil, w, unavailable(ErrUnstored)
+	}
+	if err := s.fleet.PublishJob(ctx, id); err != nil {
+		// Not known to be queued: remove the job so that the client's retry is the only copy.
+		// Only a job actually removed makes this a refusal. One a runner has already started
+		// (the message was stored; its acknowledgement was lost) will complete and call back;
+		// one that could not be removed (Postgres did not answer) stays pending, and the jobs
+		// sweep queues it (docs/reliability.md). Either way it is the client's job.
+		removed, derr := job.NewStore(s.pool).Discard(context.WithoutCancel(ctx), id)
+		if removed {
+			// The job is gone: so is its hold. Discard cannot release it in its own statement,
+			// and a hold without its job only makes the cap stricter until released here.
+			if rerr := usage.Bill(context.WithoutCancel(ctx), s.pool, id, nil, true); rerr != nil {
+				s.log.Warn("release the hold of a discarded job", "job_id", id, "err", rerr)
+			}
+			return uuid.Nil, w, unavailable(err)
+		}
+		s.log.Warn("job kept although its queueing failed", "job_id", id, "err", err, "discard_err", derr)
+	}
+	// The job's usage row is written when it completes, against the hold it owns.
+	return id, w, nil
+}
