@@ -344,6 +344,16 @@ func (s *Server) listResults(c echo.Context) error {
 	default:
 		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", f)
 	}
+	// Formula cells are escaped unless a program asks for the cells as stored (docs/lists.md,
+	// "Formula cells"): the file is most often opened in a spreadsheet.
+	formulas := list.EscapeFormulas
+	switch v := c.QueryParam("escape_formulas"); v {
+	case "", "true":
+	case "false":
+		formulas = list.RawFormulas
+	default:
+		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", v)
+	}
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
@@ -372,7 +382,7 @@ func (s *Server) listResults(c echo.Context) error {
 	}
 	res.Header().Set("Mailvet-List-State", string(l.State))
 	res.WriteHeader(http.StatusOK)
-	if err := s.lists.Export(ctx, l, format, statuses, res, res.Flush); err != nil {
+	if err := s.lists.Export(ctx, l, format, statuses, formulas, res, res.Flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// client sees an incomplete download instead of a file that looks whole.
 		s.log.Error("list results", "list_id", l.ID, "err", err)

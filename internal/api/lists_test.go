@@ -395,3 +395,69 @@ func TestListCancelRefunds(t *testing.T) {
 		t.Errorf("a canceled list got %d results", n)
 	}
 }
+
+// A CSV download escapes every cell a spreadsheet would run as a formula, column names included,
+// unless escape_formulas=false asks for the cells as stored (docs/lists.md, "Formula cells"); a
+// value of the parameter that is neither true nor false is refused.
+func TestListResultsEscapeFormulas(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(plan.Builder)
+	file := "email,=cmd|' /C calc'!A0,note\n" +
+		"ann@acme.test,\"=HYPERLINK(\"\"http://evil.example\"\")\",+33 1 23\n" +
+		"-2+3@acme.test,@SUM(A1),\"\tx\"\n" +
+		"bob@acme.test,plain,a=b\n"
+	r := b.upload(key, "text/csv", "?column=email", file).want(t, http.StatusAccepted, "")
+	id := r.body["id"].(string)
+	read := func(query string) [][]string {
+		t.Helper()
+		resp, body := b.download(key, id, query)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("download %s: %d %s", query, resp.StatusCode, body)
+		}
+		recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+		if err != nil {
+			t.Fatalf("download %s is not CSV: %v", query, err)
+		}
+		for i := range recs {
+			recs[i] = recs[i][:3] // the input's columns; the result's are empty (no workers)
+		}
+		return recs
+	}
+	escaped := [][]string{
+		{"email", "'=cmd|' /C calc'!A0", "note"},
+		{"ann@acme.test", "'=HYPERLINK(\"http://evil.example\")", "'+33 1 23"},
+		{"'-2+3@acme.test", "'@SUM(A1)", "'\tx"},
+		{"bob@acme.test", "plain", "a=b"},
+	}
+	raw := [][]string{
+		{"email", "=cmd|' /C calc'!A0", "note"},
+		{"ann@acme.test", "=HYPERLINK(\"http://evil.example\")", "+33 1 23"},
+		{"-2+3@acme.test", "@SUM(A1)", "\tx"},
+		{"bob@acme.test", "plain", "a=b"},
+	}
+	for _, c := range []struct {
+		query string
+		want  [][]string
+	}{
+		{"", escaped},
+		{"?escape_formulas=true", escaped},
+		{"?format=csv&escape_formulas=false", raw},
+		{"?escape_formulas=false&status=deliverable", raw[:1]}, // the header only: nothing is verified
+	} {
+		if got := read(c.query); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) {
+			t.Errorf("download %q:\n got %q\nwant %q", c.query, got, c.want)
+		}
+	}
+	// NDJSON values are JSON strings, never escaped.
+	if _, body := b.download(key, id, "?format=ndjson"); !strings.Contains(body, `"=cmd|' /C calc'!A0":"=HYPERLINK(`) {
+		t.Errorf("NDJSON changed: %s", body)
+	}
+	for _, v := range []string{"yes", "0", "FALSE"} {
+		resp, body := b.download(key, id, "?escape_formulas="+v)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"invalid_request"`) ||
+			!strings.Contains(body, "escape_formulas must be true or false") {
+			t.Errorf("escape_formulas=%s: %d %s", v, resp.StatusCode, body)
+		}
+	}
+}

@@ -532,7 +532,10 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 		h.listNotFound(w, r, s)
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format, nil)
+	// A person downloads the file to open it, most often in a spreadsheet: formula cells are
+	// always escaped (docs/lists.md, "Formula cells"), asked for explicitly rather than left to
+	// the API's default.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format+"&escape_formulas=true", nil)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
