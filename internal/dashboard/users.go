@@ -71,7 +71,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		return
 	}
 	password := r.PostForm.Get("password")
-	if err := checkPassword(password); err != nil {
+	if err := checkPassword(password, email); err != nil {
 		fail(http.StatusUnprocessableEntity, err.Error())
 		return
 	}
@@ -244,7 +244,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
 		return
 	}
-	if err := checkPassword(next); err != nil {
+	if err := checkPassword(next, s.Email); err != nil {
 		fail(http.StatusUnprocessableEntity, err.Error())
 		return
 	}
