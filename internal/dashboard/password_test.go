@@ -92,3 +92,50 @@ func TestWeakPasswordsRefusedByTheForms(t *testing.T) {
 		t.Fatal("a refused new password was stored")
 	}
 }
+
+// Changing the password gives the browser a new session token: the token it had (perhaps stolen,
+// the reason to change the password) stops working, as do the user's other sessions, and the new
+// one works.
+func TestPasswordChangeRotatesTheSession(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	other := f.browser(t)
+	resp, _ := other.post("/dashboard/signin", url.Values{"csrf": {other.csrf("/dashboard/signin")}, "email": {"ann@example.com"}, "password": {testPassword}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("second sign-in: %d", resp.StatusCode)
+	}
+	u, _ := url.Parse(f.srv.URL + "/dashboard/")
+	cookieOf := func(b *browser) string {
+		for _, c := range b.c.Jar.Cookies(u) {
+			if c.Name == SessionCookie {
+				return c.Value
+			}
+		}
+		return ""
+	}
+	old := cookieOf(b)
+	const next = "a brand new passphrase"
+	resp, body := b.post("/dashboard/settings/password", url.Values{"csrf": {b.csrf("/dashboard/settings")},
+		"current_password": {testPassword}, "new_password": {next}, "new_password_confirm": {next}})
+	if resp.StatusCode != http.StatusSeeOther || sessionCookie(resp) == nil {
+		t.Fatalf("password change: %d, session cookie %v\n%s", resp.StatusCode, sessionCookie(resp), body)
+	}
+	if fresh := cookieOf(b); fresh == "" || fresh == old {
+		t.Fatalf("the session token did not change: %q", fresh)
+	}
+	if resp, _ := b.get("/dashboard/"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the new token: %d", resp.StatusCode)
+	}
+	stale := f.browser(t)
+	stale.c.Jar.SetCookies(u, []*http.Cookie{{Name: SessionCookie, Value: old, Path: Prefix}})
+	for name, c := range map[string]*browser{"the old token": stale, "another session": other} {
+		if resp, _ := c.get("/dashboard/"); resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "/signin") {
+			t.Errorf("%s after the change: %d %s", name, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	var sessions int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions`).Scan(&sessions); err != nil || sessions != 1 {
+		t.Fatalf("%d sessions after the change (%v), want the new one", sessions, err)
+	}
+}

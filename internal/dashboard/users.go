@@ -233,7 +233,10 @@ func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s *sessio
 }
 
 // changePassword needs the current password (a session left open on a shared machine must not
-// be enough to take the account over). Every other session of the user ends.
+// be enough to take the account over). Every session of the user ends, this one included: the
+// browser that changed the password gets a new session token, so a token copied before the
+// change (the reason to change a password) is worth nothing after it (docs/dashboard.md,
+// "Security model").
 func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	fail := func(status int, msg string) {
@@ -274,17 +277,22 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		h.failure(w, r, s, err)
 		return
 	}
+	var token string
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE dashboard_users SET password_hash = $2, updated_at = now() WHERE id = $1`,
 			s.UserID, nextHash); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1 AND token_hash <> $2`, s.UserID, s.tokenHash)
+		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1`, s.UserID); err != nil {
+			return err
+		}
+		token, err = h.insertSession(ctx, tx, s.UserID)
 		return err
 	})
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
+	h.setSessionCookie(w, r, token)
 	http.Redirect(w, r, Prefix+"/settings?done=password", http.StatusSeeOther)
 }
