@@ -20,7 +20,6 @@ import (
 // (docs/dashboard.md, "No account enumeration").
 const (
 	msgWrongCredentials = "The email or password is wrong."
-	msgThrottled        = "Too many failed sign-in attempts. Wait 15 minutes, then try again."
 	msgSignupRefused    = "No account could be created with this email and password. If you already have an account, sign in instead."
 	msgSignupLimit      = "Too many accounts were created from your network today. Try again tomorrow, or sign in to an account you have."
 )
@@ -84,7 +83,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	// The address's sign-up count is claimed before the account is made and given back when none
@@ -119,7 +118,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 			fail(http.StatusUnprocessableEntity, msgSignupRefused)
 			return
 		}
-		h.finishSignin(w, r, userID, at.acct)
+		h.finishSignin(w, r, userID, at)
 		return
 	}
 	if err == nil {
@@ -129,7 +128,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	}
-	h.finishSignin(w, r, userID, at.acct)
+	h.finishSignin(w, r, userID, at)
 }
 
 var errEmailTaken = errors.New("email taken")
@@ -191,7 +190,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	userID, ok, err := h.passwordAttempt(ctx, email, password, at)
@@ -203,12 +202,12 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnauthorized, msgWrongCredentials)
 		return
 	}
-	h.finishSignin(w, r, userID, at.acct)
+	h.finishSignin(w, r, userID, at)
 }
 
-func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID, acctSubject string) {
+func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID string, at attempt) {
 	ctx := r.Context()
-	if err := h.clearFailures(ctx, acctSubject); err != nil {
+	if err := h.clearFailures(ctx, at); err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
@@ -260,7 +259,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		h.failure(w, r, s, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	_, ok, err := h.passwordAttempt(ctx, s.Email, current, at)
