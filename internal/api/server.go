@@ -86,6 +86,8 @@ type Server struct {
 	bodyTimeout time.Duration
 	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
 	uploads     uploadSlots   // the uploads being received (spool.go)
+	// uploadRateGrace is how long an upload runs before its minimum rate is checked (minRate).
+	uploadRateGrace time.Duration
 	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
 	uploadReceive time.Duration
 
@@ -133,6 +135,8 @@ func New(d Deps) *Server {
 	}
 	s.stopping = make(chan struct{})
 	s.uploadIdle = httpbody.IdleTimeout
+	s.uploads.limits = d.Config.Uploads
+	s.uploadRateGrace = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
 	if s.bodyTimeout <= 0 {

@@ -287,7 +287,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		// form still shows the name field as the user left it.
 		target.Name = listname.FromBrowser(file.FileName())
 	}
-	ans := h.call(ctx, p, http.MethodPost, uploadTarget(target), ct, file)
+	ans := h.callFrom(ctx, r, p, http.MethodPost, uploadTarget(target), ct, file)
 	if ans.status != http.StatusAccepted {
 		h.releaseUpload(ctx, claim)
 		status := ans.status
