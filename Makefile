@@ -84,13 +84,14 @@ load:
 migrate:
 	go run ./cmd/api migrate
 
-## data: regenerate the embedded data sets (disposable domains, role names, free providers, the
-## mailcheck golden file) from the npm packages pinned in data/package-lock.json
+## data: regenerate the embedded data sets (disposable domains, role names, free providers, common
+## passwords, the mailcheck golden file) from the npm packages pinned in data/package-lock.json
 data:
 	npm ci --ignore-scripts --no-audit --no-fund --prefix data
 	node data/export.js
 	go run ./internal/verify/disposable/gen
 	go run ./internal/verify/signals/gen
+	go run ./internal/passwords/gen
 	node data/mailcheck-golden.js
 
 tools: $(TOOLS)/.stripe-mock-$(STRIPE_MOCK_VERSION) $(TOOLS)/.nats-server-$(NATS_SERVER_VERSION)

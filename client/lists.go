@@ -122,6 +122,9 @@ func (c *Client) ListResults(ctx context.Context, id string, opts ResultsOptions
 	if len(opts.Statuses) > 0 {
 		v.Set("status", strings.Join(opts.Statuses, ","))
 	}
+	if opts.RawFormulas {
+		v.Set("escape_formulas", "false")
+	}
 	a, err := c.send(ctx, request{http.MethodGet, "/v1/email/lists/" + pathEscape(id) + "/results?" + v.Encode(), nil}, http.StatusOK, true)
 	if err != nil {
 		return nil, err

@@ -43,7 +43,7 @@ func TestE2EListLifecycle(t *testing.T) {
 				e = strings.ToUpper(e)
 			}
 			emails = append(emails, e)
-			fmt.Fprintf(&in, "P%d-%d,%s,\"Town, %d\"\n", round, i, e, i)
+			fmt.Fprintf(&in, "P%d-%d,%s,\"+Town, %d\"\n", round, i, e, i) // + as a phone number starts
 		}
 	}
 	// A pipe has no length: the body can only be streamed. The answer's state is not checked:
@@ -96,7 +96,8 @@ func TestE2EListLifecycle(t *testing.T) {
 		t.Fatalf("Lists = %+v, %v", page, err)
 	}
 
-	// CSV: every row in input order, the input's columns unchanged, then the result's.
+	// CSV: every row in input order, the input's columns unchanged (but for the apostrophe before
+	// a cell a spreadsheet would run as a formula), then the result's.
 	rc, err := c.ListResults(ctx, l.ID, client.ResultsOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,12 +116,23 @@ func TestE2EListLifecycle(t *testing.T) {
 	for i, row := range records[1:] {
 		round, k := i/len(mailsim.DemoAddresses), i%len(mailsim.DemoAddresses)
 		want := demoWants[mailsim.DemoAddresses[k].Email]
-		if row[0] != fmt.Sprintf("P%d-%d", round, k) || row[1] != emails[i] || row[2] != fmt.Sprintf("Town, %d", k) {
+		if row[0] != fmt.Sprintf("P%d-%d", round, k) || row[1] != emails[i] || row[2] != fmt.Sprintf("'+Town, %d", k) {
 			t.Fatalf("row %d: %q: not the input's row %d", i, row, i)
 		}
 		if row[3] != want[0] || row[4] != want[1] {
 			t.Errorf("row %d (%s): %s/%s, want %v", i, emails[i], row[3], row[4], want)
 		}
+	}
+
+	// RawFormulas: the cells exactly as uploaded.
+	rc, err = c.ListResults(ctx, l.ID, client.ResultsOptions{RawFormulas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err = csv.NewReader(rc).ReadAll()
+	rc.Close()
+	if err != nil || len(records) != 1+len(emails) || records[1][2] != "+Town, 0" {
+		t.Fatalf("raw CSV: %v, first row %q", err, records[1])
 	}
 
 	// NDJSON, deliverable rows only: the three spellings of ann@acme.example, in input order.

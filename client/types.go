@@ -368,4 +368,8 @@ type ListUpload struct {
 type ResultsOptions struct {
 	Format   string   // ListCSV (the default when "") or ListNDJSON
 	Statuses []string // only rows verified with one of these statuses; nil for every row
+	// RawFormulas asks for CSV cells exactly as stored (escape_formulas=false), for a program
+	// that reads the file. By default the API puts an apostrophe before cells a spreadsheet
+	// would run as formulas (docs/lists.md, "Formula cells"), and the client leaves that default.
+	RawFormulas bool
 }

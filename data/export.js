@@ -28,6 +28,8 @@ write('mailchecker', Array.from(require('mailchecker/platform/node').blacklist()
 write('role-based-email-addresses', require('role-based-email-addresses'));
 write('freemail-free', lines('freemail/data/free.txt'));
 write('email-providers-common', require('email-providers/common.json'));
+// Ranked, most common first; the package ships it compressed and its entry point unpacks it.
+write('common-passwords', require('@zxcvbn-ts/language-common').dictionary['passwords-common']);
 
 // The lockfile is committed; it must not carry download addresses, only names, versions and
 // integrity hashes. npm ci resolves each package against whatever registry is configured.

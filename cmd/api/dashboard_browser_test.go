@@ -203,7 +203,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// file is over 2 MB (rows repeating Ann with long notes), past the JSON routes' body guard:
 	// the form streams it to the list upload, which holds it to the list limits only.
 	var file strings.Builder
-	file.WriteString("name,email,notes\nAnn,ann@acme.example,\nZoe,zoe@acme.example,\nTemp,temp@mailinator.com,\nAnn again,ANN@acme.example,\n")
+	file.WriteString("name,email,notes\nAnn,ann@acme.example,\nZoe,zoe@acme.example,=1+2\nTemp,temp@mailinator.com,\nAnn again,ANN@acme.example,\n")
 	for i := 0; file.Len() <= 2<<20+1<<10; i++ {
 		fmt.Fprintf(&file, "Ann %d,ann@acme.example,%s\n", i, strings.Repeat("n", 80<<10))
 	}
@@ -234,6 +234,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	csv, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch(document.getElementById('download-csv').href).then(r => r.text())`, chromedp.EvalAwaitPromise))
 	if err != nil || !strings.Contains(csv, "ann@acme.example") || !strings.Contains(csv, "deliverable") || strings.Count(csv, "\n") != strings.Count(file.String(), "\n") {
 		t.Fatalf("downloaded results (%v): %d lines, want one a row of the %d-line file:\n%.2000s", err, strings.Count(csv, "\n"), strings.Count(file.String(), "\n"), csv)
+	}
+	// The file is for a person: the formula cell comes back escaped (docs/lists.md, "Formula cells").
+	if !strings.Contains(csv, "\nZoe,zoe@acme.example,'=1+2,") {
+		t.Errorf("downloaded results: the formula cell is not escaped:\n%.500s", csv)
 	}
 
 	// An async job whose receiver answers 500: the delivery fails after its attempts and shows in

@@ -14,11 +14,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/clientaddr"
 	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
+	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -126,14 +128,23 @@ func (s *Server) uploadList(c echo.Context) error {
 		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
 	}
 	who := s.callerOf(c)
-	release, err := s.uploads.take(who.account)
+	address := "unknown"
+	if a, ok := clientaddr.Of(req, s.cfg.TrustedProxies); ok {
+		address = a.String()
+	}
+	release, err := s.uploads.take(who.account, address, who.tier == plan.Free)
 	if err != nil {
+		if !errors.Is(err, errAccountUploadBusy) && !errors.Is(err, errAddressUploadBusy) {
+			s.log.Warn("upload refused: no upload slot", "account", who.account, "address", address, "reason", err,
+				"holders", s.uploads.holding())
+		}
 		return uploadBusy(err)
 	}
 	defer release()
-	// The whole file first, then Postgres (spool.go): a slow client holds no database connection.
-	file, err := spool(httpbody.IdleUntil(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
-		time.Now().Add(s.uploadReceive)))
+	// The whole file first, then Postgres (spool.go): a slow client holds no database connection,
+	// and one slower than the minimum rate holds no slot for long.
+	file, err := spool(httpbody.WithMinRate(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
+		time.Now().Add(s.uploadReceive), s.uploads.limits.MinRate, s.uploadRateGrace))
 	if err != nil {
 		return s.uploadError(err)
 	}
@@ -196,6 +207,11 @@ func (s *Server) uploadError(err error) error {
 		e = listTooLarge("The file has more than %d rows; split it into several lists.", many.Limit)
 	case errors.As(err, &big):
 		e = listTooLarge("The file is larger than %d bytes; split it into several lists.", big.Limit)
+	case errors.Is(err, httpbody.ErrTooSlow):
+		e = Errorf(http.StatusRequestTimeout, CodeRequestTimeout,
+			"Send the file on a faster connection, or split it into smaller lists; nothing was stored or charged.",
+			"The file arrived slower than %d bytes a second, the least this server accepts once an upload has run %s.",
+			s.uploads.limits.MinRate, s.uploadRateGrace)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		e = requestTimeout()
 	case errors.Is(err, errSpool):
@@ -344,6 +360,16 @@ func (s *Server) listResults(c echo.Context) error {
 	default:
 		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", f)
 	}
+	// Formula cells are escaped unless a program asks for the cells as stored (docs/lists.md,
+	// "Formula cells"): the file is most often opened in a spreadsheet.
+	formulas := list.EscapeFormulas
+	switch v := c.QueryParam("escape_formulas"); v {
+	case "", "true":
+	case "false":
+		formulas = list.RawFormulas
+	default:
+		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", v)
+	}
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
@@ -372,7 +398,7 @@ func (s *Server) listResults(c echo.Context) error {
 	}
 	res.Header().Set("Mailvet-List-State", string(l.State))
 	res.WriteHeader(http.StatusOK)
-	if err := s.lists.Export(ctx, l, format, statuses, res, res.Flush); err != nil {
+	if err := s.lists.Export(ctx, l, format, statuses, formulas, res, res.Flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// client sees an incomplete download instead of a file that looks whole.
 		s.log.Error("list results", "list_id", l.ID, "err", err)

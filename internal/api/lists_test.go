@@ -251,6 +251,9 @@ func TestListBadInput(t *testing.T) {
 		{"bad encoding", "text/csv", "", "email\nann@acme.test\n\xff\xfe@acme.test\n", 400, "invalid_request", 3, "UTF-8"},
 		{"NUL", "text/plain", "", "ann@acme.test\nb\x00b@acme.test\n", 400, "invalid_request", 2, "NUL"},
 		{"UTF-16", "text/plain", "", "\xff\xfea\x00", 400, "invalid_request", 1, "UTF-16"},
+		{"UTF-16 without BOM", "text/csv", "", "e\x00m\x00a\x00i\x00l\x00\n\x00", 400, "invalid_request", 1, "UTF-16 (without a byte-order mark)"},
+		{"UTF-16BE without BOM", "text/plain", "", "\x00a\x00n\x00n\x00@\x00x", 400, "invalid_request", 1, "UTF-16"},
+		{"too many columns", "text/csv", "", "email" + strings.Repeat(",", 1000) + "\nann@acme.test" + strings.Repeat(",", 1000) + "\n", 400, "invalid_request", 1, "the header has 1001 columns; a list may have at most 1000"},
 		{"not JSON", "application/x-ndjson", "", "{\"email\":\"ann@acme.test\"}\nann@acme.test\n", 400, "invalid_request", 2, "JSON object"},
 		{"no email field", "application/x-ndjson", "", "{\"mail\":\"ann@acme.test\"}\n", 400, "invalid_request", 1, `"email"`},
 		{"empty", "text/csv", "", "", 400, "invalid_request", 0, "empty"},
@@ -404,5 +407,71 @@ func TestListCancelRefunds(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1 AND result IS NOT NULL`, id); n != 0 {
 		t.Errorf("a canceled list got %d results", n)
+	}
+}
+
+// A CSV download escapes every cell a spreadsheet would run as a formula, column names included,
+// unless escape_formulas=false asks for the cells as stored (docs/lists.md, "Formula cells"); a
+// value of the parameter that is neither true nor false is refused.
+func TestListResultsEscapeFormulas(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(plan.Builder)
+	file := "email,=cmd|' /C calc'!A0,note\n" +
+		"ann@acme.test,\"=HYPERLINK(\"\"http://evil.example\"\")\",+33 1 23\n" +
+		"-2+3@acme.test,@SUM(A1),\"\tx\"\n" +
+		"bob@acme.test,plain,a=b\n"
+	r := b.upload(key, "text/csv", "?column=email", file).want(t, http.StatusAccepted, "")
+	id := r.body["id"].(string)
+	read := func(query string) [][]string {
+		t.Helper()
+		resp, body := b.download(key, id, query)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("download %s: %d %s", query, resp.StatusCode, body)
+		}
+		recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+		if err != nil {
+			t.Fatalf("download %s is not CSV: %v", query, err)
+		}
+		for i := range recs {
+			recs[i] = recs[i][:3] // the input's columns; the result's are empty (no workers)
+		}
+		return recs
+	}
+	escaped := [][]string{
+		{"email", "'=cmd|' /C calc'!A0", "note"},
+		{"ann@acme.test", "'=HYPERLINK(\"http://evil.example\")", "'+33 1 23"},
+		{"'-2+3@acme.test", "'@SUM(A1)", "'\tx"},
+		{"bob@acme.test", "plain", "a=b"},
+	}
+	raw := [][]string{
+		{"email", "=cmd|' /C calc'!A0", "note"},
+		{"ann@acme.test", "=HYPERLINK(\"http://evil.example\")", "+33 1 23"},
+		{"-2+3@acme.test", "@SUM(A1)", "\tx"},
+		{"bob@acme.test", "plain", "a=b"},
+	}
+	for _, c := range []struct {
+		query string
+		want  [][]string
+	}{
+		{"", escaped},
+		{"?escape_formulas=true", escaped},
+		{"?format=csv&escape_formulas=false", raw},
+		{"?escape_formulas=false&status=deliverable", raw[:1]}, // the header only: nothing is verified
+	} {
+		if got := read(c.query); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) {
+			t.Errorf("download %q:\n got %q\nwant %q", c.query, got, c.want)
+		}
+	}
+	// NDJSON values are JSON strings, never escaped.
+	if _, body := b.download(key, id, "?format=ndjson"); !strings.Contains(body, `"=cmd|' /C calc'!A0":"=HYPERLINK(`) {
+		t.Errorf("NDJSON changed: %s", body)
+	}
+	for _, v := range []string{"yes", "0", "FALSE"} {
+		resp, body := b.download(key, id, "?escape_formulas="+v)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"invalid_request"`) ||
+			!strings.Contains(body, "escape_formulas must be true or false") {
+			t.Errorf("escape_formulas=%s: %d %s", v, resp.StatusCode, body)
+		}
 	}
 }

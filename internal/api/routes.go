@@ -11,6 +11,9 @@ import (
 
 // routes registers every route of the API. Keep this the one list of paths: it is what
 // /openapi.json must describe (TestOpenAPICoversEveryRoute checks it).
+// dashboardRoute is the one route of the dashboard's pages (routeOf names each page).
+const dashboardRoute = "/dashboard*"
+
 func (s *Server) routes() {
 	e := s.echo
 	e.GET("/", s.root)
@@ -21,7 +24,7 @@ func (s *Server) routes() {
 	e.POST("/v1/stripe/webhook", s.stripeWebhook)
 	// The customer dashboard's HTML pages (docs/dashboard.md): one wildcard handed to package
 	// dashboard, which routes its own pages; they are not JSON API routes, so not in /openapi.json.
-	e.Any("/dashboard*", echo.WrapHandler(s.dashboard))
+	e.Any(dashboardRoute, echo.WrapHandler(s.dashboard))
 
 	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.

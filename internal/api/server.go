@@ -86,6 +86,8 @@ type Server struct {
 	bodyTimeout time.Duration
 	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
 	uploads     uploadSlots   // the uploads being received (spool.go)
+	// uploadRateGrace is how long an upload runs before its minimum rate is checked (minRate).
+	uploadRateGrace time.Duration
 	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
 	uploadReceive time.Duration
 
@@ -127,6 +129,8 @@ func New(d Deps) *Server {
 	}
 	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now})
 	s.uploadIdle = httpbody.IdleTimeout
+	s.uploads.limits = d.Config.Uploads
+	s.uploadRateGrace = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
 	if s.bodyTimeout <= 0 {
@@ -198,10 +202,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
+		route := routeOf(c)
 		status := c.Response().Status
 		took := time.Since(start)
 		s.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
@@ -216,6 +217,26 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 		return nil
 	}
+}
+
+// routeOf is the route template that labels a request's log line and metrics. The dashboard is
+// one wildcard route here; its own ServeMux records the page's pattern on the request it was
+// given ("GET /dashboard/lists/{id}"), which is this request, so its pages are told apart by
+// pattern, not logged all as /dashboard*, and ids in their paths still make no new labels.
+func routeOf(c echo.Context) string {
+	route := c.Path()
+	if route == dashboardRoute {
+		if p := c.Request().Pattern; p != "" {
+			if _, path, ok := strings.Cut(p, " "); ok {
+				p = path // the method is logged on its own
+			}
+			return p
+		}
+	}
+	if route == "" {
+		return "unmatched"
+	}
+	return route
 }
 
 // noStore marks every response Cache-Control: no-store before anything else can answer, so

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,14 +22,25 @@ import (
 // does, and returns the connection (the rest of the file is sent with finishUpload).
 func stalledUpload(t *testing.T, addr, key string) net.Conn {
 	t.Helper()
+	return stalledUploadFrom(t, addr, key, "")
+}
+
+// stalledUploadFrom is stalledUpload from the client address from, as a trusted proxy in front
+// would name it (X-Forwarded-For); "" sends no such header.
+func stalledUploadFrom(t *testing.T, addr, key, from string) net.Conn {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	xff := ""
+	if from != "" {
+		xff = "X-Forwarded-For: " + from + "\r\n"
+	}
 	rows := "email\nann@acme.test\n"
-	_, err = fmt.Fprintf(conn, "POST /v1/email/lists HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: text/csv\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", key, len(rows), rows)
+	_, err = fmt.Fprintf(conn, "POST /v1/email/lists HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer %s\r\n%s"+
+		"Content-Type: text/csv\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", key, xff, len(rows), rows)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +80,8 @@ func rawAnswer(t *testing.T, conn net.Conn, within time.Duration) (*http.Respons
 // the next is a 503 at once, without reading its file.
 func TestSlowUploadsHoldNoDatabaseConnection(t *testing.T) {
 	t.Parallel()
-	b := setupVerify(t, verifyOpts{})
+	// Every upload here comes from one address, which is not what this test bounds.
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_UPLOAD_SLOTS_PER_ADDRESS": "8"}})
 	ts := httptest.NewServer(b.srv.Handler())
 	defer ts.Close()
 	addr := ts.Listener.Addr().String()
@@ -211,4 +225,112 @@ func TestUploadWithBrokenChunkedBody(t *testing.T) {
 	if got := b.count(`SELECT count(*) FROM lists`); got != 0 {
 		t.Errorf("%d lists stored", got)
 	}
+}
+
+// safeBuffer is a log destination the server writes to while the test reads it.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Issue 31's finding 6: uploads trickling slowly from several free accounts cannot keep another
+// customer's upload out. The free tier holds at most 4 of the replica's 8 slots and one address
+// at most 2, so a paying customer's upload is accepted while they trickle; a refusal for want of a
+// slot logs who holds them; and an upload slower than the minimum rate is cut, which gives its
+// slot back, so a free customer's upload is accepted too (docs/lists.md, "Limits").
+func TestUploadSlotsCannotBeStarved(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true, env: map[string]string{"MAILVET_TRUSTED_PROXIES": "127.0.0.0/8"}})
+	logs := &safeBuffer{}
+	b.srv.log = slog.New(slog.NewTextHandler(logs, nil))
+	b.srv.uploadRateGrace = 2 * time.Second // the minimum rate (8 KiB/s) applies after 2 s, not 30 s
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	addr := ts.Listener.Addr().String()
+	key := func(tier plan.Tier) string {
+		a, _ := b.account(tier, "")
+		return b.standardKey(a.ID).Raw
+	}
+	receiving := func() int {
+		b.srv.uploads.mu.Lock()
+		defer b.srv.uploads.mu.Unlock()
+		return b.srv.uploads.total
+	}
+	waitFor := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); receiving() != n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d uploads on their way, want %d", receiving(), n)
+			}
+		}
+	}
+	refused := func(conn net.Conn, says string) {
+		t.Helper()
+		resp, raw, env := rawAnswer(t, conn, 5*time.Second)
+		conn.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || env["error"] != CodeServiceUnavailable || !bytes.Contains(raw, []byte(says)) {
+			t.Errorf("want a 503 saying %q: %d %s", says, resp.StatusCode, raw)
+		}
+	}
+
+	// Four free accounts, two uploads each, each from its own address: four are received (the
+	// free tier's share), the others are refused at once, and the log names who holds the slots.
+	var trickling []net.Conn
+	for i := range 4 {
+		k := key(plan.Free)
+		for j := range 2 {
+			from := fmt.Sprintf("198.51.100.%d", 10*i+j+1)
+			conn := stalledUploadFrom(t, addr, k, from)
+			if i < 2 {
+				trickling = append(trickling, conn)
+				waitFor(len(trickling))
+				continue
+			}
+			refused(conn, "uploads of free accounts")
+		}
+	}
+	if log := logs.String(); !strings.Contains(log, "upload refused: no upload slot") || !strings.Contains(log, "address=198.51.100.1 free=true") {
+		t.Errorf("no log line naming the holders:\n%s", log)
+	}
+	// One address holds at most two slots, whatever the accounts.
+	paid := key(plan.Builder)
+	var fromOne []net.Conn
+	for range 2 {
+		fromOne = append(fromOne, stalledUploadFrom(t, addr, key(plan.Builder), "203.0.113.9"))
+		waitFor(4 + len(fromOne))
+	}
+	refused(stalledUploadFrom(t, addr, paid, "203.0.113.9"), "your network address")
+	for _, c := range fromOne {
+		c.Close()
+	}
+	waitFor(4)
+
+	// Another customer's upload is accepted while the free uploads trickle.
+	r := b.upload(paid, "text/csv", "", "email\nann@acme.test\n").want(t, http.StatusAccepted, "")
+	if r.body["id"] == nil {
+		t.Fatalf("upload while others trickle: %v", r.body)
+	}
+
+	// The trickling uploads fall under the minimum rate and are cut with a 408: their slots come
+	// back, and a free customer's upload is accepted.
+	for _, conn := range trickling {
+		resp, raw, _ := rawAnswer(t, conn, 10*time.Second)
+		if resp.StatusCode != http.StatusRequestTimeout || !bytes.Contains(raw, []byte("slower than 8192 bytes a second")) {
+			t.Errorf("a trickling upload: %d %s", resp.StatusCode, raw)
+		}
+	}
+	waitFor(0)
+	b.upload(key(plan.Free), "text/csv", "", "email\nbob@acme.test\n").want(t, http.StatusAccepted, "")
 }

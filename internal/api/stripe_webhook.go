@@ -5,6 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/stripe/stripe-go/v76/webhook"
@@ -25,12 +28,16 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 	if err != nil {
 		return jsonError(err)
 	}
-	ev, err := webhook.ConstructEventWithOptions(body, c.Request().Header.Get("Stripe-Signature"), s.cfg.StripeWebhookSecret,
+	header := c.Request().Header.Get("Stripe-Signature")
+	ev, err := webhook.ConstructEventWithOptions(body, header, s.cfg.StripeWebhookSecret,
 		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+	if err == nil && signedInFuture(header, s.now()) {
+		err = errSignedInFuture
+	}
 	if err != nil {
 		return Errorf(http.StatusBadRequest, CodeInvalidRequest,
 			"Send events signed with the endpoint's signing secret; check STRIPE_WEBHOOK_SECRET.",
-			"Header Stripe-Signature is missing, malformed, too old or does not match the body.")
+			"Header Stripe-Signature is missing, malformed, too old, dated in the future or does not match the body.")
 	}
 	// The body is read raw for the signature, not through bindJSON, so the NUL rule is applied
 	// here: a signed event with a NUL could not be stored, and a 5xx would have Stripe resend it
@@ -63,4 +70,25 @@ func (s *Server) stripeWebhook(c echo.Context) error {
 	}
 	s.log.Log(c.Request().Context(), level, "stripe event", "id", ev.ID, "type", string(ev.Type), "outcome", string(out))
 	return c.JSON(http.StatusOK, map[string]any{"received": true, "outcome": out})
+}
+
+var errSignedInFuture = errors.New("signed in the future")
+
+// signedInFuture reports whether a Stripe-Signature header's timestamp (t=) is later than now by
+// more than the tolerance stripe-go allows in the past (webhook.DefaultTolerance): the library
+// refuses only old signatures, and an event dated ahead, replayed, would otherwise pass for as long
+// as its date is ahead (docs/api.md, "Stripe webhook").
+func signedInFuture(header string, now time.Time) bool {
+	for _, item := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || k != "t" {
+			continue
+		}
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return true // the library read it; a t it could not would have been refused
+		}
+		return time.Unix(sec, 0).After(now.Add(webhook.DefaultTolerance))
+	}
+	return false
 }

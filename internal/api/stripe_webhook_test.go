@@ -170,10 +170,13 @@ func TestStripeWebhookRejects(t *testing.T) {
 	_, key := b.account(plan.Scale, "cus_rej")
 	good := subEvent("evt_r", "customer.subscription.deleted", time.Now(), map[string]any{"customer": "cus_rej"})
 	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec, Timestamp: time.Now().Add(-time.Hour)})
+	// Signed 10 minutes ahead: stripe-go checks only the past; the tolerance holds both ways.
+	future := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec, Timestamp: time.Now().Add(10 * time.Minute)})
 	wrong := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: "whsec_other"})
 	tampered := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: append([]byte(" "), good...), Secret: whsec})
 	for name, sig := range map[string]string{
 		"no signature": "", "malformed": "garbage", "wrong secret": wrong.Header, "too old": old.Header, "other body": tampered.Header,
+		"in the future": future.Header,
 	} {
 		t.Run(name, func(t *testing.T) {
 			var headers []string

@@ -34,12 +34,15 @@ Usage:
   mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv]
         verify a file as a bulk list (--file - reads standard input): it is uploaded as it is,
         streamed, and the results CSV (standard output unless --out) has the input's columns
-        followed by the result's
+        followed by the result's; cells starting with = + - @ get an apostrophe (a spreadsheet
+        would run them as formulas)
   mailvet lists [list] [--limit N] [--cursor C] [--json]
                                           the account's bulk lists, newest first
   mailvet lists show ID [--json]          a list's state, counts and progress
-  mailvet lists results ID [--format csv|ndjson] [--status S,...] [--out FILE]
-                                          download a list's rows with their results
+  mailvet lists results ID [--format csv|ndjson] [--status S,...] [--out FILE] [--raw-formulas]
+                                          download a list's rows with their results; CSV cells
+                                          that start with = + - @ get an apostrophe unless
+                                          --raw-formulas
   mailvet lists cancel ID                 stop a running list (what is not verified is not billed)
   mailvet lists delete ID                 delete a list's rows and results for good
   mailvet keys list [--json]              the account's standard keys

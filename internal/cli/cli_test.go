@@ -236,7 +236,11 @@ func TestAgainstServer(t *testing.T) {
 				e = fmt.Sprintf("user%04d@mailinator.com", i)
 			}
 			emails = append(emails, e)
-			fmt.Fprintf(&in, "Person %d,%s,lead\n", i, e)
+			kind := "lead"
+			if i == 3 {
+				kind = "=1+2" // a formula someone typed into a form
+			}
+			fmt.Fprintf(&in, "Person %d,%s,%s\n", i, e, kind)
 		}
 		src, out := filepath.Join(dir, "list.csv"), filepath.Join(dir, "results.csv")
 		if err := os.WriteFile(src, []byte(in.String()), 0o600); err != nil {
@@ -264,7 +268,12 @@ func TestAgainstServer(t *testing.T) {
 			t.Fatalf("%d rows, want %d", len(records)-1, len(emails))
 		}
 		for i, row := range records[1:] {
-			if row[0] != fmt.Sprintf("Person %d", i) || row[1] != emails[i] || row[2] != "lead" {
+			// The file is one a person opens: the formula cell comes back escaped.
+			kind := "lead"
+			if i == 3 {
+				kind = "'=1+2"
+			}
+			if row[0] != fmt.Sprintf("Person %d", i) || row[1] != emails[i] || row[2] != kind {
 				t.Fatalf("row %d: %q: input columns not kept in order", i, row)
 			}
 			var want string
@@ -301,6 +310,19 @@ func TestAgainstServer(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
 		if code != ExitOK || len(lines) != 12 || !strings.Contains(lines[0], `"name":"Person 7"`) || !strings.Contains(lines[11], `"name":"Person 1107"`) {
 			t.Errorf("lists results: exit %d, %d lines, %s", code, len(lines), stderr)
+		}
+		// The CSV keeps formula cells escaped unless --raw-formulas asks for them as stored.
+		for _, c := range []struct {
+			args []string
+			want string
+		}{{nil, "Person 3,user0003@mailinator.com,'=1+2,"}, {[]string{"--raw-formulas"}, "Person 3,user0003@mailinator.com,=1+2,"}} {
+			code, stdout, stderr = run(t, std, "", append([]string{"lists", "results", l.ID}, c.args...)...)
+			if code != ExitOK || !strings.Contains(stdout, "\n"+c.want) {
+				t.Errorf("lists results %v: exit %d, %s; no line starting %q", c.args, code, stderr, c.want)
+			}
+		}
+		if code, _, stderr := run(t, std, "", "lists", "show", l.ID, "--raw-formulas"); code != ExitUsage || !strings.Contains(stderr, "--raw-formulas go with lists results") {
+			t.Errorf("show --raw-formulas: exit %d, %s", code, stderr)
 		}
 		if code, _, stderr := run(t, std, "", "lists", "cancel", l.ID); code != ExitError || !strings.Contains(stderr, "list_finished (HTTP 409)") {
 			t.Errorf("cancel a finished list: exit %d, %s", code, stderr)

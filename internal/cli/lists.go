@@ -157,6 +157,7 @@ func (e env) lists(ctx context.Context, args []string) error {
 	format := fs.String("format", "csv", "csv or ndjson (lists results)")
 	status := fs.String("status", "", "comma-separated statuses to keep (lists results)")
 	out := fs.String("out", "", "where to write the results (lists results; default standard output)")
+	rawFormulas := fs.Bool("raw-formulas", false, "CSV cells exactly as stored, without the apostrophe before formula cells (lists results)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -173,8 +174,8 @@ func (e env) lists(ctx context.Context, args []string) error {
 	default:
 		return usagef("lists: unknown subcommand %q (list, show, results, cancel, delete)", sub)
 	}
-	if sub != "results" && (*status != "" || *out != "" || *format != "csv") {
-		return usagef("lists %s: --format, --status and --out go with lists results", sub)
+	if sub != "results" && (*status != "" || *out != "" || *format != "csv" || *rawFormulas) {
+		return usagef("lists %s: --format, --status, --out and --raw-formulas go with lists results", sub)
 	}
 	if sub != "list" && (*limit != 0 || *cursor != "") {
 		return usagef("lists %s: --limit and --cursor go with lists list", sub)
@@ -219,7 +220,9 @@ func (e env) lists(ctx context.Context, args []string) error {
 		if *status != "" {
 			statuses = strings.Split(*status, ",")
 		}
-		opts := client.ResultsOptions{Format: *format, Statuses: statuses}
+		// The results are most often a file a person opens in a spreadsheet: formula cells stay
+		// escaped unless asked (docs/lists.md, "Formula cells").
+		opts := client.ResultsOptions{Format: *format, Statuses: statuses, RawFormulas: *rawFormulas}
 		if *out == "" {
 			return e.download(ctx, c, rest[0], opts, e.stdout)
 		}

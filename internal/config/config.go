@@ -88,6 +88,8 @@ type Config struct {
 
 	// Lists bound bulk-list uploads and say how long their results are kept (MAILVET_LIST_*).
 	Lists ListLimits
+	// Uploads bound the list uploads a replica receives at once (docs/lists.md, "Limits").
+	Uploads UploadLimits
 
 	// Plans are the tiers' limits and prices: plan.Defaults with MAILVET_PLAN_* and
 	// MAILVET_OVERAGE_EUR_* applied. They are the one source of truth for every limit.
@@ -101,6 +103,14 @@ type Config struct {
 	// DashboardSessionTTL is how long a dashboard sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL,
 	// docs/dashboard.md).
 	DashboardSessionTTL time.Duration
+}
+
+// UploadLimits bound what list uploads on their way can hold of a replica (docs/lists.md,
+// "Limits"; internal/api, spool.go).
+type UploadLimits struct {
+	PerAddress int   // uploads at once from one client address (MAILVET_UPLOAD_SLOTS_PER_ADDRESS)
+	Free       int   // uploads at once of free-tier accounts together (MAILVET_UPLOAD_SLOTS_FREE)
+	MinRate    int64 // bytes a second an upload must average after its first 30 s (MAILVET_UPLOAD_MIN_RATE); 0: none
 }
 
 // ListLimits are the bulk-list settings (docs/lists.md, "Limits").
@@ -236,6 +246,11 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 
 	c.Lists.MaxRows = e.intIn("MAILVET_LIST_MAX_ROWS", 1_000_000, 1, 10_000_000)
 	c.Lists.MaxBytes = int64(e.intIn("MAILVET_LIST_MAX_BYTES", 100<<20, 1024, 1<<30))
+	// A replica takes 8 uploads at once (internal/api, spool.go): an address may hold 2 of them,
+	// the free tier 4, and the rest stays for paying customers.
+	c.Uploads.PerAddress = e.intIn("MAILVET_UPLOAD_SLOTS_PER_ADDRESS", 2, 1, 8)
+	c.Uploads.Free = e.intIn("MAILVET_UPLOAD_SLOTS_FREE", 4, 0, 8)
+	c.Uploads.MinRate = int64(e.intIn("MAILVET_UPLOAD_MIN_RATE", 8<<10, 0, 1<<30))
 	free := e.retention("MAILVET_LIST_RETENTION_FREE", 7*24*time.Hour)
 	paid := e.retention("MAILVET_LIST_RETENTION_PAID", 30*24*time.Hour)
 	c.Lists.Retention = map[plan.Tier]time.Duration{}

@@ -170,9 +170,22 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 // call sends one request to the verify API as p and returns its answer.
 func (h *Handler) call(ctx context.Context, p auth.Principal, method, target, contentType string, body io.Reader) answer {
+	return h.callFrom(ctx, nil, p, method, target, contentType, body)
+}
+
+// callFrom is call on behalf of the browser's request from: the API sees from's peer address and
+// X-Forwarded-For, so that what it bounds per client address (upload slots, internal/api
+// spool.go) counts the browser's address, not one shared by every dashboard user.
+func (h *Handler) callFrom(ctx context.Context, from *http.Request, p auth.Principal, method, target, contentType string, body io.Reader) answer {
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return answer{status: http.StatusInternalServerError}
+	}
+	if from != nil {
+		req.RemoteAddr = from.RemoteAddr
+		if xff := from.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			req.Header["X-Forwarded-For"] = xff
+		}
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

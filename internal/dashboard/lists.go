@@ -288,7 +288,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		// form still shows the name field as the user left it.
 		target.Name = listname.FromBrowser(file.FileName())
 	}
-	ans := h.call(ctx, p, http.MethodPost, uploadTarget(target), ct, file)
+	ans := h.callFrom(ctx, r, p, http.MethodPost, uploadTarget(target), ct, file)
 	if ans.status != http.StatusAccepted {
 		h.releaseUpload(ctx, claim)
 		status := ans.status
@@ -533,7 +533,10 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 		h.listNotFound(w, r, s)
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format, nil)
+	// A person downloads the file to open it, most often in a spreadsheet: formula cells are
+	// always escaped (docs/lists.md, "Formula cells"), asked for explicitly rather than left to
+	// the API's default.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format+"&escape_formulas=true", nil)
 	if err != nil {
 		h.failure(w, r, s, err)
 		return

@@ -12,13 +12,16 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/mailvet/mailvet/internal/passwords"
 )
 
-// Password bounds (docs/dashboard.md): at least 10 characters, at most 256 bytes, so that the
-// hash's input is bounded too.
+// Password bounds (docs/dashboard.md, "Passwords"): at least 10 characters, at most 256 bytes, so
+// that the hash's input is bounded too, and at least 4 different characters.
 const (
-	minPasswordChars = 10
-	maxPasswordBytes = 256
+	minPasswordChars    = 10
+	maxPasswordBytes    = 256
+	minDistinctPassword = 4
 )
 
 // problem is an error whose text is a sentence for the page, shown to the user as it is.
@@ -26,16 +29,54 @@ type problem string
 
 func (p problem) Error() string { return string(p) }
 
-func checkPassword(p string) error {
+// checkPassword refuses what NIST SP 800-63B asks a verifier to refuse (docs/dashboard.md,
+// "Passwords"): passwords too short, blank, made of a character or two repeated, the account's own
+// email or its local part, and the most common and breached passwords, which attackers try first.
+// It asks for nothing else (no mix of character classes): length is what makes a password strong.
+func checkPassword(p, email string) error {
 	switch {
 	case !utf8.ValidString(p):
 		return problem("The password must be valid text.")
+	case strings.TrimSpace(p) == "":
+		return problem("The password cannot be only spaces.")
 	case utf8.RuneCountInString(p) < minPasswordChars:
 		return problem(fmt.Sprintf("The password must have at least %d characters.", minPasswordChars))
 	case len(p) > maxPasswordBytes:
 		return problem(fmt.Sprintf("The password must be at most %d bytes long.", maxPasswordBytes))
+	case distinctRunes(p) < minDistinctPassword:
+		return problem(fmt.Sprintf("The password repeats too few characters: use at least %d different ones.", minDistinctPassword))
+	case isOwnEmail(p, email):
+		return problem("The password cannot be your email address or the part of it before the @.")
+	case passwords.Common(p):
+		return problem("This password is on the list of the most common passwords, which attackers try first. Choose another one, such as a few unrelated words.")
 	}
 	return nil
+}
+
+// distinctRunes counts the different characters of p, up to minDistinctPassword.
+func distinctRunes(p string) int {
+	seen := make(map[rune]bool, minDistinctPassword)
+	for _, c := range p {
+		seen[c] = true
+		if len(seen) >= minDistinctPassword {
+			break
+		}
+	}
+	return len(seen)
+}
+
+// isOwnEmail reports whether p is the email or its local part, whatever the case and the blanks
+// around it.
+func isOwnEmail(p, email string) bool {
+	p, email = strings.ToLower(strings.TrimSpace(p)), strings.ToLower(strings.TrimSpace(email))
+	if email == "" {
+		return false
+	}
+	local := email
+	if i := strings.LastIndex(email, "@"); i >= 0 {
+		local = email[:i]
+	}
+	return p == email || p == local
 }
 
 // hasher holds the argon2id parameters. Hashes are PHC strings that carry their parameters, so

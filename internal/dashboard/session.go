@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailvet/mailvet/internal/database"
 )
@@ -77,22 +78,36 @@ const endedCookie = "ended"
 // secret in the table. Expired sessions are cleared a batch at a time on the way, so the table
 // stays bounded without a separate job.
 func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, userID string) error {
-	raw, sum := randomToken()
-	csrf := make([]byte, 32)
-	_, _ = rand.Read(csrf)
-	ttl := h.sessionTTL()
 	if _, err := h.pool.Exec(ctx, `
 		DELETE FROM dashboard_sessions WHERE token_hash IN (
 			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)`); err != nil {
 		h.log.Warn("dashboard: clear expired sessions", "err", err)
 	}
-	_, err := h.pool.Exec(ctx, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
-		VALUES ($1, $2, $3, $4)`, sum, userID, csrf, h.now().Add(ttl))
+	raw, err := h.insertSession(ctx, h.pool, userID)
 	if err != nil {
 		return err
 	}
-	h.setCookie(w, r, SessionCookie, raw, int(ttl/time.Second))
+	h.setSessionCookie(w, r, raw)
 	return nil
+}
+
+// execer is what insertSession writes with: the pool, or a transaction it must be part of.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// insertSession stores a new session of userID and returns its raw token, for the cookie.
+func (h *Handler) insertSession(ctx context.Context, db execer, userID string) (string, error) {
+	raw, sum := randomToken()
+	csrf := make([]byte, 32)
+	_, _ = rand.Read(csrf)
+	_, err := db.Exec(ctx, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
+		VALUES ($1, $2, $3, $4)`, sum, userID, csrf, h.now().Add(h.sessionTTL()))
+	return raw, err
+}
+
+func (h *Handler) setSessionCookie(w http.ResponseWriter, r *http.Request, raw string) {
+	h.setCookie(w, r, SessionCookie, raw, int(h.sessionTTL()/time.Second))
 }
 
 // errNoSession: no cookie, an unknown token, or an expired session.

@@ -5,28 +5,58 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mailvet/mailvet/internal/clientaddr"
 )
 
-// Sign-in throttling (docs/dashboard.md, "Security model"): failures are counted per account
-// (the email, known or not) and per client address in fixed windows. Past the limit, sign-in is
-// refused for the rest of the window whatever the password, with the same message for every
-// email, so the throttle reveals nothing about which accounts exist.
+// Sign-in throttling (docs/dashboard.md, "Sign-in throttling") is a progressive delay: each
+// subject gets a few failed password attempts free, then every further attempt must wait, from the
+// subject's last attempt, a delay that doubles with each failure up to a cap. The subjects are the
+// account from one client address (an attacker's failures slow that address down on that account,
+// not the owner elsewhere), the client address across accounts, and the account from every
+// address (a guesser with many addresses), whose cap is short so that nobody can keep the owner
+// out for long. Failures are forgotten a day after a subject's last attempt. A throttled attempt
+// is refused whatever the password, with the same message for every email, so the throttle
+// reveals nothing about which accounts exist.
+type delayPolicy struct {
+	free      int           // failures without a delay
+	base, cap time.Duration // the first delay, doubled with each failure after it, and its bound
+}
+
+var (
+	pairDelay    = delayPolicy{free: maxAccountFailures, base: 30 * time.Second, cap: 15 * time.Minute}
+	addressDelay = delayPolicy{free: maxAddressFailures, base: 30 * time.Second, cap: 15 * time.Minute}
+	accountDelay = delayPolicy{free: maxAddressFailures, base: 30 * time.Second, cap: time.Minute}
+)
+
+// wait is how long after its last attempt a subject with failures must wait.
+func (p delayPolicy) wait(failures int) time.Duration {
+	if failures < p.free {
+		return 0
+	}
+	d := p.base
+	for i := p.free; i < failures && d < p.cap; i++ {
+		d *= 2
+	}
+	return min(d, p.cap)
+}
+
 const (
-	throttleWindow     = 15 * time.Minute
 	maxAccountFailures = 5
-	// An address may hold several people (an office behind NAT), so its limit is higher.
+	// An address may hold several people (an office behind NAT), so it gets more free failures.
 	maxAddressFailures = 20
+	// forgetFailures is how long after a subject's last attempt its failures are forgotten.
+	forgetFailures = 24 * time.Hour
 
 	// Sign-ups are counted per client address too: each new account is a free tier's worth of
 	// verifications, so one address may not mint them without end. The count uses the same table
-	// under its own subject, in windows of a day.
+	// under its own subject, in fixed windows of a day.
 	signupWindow      = 24 * time.Hour
 	maxAddressSignups = 10
 )
@@ -34,6 +64,12 @@ const (
 func accountSubject(email string) string {
 	s := sha256.Sum256([]byte(strings.ToLower(email)))
 	return "account:" + hex.EncodeToString(s[:])
+}
+
+// pairSubject is the account of email from one client address.
+func pairSubject(email, address string) string {
+	s := sha256.Sum256([]byte(strings.ToLower(email) + "\x00" + address))
+	return "pair:" + hex.EncodeToString(s[:])
 }
 
 // addressSubject is the client's address (an IPv6 client's /64, which one host usually owns
@@ -50,75 +86,39 @@ func (h *Handler) addressSubject(r *http.Request) string {
 	return "ip:" + a.String()
 }
 
-// clientAddr is the address of the client that sent r. It is the connection's peer unless that
-// peer is one of the trusted reverse proxies (MAILVET_TRUSTED_PROXIES): then it is the rightmost
-// X-Forwarded-For entry that is not itself a trusted proxy. Entries left of that one are whatever
-// the client wrote and are never believed; from an untrusted peer the header is ignored, since
-// anyone could invent it. Without this, every sign-in behind a proxy would come from the proxy,
-// and one person's failures would lock everyone out of the dashboard.
-func clientAddr(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	peer, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	peer = peer.Unmap()
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	if !isTrusted(peer) {
-		return peer, true
-	}
-	var hops []string
-	for _, v := range r.Header.Values("X-Forwarded-For") {
-		hops = append(hops, strings.Split(v, ",")...)
-	}
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			return peer, true // a hop we cannot read: the last address we can vouch for
-		}
-		a = a.Unmap()
-		if !isTrusted(a) {
-			return a, true
-		}
-		peer = a
-	}
-	return peer, true
+// clientAddr is the address of the client that sent r (internal/clientaddr).
+var clientAddr = clientaddr.Of
+
+// attempt is a password attempt's claim on the throttle: its subjects and, when it was refused,
+// how long to wait before the next one may be made.
+type attempt struct {
+	acct, pair, addr string
+	wait             time.Duration
 }
 
-// attempt is a password attempt's claim on the throttle: its account and address subjects.
-type attempt struct{ acct, addr string }
-
-// claimAttempt counts a password attempt for email from r against both subjects before the
-// password is checked, and reports blocked when either subject has no room left in its window:
-// then nothing is counted. Counting first, under each subject's row lock, is what bounds
-// attempts sent at the same moment: a check followed by a count after the slow hash would let
-// every concurrent attempt pass the check. An attempt that turns out right is refunded.
+// claimAttempt counts a password attempt for email from r against its subjects before the
+// password is checked, and reports blocked when a subject must still wait (delayPolicy): then
+// nothing is counted, and at.wait says how long. Counting first, under each subject's row lock, is
+// what bounds attempts sent at the same moment: a check followed by a count after the slow hash
+// would let every concurrent attempt pass the check. An attempt that turns out right is refunded.
 func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email string) (at attempt, blocked bool, err error) {
-	at = attempt{acct: accountSubject(email), addr: h.addressSubject(r)}
+	addr := h.addressSubject(r)
+	at = attempt{acct: accountSubject(email), pair: pairSubject(email, addr), addr: addr}
 	now := h.now()
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-		// Always the account first, then the address: concurrent claims lock rows in one order.
+		// Always the pair, then the account, then the address: concurrent claims lock rows in one
+		// order.
 		for _, c := range []struct {
 			subject string
-			limit   int
-		}{{at.acct, maxAccountFailures}, {at.addr, maxAddressFailures}} {
-			full, err := count(ctx, tx, c.subject, c.limit, throttleWindow, now)
+			policy  delayPolicy
+		}{{at.pair, pairDelay}, {at.acct, accountDelay}, {at.addr, addressDelay}} {
+			wait, err := countDelayed(ctx, tx, c.subject, c.policy, now)
 			if err != nil {
 				return err
 			}
-			if full {
-				blocked = true
-				return errBlocked // roll back: a refused attempt counts against neither subject
+			if wait > 0 {
+				at.wait, blocked = wait, true
+				return errBlocked // roll back: a refused attempt counts against no subject
 			}
 		}
 		return nil
@@ -130,6 +130,34 @@ func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email strin
 		return at, false, err
 	}
 	return at, false, h.clearOld(ctx, now)
+}
+
+// countDelayed adds one failure to subject and makes now its last attempt, unless the subject
+// must still wait: then it changes nothing and returns how long is left. The check and the count
+// are one statement, under the row's lock. A subject whose last attempt is older than
+// forgetFailures starts again from one failure. window_start holds the last attempt.
+func countDelayed(ctx context.Context, tx pgx.Tx, subject string, p delayPolicy, now time.Time) (time.Duration, error) {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO dashboard_signin_failures AS f (subject, window_start, failures) VALUES ($1, $2, 1)
+		ON CONFLICT (subject) DO UPDATE SET
+			failures = CASE WHEN f.window_start <= $3 THEN 1 ELSE f.failures + 1 END,
+			window_start = $2
+		WHERE f.window_start <= $3 OR f.failures < $4
+			OR f.window_start + make_interval(secs => least($6::float8, $5::float8 * power(2, f.failures - $4))) <= $2`,
+		subject, now, now.Add(-forgetFailures), p.free, p.base.Seconds(), p.cap.Seconds())
+	if err != nil || tag.RowsAffected() > 0 {
+		return 0, err
+	}
+	var (
+		failures int
+		last     time.Time
+	)
+	if err := tx.QueryRow(ctx, `SELECT failures, window_start FROM dashboard_signin_failures WHERE subject = $1`, subject).
+		Scan(&failures, &last); err != nil {
+		return 0, err
+	}
+	// At least a second, so that a refusal always names a wait.
+	return max(last.Add(p.wait(failures)).Sub(now), time.Second), nil
 }
 
 // count adds one to subject's count in its current window (a new window when the last one is
@@ -147,11 +175,12 @@ func count(ctx context.Context, tx pgx.Tx, subject string, limit int, window tim
 	return err == nil && tag.RowsAffected() == 0, err
 }
 
-// clearOld deletes windows that ended, a batch at a time, so the table stays small without a
-// job; outside any claim's transaction, which locks only its subjects' rows, in one order.
+// clearOld deletes rows whose failures are forgotten and sign-up windows that ended, a batch at a
+// time, so the table stays small without a job; outside any claim's transaction, which locks only
+// its subjects' rows, in one order.
 func (h *Handler) clearOld(ctx context.Context, now time.Time) error {
 	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject IN (
-		SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-max(throttleWindow, signupWindow)))
+		SELECT subject FROM dashboard_signin_failures WHERE window_start < $1 LIMIT 100)`, now.Add(-max(forgetFailures, signupWindow)))
 	return err
 }
 
@@ -185,7 +214,7 @@ var errBlocked = errors.New("sign-in throttled")
 // that created its account.
 func (h *Handler) refund(ctx context.Context, at attempt) error {
 	_, err := h.pool.Exec(ctx, `UPDATE dashboard_signin_failures SET failures = greatest(failures - 1, 0)
-		WHERE subject = ANY($1) AND window_start > $2`, []string{at.acct, at.addr}, h.now().Add(-throttleWindow))
+		WHERE subject = ANY($1) AND window_start > $2`, []string{at.pair, at.acct, at.addr}, h.now().Add(-forgetFailures))
 	return err
 }
 
@@ -199,8 +228,26 @@ func (h *Handler) passwordAttempt(ctx context.Context, email, password string, a
 	return userID, true, h.refund(ctx, at)
 }
 
-// clearFailures forgets an account's failures after it signed in; the address keeps its count.
-func (h *Handler) clearFailures(ctx context.Context, account string) error {
-	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject = $1`, account)
+// clearFailures forgets an account's failures, from every address and from this one, after it
+// signed in; the address keeps its count.
+func (h *Handler) clearFailures(ctx context.Context, at attempt) error {
+	_, err := h.pool.Exec(ctx, `DELETE FROM dashboard_signin_failures WHERE subject = ANY($1)`, []string{at.acct, at.pair})
 	return err
+}
+
+// throttledText is what a throttled form says: how long to wait, rounded up to what a person reads.
+func throttledText(wait time.Duration) string {
+	var when string
+	switch {
+	case wait <= time.Minute:
+		secs := int((wait + time.Second - 1) / time.Second)
+		when = strconv.Itoa(secs) + " seconds"
+		if secs == 1 {
+			when = "1 second"
+		}
+	default:
+		mins := int((wait + time.Minute - 1) / time.Minute)
+		when = strconv.Itoa(mins) + " minutes"
+	}
+	return "Too many failed sign-in attempts. Wait " + when + ", then try again."
 }

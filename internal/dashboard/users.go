@@ -20,7 +20,6 @@ import (
 // (docs/dashboard.md, "No account enumeration").
 const (
 	msgWrongCredentials = "The email or password is wrong."
-	msgThrottled        = "Too many failed sign-in attempts. Wait 15 minutes, then try again."
 	msgSignupRefused    = "No account could be created with this email and password. If you already have an account, sign in instead."
 	msgSignupLimit      = "Too many accounts were created from your network today. Try again tomorrow, or sign in to an account you have."
 )
@@ -71,7 +70,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		return
 	}
 	password := r.PostForm.Get("password")
-	if err := checkPassword(password); err != nil {
+	if err := checkPassword(password, email); err != nil {
 		fail(http.StatusUnprocessableEntity, err.Error())
 		return
 	}
@@ -84,7 +83,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	// The address's sign-up count is claimed before the account is made and given back when none
@@ -119,7 +118,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 			fail(http.StatusUnprocessableEntity, msgSignupRefused)
 			return
 		}
-		h.finishSignin(w, r, userID, at.acct)
+		h.finishSignin(w, r, userID, at)
 		return
 	}
 	if err == nil {
@@ -129,7 +128,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	}
-	h.finishSignin(w, r, userID, at.acct)
+	h.finishSignin(w, r, userID, at)
 }
 
 var errEmailTaken = errors.New("email taken")
@@ -191,7 +190,7 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	userID, ok, err := h.passwordAttempt(ctx, email, password, at)
@@ -203,12 +202,12 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		fail(http.StatusUnauthorized, msgWrongCredentials)
 		return
 	}
-	h.finishSignin(w, r, userID, at.acct)
+	h.finishSignin(w, r, userID, at)
 }
 
-func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID, acctSubject string) {
+func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID string, at attempt) {
 	ctx := r.Context()
-	if err := h.clearFailures(ctx, acctSubject); err != nil {
+	if err := h.clearFailures(ctx, at); err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
@@ -233,7 +232,10 @@ func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s *sessio
 }
 
 // changePassword needs the current password (a session left open on a shared machine must not
-// be enough to take the account over). Every other session of the user ends.
+// be enough to take the account over). Every session of the user ends, this one included: the
+// browser that changed the password gets a new session token, so a token copied before the
+// change (the reason to change a password) is worth nothing after it (docs/dashboard.md,
+// "Security model").
 func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	fail := func(status int, msg string) {
@@ -244,7 +246,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
 		return
 	}
-	if err := checkPassword(next); err != nil {
+	if err := checkPassword(next, s.Email); err != nil {
 		fail(http.StatusUnprocessableEntity, err.Error())
 		return
 	}
@@ -257,7 +259,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		h.failure(w, r, s, err)
 		return
 	} else if blocked {
-		fail(http.StatusTooManyRequests, msgThrottled)
+		fail(http.StatusTooManyRequests, throttledText(at.wait))
 		return
 	}
 	_, ok, err := h.passwordAttempt(ctx, s.Email, current, at)
@@ -274,17 +276,22 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		h.failure(w, r, s, err)
 		return
 	}
+	var token string
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE dashboard_users SET password_hash = $2, updated_at = now() WHERE id = $1`,
 			s.UserID, nextHash); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1 AND token_hash <> $2`, s.UserID, s.tokenHash)
+		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1`, s.UserID); err != nil {
+			return err
+		}
+		token, err = h.insertSession(ctx, tx, s.UserID)
 		return err
 	})
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
+	h.setSessionCookie(w, r, token)
 	http.Redirect(w, r, Prefix+"/settings?done=password", http.StatusSeeOther)
 }

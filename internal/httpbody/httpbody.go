@@ -5,8 +5,11 @@
 package httpbody
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -29,18 +32,63 @@ func IdleUntil(w http.ResponseWriter, r io.Reader, pause time.Duration, end time
 	return &idle{r: r, rc: http.NewResponseController(w), pause: pause, end: end}
 }
 
+// ErrTooSlow is the error of a body cut for arriving slower than its minimum rate (WithMinRate).
+var ErrTooSlow = errors.New("the body arrived slower than its minimum rate")
+
+// WithMinRate is IdleUntil that also cuts a body which, once grace has passed since the first
+// read, has arrived at fewer than rate bytes a second on average: a client that sends a line just
+// inside every pause holds the connection (and whatever the server keeps for it) only as long as
+// its bytes earn. Each read's deadline is also the moment the bytes so far stop earning, so a
+// client that sends nothing more is cut then, not only at its next byte. rate 0 checks nothing.
+// The read that is cut fails with an error that is both ErrTooSlow and os.ErrDeadlineExceeded.
+func WithMinRate(w http.ResponseWriter, r io.Reader, pause time.Duration, end time.Time, rate int64, grace time.Duration) io.Reader {
+	return &idle{r: r, rc: http.NewResponseController(w), pause: pause, end: end, rate: rate, grace: grace}
+}
+
 type idle struct {
 	r     io.Reader
 	rc    *http.ResponseController
 	pause time.Duration
 	end   time.Time // zero: none
+
+	rate  int64 // bytes a second; 0: none
+	grace time.Duration
+	start time.Time
+	got   int64
 }
 
 func (d *idle) Read(p []byte) (int, error) {
-	deadline := time.Now().Add(d.pause)
+	now := time.Now()
+	deadline := now.Add(d.pause)
 	if !d.end.IsZero() && d.end.Before(deadline) {
 		deadline = d.end
 	}
+	var earned time.Time
+	if d.rate > 0 {
+		if d.start.IsZero() {
+			d.start = now
+		}
+		earned = d.start.Add(max(d.grace, time.Duration(float64(d.got)/float64(d.rate)*float64(time.Second))))
+		if earned.Before(deadline) {
+			deadline = earned
+		}
+	}
 	_ = d.rc.SetReadDeadline(deadline)
-	return d.r.Read(p)
+	n, err := d.r.Read(p)
+	d.got += int64(n)
+	if d.rate > 0 {
+		if errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(earned) {
+			return n, fmt.Errorf("%w: %w", ErrTooSlow, err)
+		}
+		// Where deadlines cannot be set (an in-process call), the rate is checked as bytes arrive.
+		if err == nil && time.Now().After(earned) && d.got < d.owed(time.Now()) {
+			return n, ErrTooSlow
+		}
+	}
+	return n, err
+}
+
+// owed is how many bytes the body should have delivered by now.
+func (d *idle) owed(now time.Time) int64 {
+	return int64(now.Sub(d.start).Seconds() * float64(d.rate))
 }

@@ -91,6 +91,11 @@ type Limits struct {
 	MaxLineBytes int // one physical line of the file
 }
 
+// MaxColumns bounds a CSV header (docs/lists.md, "Limits"). Every list summary repeats the
+// columns, so a header of tens of thousands of empty names, which fits in one line, would make
+// every listing of the account's lists that large.
+const MaxColumns = 1000
+
 // NewReader starts reading an upload of format f. For CSV it reads the header row and picks
 // the email column: the one named column (case-insensitive), else the first whose name looks
 // like an email column, else the first.
@@ -121,6 +126,9 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 	}
 	if err != nil {
 		return nil, rd.csvError(err)
+	}
+	if len(header) > MaxColumns {
+		return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has %d columns; a list may have at most %d", len(header), MaxColumns)}
 	}
 	for i, h := range header {
 		if err := checkText(h); err != nil {
@@ -400,16 +408,37 @@ func (c crToLF) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// skipBOM drops a UTF-8 byte-order mark (spreadsheets write one) and refuses UTF-16 files.
+// skipBOM drops a UTF-8 byte-order mark (spreadsheets write one) and refuses UTF-16 files, with
+// a byte-order mark or without one (utf16Head).
 func (l *lineReader) skipBOM() error {
-	head, _ := l.r.Peek(3)
+	head, _ := l.r.Peek(64)
 	switch {
 	case bytes.HasPrefix(head, []byte{0xEF, 0xBB, 0xBF}):
 		_, _ = l.r.Discard(3)
 	case bytes.HasPrefix(head, []byte{0xFF, 0xFE}), bytes.HasPrefix(head, []byte{0xFE, 0xFF}):
 		return &InputError{Line: 1, Msg: "the file is UTF-16; save it as UTF-8"}
+	case utf16Head(head):
+		return &InputError{Line: 1, Msg: "the file is UTF-16 (without a byte-order mark); save it as UTF-8"}
 	}
 	return nil
+}
+
+// utf16Head reports whether a file's first bytes read as UTF-16 text without a byte-order mark:
+// every pair of bytes has a NUL on the same side (the high byte of an ASCII character) and only
+// there. Such a file would otherwise be refused for "a NUL byte", which does not say what to do.
+// Two pairs at least: a shorter head says nothing.
+func utf16Head(head []byte) bool {
+	n := len(head) &^ 1
+	if n < 4 {
+		return false
+	}
+	le, be := true, true
+	for i := 0; i < n; i += 2 {
+		lo, hi := head[i], head[i+1]
+		le = le && lo != 0 && hi == 0
+		be = be && lo == 0 && hi != 0
+	}
+	return le || be
 }
 
 // Read implements io.Reader for encoding/csv, one buffered slice at a time.

@@ -26,9 +26,10 @@ var ResultColumns = []string{"status", "reason", "valid", "confidence", "failed_
 
 // Export writes a list's rows in input order, each with its result, as CSV or NDJSON (out is
 // CSV or NDJSON). Rows not verified yet (the list is still running) have empty result columns,
-// or "result": null; statuses, when not empty, keeps only rows verified with one of them. flush
+// or "result": null; statuses, when not empty, keeps only rows verified with one of them.
+// formulas applies to CSV only: NDJSON values are JSON strings no spreadsheet evaluates. flush
 // is called every few hundred rows so that a large download streams.
-func (s *Store) Export(ctx context.Context, l List, out Format, statuses []string, w io.Writer, flush func()) error {
+func (s *Store) Export(ctx context.Context, l List, out Format, statuses []string, formulas Formulas, w io.Writer, flush func()) error {
 	ctx, cancel := bulk(ctx)
 	defer cancel()
 	var filter []string
@@ -46,7 +47,7 @@ func (s *Store) Export(ctx context.Context, l List, out Format, statuses []strin
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := exporter{list: l, w: bw, keys: jsonKeys(l)}
 	if out == CSV {
-		enc.csv = csv.NewWriter(bw)
+		enc.csv = newRecordWriter(csv.NewWriter(bw), formulas)
 		header := append(append([]string{}, enc.inputColumns()...), ResultColumns...)
 		if err := enc.csv.Write(header); err != nil {
 			return err
@@ -79,7 +80,7 @@ func (s *Store) Export(ctx context.Context, l List, out Format, statuses []strin
 type exporter struct {
 	list List
 	w    *bufio.Writer
-	csv  *csv.Writer
+	csv  recordWriter
 	keys []string // an NDJSON line's keys for a CSV upload's columns (jsonKeys)
 }
 

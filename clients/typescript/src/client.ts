@@ -106,6 +106,13 @@ export interface ListResultsOptions extends CallOptions {
   format?: "csv" | "ndjson";
   /** Only the rows verified with one of these statuses. */
   status?: VerifyResult["status"] | readonly VerifyResult["status"][];
+  /**
+   * CSV only. `true` (the default, the API's own): cells a spreadsheet would run as formulas
+   * (starting with `=`, `+`, `-`, `@`, a tab or a carriage return) come with an apostrophe before
+   * them. `false` asks for the cells exactly as stored (`escape_formulas=false`), for a program
+   * that reads the file (docs/lists.md, "Formula cells").
+   */
+  escapeFormulas?: boolean;
 }
 
 /** The options of {@link Mailvet.lists}`.wait`. */
@@ -385,9 +392,10 @@ export class Mailvet {
   };
 
   async #results(id: string, options: ListResultsOptions): Promise<ReadableStream<Uint8Array>> {
-    const { format = "csv", status, ...call } = options;
+    const { format = "csv", status, escapeFormulas, ...call } = options;
     const q = new URLSearchParams({ format });
     if (status !== undefined) q.set("status", typeof status === "string" ? status : status.join(","));
+    if (escapeFormulas === false) q.set("escape_formulas", "false");
     const get: Call = { ...call, method: "GET", path: `/v1/email/lists/${encodeURIComponent(id)}/results?${q}`, key: "standard" };
     const { res, deadline } = await this.#send(get);
     deadline.stopTimer();

@@ -133,6 +133,12 @@ describe("the other list calls", () => {
     const text = await mv.lists.resultsText(id, { format: "ndjson", status: "deliverable" });
     assert.equal(text, "first,email,status\nAnn,ann@acme.example,deliverable\n");
     assert.equal(f.requests[1].path, `/v1/email/lists/${id}/results?format=ndjson&status=deliverable`);
+
+    // Formula cells stay escaped (the API's default) unless the caller asks for them raw.
+    await mv.lists.resultsText(id, { escapeFormulas: true });
+    assert.equal(f.requests[2].path, `/v1/email/lists/${id}/results?format=csv`);
+    await mv.lists.resultsText(id, { escapeFormulas: false });
+    assert.equal(f.requests[3].path, `/v1/email/lists/${id}/results?format=csv&escape_formulas=false`);
   });
 
   test("a download the server cuts off errors the stream instead of ending it, with its request id", async () => {

@@ -1,0 +1,257 @@
+package dashboard
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/mailvet/mailvet/internal/account"
+)
+
+// keysData is the keys page. New is the key just created, shown this once. KeyToken and ProvToken
+// are the one-time tokens of the two create forms (newFormToken). Confirm, when set, makes the page
+// the confirmation of a revocation, and nothing else.
+type keysData struct {
+	Keys         []account.Key
+	Max          int
+	Provisioning *account.Key
+	New          *account.CreatedKey
+	Label        string
+	KeyToken     string
+	ProvToken    string
+	Confirm      *revokeConfirm
+}
+
+// revokeConfirm is the question asked before a key is revoked: the form posts to Action.
+type revokeConfirm struct {
+	Key    account.Key
+	Action string
+}
+
+func (h *Handler) keysData(r *http.Request, s *session) (keysData, error) {
+	ctx := r.Context()
+	a, err := h.accounts.Get(ctx, s.AccountID)
+	if err != nil {
+		return keysData{}, err
+	}
+	keys, err := h.accounts.ListStandardKeys(ctx, s.AccountID)
+	if err != nil {
+		return keysData{}, err
+	}
+	prov, err := h.accounts.ProvisioningKey(ctx, s.AccountID)
+	if err != nil {
+		return keysData{}, err
+	}
+	return keysData{Keys: keys, Max: h.cfg.Plans.MaxKeys(a.Tier), Provisioning: prov,
+		KeyToken: newFormToken(), ProvToken: newFormToken()}, nil
+}
+
+// newFormToken is the one-time token of a rendered create-key form. The page that shows a new
+// key is the answer to a POST, so a reload sends the same form again: the token, recorded with
+// the key it created (account.Store.CreateStandardKeyOnce), makes that second POST create nothing.
+// It needs no secrecy: the CSRF token already ties the POST to the session.
+func newFormToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// formToken reads the create form's token. A form without one (a page rendered by an older
+// release) creates as before; one that is not a token is refused, so nothing odd is stored.
+func formToken(r *http.Request) (string, bool) {
+	t := r.PostForm.Get("form_token")
+	if len(t) > 64 {
+		return "", false
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return "", false
+		}
+	}
+	return t, true
+}
+
+const msgStaleForm = "This form is out of date. Reload the page and try again."
+
+// alreadyCreated is what a create form sent twice says: the key exists, its secret is gone.
+func alreadyCreated(k account.Key) string {
+	return "This key was already created (" + k.Label + ", " + k.Prefix + "); its secret was shown only once — " +
+		"if you did not copy it, revoke it and create another."
+}
+
+// keysPage is the keys page; ?revoke=<key id> or ?revoke=provisioning makes it the confirmation
+// of that revocation, so that a revocation takes two clicks and works without JavaScript.
+func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, s *session) {
+	d, err := h.keysData(r, s)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	if which := r.URL.Query().Get("revoke"); which != "" {
+		h.confirmRevoke(w, r, s, d, which)
+		return
+	}
+	h.render(w, r, http.StatusOK, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d, Notice: notice(r)})
+}
+
+// confirmRevoke renders the question for which, a standard key id of the account or
+// "provisioning"; any other key is "no such key", as on revocation itself.
+func (h *Handler) confirmRevoke(w http.ResponseWriter, r *http.Request, s *session, d keysData, which string) {
+	var c *revokeConfirm
+	if which == "provisioning" {
+		if d.Provisioning != nil {
+			c = &revokeConfirm{Key: *d.Provisioning, Action: Prefix + "/keys/provisioning/revoke"}
+		}
+	} else if id, err := uuid.Parse(which); err == nil {
+		for _, k := range d.Keys {
+			if k.ID == id.String() {
+				c = &revokeConfirm{Key: k, Action: Prefix + "/keys/" + k.ID + "/revoke"}
+			}
+		}
+	}
+	if c == nil {
+		h.render(w, r, http.StatusNotFound, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d,
+			Error: "There is no such active key in your account."})
+		return
+	}
+	d.Confirm = c
+	h.render(w, r, http.StatusOK, "keys", &view{Title: "Revoke key", Nav: "keys", Session: s, Data: d})
+}
+
+// toConfirmation sends a revocation posted without the confirmation's confirm=yes (a page of an
+// older release, a crafted form) to the confirmation instead of revoking in one click.
+func toConfirmation(w http.ResponseWriter, r *http.Request, which string) {
+	http.Redirect(w, r, Prefix+"/keys?"+url.Values{"revoke": {which}}.Encode(), http.StatusSeeOther)
+}
+
+// keysAnswer renders the keys page after a POST: with the new key shown once, or with an error.
+func (h *Handler) keysAnswer(w http.ResponseWriter, r *http.Request, s *session, status int, created *account.CreatedKey, msg, label string) {
+	d, err := h.keysData(r, s)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	d.New, d.Label = created, label
+	h.render(w, r, status, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d, Error: msg})
+}
+
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, s *session) {
+	label := strings.TrimSpace(r.PostForm.Get("label"))
+	token, ok := formToken(r)
+	if !ok {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, label)
+		return
+	}
+	if err := account.CheckLabel(label); err != nil {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, "The label "+strings.TrimPrefix(err.Error(), "label ")+".", label)
+		return
+	}
+	k, err := h.accounts.CreateStandardKeyOnce(r.Context(), s.AccountID, label, token, h.cfg.Plans.MaxKeys)
+	var (
+		limit *account.KeyLimitError
+		dup   *account.KeyCreatedError
+	)
+	switch {
+	case errors.As(err, &dup):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
+	case errors.As(err, &limit):
+		// 429 as on POST /v1/management/keys (key_limit_reached).
+		h.keysAnswer(w, r, s, http.StatusTooManyRequests, nil, "Your plan allows "+strconv.Itoa(limit.Max)+
+			" active standard keys. Revoke one before creating another, or upgrade your plan.", label)
+	case err != nil:
+		h.failure(w, r, s, err)
+	default:
+		h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
+	}
+}
+
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, s *session) {
+	// The id is parsed to its canonical form first, as the management API does (internal/api/keys.go).
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
+		return
+	}
+	if r.PostForm.Get("confirm") != "yes" {
+		h.confirmRevokePost(w, r, s, id.String())
+		return
+	}
+	err = h.accounts.RevokeStandardKey(r.Context(), s.AccountID, id.String())
+	if errors.Is(err, account.ErrKeyNotFound) {
+		h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
+		return
+	}
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/keys?done=revoked", http.StatusSeeOther)
+}
+
+// confirmRevokePost answers a standard key's revocation posted without the confirmation: another
+// account's or an unknown key is 404 at once, as before; the account's own key goes to the
+// confirmation.
+func (h *Handler) confirmRevokePost(w http.ResponseWriter, r *http.Request, s *session, id string) {
+	keys, err := h.accounts.ListStandardKeys(r.Context(), s.AccountID)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			toConfirmation(w, r, id)
+			return
+		}
+	}
+	h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
+}
+
+func (h *Handler) createProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
+	token, ok := formToken(r)
+	if !ok {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, "")
+		return
+	}
+	k, err := h.accounts.CreateProvisioningKeyOnce(r.Context(), s.AccountID, token)
+	var dup *account.KeyCreatedError
+	switch {
+	case errors.As(err, &dup):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
+	case errors.Is(err, account.ErrProvisioningKeyExists):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, "Your account already has an active provisioning key. Revoke it first to create a new one.", "")
+	case err != nil:
+		h.failure(w, r, s, err)
+	default:
+		h.keysAnswer(w, r, s, http.StatusCreated, &k, "", "")
+	}
+}
+
+func (h *Handler) revokeProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
+	if r.PostForm.Get("confirm") != "yes" {
+		prov, err := h.accounts.ProvisioningKey(r.Context(), s.AccountID)
+		if err != nil {
+			h.failure(w, r, s, err)
+			return
+		}
+		if prov != nil {
+			toConfirmation(w, r, "provisioning")
+			return
+		}
+	}
+	n, err := h.accounts.RevokeProvisioningKey(r.Context(), s.AccountID)
+	if err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
+	done := "prov-gone"
+	if n == 0 {
+		done = "no-revoked"
+	}
+	http.Redirect(w, r, Prefix+"/keys?done="+done, http.StatusSeeOther)
+}
