@@ -28,6 +28,7 @@ import (
 	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/httpbody"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -110,6 +111,9 @@ type Server struct {
 	// refusals counts the verify routes' admission refusals (admission_metrics.go).
 	refusals *prometheus.CounterVec
 
+	// idem guards the routes that create something with Idempotency-Key (idempotency.go).
+	idem *idempotency.Guard
+
 	// dashboard serves /dashboard (package dashboard).
 	dashboard http.Handler
 
@@ -130,6 +134,7 @@ func New(d Deps) *Server {
 		s.now = time.Now
 	}
 	s.stopping = make(chan struct{})
+	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
