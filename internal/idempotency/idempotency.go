@@ -69,13 +69,15 @@ func CheckKey(key string) error {
 type Route struct {
 	// Stream marks a route whose body is a file that the handler reads itself (a list upload):
 	// the body is hashed as the handler reads it, never buffered here. Otherwise the body, which
-	// the JSON body guard bounds, is read whole before the handler runs.
+	// the JSON body guard bounds, is read whole and hashed before the key is claimed, so that a
+	// retry that waits for its key is not also waiting out its body's read deadline.
 	Stream bool
 	// Headers are the request headers that are parameters of the request (a webhook secret), and
 	// so part of what a retry must repeat; the method, path, query and Content-Type always are.
 	Headers []string
-	// Body returns the request body with the route's limits and deadlines. It is read to hash a
-	// retry that will not run (a replay or a refusal).
+	// Body returns the request body with the route's limits and deadlines: the whole body of a
+	// JSON route, and a stream route's when it is hashed without running the handler (a replay
+	// or a refusal).
 	Body func(c echo.Context) io.Reader
 	// BodyError maps a failure to read the body to the route's answer.
 	BodyError func(error) error
@@ -113,6 +115,19 @@ func (g *Guard) Middleware(rt Route) echo.MiddlewareFunc {
 			if err := CheckKey(key); err != nil {
 				return err
 			}
+			// sum is the request's hash, known here for a JSON route; nil for a stream route,
+			// whose body is hashed only as it is read.
+			var sum []byte
+			if !rt.Stream {
+				raw, err := io.ReadAll(rt.Body(c))
+				if err != nil {
+					return rt.BodyError(err)
+				}
+				h := requestHash(c, rt)
+				_, _ = h.Write(raw)
+				sum = h.Sum(nil)
+				c.Request().Body = io.NopCloser(bytes.NewReader(raw))
+			}
 			account := g.account(c)
 			ctx := c.Request().Context()
 			giveUp := time.Now().Add(g.Wait)
@@ -123,9 +138,9 @@ func (g *Guard) Middleware(rt Route) echo.MiddlewareFunc {
 				}
 				switch {
 				case cl.done != nil:
-					return g.replay(c, rt, cl.done)
+					return g.replay(c, rt, sum, cl.done)
 				case cl.owner != uuid.Nil:
-					return g.run(c, next, rt, account, key, cl.owner)
+					return g.run(c, next, rt, sum, account, key, cl.owner)
 				}
 				if time.Now().After(giveUp) {
 					return ErrKeyInUse
@@ -159,13 +174,16 @@ func requestHash(c echo.Context, rt Route) hash.Hash {
 }
 
 // replay answers a retry of a completed request: the first response if the request is the same,
-// ErrKeyReused otherwise.
-func (g *Guard) replay(c echo.Context, rt Route, r *record) error {
-	h := requestHash(c, rt)
-	if _, err := io.Copy(h, rt.Body(c)); err != nil {
-		return rt.BodyError(err)
+// ErrKeyReused otherwise. sum is the retry's hash, nil when its body is still to be read.
+func (g *Guard) replay(c echo.Context, rt Route, sum []byte, r *record) error {
+	if sum == nil {
+		h := requestHash(c, rt)
+		if _, err := io.Copy(h, rt.Body(c)); err != nil {
+			return rt.BodyError(err)
+		}
+		sum = h.Sum(nil)
 	}
-	if !bytes.Equal(h.Sum(nil), r.hash) {
+	if !bytes.Equal(sum, r.hash) {
 		return ErrKeyReused
 	}
 	out := c.Response().Header()
@@ -179,8 +197,8 @@ func (g *Guard) replay(c echo.Context, rt Route, r *record) error {
 }
 
 // run runs the request that owns the key and keeps its response if it succeeded; otherwise, or
-// if the handler panics, it releases the key.
-func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, account, key string, owner uuid.UUID) error {
+// if the handler panics, it releases the key. sum is the request's hash, nil for a stream route.
+func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte, account, key string, owner uuid.UUID) error {
 	kept := false
 	defer func() {
 		if kept {
@@ -193,19 +211,11 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, account, ke
 			g.log.Warn("idempotency: release key", "err", err)
 		}
 	}()
-	h := requestHash(c, rt)
 	req := c.Request()
 	var body *hashingBody
-	if rt.Stream {
-		body = &hashingBody{ReadCloser: req.Body, h: h}
+	if sum == nil {
+		body = &hashingBody{ReadCloser: req.Body, h: requestHash(c, rt)}
 		req.Body = body
-	} else {
-		raw, err := io.ReadAll(req.Body)
-		if err != nil {
-			return rt.BodyError(err)
-		}
-		_, _ = h.Write(raw)
-		req.Body = io.NopCloser(bytes.NewReader(raw))
 	}
 	rec := &recorder{ResponseWriter: c.Response().Writer}
 	c.Response().Writer = rec
@@ -219,10 +229,12 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, account, ke
 	case body != nil && !body.eof:
 		// The handler answered without reading the whole file: the hash would not be the request's.
 		return err
+	case body != nil:
+		sum = body.h.Sum(nil)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), 5*time.Second)
 	defer cancel()
-	if cerr := g.store.complete(ctx, account, key, owner, record{hash: h.Sum(nil), status: res.Status,
+	if cerr := g.store.complete(ctx, account, key, owner, record{hash: sum, status: res.Status,
 		header: replayHeader(res.Header()), body: rec.buf.Bytes()}); cerr != nil {
 		g.log.Warn("idempotency: keep response", "err", cerr)
 		return err
