@@ -95,9 +95,10 @@ func WithTimeout(d time.Duration) Option {
 // rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
 // Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
 // 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
-// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md). A 503
-// to a management POST that creates something (a key, a delivery replay, a portal session) is
-// not retried, since it may have acted before its answer failed.
+// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md), and a
+// call that creates something (an async verification, a key, a portal session) carries an
+// Idempotency-Key, the same on every retry, so the API runs it once. A 503 to a delivery replay
+// is not retried, since it may have acted before its answer failed.
 func WithRetryOnRateLimit(on bool) Option {
 	return func(c *Client) { c.retryOnRateLimit = on }
 }

@@ -36,8 +36,10 @@ export interface MailvetOptions {
   provisioningKey?: string;
   /**
    * Retry a request refused with 429 `rate_limit_exceeded` after waiting until its `reset_at`
-   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). Also
-   * splits a batch or stream chunk larger than the account's per-minute limit. Default false.
+   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). A call
+   * that creates something sends one Idempotency-Key on all its attempts, so the API runs it once;
+   * a delivery replay is not retried after a 503. Also splits a batch or stream chunk larger than
+   * the account's per-minute limit. Default false.
    */
   retryOnRateLimit?: boolean;
   /** Retries of one request when `retryOnRateLimit` is on. Default 3. */
