@@ -18,6 +18,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,9 +95,10 @@ func WithTimeout(d time.Duration) Option {
 // rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
 // Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
 // 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
-// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md). A 503
-// to a management POST that creates something (a key, a delivery replay, a portal session) is
-// not retried, since it may have acted before its answer failed.
+// returned at once. Retrying is safe: a refused request is never charged (docs/errors.md), and a
+// call that creates something (an async verification, a key, a portal session) carries an
+// Idempotency-Key, the same on every retry, so the API runs it once. A 503 to a delivery replay
+// is not retried, since it may have acted before its answer failed.
 func WithRetryOnRateLimit(on bool) Option {
 	return func(c *Client) { c.retryOnRateLimit = on }
 }
@@ -152,20 +155,47 @@ func (r request) units() int {
 }
 
 // repeatable says whether r may be sent again after the 503 e, which can come after the request
-// acted (a commit whose answer came too late): a verification (refused ones are never charged,
-// and an async job is refused only once it was removed), a read, a delete or a cancel, but not a
-// management POST that creates something (a key, a replay, a portal session). What the API
+// acted (a commit whose answer came too late): a request with an Idempotency-Key (an async
+// verification, a list, a key, a portal session: the API runs it once), a verification (refused
+// ones are never charged), a read, a delete or a cancel, but not a delivery replay. What the API
 // promises of its own 503s says nothing of another's: a proxy may answer 503 after passing the
-// request on and the API verifying, charging or creating a job, so a POST answered by a 503 that
-// is not the API's envelope is never sent again.
+// request on and the API verifying or charging, so a POST without a key answered by a 503 that is
+// not the API's envelope is never sent again.
 func (r request) repeatable(e *Error) bool {
-	if r.method != http.MethodPost {
+	if r.method != http.MethodPost || r.idempotent() {
+		// A request with an Idempotency-Key runs once however often it is sent: a retry gets the
+		// first answer again (docs/api.md, "Idempotency").
 		return true
 	}
 	if e.Code == CodeUnexpectedResponse {
 		return false
 	}
 	return strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
+}
+
+// idempotent says whether r creates something and so carries an Idempotency-Key: an asynchronous
+// verification, a list upload, a key or a billing portal session (docs/api.md, "Idempotency").
+func (r request) idempotent() bool {
+	if r.method != http.MethodPost {
+		return false
+	}
+	path, _, _ := strings.Cut(r.path, "?")
+	switch path {
+	case "/v1/email/verify":
+		b, ok := r.body.(map[string]string)
+		_, async := b["webhook_url"]
+		return ok && async
+	case "/v1/email/lists", "/v1/management/keys", "/v1/management/billing/portal":
+		return true
+	}
+	return false
+}
+
+// newIdempotencyKey makes the key of one call: 128 random bits, in hex.
+func newIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // upload is a request body that is not JSON: a file, streamed as it is read (docs/lists.md,
@@ -205,8 +235,13 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 	if up != nil {
 		retries = 0
 	}
+	// One key per call, sent on every attempt, so that the API runs and bills the call once.
+	var key string
+	if r.idempotent() {
+		key = newIdempotencyKey()
+	}
 	for n := 0; ; n++ {
-		a, err := c.once(ctx, r, payload, up, stream)
+		a, err := c.once(ctx, r, payload, up, stream, key)
 		if err != nil {
 			return nil, err
 		}
@@ -263,8 +298,8 @@ func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 // ErrTimeout is wrapped by the error of a request that the WithTimeout bound ended.
 var ErrTimeout = errors.New("mailvet: request timed out")
 
-// once sends one attempt.
-func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload, stream bool) (*attempt, error) {
+// once sends one attempt; idemKey, when set, goes in its Idempotency-Key header.
+func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload, stream bool, idemKey string) (*attempt, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var timer *time.Timer
 	// An upload's answer comes only once the whole file is read and stored, which may rightly
@@ -300,6 +335,9 @@ func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -306,4 +307,60 @@ func TestE2ERateLimitMidBatchIsRetried(t *testing.T) {
 		t.Errorf("statuses %v: want ten 200s and at least one 429 in the middle", log.statuses)
 	}
 	t.Logf("500 addresses in %s, responses %v", time.Since(start).Round(time.Millisecond), log.statuses)
+}
+
+// losesFirstAnswer passes every request to the API, but replaces the API's answer to the first
+// POST it sees with a 503, as a connection cut after the API acted looks to a client that retries.
+type losesFirstAnswer struct {
+	mu   sync.Mutex
+	lost bool
+	keys []string // the Idempotency-Key of every POST
+}
+
+func (l *losesFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || r.Method != http.MethodPost {
+		return resp, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, r.Header.Get("Idempotency-Key"))
+	if l.lost {
+		return resp, nil
+	}
+	l.lost = true
+	resp.Body.Close()
+	body := `{"error":"service_unavailable","message":"Lost.","action":"Retry.","docs":"d"}`
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}, "Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}, nil
+}
+
+// A key creation whose answer is lost is sent again with the same Idempotency-Key, and the real
+// API answers the key it created the first time instead of creating another.
+func TestE2ELostAnswerIsReplayed(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	ctx := context.Background()
+	rt := &losesFirstAnswer{}
+	m := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
+		client.WithHTTPClient(&http.Client{Transport: rt}))
+	created, err := m.CreateKey(ctx, "ci")
+	if err != nil || created.Key == "" {
+		t.Fatalf("CreateKey = %+v, %v", created, err)
+	}
+	if len(rt.keys) != 2 || rt.keys[0] == "" || rt.keys[0] != rt.keys[1] {
+		t.Fatalf("Idempotency-Keys %q, want the same key on both attempts", rt.keys)
+	}
+	keys, err := m.ListKeys(ctx)
+	if err != nil || keys.Count != 2 {
+		t.Fatalf("ListKeys = %+v, %v: want the demo key and one created", keys, err)
+	}
+	for _, k := range keys.Keys {
+		if k.Label == "ci" && k.ID != created.ID {
+			t.Fatalf("the key listed %s is not the one answered %s", k.ID, created.ID)
+		}
+	}
+	if _, err := client.New(created.Key, client.WithBaseURL(s.URL)).Verify(ctx, "ann@acme.example"); err != nil {
+		t.Fatalf("the replayed key does not work: %v", err)
+	}
 }

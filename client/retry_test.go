@@ -321,28 +321,50 @@ func TestChunksShrinkToTheRateLimit(t *testing.T) {
 // date, as a proxy may send, is honoured.
 func TestRetry503OnlyWhenRepeatable(t *testing.T) {
 	t.Parallel()
+	var keysMu sync.Mutex
+	var keys []string
 	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && i > 1 {
+		keysMu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		keysMu.Unlock()
+		if r.Method == http.MethodGet && i > 2 {
 			writeJSON(w, 200, `{"keys":[]}`)
+			return
+		}
+		if r.URL.Path == "/v1/management/keys" && r.Method == http.MethodPost && i == 1 {
+			writeJSON(w, 201, `{"id":"k1","label":"prod","prefix":"sk_live_abcd","created_at":"2026-11-23T00:00:00Z","key":"sk_live_x","warning":"w"}`)
 			return
 		}
 		w.Header().Set("Retry-After", time.Now().Add(2*time.Second).UTC().Format(http.TimeFormat))
 		writeJSON(w, 503, `{"error":"service_unavailable","message":"The datastore could not be reached in time.","action":"Retry.","docs":"d"}`)
 	})
 	c := client.New("sk_mgmt_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
-	_, err := c.CreateKey(context.Background(), "prod")
-	var e *client.Error
-	if !errors.As(err, &e) || e.Status != 503 || e.RetryAfter <= 0 || e.RetryAfter > 2*time.Second {
-		t.Fatalf("CreateKey: %#v, want the 503 with its Retry-After date read", err)
+	// A key creation carries an Idempotency-Key, the same on its retry: the API creates one key.
+	if _, err := c.CreateKey(context.Background(), "prod"); err != nil {
+		t.Fatalf("CreateKey, retried after the 503: %v", err)
 	}
-	if n := len(f.requests()); n != 1 {
-		t.Fatalf("CreateKey sent %d times, want once", n)
+	if reqs := f.requests(); len(reqs) != 2 || reqs[1].Sub(reqs[0]) < 500*time.Millisecond {
+		t.Fatalf("CreateKey sent at %v, want twice, after the Retry-After date", reqs)
+	}
+	if keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("Idempotency-Keys %q, want one key on both attempts", keys)
 	}
 	if _, err := c.ListKeys(context.Background()); err != nil {
 		t.Fatalf("ListKeys, retried after the 503: %v", err)
 	}
-	if reqs := f.requests(); len(reqs) != 3 || reqs[2].Sub(reqs[1]) < 500*time.Millisecond {
+	if reqs := f.requests(); len(reqs) != 4 || reqs[3].Sub(reqs[2]) < 500*time.Millisecond {
 		t.Fatalf("requests at %v, want a read retried after the Retry-After date", reqs)
+	}
+	if keys[2] != "" || keys[3] != "" {
+		t.Fatalf("a read carried an Idempotency-Key: %q", keys)
+	}
+	// A delivery replay has no key: a 503 may come after it acted, so it is not sent again.
+	var e *client.Error
+	if _, err := c.RetryDelivery(context.Background(), "d1"); !errors.As(err, &e) || e.Status != 503 || e.RetryAfter <= 0 {
+		t.Fatalf("RetryDelivery: %#v, want the 503 with its Retry-After date read", err)
+	}
+	if n := len(f.requests()); n != 5 {
+		t.Fatalf("RetryDelivery sent %d times, want once", n-4)
 	}
 }
 
@@ -420,8 +442,13 @@ func TestStreamErrorOwesLaterChunks(t *testing.T) {
 // repeated whoever answered.
 func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 	t.Parallel()
+	var keysMu sync.Mutex
+	keys := map[string]int{}
 	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && i == 3 { // the read's second try
+		keysMu.Lock()
+		keys[r.Header.Get("Idempotency-Key")]++
+		keysMu.Unlock()
+		if r.Method == http.MethodGet && i == 3+client.DefaultMaxRetries { // the read's second try
 			writeJSON(w, 200, `{"job_id":"j1","status":"queued","created_at":"2026-11-23T00:00:00Z"}`)
 			return
 		}
@@ -431,21 +458,31 @@ func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 		fmt.Fprint(w, "<h1>upstream timed out</h1>")
 	})
 	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	if _, err := c.Verify(context.Background(), "ann@acme.example"); err == nil {
+		t.Fatal("a proxy's 503 to a verification passed")
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Fatalf("%d requests for a verification without a key answered by a proxy's 503; want one", n)
+	}
+	// An async verification carries an Idempotency-Key: whatever the proxy did with an attempt,
+	// the API runs the job once, so it is sent again, with the same key.
 	_, err := c.VerifyAsync(context.Background(), "ann@acme.example", client.AsyncOptions{WebhookURL: "https://hooks.example.com/x"})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Code != client.CodeUnexpectedResponse || e.Status != 503 {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := c.Verify(context.Background(), "ann@acme.example"); err == nil {
-		t.Fatal("a proxy's 503 to a verification passed")
+	if n := len(f.requests()); n != 2+client.DefaultMaxRetries {
+		t.Fatalf("%d requests; want the async verification sent %d times", n, 1+client.DefaultMaxRetries)
 	}
-	if n := len(f.requests()); n != 2 {
-		t.Fatalf("%d requests for two POSTs answered by a proxy's 503; want one each", n)
+	keysMu.Lock()
+	if len(keys) != 2 || keys[""] != 1 {
+		t.Fatalf("Idempotency-Keys %v, want none on the verification and one on every async attempt", keys)
 	}
+	keysMu.Unlock()
 	if _, err := c.Job(context.Background(), "j1"); err != nil {
 		t.Fatalf("a read after a proxy's 503: %v", err)
 	}
-	if n := len(f.requests()); n != 4 {
+	if n := len(f.requests()); n != 4+client.DefaultMaxRetries {
 		t.Fatalf("%d requests; the read should have been sent again once", n)
 	}
 }

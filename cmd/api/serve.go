@@ -14,6 +14,7 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/fleet"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/opsmetrics"
@@ -69,6 +70,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		},
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 		func(ctx context.Context) error { return expireHolds(ctx, in, log) },
+		func(ctx context.Context) error { return sweepIdempotencyKeys(ctx, in, log) },
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in. The
@@ -134,6 +136,16 @@ func expireHolds(ctx context.Context, in *app.Infra, log *slog.Logger) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("usage: expire holds", "err", err)
+		}
+	})
+}
+
+// sweepIdempotencyKeys deletes the Idempotency-Keys whose 24 hours have passed, once a minute;
+// every replica may do it at once (idempotency.Sweep).
+func sweepIdempotencyKeys(ctx context.Context, in *app.Infra, log *slog.Logger) error {
+	return loop.Every(ctx, time.Minute, func(ctx context.Context) {
+		if _, err := idempotency.Sweep(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
+			log.Warn("sweep idempotency keys", "err", err)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
@@ -87,6 +88,10 @@ const (
 	// The bulk-list routes.
 	CodeListNotFound = "list_not_found"
 	CodeListFinished = "list_finished"
+
+	// The Idempotency-Key header (docs/api.md, "Idempotency").
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	CodeIdempotencyKeyInUse  = "idempotency_key_in_use"
 )
 
 // InvalidRequest is the 400 for bad input; the message must name the offending field.
@@ -148,6 +153,18 @@ var errorTable = []errorMapping{
 	{list.ErrFinished, http.StatusConflict, CodeListFinished,
 		"Nothing to cancel: download its results, or delete it with DELETE /v1/email/lists/{id}.",
 		"The list has already finished."},
+	{idempotency.ErrInvalidKey, http.StatusBadRequest, CodeInvalidRequest,
+		"Send one Idempotency-Key of 1 to 255 visible ASCII characters, such as a UUID made once per operation.",
+		"Header Idempotency-Key must be sent once, as 1 to 255 visible ASCII characters (! to ~)."},
+	{idempotency.ErrKeyReused, http.StatusConflict, CodeIdempotencyKeyReused,
+		"Use a new Idempotency-Key for a new request; repeat a key only to retry the very same request (same body and parameters).",
+		"This Idempotency-Key was used in the last 24 hours with another request (another body, route or parameters)."},
+	{idempotency.ErrKeyInUse, http.StatusConflict, CodeIdempotencyKeyInUse,
+		"Retry with the same key after the seconds in Retry-After: you will get the first request's response once it has finished.",
+		"A request with this Idempotency-Key is still running."},
+	{idempotency.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
+		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		"The datastore request failed."},
 	{account.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
 		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
 		"The datastore request failed."},
@@ -167,7 +184,7 @@ func toEnvelope(err error) *Error {
 	}
 	// Before the table: a datastore error whose cause is an unreachable or unanswering Postgres
 	// is a 503 the client retries, not the 500 datastore_error of a failed statement.
-	if errors.Is(err, account.ErrDatastore) && database.Unreachable(err) {
+	if (errors.Is(err, account.ErrDatastore) || errors.Is(err, idempotency.ErrDatastore)) && database.Unreachable(err) {
 		return datastoreUnavailable()
 	}
 	for _, m := range errorTable {
@@ -181,6 +198,10 @@ func toEnvelope(err error) *Error {
 				// A dependency outage the client waits out: when to retry, and the cause for the log.
 				e.Header = http.Header{"Retry-After": {retryAfterSeconds}}
 				e.cause = err
+			}
+			if m.code == CodeIdempotencyKeyInUse {
+				// The first request is still running; a retry a second later may find it finished.
+				e.Header = http.Header{"Retry-After": {"1"}}
 			}
 			return e
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/httpbody"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -108,6 +109,9 @@ type Server struct {
 	// refusals counts the verify routes' admission refusals (admission_metrics.go).
 	refusals *prometheus.CounterVec
 
+	// idem guards the routes that create something with Idempotency-Key (idempotency.go).
+	idem *idempotency.Guard
+
 	// dashboard serves /dashboard (package dashboard).
 	dashboard http.Handler
 
@@ -128,6 +132,7 @@ func New(d Deps) *Server {
 		s.now = time.Now
 	}
 	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now})
+	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploads.limits = d.Config.Uploads
 	s.uploadRateGrace = httpbody.IdleTimeout

@@ -36,8 +36,10 @@ export interface MailvetOptions {
   provisioningKey?: string;
   /**
    * Retry a request refused with 429 `rate_limit_exceeded` after waiting until its `reset_at`
-   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). Also
-   * splits a batch or stream chunk larger than the account's per-minute limit. Default false.
+   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). A call
+   * that creates something sends one Idempotency-Key on all its attempts, so the API runs it once;
+   * a delivery replay is not retried after a 503. Also splits a batch or stream chunk larger than
+   * the account's per-minute limit. Default false.
    */
   retryOnRateLimit?: boolean;
   /** Retries of one request when `retryOnRateLimit` is on. Default 3. */
@@ -140,6 +142,12 @@ interface Call extends CallOptions {
   stream?: boolean;
   /** A file body sent as it is, instead of JSON; a request carrying one is never retried. */
   upload?: { body: ListBody; contentType: string; headers: Record<string, string> };
+  /**
+   * The request creates something (an async job, a list, a key, a portal session): it carries an
+   * Idempotency-Key, one per call and the same on every retry, so the API runs it once
+   * (docs/api.md, "Idempotency").
+   */
+  idempotent?: boolean;
 }
 
 interface Deadline {
@@ -203,7 +211,7 @@ export class Mailvet {
     }
     const body: Record<string, string> = { email, webhook_url: webhookUrl };
     if (webhookSecret !== undefined) body.webhook_secret = webhookSecret;
-    return this.#json<AsyncAccepted>({ ...call, method: "POST", path: "/v1/email/verify", key: "standard", body, units: 1 });
+    return this.#json<AsyncAccepted>({ ...call, method: "POST", path: "/v1/email/verify", key: "standard", body, units: 1, idempotent: true });
   }
 
   /** An asynchronous job's state and, once finished, its result (GET /v1/email/jobs/{job_id}). */
@@ -280,7 +288,7 @@ export class Mailvet {
       this.#json<KeyList>({ ...options, method: "GET", path: "/v1/management/keys", key: "provisioning" }),
     /** Creates a standard key; its `key` is shown only in this answer. */
     create: (label: string, options: CallOptions = {}): Promise<CreatedKey> =>
-      this.#json<CreatedKey>({ ...options, method: "POST", path: "/v1/management/keys", key: "provisioning", body: { label } }),
+      this.#json<CreatedKey>({ ...options, method: "POST", path: "/v1/management/keys", key: "provisioning", body: { label }, idempotent: true }),
     /** Revokes a standard key, effective at once. */
     revoke: async (id: string, options: CallOptions = {}): Promise<void> => {
       await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/management/keys/${encodeURIComponent(id)}`, key: "provisioning" });
@@ -299,7 +307,7 @@ export class Mailvet {
 
   /** Opens a Stripe billing portal session that sends the customer back to returnUrl (POST /v1/management/billing/portal). */
   billingPortal(returnUrl: string, options: CallOptions = {}): Promise<BillingPortalResponse> {
-    return this.#json<BillingPortalResponse>({ ...options, method: "POST", path: "/v1/management/billing/portal", key: "provisioning", body: { return_url: returnUrl } });
+    return this.#json<BillingPortalResponse>({ ...options, method: "POST", path: "/v1/management/billing/portal", key: "provisioning", body: { return_url: returnUrl }, idempotent: true });
   }
 
   /** Webhook deliveries and their attempts (GET /v1/management/deliveries, POST …/{id}/retry). */
@@ -346,7 +354,7 @@ export class Mailvet {
       // A header rather than the query string, which ends up in proxy logs (docs/lists.md).
       if (webhookSecret !== undefined) headers["Mailvet-Webhook-Secret"] = webhookSecret;
       const qs = q.toString();
-      return this.#json<List>({ timeoutMs: 0, ...call, method: "POST", path: "/v1/email/lists" + (qs ? "?" + qs : ""), key: "standard", upload: { body, contentType, headers } });
+      return this.#json<List>({ timeoutMs: 0, ...call, method: "POST", path: "/v1/email/lists" + (qs ? "?" + qs : ""), key: "standard", upload: { body, contentType, headers }, idempotent: true });
     },
     /** A list's state, counts, progress, rate and ETA (GET /v1/email/lists/{id}). */
     get: (id: string, options: CallOptions = {}): Promise<List> =>
@@ -489,6 +497,8 @@ export class Mailvet {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(call.body);
     }
+    // One key per call, sent on every attempt of it.
+    if (call.idempotent) headers["Idempotency-Key"] = newIdempotencyKey();
     const timeout = call.timeoutMs ?? (call.stream ? this.#streamTimeoutMs : this.#timeoutMs);
     for (let attempt = 0; ; attempt++) {
       const deadline = startDeadline(call.signal, timeout);
@@ -636,16 +646,27 @@ function requestIdOf(res: Response): { requestId?: string } {
 }
 
 // repeatable says whether call may be sent again after the 503 err, which can come after the
-// request acted (a commit whose answer came too late): a verification (refused ones are never
-// charged, and an async job is refused only once it was removed), a read, a delete or a cancel,
-// but not a management POST that creates something (a key, a replay, a portal session). What the
-// API promises of its own 503s says nothing of another's: a proxy may answer 503 after passing the
-// request on and the API verifying, charging or creating a job, so a POST answered by a 503 that
-// is not the API's envelope (http_error) is never sent again.
+// request acted (a commit whose answer came too late): a request with an Idempotency-Key (the API
+// runs it once, and answers a retry with the first response), a verification (refused ones are
+// never charged), a read, a delete or a cancel, but not a delivery replay. What the API promises
+// of its own 503s says nothing of another's: a proxy may answer 503 after passing the request on
+// and the API verifying or charging, so a POST without a key answered by a 503 that is not the
+// API's envelope (http_error) is never sent again.
 function repeatable(call: Call, err: MailvetError): boolean {
-  if (call.method !== "POST") return true;
+  if (call.method !== "POST" || call.idempotent) return true;
   if (err.error === "http_error") return false;
   return call.path.startsWith("/v1/email/verify") || call.path.endsWith("/cancel");
+}
+
+// newIdempotencyKey makes the key of one call: 128 random bits in hex, from Web Crypto where the
+// runtime has it (Node 19+, browsers, Deno, Bun); Node 18 without the global falls back to
+// Math.random, whose keys need only be unique among one account's calls of a day.
+function newIdempotencyKey(): string {
+  const bytes = new Uint8Array(16);
+  const c = (globalThis as { crypto?: { getRandomValues?: (a: Uint8Array) => Uint8Array } }).crypto;
+  if (c?.getRandomValues) c.getRandomValues(bytes);
+  else for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(Math.random() * 256);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).

@@ -217,23 +217,43 @@ describe("retries", () => {
     assert.equal(h.requests.length, 1, "retries are off by default");
   });
 
-  test("a 503 to a management POST that creates something is thrown at once, as it may have acted", async () => {
-    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" }));
+  test("a POST that creates something carries one Idempotency-Key, the same on its retries, and is retried after a 503", async () => {
+    const f = await fake((req, res) => {
+      if (req.index % 2 === 0) return send(res, 503, envelope("service_unavailable"), { "Retry-After": "0" });
+      if (req.path === "/v1/management/keys") return send(res, 201, { id: "k1", key: "sk_live_x", label: "prod" });
+      send(res, 200, { url: "https://billing.example.com/s" });
+    });
     const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
-    await assert.rejects(m.keys.create("prod"), MailvetError);
-    await assert.rejects(m.deliveries.retry("d1"), MailvetError);
-    await assert.rejects(m.billingPortal("https://example.com/back"), MailvetError);
-    assert.equal(f.requests.length, 3, "one request each, none retried");
+    await m.keys.create("prod");
+    await m.billingPortal("https://example.com/back");
+    assert.equal(f.requests.length, 4, "each sent twice");
+    const ids = f.requests.map((r) => r.headers["idempotency-key"]);
+    assert.match(ids[0], /^[0-9a-f]{32}$/);
+    assert.equal(ids[1], ids[0], "the retry repeats the call's key");
+    assert.equal(ids[3], ids[2]);
+    assert.notEqual(ids[2], ids[0], "another call, another key");
   });
 
-  test("a POST answered by a 503 that is not the API's (a proxy's page) is never sent again", async () => {
-    // The proxy may have passed the request on: the API verified and charged it, or made a job.
+  test("a 503 to a delivery replay, which has no key, is thrown at once, as it may have acted", async () => {
+    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" }));
+    const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    await assert.rejects(m.deliveries.retry("d1"), MailvetError);
+    assert.equal(f.requests.length, 1, "not retried");
+    assert.equal(f.requests[0].headers["idempotency-key"], undefined);
+  });
+
+  test("a POST without a key answered by a 503 that is not the API's (a proxy's page) is never sent again", async () => {
+    // The proxy may have passed the request on: the API verified and charged it.
     const f = await fake((req, res) => { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); res.end("<h1>upstream timed out</h1>"); });
     const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    await assert.rejects(m.verify("a@acme.example"), MailvetError);
+    assert.equal(f.requests.length, 1, "not retried");
+    assert.equal(f.requests[0].headers["idempotency-key"], undefined);
+    // An async verification has a key: the API makes one job however often it is sent.
     const err = await m.verifyAsync("a@acme.example", { webhookUrl: "https://hooks.example.com/x" }).catch((e) => e);
     assert.equal(err.error, "http_error");
-    await assert.rejects(m.verify("a@acme.example"), MailvetError);
-    assert.equal(f.requests.length, 2, "one request each, none retried");
+    assert.equal(f.requests.length, 5, "sent once and retried 3 times");
+    assert.equal(new Set(f.requests.slice(1).map((r) => r.headers["idempotency-key"])).size, 1);
     // A read is safe to repeat whoever answered.
     const g = await fake((req, res) => {
       if (req.index === 0) { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); return res.end("busy"); }

@@ -221,6 +221,33 @@ describe("against bin/api -dev -demo", () => {
     assert.equal(portal.error, "no_billing_customer", "the demo account has no Stripe customer");
   });
 
+  test("a key creation whose answer is lost is retried with its Idempotency-Key and gets the same key", async () => {
+    // The fetch passes every request to the API but answers the first POST with a 503 of its
+    // own, as a connection cut after the API acted looks to the client.
+    const sent = [];
+    let lost = false;
+    const losing = async (url, init) => {
+      const res = await fetch(url, init);
+      if (init.method !== "POST") return res;
+      sent.push(new Headers(init.headers).get("Idempotency-Key"));
+      if (lost) return res;
+      lost = true;
+      await res.text();
+      return new Response(JSON.stringify({ error: "service_unavailable", message: "Lost.", action: "Retry.", docs: "d" }),
+        { status: 503, headers: { "Content-Type": "application/json", "Retry-After": "0" } });
+    };
+    const mv = client({ fetch: losing, retryOnRateLimit: true });
+    const before = await mv.keys.list();
+    const created = await mv.keys.create("ts-idempotent");
+    assert.equal(sent.length, 2);
+    assert.match(sent[0], /^[0-9a-f]{32}$/);
+    assert.equal(sent[1], sent[0]);
+    const after = await mv.keys.list();
+    assert.equal(after.count, before.count + 1, "one key created for two attempts");
+    assert.ok(after.keys.some((k) => k.id === created.id));
+    await mv.keys.revoke(created.id);
+  });
+
   test("a bulk list: upload a CSV as a stream, wait for it, download its rows in input order", async () => {
     const mv = client();
     const rows = [...demoEmails, ...demoEmails.map((e) => e.toUpperCase())]; // duplicates once normalised

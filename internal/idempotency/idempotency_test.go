@@ -1,0 +1,294 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+)
+
+// clock is a movable clock for the keys' lifetime.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// harness is an Echo server whose one route creates a numbered thing per run, guarded on a real
+// database; the account is the X-Account header.
+type harness struct {
+	t     *testing.T
+	guard *Guard
+	clock *clock
+	e     *echo.Echo
+	runs  atomic.Int64
+	// hold, when set, keeps each run waiting until it is closed.
+	hold chan struct{}
+	// fail makes runs answer 503.
+	fail atomic.Bool
+}
+
+func newHarness(t *testing.T, stream bool) (*harness, string) {
+	t.Helper()
+	pool := pgtest.New(t)
+	a, err := account.NewStore(pool).Create(context.Background(), account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	h := &harness{t: t, clock: &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, e: echo.New()}
+	h.guard = New(pool, h.clock.Now, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.guard.Poll = 10 * time.Millisecond
+	h.e.HTTPErrorHandler = func(err error, c echo.Context) {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, ErrKeyReused), errors.Is(err, ErrKeyInUse):
+			status = http.StatusConflict
+		case errors.Is(err, ErrInvalidKey):
+			status = http.StatusBadRequest
+		}
+		_ = c.String(status, err.Error())
+	}
+	h.e.POST("/things", func(c echo.Context) error {
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		if h.hold != nil {
+			<-h.hold
+		}
+		if h.fail.Load() {
+			return c.String(http.StatusServiceUnavailable, "down")
+		}
+		n := h.runs.Add(1)
+		c.Response().Header().Set("Location", fmt.Sprintf("/things/%d", n))
+		return c.String(http.StatusCreated, fmt.Sprintf("thing %d of %q", n, body))
+	}, h.guard.Middleware(Route{Stream: stream,
+		Body:      func(c echo.Context) io.Reader { return c.Request().Body },
+		BodyError: func(err error) error { return err }}))
+	return h, a.ID
+}
+
+func (h *harness) post(acct, key, body string) *http.Response {
+	h.t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(body))
+	req.Header.Set("X-Account", acct)
+	if key != "" {
+		req.Header.Set(Header, key)
+	}
+	rec := httptest.NewRecorder()
+	h.e.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func text(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestReplayAndReuse(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			h, acct := newHarness(t, stream)
+			first := h.post(acct, "k-1", "a")
+			firstBody := text(t, first)
+			if first.StatusCode != http.StatusCreated || first.Header.Get(ReplayedHeader) != "" {
+				t.Fatalf("first: %d %v", first.StatusCode, first.Header)
+			}
+			again := h.post(acct, "k-1", "a")
+			if again.StatusCode != http.StatusCreated || text(t, again) != firstBody ||
+				again.Header.Get("Location") != "/things/1" || again.Header.Get(ReplayedHeader) != "true" {
+				t.Fatalf("replay: %d %v", again.StatusCode, again.Header)
+			}
+			if r := h.post(acct, "k-1", "b"); r.StatusCode != http.StatusConflict {
+				t.Fatalf("another body with the key: %d %s", r.StatusCode, text(t, r))
+			}
+			// Without a key, or with another one, the request runs.
+			h.post(acct, "", "a")
+			h.post(acct, "k-2", "a")
+			if n := h.runs.Load(); n != 3 {
+				t.Fatalf("runs %d, want 3", n)
+			}
+		})
+	}
+}
+
+func TestKeysAreBounded(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	for _, key := range []string{strings.Repeat("k", MaxKeyLen+1), "with space", "naïve", "tab\there"} {
+		if r := h.post(acct, key, "a"); r.StatusCode != http.StatusBadRequest {
+			t.Errorf("key %q: %d", key, r.StatusCode)
+		}
+	}
+	if r := h.post(acct, strings.Repeat("k", MaxKeyLen), "a"); r.StatusCode != http.StatusCreated {
+		t.Errorf("longest key: %d", r.StatusCode)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader("a"))
+	req.Header.Set("X-Account", acct)
+	req.Header.Add(Header, "one")
+	req.Header.Add(Header, "two")
+	rec := httptest.NewRecorder()
+	h.e.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("two keys: %d", rec.Code)
+	}
+}
+
+// A failed request gives its key back: the retry runs.
+func TestFailureReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.fail.Store(true)
+	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("failing run: %d", r.StatusCode)
+	}
+	h.fail.Store(false)
+	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusCreated || r.Header.Get(ReplayedHeader) != "" {
+		t.Fatalf("retry: %d %v", r.StatusCode, r.Header)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs %d", n)
+	}
+}
+
+// Concurrent duplicates wait for the first and replay it: one run, the same answer for all.
+func TestConcurrentDuplicatesRunOnce(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.hold = make(chan struct{})
+	const n = 5
+	bodies := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := h.post(acct, "same", "a")
+			bodies[i] = fmt.Sprint(r.StatusCode, " ", text(t, r))
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // every request has reached the key
+	close(h.hold)
+	wg.Wait()
+	if got := h.runs.Load(); got != 1 {
+		t.Fatalf("runs %d, want 1", got)
+	}
+	for _, b := range bodies {
+		if b != bodies[0] || !strings.HasPrefix(b, "201 ") {
+			t.Fatalf("answers differ: %q", bodies)
+		}
+	}
+}
+
+// A retry waits only so long for a request that holds its key; then it is told to come back.
+func TestWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.hold = make(chan struct{})
+	h.guard.Wait = 100 * time.Millisecond
+	first := make(chan int)
+	go func() { first <- h.post(acct, "k", "a").StatusCode }()
+	time.Sleep(50 * time.Millisecond)
+	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusConflict || !strings.Contains(text(t, r), "still running") {
+		t.Fatalf("waiting retry: %d", r.StatusCode)
+	}
+	close(h.hold)
+	if s := <-first; s != http.StatusCreated {
+		t.Fatalf("first: %d", s)
+	}
+}
+
+// Keys last 24 hours: then the same key runs again, and the sweep deletes what has expired.
+func TestKeysExpire(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.post(acct, "old", "a")
+	h.clock.Add(Lifetime - time.Second)
+	h.post(acct, "young", "a")
+	if r := h.post(acct, "old", "a"); r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("within 24 h: not replayed")
+	}
+	h.clock.Add(time.Second)
+	if r := h.post(acct, "old", "b"); r.StatusCode != http.StatusCreated || r.Header.Get(ReplayedHeader) != "" {
+		t.Fatalf("after 24 h: %d %v", r.StatusCode, r.Header)
+	}
+	h.clock.Add(Lifetime - time.Second) // "young" has expired, the new "old" has not
+	n, err := Sweep(context.Background(), h.guard.store.db, h.clock.Now())
+	if err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	if r := h.post(acct, "old", "b"); r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("the renewed key was swept")
+	}
+	if got := h.runs.Load(); got != 3 {
+		t.Fatalf("runs %d", got)
+	}
+}
+
+// Replicas sweeping at once share the work: every expired key is deleted once.
+func TestSweepShared(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	ctx := context.Background()
+	_, err := h.guard.store.db.Exec(ctx, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at)
+		SELECT $1, 'k' || i, gen_random_uuid(), $2, $2 FROM generate_series(1, 2500) i`, acct, h.clock.Now())
+	pgtest.Must(t, err, "seed keys")
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := Sweep(ctx, h.guard.store.db, h.clock.Now())
+			if err != nil {
+				t.Error(err)
+			}
+			total.Add(n)
+		}()
+	}
+	wg.Wait()
+	if total.Load() != 2500 {
+		t.Fatalf("swept %d, want 2500", total.Load())
+	}
+}
+
+// A key whose request's replica died (claimed, never completed nor released) is taken over once
+// its lease has run out.
+func TestAbandonedKeyIsTakenOver(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.guard.Wait = 50 * time.Millisecond
+	_, err := h.guard.store.db.Exec(context.Background(), `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at)
+		VALUES ($1, 'k', gen_random_uuid(), $2, $3)`, acct, h.clock.Now(), h.clock.Now().Add(Lifetime))
+	pgtest.Must(t, err, "seed key")
+	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusConflict {
+		t.Fatalf("within the lease: %d", r.StatusCode)
+	}
+	h.clock.Add(DefaultLease)
+	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusCreated {
+		t.Fatalf("after the lease: %d", r.StatusCode)
+	}
+}
