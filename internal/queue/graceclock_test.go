@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // A batch that is asking again for its missing items when the broker stops answering (a stream
@@ -45,7 +46,7 @@ func batchEndsAtListGrace(t *testing.T, grace time.Duration) {
 	}()
 	time.Sleep(300 * time.Millisecond) // published, asking again every few tens of ms
 	p.proxy.Hold()
-	eventually(t, "the link to go down", 5*time.Second, func() bool { return !link.Up() })
+	wait.For(t, 5*time.Second, "the link to go down", func() bool { return !link.Up() })
 	down := time.Now()
 	select {
 	case err := <-done:
