@@ -3,10 +3,12 @@ package api
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // Real refusals — an account over its rate limit, and the fleet unreachable with NATS cut — are
@@ -47,7 +49,7 @@ func TestAdmissionRefusalsMetric(t *testing.T) {
 
 	_, key := b.customer(plan.Scale)
 	b.natsProxy.Cut()
-	waitFor(t, "the API to see NATS down", func() bool { return !b.srv.dispatch.Up() })
+	wait.For(t, 15*time.Second, "the API to see NATS down", func() bool { return !b.srv.dispatch.Up() })
 	b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"ann@acme.test"}}).
 		want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)

@@ -24,6 +24,7 @@ import (
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/verifyworker"
@@ -243,7 +244,7 @@ func TestFleetRoutesFailFastWhileNATSIsDown(t *testing.T) {
 	b := setupFault(t)
 	acct, key := b.customer(plan.Builder)
 	b.natsProxy.Cut()
-	waitFor(t, "the API to see NATS down", func() bool { return !b.srv.dispatch.Up() })
+	wait.For(t, 15*time.Second, "the API to see NATS down", func() bool { return !b.srv.dispatch.Up() })
 
 	for _, c := range []struct {
 		path string
@@ -275,7 +276,7 @@ func TestFleetRoutesFailFastWhileNATSIsDown(t *testing.T) {
 	b.verify(key, map[string]string{"email": "junk"}).want(t, 200, "")
 
 	b.natsProxy.Restore()
-	waitFor(t, "the API to reconnect", b.srv.dispatch.Up)
+	wait.For(t, 15*time.Second, "the API to reconnect", b.srv.dispatch.Up)
 	b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, 200, "")
 }
 
@@ -311,24 +312,13 @@ func TestRecoversAfterNATSRestartsWithEmptyStore(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	waitFor(t, "the worker to be ready again", func() bool {
+	wait.For(t, 15*time.Second, "the worker to be ready again", func() bool {
 		rep, ok := ready.Run(context.Background())
 		if !ok {
 			t.Logf("worker readiness: %+v", rep)
 		}
 		return ok
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // restartableNATS is an embedded NATS server on a fixed loopback port, so that it can be
@@ -415,7 +405,7 @@ func startVerifierOn(t *testing.T, b *verifyBundle, url string) *health.Checker 
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
 	t.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
-	waitFor(t, "the worker to be ready", func() bool { _, ok := ready.Run(context.Background()); return ok })
+	wait.For(t, 15*time.Second, "the worker to be ready", func() bool { _, ok := ready.Run(context.Background()); return ok })
 	return ready
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
@@ -26,7 +27,7 @@ func TestKilledReplicaDoesNotBillUndelivered(t *testing.T) {
 	// In flight when the replica dies: the slow domain answers after 700 ms.
 	answered := make(chan reply, 1)
 	go func() { answered <- b.verify(key, map[string]any{"email": "sue@slow.test"}) }()
-	waitUntil(t, "the single verify's admission", func() bool { return usagetest.Of(t, b.pool, acct).Holds == 1 })
+	wait.For(t, 10*time.Second, "the single verify's admission", func() bool { return usagetest.Of(t, b.pool, acct).Holds == 1 })
 	b.srv.ledger.Abandon() // kill -9
 	<-answered             // the handler runs on in this test; a killed process would not answer
 
@@ -53,15 +54,5 @@ func TestKilledReplicaDoesNotBillUndelivered(t *testing.T) {
 	}
 	if used, billed := summary(), billableDays(); used != 2 || billed != 1 {
 		t.Errorf("after the sweep: calls_used %v, billable %v; want 2 and 1 (the delivered batch)", used, billed)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

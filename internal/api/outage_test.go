@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // Outage tests of docs/reliability.md ("Outages fail fast", "Everything heals by itself", and
@@ -65,7 +66,7 @@ func setupOutage(t testing.TB) *outageBundle {
 	ob.api = New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-outage"), Pool: pool, NATS: nc, JS: js,
 		Ready: health.NewChecker(0), Local: b.engine})
 	t.Cleanup(ob.api.Close)
-	waitForTB(t, "the API under test to see the verifier worker", func() bool { return ob.api.dispatch.WorkersAlive(context.Background()) })
+	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return ob.api.dispatch.WorkersAlive(context.Background()) })
 
 	a, mgmt := b.account(plan.Scale, "")
 	ob.acct, ob.mgmt, ob.key = a.ID, mgmt, b.standardKey(a.ID).Raw
@@ -163,7 +164,7 @@ func (ob *outageBundle) recovery(p *tcpproxy.Proxy, rt outageRoute) (time.Durati
 func (ob *outageBundle) cutNATS(t testing.TB) {
 	t.Helper()
 	ob.natsCut.Cut()
-	waitForTB(t, "the API to see NATS down", func() bool { return !ob.api.dispatch.Up() })
+	wait.For(t, 15*time.Second, "the API to see NATS down", func() bool { return !ob.api.dispatch.Up() })
 }
 
 // With NATS cut, every route that needs the fleet answers 503 within a second; the routes that
@@ -235,7 +236,7 @@ func BenchmarkOutageRecovery(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
 					proxy.Cut()
-					waitForTB(b, "the route to fail", func() bool { return ob.do(rt).status == http.StatusServiceUnavailable })
+					wait.For(b, 15*time.Second, "the route to fail", func() bool { return ob.do(rt).status == http.StatusServiceUnavailable })
 					b.StartTimer()
 					took, ok := ob.recovery(proxy, rt)
 					if !ok {
@@ -249,17 +250,5 @@ func BenchmarkOutageRecovery(b *testing.B) {
 				b.ReportMetric(millis(slices.Max(times)), "max-ms")
 			})
 		}
-	}
-}
-
-// waitForTB is waitFor for tests and benchmarks alike.
-func waitForTB(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

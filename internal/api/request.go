@@ -46,8 +46,8 @@ func bindJSON(c echo.Context, dst any) error {
 	// strictJSON refuses at once what encoding/json would mangle (text that is not UTF-8, a
 	// field given twice). A plain syntax error it finds is left to encoding/json, whose messages
 	// say what is wrong (empty, truncated, not an object, at byte N), and so is a name in another
-	// case: encoding/json reports the body's other faults first, in the order they stand, as
-	// before, and the name is refused only if there is none.
+	// case: encoding/json reports the body's other faults first, in the order they stand, and the
+	// name is refused only if there is none.
 	var (
 		syntax  *jsonSyntaxError
 		unknown *unknownFieldError

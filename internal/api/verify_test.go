@@ -30,6 +30,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
@@ -468,7 +469,7 @@ func TestBatchesRunningAtOnceKeepToTheSpendCap(t *testing.T) {
 	go func() {
 		slow <- b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"sue@slow.test", "ann@acme.test"}})
 	}()
-	waitForTB(t, "the slow batch's hold", func() bool { return usagetest.Of(t, b.pool, acct).Held == 2 })
+	wait.For(t, 15*time.Second, "the slow batch's hold", func() bool { return usagetest.Of(t, b.pool, acct).Held == 2 })
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"bob@acme.test", "info@acme.test"}}).
 		want(t, http.StatusPaymentRequired, CodePaymentRequired)
 	if r := <-slow; r.status != http.StatusOK {

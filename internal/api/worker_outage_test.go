@@ -15,6 +15,7 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
 
@@ -88,7 +89,7 @@ func TestVerifierWorkerOutage(t *testing.T) {
 	})
 	addr := in.OpsAddr()
 	waitReadyz(t, addr, http.StatusOK, 10*time.Second)
-	waitForTB(t, "the API to see the worker", func() bool { return b.srv.dispatch.WorkersAlive(context.Background()) })
+	wait.For(t, 15*time.Second, "the API to see the worker", func() bool { return b.srv.dispatch.WorkersAlive(context.Background()) })
 	b.verify(key, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusOK, "")
 
 	// NATS cut: not ready; the API has no worker to ask. Back: ready, and answering again.

@@ -51,7 +51,7 @@ type Stripe struct {
 // 0.5 s back-off (MaxNetworkRetries 1; POSTs carry an idempotency key, so a retry never opens a
 // second session or customer). A timed-out attempt is followed only by what is left of
 // CallTimeout: two full AttemptTimeouts plus the back-off (8.5 s) do not fit in 5 s, so a
-// black-holed Stripe costs at most CallTimeout, where it used to cost 2 × 10 s + 0.5 s. 4 s per
+// black-holed Stripe costs at most CallTimeout, not two attempts and the back-off. 4 s per
 // attempt still leaves a slow but working Stripe (its calls take well under a second) time to
 // answer.
 const (

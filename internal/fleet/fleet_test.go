@@ -21,6 +21,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verify/mx"
@@ -219,10 +220,10 @@ func TestSharedKnowledge(t *testing.T) {
 	check(members[0], "x@nomail.test", verdict.StatusInvalid)
 	// The first worker shares its answers in the background: wait until the fleet has them.
 	for _, key := range []string{"users.test", "catchall.test", "nomail.test"} {
-		waitFor(t, func() bool { _, ok := members[0].fl.MX.Get(context.Background(), key); return ok })
+		wait.For(t, 5*time.Second, "the fleet to hold the MX answer for "+key, func() bool { _, ok := members[0].fl.MX.Get(context.Background(), key); return ok })
 	}
 	for _, key := range []string{"users.test", "catchall.test"} {
-		waitFor(t, func() bool { _, ok := members[0].fl.CatchAll.Get(context.Background(), key); return ok })
+		wait.For(t, 5*time.Second, "the fleet to hold the catch-all answer for "+key, func() bool { _, ok := members[0].fl.CatchAll.Get(context.Background(), key); return ok })
 	}
 
 	check(members[1], "bob@users.test", verdict.StatusDeliverable)
@@ -245,17 +246,6 @@ func TestSharedKnowledge(t *testing.T) {
 	}
 	if n := catchAll.Stats().Rcpts; n != 2 {
 		t.Errorf("catchall.test saw %d RCPTs, want 2 (one worker's address and its probe)", n)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -364,7 +354,7 @@ func meet(t *testing.T, maxPerHost int, members ...*member) {
 	want := max(1, maxPerHost/len(members))
 	// A watch starts in the background: writes made before it has are not seen, so write until
 	// every member has seen every other.
-	waitFor(t, func() bool {
+	wait.For(t, 5*time.Second, "every member to see every other's slots", func() bool {
 		for _, m := range members {
 			l, err := m.fl.Slots.Acquire(context.Background(), ip, len(members), 0)
 			if err != nil {
@@ -433,7 +423,7 @@ func TestFallbackEndsWhenNATSReturns(t *testing.T) {
 	slots := cut.fl.Slots
 
 	proxy.Cut()
-	waitFor(t, func() bool { return !cut.nc.IsConnected() })
+	wait.For(t, 5*time.Second, "the cut member to lose its connection", func() bool { return !cut.nc.IsConnected() })
 	ip := netip.MustParseAddr("192.0.2.31")
 	// As the pools ask: a slot not taken within half a second counts as unreachable.
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -471,7 +461,7 @@ func TestFallbackEndsWhenNATSReturns(t *testing.T) {
 
 	proxy.Restore()
 	var leased smtp.Lease
-	waitFor(t, func() bool {
+	wait.For(t, 5*time.Second, "a slot lease once NATS is back", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		l, err := slots.Acquire(ctx, ip, maxPerHost, 1)

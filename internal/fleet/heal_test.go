@@ -12,6 +12,7 @@ import (
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // A bucket NATS has lost (a server restarted without its store) comes back after the first
@@ -57,18 +58,13 @@ func TestLostBucketComesBackAfterOneTimedOutOperation(t *testing.T) {
 		}
 		time.Sleep(1100 * time.Millisecond) // past the last heal's rate limit
 		c.op()
-		back := false
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if _, err := js.KeyValue(t.Context(), name); err == nil {
-				back = true
-				break
-			} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		wait.For(t, 3*time.Second, name+" to be re-created by an operation that met its absence", func() bool {
+			_, err := js.KeyValue(t.Context(), name)
+			if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 				t.Fatalf("%s: %v", name, err)
 			}
-		}
-		if !back {
-			t.Fatalf("%s was not re-created within 3 s of an operation that met its absence", name)
-		}
+			return err == nil
+		})
 	}
 
 	// With the slots bucket back, a slot is a lease again, taken at once.

@@ -195,8 +195,8 @@ func TestCROnlyLineEnds(t *testing.T) {
 }
 
 // The line limit counts a line's bytes without its end, LF or CRLF, the same in every format: a
-// line of exactly the limit is read, one byte more is refused with its line. Before, text and
-// NDJSON with LF ends took a byte more, and CSV with CRLF ends a byte less.
+// line of exactly the limit is read, one byte more is refused with its line. Each format and
+// line end is tried, because counting the LF (text, NDJSON) or the CR (CSV) is easy to get wrong.
 func TestLineLimitIsExactInEveryFormat(t *testing.T) {
 	t.Parallel()
 	const max = 64

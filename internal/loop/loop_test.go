@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/loop"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // Every runs its task repeatedly, never two at once, and returns only after the run in progress
@@ -29,11 +30,7 @@ func TestEveryRunsUntilStoppedWithoutOverlap(t *testing.T) {
 			running.Add(-1)
 		})
 	}()
-	for deadline := time.Now().Add(10 * time.Second); runs.Load() < 3; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d runs in 10 s", runs.Load())
-		}
-	}
+	wait.For(t, 10*time.Second, "3 runs", func() bool { return runs.Load() >= 3 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Every: %v", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/testkit/acceptor"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 func TestCheckAddr(t *testing.T) {
@@ -108,10 +109,7 @@ func TestControlRefusesBeforeConnect(t *testing.T) {
 		t.Fatalf("allowed dial: %v", err)
 	}
 	c.Close()
-	deadline := time.Now().Add(time.Second)
-	for ln.Accepted() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(time.Second, func() bool { return ln.Accepted() > 0 }) // checked below, with the count
 	if n := ln.Accepted(); n != 1 {
 		t.Fatalf("listener accepted %d connections, want 1 (the allowed one)", n)
 	}

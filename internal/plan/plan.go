@@ -3,10 +3,10 @@
 //
 // The process configuration is the one source of truth (docs/operations.md, "Configuration"):
 // config.Load reads Variables into a Catalog, and admission, the account and key routes, the key
-// limit and the usage summary all look limits up in that Catalog. Nothing stores a copy: the
-// plans table that used to mirror it, rewritten by every process at start-up, is gone
-// (migration 00005). Adding a limit means a field of Limits, its default, an entry in Variables
-// and the Limits schema of the OpenAPI document; nothing else.
+// limit and the usage summary all look limits up in that Catalog. Nothing stores a copy (no table
+// mirrors the plans; migration 00005 drops the one that did), so replicas cannot disagree about a
+// limit. Adding a limit means a field of Limits, its default, an entry in Variables and the Limits
+// schema of the OpenAPI document; nothing else.
 package plan
 
 import (

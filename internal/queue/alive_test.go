@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/testclock"
 )
 
 // A worker that has taken items and is busy with them has no pull request open; it is still a
@@ -22,6 +23,8 @@ func TestWorkersAliveWhileBusy(t *testing.T) {
 	defer cancel()
 	d := queue.NewDispatcher(nc, js, queue.Layout{})
 	defer d.Close()
+	clock := testclock.New(time.Now()) // moved by hand past WorkersGone below
+	d.Now = clock.Now
 	if d.WorkersAlive(ctx) {
 		t.Fatal("alive before any worker made its consumer")
 	}
@@ -60,11 +63,14 @@ func TestWorkersAliveWhileBusy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.WorkersGone = 300 * time.Millisecond
 	if !d.WorkersAlive(ctx) {
 		t.Error("workers seen a moment ago are taken for gone")
 	}
-	time.Sleep(400 * time.Millisecond)
+	clock.Add(d.WorkersGone - time.Millisecond)
+	if !d.WorkersAlive(ctx) {
+		t.Error("workers seen just under WorkersGone ago are taken for gone")
+	}
+	clock.Add(2 * time.Millisecond)
 	if d.WorkersAlive(ctx) {
 		t.Error("workers gone for longer than WorkersGone are still taken to be there")
 	}

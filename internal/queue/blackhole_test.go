@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/verdict"
 )
 
@@ -112,7 +113,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	sent := make(chan outcome, 1)
 	go func() { _, took, err := p.verifyOne("b@example.com"); sent <- outcome{err, took} }()
 
-	eventually(t, "the link to go down", 4*time.Second, func() bool { return !p.d.Up() })
+	wait.For(t, 4*time.Second, "the link to go down", func() bool { return !p.d.Up() })
 	t.Logf("link down %v after the black hole began", time.Since(held).Round(time.Millisecond))
 	for what, ch := range map[string]chan outcome{"a request waiting for its reply": waiting, "a request sent into the black hole": sent} {
 		select {
@@ -130,7 +131,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 	}
 
 	// Connect's pings (every 2 s, 2 outstanding at most) drop the dead connection in every process.
-	eventually(t, "both clients to drop the dead connection", 8*time.Second-time.Since(held), func() bool {
+	wait.For(t, 8*time.Second-time.Since(held), "both clients to drop the dead connection", func() bool {
 		return !p.api.IsConnected() && !p.worker.IsConnected()
 	})
 	t.Logf("both clients dropped it %v after the black hole began", time.Since(held).Round(time.Millisecond))
@@ -145,7 +146,7 @@ func TestBlackHoledNATSFailsFastAndRecovers(t *testing.T) {
 
 	p.proxy.Restore()
 	restored := time.Now()
-	eventually(t, "a request to succeed after the black hole", 5*time.Second, func() bool {
+	wait.For(t, 5*time.Second, "a request to succeed after the black hole", func() bool {
 		r, _, err := p.verifyOne("d@example.com")
 		return err == nil && r.Email == "d@example.com"
 	})
@@ -203,7 +204,7 @@ func TestStalledNATSLinkComesBackWithoutReconnect(t *testing.T) {
 
 	p.proxy.Pause()
 	paused := time.Now()
-	eventually(t, "the link to go down", 4*time.Second, func() bool { return !link.Up() })
+	wait.For(t, 4*time.Second, "the link to go down", func() bool { return !link.Up() })
 	t.Logf("link down %v after the stall began", time.Since(paused).Round(time.Millisecond))
 	select {
 	case <-changed:
@@ -221,7 +222,7 @@ func TestStalledNATSLinkComesBackWithoutReconnect(t *testing.T) {
 
 	p.proxy.Resume()
 	resumed := time.Now()
-	eventually(t, "the link to come back", 2*time.Second, link.Up)
+	wait.For(t, 2*time.Second, "the link to come back", link.Up)
 	t.Logf("link up %v after the stall ended", time.Since(resumed).Round(time.Millisecond))
 	if n := link.Reconnects(); n != reconnects {
 		t.Errorf("reconnected %d times; the stall should not cost a reconnect", n-reconnects)
@@ -252,13 +253,7 @@ func TestConsumerStopsPromptlyWhileNATSIsBlackHoled(t *testing.T) {
 			_ = m.Ack()
 		})
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Check(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("consumer not running")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "consumer running", func() bool { return c.Check(context.Background()) == nil })
 	// The link goes silent, losing nothing (a partition that heals): the pull in flight waits on
 	// it, and messages published meanwhile are delivered to that pull once the link is back —
 	// after Run has returned, to the reader it left behind.

@@ -63,6 +63,10 @@ type Dispatcher struct {
 	// took it (its heartbeats come every quarter of this) before it asks another worker: the
 	// worker died, or froze, with the request (see VerifyOne).
 	WorkerSilence time.Duration
+	// Now is the clock ListGrace, StallAfter and WorkersGone are counted on: time.Now, unless a
+	// test moves the time itself rather than wait these periods out. (A request's deadline,
+	// SyncGrace and WorkerSilence follow real time: they race NATS and the workers.)
+	Now func() time.Time
 
 	replies replyMux      // the inbox of every single verification (VerifyOne)
 	silent  atomic.Uint64 // single verifications sent again because their worker went silent
@@ -74,7 +78,7 @@ type Dispatcher struct {
 func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, l Layout) *Dispatcher {
 	return &Dispatcher{nc: nc, js: js, link: Watch(nc), layout: l,
 		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second,
-		WorkersGone: 10 * time.Second, WorkerSilence: 2 * time.Second}
+		WorkersGone: 10 * time.Second, WorkerSilence: 2 * time.Second, Now: time.Now}
 }
 
 // Close stops watching the connection and listening for single verifications' replies.
@@ -128,7 +132,7 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 
 	left := len(emails)
 	stall := d.StallAfter
-	heard := time.Now()
+	heard := d.Now()
 	var downSince time.Time
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -142,7 +146,7 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 			}
 			l.done[r.Index] = true
 			left--
-			heard, stall = time.Now(), d.StallAfter
+			heard, stall = d.Now(), d.StallAfter
 			if each != nil {
 				each(r.Index, *r.Result)
 			}
@@ -155,7 +159,7 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		case <-changed:
 		case <-tick.C:
 		}
-		now := time.Now()
+		now := d.Now()
 		if !d.link.Up() {
 			if downSince.IsZero() {
 				downSince = now
@@ -393,11 +397,11 @@ func (d *Dispatcher) WorkersAlive(ctx context.Context) bool {
 		return false
 	}
 	if d.workersSeen(ctx) {
-		d.lastAlive.Store(time.Now().UnixNano())
+		d.lastAlive.Store(d.Now().UnixNano())
 		return true
 	}
 	last := d.lastAlive.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < d.WorkersGone
+	return last != 0 && d.Now().Sub(time.Unix(0, last)) < d.WorkersGone
 }
 
 func (d *Dispatcher) workersSeen(ctx context.Context) bool {

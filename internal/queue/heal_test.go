@@ -12,20 +12,10 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 // A consumer whose stream (and so the consumer itself) disappears, as when a NATS server comes
 // back with an empty store, re-creates both and goes on consuming; /readyz's check says so.
@@ -50,7 +40,7 @@ func TestConsumerHealsAfterItsStreamIsLost(t *testing.T) {
 		}
 	})
 	check := func() bool { return c.Check(context.Background()) == nil }
-	eventually(t, "consumer running", 5*time.Second, check)
+	wait.For(t, 5*time.Second, "consumer running", check)
 
 	publish := func() {
 		t.Helper()
@@ -61,15 +51,15 @@ func TestConsumerHealsAfterItsStreamIsLost(t *testing.T) {
 		}
 	}
 	publish()
-	eventually(t, "first message handled", 5*time.Second, func() bool { return handled.Load() == 1 })
+	wait.For(t, 5*time.Second, "first message handled", func() bool { return handled.Load() == 1 })
 
 	if err := js.DeleteStream(context.Background(), queue.StreamJobs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "readiness to notice the lost consumer", 5*time.Second, func() bool { return !check() })
-	eventually(t, "consumer re-created", 15*time.Second, check)
+	wait.For(t, 5*time.Second, "readiness to notice the lost consumer", func() bool { return !check() })
+	wait.For(t, 15*time.Second, "consumer re-created", check)
 	publish()
-	eventually(t, "message after the loss handled", 10*time.Second, func() bool { return handled.Load() == 2 })
+	wait.For(t, 10*time.Second, "message after the loss handled", func() bool { return handled.Load() == 2 })
 	_ = nc
 }
 
@@ -96,7 +86,7 @@ func TestKeeperRecreatesMissingStreams(t *testing.T) {
 		t.Fatal("check passed with the VERIFY stream missing")
 	}
 	// The failed check kicked the keeper, which re-creates the stream.
-	eventually(t, "VERIFY re-created", 5*time.Second, func() bool { return k.Check(ctx) == nil })
+	wait.For(t, 5*time.Second, "VERIFY re-created", func() bool { return k.Check(ctx) == nil })
 }
 
 // A consumer told to stop while NATS is down stops at once: draining would need the server.
@@ -113,11 +103,11 @@ func TestConsumerStopsWhileNATSIsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, func(m jetstream.Msg) { _ = m.Ack() }) }()
-	eventually(t, "consumer running", 5*time.Second, func() bool { return c.Check(context.Background()) == nil })
+	wait.For(t, 5*time.Second, "consumer running", func() bool { return c.Check(context.Background()) == nil })
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	eventually(t, "the connection to drop", 5*time.Second, func() bool { return !nc.IsConnected() })
+	wait.For(t, 5*time.Second, "the connection to drop", func() bool { return !nc.IsConnected() })
 	start := time.Now()
 	cancel()
 	select {

@@ -14,6 +14,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // reconnecting is a JOBS consumer connected through a proxy the test cuts, with a handler that
@@ -71,7 +72,7 @@ func startReconnecting(t *testing.T, handle func()) *reconnecting {
 		rcancel()
 		<-done
 	})
-	eventually(t, "consumer running", 5*time.Second, func() bool { return r.c.Check(context.Background()) == nil })
+	wait.For(t, 5*time.Second, "consumer running", func() bool { return r.c.Check(context.Background()) == nil })
 	return r
 }
 
@@ -90,9 +91,9 @@ func (r *reconnecting) publish(t *testing.T, from, to int) {
 func (r *reconnecting) reconnect(t *testing.T) {
 	t.Helper()
 	r.proxy.Cut()
-	eventually(t, "the connection to drop", 5*time.Second, func() bool { return !r.nc.IsConnected() })
+	wait.For(t, 5*time.Second, "the connection to drop", func() bool { return !r.nc.IsConnected() })
 	r.proxy.Restore()
-	eventually(t, "the reconnect", 10*time.Second, r.nc.IsConnected)
+	wait.For(t, 10*time.Second, "the reconnect", r.nc.IsConnected)
 }
 
 // expect waits up to within for n messages, each delivered once, and no message dropped as a slow
@@ -142,7 +143,7 @@ func TestBusyConsumerLosesNothingOverAReconnect(t *testing.T) {
 	// One message in the handler and the rest of a full pull in the iterator's buffer, all of
 	// them received: a message still on its way when the connection drops is lost with it, and
 	// comes back only after AckWait whatever the consumer does.
-	eventually(t, "a full pull received", 5*time.Second, func() bool {
+	wait.For(t, 5*time.Second, "a full pull received", func() bool {
 		info, err := r.djs.Consumer(context.Background(), queue.StreamJobs, r.c.Name())
 		return err == nil && info.CachedInfo().NumAckPending == pullSize && r.nc.Stats().InMsgs-before >= pullSize
 	})

@@ -29,7 +29,8 @@ const syncAsks = 3
 // WorkerSilence — its worker was killed, froze, or took it and never said so — is sent again to
 // any worker, at most syncAsks times in all, on the same inbox: whichever answer comes first is
 // the result. A "busy" or "no responders" to such a later ask does not end the request, since the
-// first worker may still answer. Before, it waited for its 10 s deadline and answered 503.
+// first worker may still answer. So a killed worker costs its requests about WorkerSilence, not
+// their whole deadline and a 503.
 //
 // A request whose connection drops (or stops answering) while it waits is sent again once the
 // connection is back within SyncGrace, and answers ErrUnavailable otherwise.

@@ -16,8 +16,8 @@ import (
 
 // The chunks a write handed out are published although NATS stops answering for a moment (here
 // 1.5 s behind a black-holing proxy; a restarted server, or a connection reconnecting, refuses
-// publishes the same way). Before, the publish was given up at once, and the chunk waited for the
-// sweep's 5 minutes, which a fault campaign saw after a NATS restart.
+// publishes the same way). A publish given up at once would leave the chunk to the sweep, 5
+// minutes later, as a fault campaign saw after a NATS restart.
 func TestChunkPublishOutlastsANATSBlip(t *testing.T) {
 	t.Parallel()
 	proxy, _, js := natstest.Proxied(t, natstest.URL(t), "runner-under-test")

@@ -17,6 +17,8 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
+	"github.com/mailvet/mailvet/internal/testkit/testclock"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verifyworker"
 )
@@ -106,14 +108,12 @@ func (b *bundle) startWorker(t *testing.T, p verifyworker.Pipeline, opts verifyw
 		<-done
 		nc.Close()
 	})
-	// Wait until the worker's subscription is visible to the server.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := b.nc.Request(queue.SubjectVerifySync, []byte(`{"email":"warmup@example.com"}`), time.Second); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Wait until the worker's subscription is visible to the server. Running out of time is not a
+	// failure here: a test whose worker does not answer the warm-up finds out through its own checks.
+	wait.Until(5*time.Second, func() bool {
+		_, err := b.nc.Request(queue.SubjectVerifySync, []byte(`{"email":"warmup@example.com"}`), time.Second)
+		return err == nil
+	})
 	return nc, cancel
 }
 
@@ -385,11 +385,7 @@ func TestSaturatedWorkerSaysBusy(t *testing.T) {
 			}
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); !holding.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow request never reached the worker")
-		}
-	}
+	wait.For(t, 10*time.Second, "the slow request to reach the worker", holding.Load)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := b.dispatcher.VerifyOne(ctx, "next@example.com"); !errors.Is(err, queue.ErrBusy) {
@@ -456,11 +452,7 @@ func TestWorkerKilledMidBatchLosesNothing(t *testing.T) {
 		m, err := b.dispatcher.VerifyMany(ctx, emails, func(int, verdict.Result) { answered.Add(1) })
 		got <- outcome{m, err}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); taken.Load() == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the doomed worker never took an item")
-		}
-	}
+	wait.For(t, 20*time.Second, "the doomed worker to take an item", func() bool { return taken.Load() > 0 })
 	doomedConn.Close() // kill -9, as far as NATS can tell: no acks, no goodbyes
 
 	b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{Concurrency: 64})
@@ -489,29 +481,30 @@ func TestExpiredItemsAreSkipped(t *testing.T) {
 	}
 }
 
+// A running worker is seen; once it is gone (its connection closed), the dispatcher still takes
+// it to be there for WorkersGone, then no longer. The dispatcher's clock is moved by hand, so the
+// test does not wait out WorkersGone.
 func TestWorkersAlive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	clock := testclock.New(time.Now())
+	b.dispatcher.Now = clock.Now
 	ctx := context.Background()
 	if b.dispatcher.WorkersAlive(ctx) {
 		t.Fatal("alive with no worker")
 	}
 	conn, _ := b.startWorker(t, &scriptedPipeline{}, verifyworker.Options{})
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.dispatcher.WorkersAlive(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatal("a running worker is not seen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "a running worker to be seen", func() bool { return b.dispatcher.WorkersAlive(ctx) })
 	conn.Close()
-	deadline = time.Now().Add(40 * time.Second)
-	for b.dispatcher.WorkersAlive(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatal("a dead worker is still seen as alive")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !b.dispatcher.WorkersAlive(ctx) {
+		t.Fatal("a worker seen a moment ago is taken for gone before WorkersGone")
 	}
+	// JetStream drops the closed connection's pull requests in a moment; until it has, every look
+	// sees the worker again. Each look here comes WorkersGone after the one before.
+	wait.For(t, 20*time.Second, "a dead worker to be taken for gone", func() bool {
+		clock.Add(b.dispatcher.WorkersGone + time.Millisecond)
+		return !b.dispatcher.WorkersAlive(ctx)
+	})
 }
 
 // A worker told to stop while it is still starting stops cleanly: no error, nothing left running.

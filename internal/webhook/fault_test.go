@@ -10,6 +10,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // A worker stopped while a delivery waits out its backoff leaves nothing behind but the
@@ -21,7 +22,7 @@ func TestWorkerStoppedDuringBackoff(t *testing.T) {
 	rc := newReceiver(t, statuses(500, 502, 200))
 	first := b.startWorker(t, Options{Client: ClientOptions{AllowPrivate: true}})
 	id := b.create(t, b.accountID, rc.url("/cb"), "whsec_12345678", sampleBody, true)
-	waitFor(t, 10*time.Second, "attempt 1 recorded", func() bool {
+	wait.For(t, 10*time.Second, "attempt 1 recorded", func() bool {
 		as := b.attempts(t, id)
 		return len(as) == 1 && as[0].status != nil
 	})
@@ -171,7 +172,7 @@ func TestSweepRequeuesRetryingWithLostMessage(t *testing.T) {
 	o := Options{Client: ClientOptions{AllowPrivate: true}}
 	first := b.startWorker(t, o)
 	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
-	waitFor(t, 10*time.Second, "attempt 1 recorded", func() bool {
+	wait.For(t, 10*time.Second, "attempt 1 recorded", func() bool {
 		as := b.attempts(t, id)
 		return len(as) == 1 && as[0].status != nil
 	})
@@ -261,7 +262,7 @@ func TestSweptDuplicateIsNotAttemptedTwice(t *testing.T) {
 	o := Options{AttemptTimeout: 3 * time.Second, AckWait: 6 * time.Second, Client: ClientOptions{AllowPrivate: true}}
 	first := b.startWorker(t, o)
 	id := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, true)
-	waitFor(t, 10*time.Second, "attempt 1 recorded", func() bool {
+	wait.For(t, 10*time.Second, "attempt 1 recorded", func() bool {
 		as := b.attempts(t, id)
 		return len(as) == 1 && as[0].status != nil
 	})
@@ -291,9 +292,9 @@ func TestSweptDuplicateIsNotAttemptedTwice(t *testing.T) {
 	}
 	// While attempt 2 runs, the claim the other message makes is refused with a wait, and the
 	// sweep leaves the leased delivery alone.
-	c, wait, err := second.w.claim(ctx, id)
-	if err != nil || c != nil || wait <= 0 {
-		t.Fatalf("claim during attempt 2 = %+v, %s, %v; want nothing to claim and a wait", c, wait, err)
+	c, retryIn, err := second.w.claim(ctx, id)
+	if err != nil || c != nil || retryIn <= 0 {
+		t.Fatalf("claim during attempt 2 = %+v, %s, %v; want nothing to claim and a wait", c, retryIn, err)
 	}
 	if n, err := Sweep(ctx, b.pool, b.js, queue.Layout{}, 30*time.Second, 100); err != nil || n != 0 {
 		t.Fatalf("Sweep during attempt 2 = %d, %v; want 0", n, err)
@@ -304,7 +305,7 @@ func TestSweptDuplicateIsNotAttemptedTwice(t *testing.T) {
 		t.Fatalf("delivery %+v, want delivered after 2 attempts", r)
 	}
 	// Both messages are done with (acked) only once each has been through a claim.
-	waitFor(t, 20*time.Second, "both messages acked", func() bool {
+	wait.For(t, 20*time.Second, "both messages acked", func() bool {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
@@ -362,7 +363,7 @@ func TestAttemptUnderWayIsShownInProgress(t *testing.T) {
 		t.Fatalf("during the first attempt: state %s, %d attempts, log %+v; want pending, 1, in progress", d.State, d.Attempts, d.Log)
 	}
 	w.stop() // DrainTimeout 1 ms: the attempt is abandoned as in a crash
-	waitFor(t, 10*time.Second, "the lease to end", func() bool {
+	wait.For(t, 10*time.Second, "the lease to end", func() bool {
 		d := show()
 		return len(d.Log) == 1 && d.Log[0].Error != nil && *d.Log[0].Error == interruptedError
 	})

@@ -302,18 +302,6 @@ func (b *bundle) waitFinal(t testing.TB, id uuid.UUID, limit time.Duration) row 
 	}
 }
 
-// waitFor polls cond every 10 ms for at most limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // attemptRow is one stored attempt.
 type attemptRow struct {
 	n       int

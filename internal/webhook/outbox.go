@@ -58,8 +58,8 @@ func createDelivery(ctx context.Context, tx pgx.Tx, column string, subject, acco
 //
 // A publish waits at most PublishTimeout, whatever ctx allows: the delivery is already committed,
 // so a publish that JetStream does not confirm in time is left to the sweep rather than held for
-// the caller's whole budget (a verifier stopping while its NATS node was gone used to wait out
-// its job's AckWait here).
+// the caller's whole budget (a verifier stopping while its NATS node is gone would otherwise wait
+// out its job's AckWait here).
 func Publish(ctx context.Context, js jetstream.JetStream, l queue.Layout, deliveryID uuid.UUID) error {
 	return publish(ctx, js, l, deliveryID, deliveryID.String())
 }

@@ -13,7 +13,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 var sampleBody = []byte(`{"email":"a@example.com","valid":true,"status":"deliverable","confidence":0.95,` +
@@ -136,7 +138,16 @@ func TestRetryGaps(t *testing.T) {
 	if r.state != StateFailed || r.attempts != 3 {
 		t.Fatalf("delivery %s after %d attempts, want failed after 3", r.state, r.attempts)
 	}
-	time.Sleep(3 * time.Second) // a fourth attempt would come within the next backoff
+	// The final failure acknowledges the delivery's message: once the stream is empty, nothing is
+	// left that could bring a fourth attempt.
+	stream, err := b.js.Stream(context.Background(), queue.StreamWebhooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 5*time.Second, "the delivery's message to be acknowledged", func() bool {
+		info, err := stream.Info(context.Background())
+		return err == nil && info.State.Msgs == 0
+	})
 	hits := rc.snapshot()
 	if len(hits) != 3 {
 		t.Fatalf("receiver got %d requests, want exactly 3", len(hits))

@@ -24,10 +24,10 @@ type syncAnswer struct {
 
 // Single verifications in flight when their verifier is killed with SIGKILL are answered by the
 // other verifier within a few seconds, from the outside: the real binaries, a mail server slow
-// enough (300 ms per RCPT) that the requests are still being probed at the kill. Before the
-// workers' heartbeats, the requests the killed verifier held answered 503 at their 10 s
-// deadline (4 of 8 in a run of this test on the code before). A NATS node killed with requests
-// in flight is answered within the same bound (docs/reliability.md).
+// enough (300 ms per RCPT) that the requests are still being probed at the kill. The workers'
+// heartbeats are what tell the API that the killed verifier's requests need another worker;
+// without them those requests would answer 503 at their 10 s deadline. A NATS node killed with
+// requests in flight is answered within the same bound (docs/reliability.md).
 func TestClusterSyncVerificationsOutliveAVerifierKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the fleet as separate processes; skipped with -short")

@@ -375,7 +375,7 @@ func (o *errorsPerSession) max() (n int, all []int) {
 // A server that demands STARTTLS costs an error (its 530 to the plain MAIL FROM) before the
 // RCPTs follow over TLS, and later sessions, which start TLS at once, send a MAIL FROM not yet
 // accepted over TLS pipelined with their RCPTs: in both cases the first window keeps room for
-// that error, so no session reaches Postfix's 10th (before, sessions of 10 were seen).
+// that error, so no session reaches Postfix's 10th.
 func TestStartTLSKeepsUnderTheErrorLimit(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -436,9 +436,9 @@ func TestCloseWaitsForSessionsToEnd(t *testing.T) {
 
 // A domain's catch-all probe that meets the server's recipient limit (not advertised, so learnt
 // from the 452 4.5.3) is asked again, like an address: that 452 says nothing about the domain.
-// It was taken for a deferral, and every accepted address of the domain that another session had
-// sent while the probe was on its way was answered unknown with it. Sessions race here, so each
-// trial is a fresh prober on a fresh world; the old code failed about one trial in three.
+// Taken for a deferral, it would answer unknown every accepted address of the domain that another
+// session sent while the probe was on its way. Sessions race here, so each trial is a fresh prober
+// on a fresh world, and the test runs enough of them to meet the race.
 func TestCatchAllProbeOverTheRecipientLimit(t *testing.T) {
 	t.Parallel()
 	for trial := range 20 {

@@ -53,8 +53,8 @@ func halfUnknown(b *bundle, srv *mailsim.Server, prefix string, domains int) ([]
 // BenchmarkOracle's (internal/verify): 1,000 addresses on 20 domains behind one MX, half of them
 // unknown, 20 ms RTT, Postfix's error limits, 40 connections. The 500 unknown addresses and the
 // 20 catch-all probes make 520 rejections; at most 9 per session that is ⌈520/9⌉ = 58 sessions
-// at the very least. The pool must stay within 15 % of that floor (before, it opened a session
-// per 9 queued addresses and ended the batch with 40 half-used ones: 78–80 sessions), and stay
+// at the very least. The pool must stay within 15 % of that floor (a pool that opened a session
+// per 9 queued addresses would end the batch with 40 half-used ones: 78–80 sessions), and stay
 // polite: never more than MaxPerHost connections, never a 10th rejection in a session.
 func TestSessionsFollowTheRejectionRate(t *testing.T) {
 	t.Parallel()
