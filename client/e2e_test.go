@@ -14,6 +14,7 @@ import (
 	"github.com/mailvet/mailvet/client"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/testkit/demoapi"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
 
 // End-to-end: the client against the real `api -dev -demo` binary (internal/testkit/demoapi),
@@ -211,7 +212,13 @@ func TestE2EManagement(t *testing.T) {
 		t.Errorf("standard key on management: %v", err)
 	}
 
-	days, err := m.Usage(ctx)
+	// A delivered result's usage row is written right behind its response (docs/api.md,
+	// "Metering"), so the count may take a moment to show.
+	var days client.DailyUsage
+	wait.Until(5*time.Second, func() bool {
+		days, err = m.Usage(ctx)
+		return err != nil || (len(days.Days) == 30 && days.Days[29].Calls == 1)
+	})
 	if err != nil || len(days.Days) != 30 || days.Days[29].Calls != 1 {
 		t.Errorf("Usage = %+v, %v", days, err)
 	}
