@@ -270,7 +270,7 @@ describe("against bin/api -dev -demo", () => {
     assert.equal(done.verified, demoEmails.length);
     assert.ok(readings.length >= 1);
     const csv = (await mv.lists.resultsText(done.id)).trimEnd().split("\n");
-    assert.equal(csv[0], "name,Email,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion");
+    assert.equal(csv[0], "name,Email,status,reason,valid,confidence,failed_check,disposable,role,free_provider,catch_all,smtp_blocked,mx_found,mx_host,suggestion,smtp_code,smtp_enhanced_code,smtp_text");
     assert.equal(csv.length, 1 + rows.length);
     csv.slice(1).forEach((line, i) => {
       const [name, email, status, reason] = line.split(",");
