@@ -332,7 +332,11 @@ func admissionEnvelope(err error) *Error {
 		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded, action,
 			"Rate limit of %d emails per minute exceeded for this account.", rl.Limit)
 		e.Extra = map[string]any{"limit": rl.Limit, "window": "1m", "reset_at": isoTime(rl.Reset)}
-		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(rl.Reset, time.Now()))}}
+		if rl.Asked <= rl.Limit {
+			// A request larger than a whole window gets no Retry-After: retrying it as it is
+			// can never pass, and clients that honour the header would wait for nothing.
+			e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(rl.Reset, time.Now()))}}
+		}
 		return e
 	case errors.As(err, &qe):
 		msg := fmt.Sprintf("Monthly quota of %d verifications reached (%d used).", qe.Limit, qe.Used)
@@ -342,9 +346,15 @@ func admissionEnvelope(err error) *Error {
 			msg = fmt.Sprintf("This request needs %d verifications; %d of the monthly quota of %d are left (%d used).", qe.Asked, left, qe.Limit, qe.Used)
 			action = fmt.Sprintf("Send at most %d emails until reset_at (the start of the next UTC month), or upgrade to a paid plan.", left)
 		}
+		if qe.Asked > qe.Limit {
+			msg = fmt.Sprintf("This request needs %d verifications, more than the whole monthly quota of %d.", qe.Asked, qe.Limit)
+			action = fmt.Sprintf("Split the request into requests of at most %d emails, or upgrade to a paid plan: this one can never pass on this plan.", qe.Limit)
+		}
 		e := Errorf(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded, action, "%s", msg)
 		e.Extra = map[string]any{"limit": qe.Limit, "used": qe.Used, "reset_at": isoTime(qe.Reset)}
-		e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(qe.Reset, time.Now()))}}
+		if qe.Asked <= qe.Limit {
+			e.Header = http.Header{"Retry-After": {strconv.Itoa(secondsUntil(qe.Reset, time.Now()))}}
+		}
 		return e
 	case errors.As(err, &sc):
 		e := Errorf(http.StatusPaymentRequired, CodePaymentRequired,

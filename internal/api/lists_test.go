@@ -348,6 +348,10 @@ func TestListAdmission(t *testing.T) {
 	if r.body["limit"] != 10.0 || r.body["used"] != 9.0 || r.header.Get("Retry-After") == "" {
 		t.Errorf("quota refusal %v %v", r.body, r.header)
 	}
+	// More unique addresses than the whole quota: it can never pass on this plan, so no Retry-After.
+	if r := b.upload(key, "text/plain", "", addrs(11)).want(t, http.StatusTooManyRequests, "monthly_quota_exceeded"); r.header.Get("Retry-After") != "" {
+		t.Errorf("Retry-After %q on a list larger than the whole quota", r.header.Get("Retry-After"))
+	}
 	b.upload(key, "text/plain", "", addrs(1)).want(t, http.StatusAccepted, "")
 	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, free); n != 2 {
 		t.Errorf("lists %d", n)

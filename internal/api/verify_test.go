@@ -335,6 +335,9 @@ func TestRateLimit(t *testing.T) {
 	if a, _ := r.body["action"].(string); !strings.Contains(a, "Split the request into requests of at most 10 emails") {
 		t.Errorf("action for 11 emails against 10 a minute: %q", a)
 	}
+	if ra := r.header.Get("Retry-After"); ra != "" {
+		t.Errorf("Retry-After %q on a batch that can never pass", ra)
+	}
 	if n := b.rows(acct, func(r usagetest.Row) bool { return r.ErrorClass == "rate_limit" && r.Route == "verify_batch" }); n != 2 {
 		t.Errorf("rate_limit rows %d", n)
 	}
@@ -377,14 +380,23 @@ func TestMonthlyQuota(t *testing.T) {
 	b := setupVerify(t, verifyOpts{env: map[string]string{
 		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
 	acct, key := b.customer(plan.Free)
+	// Larger than the whole quota: it can never pass on this plan, so no Retry-After.
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x", "d@x", "e@x", "f@x"}}).
+		want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+	if a, _ := r.body["action"].(string); !strings.Contains(a, "at most 5 emails") || r.header.Get("Retry-After") != "" {
+		t.Errorf("a batch of 6 against a quota of 5: action %q, Retry-After %q", a, r.header.Get("Retry-After"))
+	}
 	for i := range 3 {
 		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
 	}
 	// Not reached yet: a batch larger than what is left is told so, and what is left.
-	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
+	r = b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
 		want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
 	if m, _ := r.body["message"].(string); !strings.Contains(m, "needs 3 verifications; 2 of the monthly quota of 5 are left") {
 		t.Errorf("message %q", m)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After on a batch that fits next month")
 	}
 	for i := 3; i < 5; i++ {
 		b.verify(key, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, 200, "")
@@ -397,7 +409,7 @@ func TestMonthlyQuota(t *testing.T) {
 	if want := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC); !isoUTC(t, r.body["reset_at"]).Equal(want) {
 		t.Errorf("reset_at %v, want %v", r.body["reset_at"], want)
 	}
-	if n := b.rows(acct, usagetest.Refused("monthly_quota_exceeded")); n != 2 {
+	if n := b.rows(acct, usagetest.Refused("monthly_quota_exceeded")); n != 3 {
 		t.Errorf("monthly_quota_exceeded rows %d", n)
 	}
 }
