@@ -282,7 +282,7 @@ func TestAbandonedKeyIsTakenOver(t *testing.T) {
 	h, acct := newHarness(t, false)
 	h.guard.Wait = 50 * time.Millisecond
 	_, err := h.guard.store.db.Exec(context.Background(), `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at)
-		VALUES ($1, 'k', gen_random_uuid(), $2, $3)`, acct, h.clock.Now(), h.clock.Now().Add(Lifetime))
+		VALUES ($1, $4, gen_random_uuid(), $2, $3)`, acct, h.clock.Now(), h.clock.Now().Add(Lifetime), lookupOf("k"))
 	pgtest.Must(t, err, "seed key")
 	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusConflict {
 		t.Fatalf("within the lease: %d", r.StatusCode)
@@ -291,4 +291,71 @@ func TestAbandonedKeyIsTakenOver(t *testing.T) {
 	if r := h.post(acct, "k", "a"); r.StatusCode != http.StatusCreated {
 		t.Fatalf("after the lease: %d", r.StatusCode)
 	}
+}
+
+// The table keeps neither the Idempotency-Key nor the response in the clear: a copy of the
+// database cannot read a kept key creation's answer, and a replay still gets it whole.
+func TestKeptResponsesAreSealed(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	const key = "sealed-key-3f7c"
+	first := text(t, h.post(acct, key, "secret-body-42"))
+	var dump string
+	err := h.guard.store.db.QueryRow(context.Background(),
+		`SELECT string_agg(k::text, ' ') FROM idempotency_keys k WHERE account_id = $1`, acct).Scan(&dump)
+	pgtest.Must(t, err, "dump")
+	for _, plain := range []string{key, "secret-body-42", first, fmt.Sprintf("%x", first)} {
+		if strings.Contains(dump, plain) {
+			t.Fatalf("the row holds %q in the clear: %s", plain, dump)
+		}
+	}
+	if r := h.post(acct, key, "secret-body-42"); text(t, r) != first || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("replay of a sealed response differs")
+	}
+	// A sealed body opens only with its own account and key.
+	sealed := seal(acct, key, []byte(first))
+	if _, err := open(acct, key+"x", sealed); err == nil {
+		t.Fatal("opened with another key")
+	}
+	if _, err := open("another-account", key, sealed); err == nil {
+		t.Fatal("opened with another account")
+	}
+}
+
+// migrations/00028 converts the keys kept before sealing with the same hash as lookupOf, and their
+// responses, kept in the clear, still replay until their 24 hours end.
+func TestRowsKeptBeforeSealingReplay(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	ctx := context.Background()
+	var converted string
+	err := h.guard.store.db.QueryRow(ctx,
+		`SELECT encode(sha256(convert_to('mailvet idempotency lookup v1:' || $1, 'UTF8')), 'hex')`, "old-key").Scan(&converted)
+	pgtest.Must(t, err, "convert")
+	if converted != lookupOf("old-key") {
+		t.Fatalf("the migration's hash %s is not lookupOf's %s", converted, lookupOf("old-key"))
+	}
+	sum := requestHashOf(t, h, "a")
+	_, err = h.guard.store.db.Exec(ctx, `INSERT INTO idempotency_keys
+		(account_id, key, owner, claimed_at, expires_at, request_hash, status, header, body, sealed)
+		VALUES ($1, $2, gen_random_uuid(), $3, $4, $5, 201, '{"Location":["/things/7"]}', 'thing 7', false)`,
+		acct, converted, h.clock.Now(), h.clock.Now().Add(Lifetime), sum)
+	pgtest.Must(t, err, "seed an unsealed row")
+	r := h.post(acct, "old-key", "a")
+	if r.StatusCode != http.StatusCreated || text(t, r) != "thing 7" || r.Header.Get("Location") != "/things/7" {
+		t.Fatalf("replay of an unsealed row: %d %v", r.StatusCode, r.Header)
+	}
+	if h.runs.Load() != 0 {
+		t.Fatalf("the request ran again")
+	}
+}
+
+// requestHashOf is the hash the guard computes for the harness's POST /things with body.
+func requestHashOf(t *testing.T, h *harness, body string) []byte {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/things", strings.NewReader(body))
+	c := h.e.NewContext(req, httptest.NewRecorder())
+	hh := requestHash(c, Route{})
+	_, _ = io.WriteString(hh, body)
+	return hh.Sum(nil)
 }

@@ -54,14 +54,15 @@ type record struct {
 // lease ran out; otherwise it reads the row that holds the key.
 func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time) (claim, error) {
 	owner := uuid.New()
+	lookup := lookupOf(key)
 	var got bool
 	err := s.db.QueryRow(ctx, `INSERT INTO idempotency_keys AS k (account_id, key, owner, claimed_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (account_id, key) DO UPDATE
 		   SET owner = EXCLUDED.owner, claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at,
-		       request_hash = NULL, status = NULL, header = NULL, body = NULL
+		       request_hash = NULL, status = NULL, header = NULL, body = NULL, sealed = false
 		 WHERE k.expires_at <= $4 OR (k.status IS NULL AND k.claimed_at <= $6)
-		RETURNING true`, account, key, owner, now, now.Add(Lifetime), now.Add(-s.lease)).Scan(&got)
+		RETURNING true`, account, lookup, owner, now, now.Add(Lifetime), now.Add(-s.lease)).Scan(&got)
 	switch {
 	case err == nil:
 		return claim{owner: owner}, nil
@@ -72,9 +73,10 @@ func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time
 		r      record
 		status *int
 		header []byte
+		sealed bool
 	)
-	err = s.db.QueryRow(ctx, `SELECT request_hash, status, header, body FROM idempotency_keys
-		WHERE account_id = $1 AND key = $2`, account, key).Scan(&r.hash, &status, &header, &r.body)
+	err = s.db.QueryRow(ctx, `SELECT request_hash, status, header, body, sealed FROM idempotency_keys
+		WHERE account_id = $1 AND key = $2`, account, lookup).Scan(&r.hash, &status, &header, &r.body, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && status == nil {
 		return claim{}, nil // released since, or still running
 	}
@@ -82,6 +84,11 @@ func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time
 		return claim{}, fmt.Errorf("%w: read: %w", ErrDatastore, err)
 	}
 	r.status = *status
+	if sealed {
+		if r.body, err = open(account, key, r.body); err != nil {
+			return claim{}, err
+		}
+	}
 	if err := json.Unmarshal(header, &r.header); err != nil {
 		return claim{}, fmt.Errorf("read idempotency key: header: %w", err)
 	}
@@ -94,8 +101,8 @@ func (s *Store) complete(ctx context.Context, account, key string, owner uuid.UU
 	if err != nil {
 		return err
 	}
-	_, err = s.db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7
-		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, key, owner, r.hash, r.status, header, r.body)
+	_, err = s.db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true
+		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner, r.hash, r.status, header, seal(account, key, r.body))
 	if err != nil {
 		return fmt.Errorf("%w: complete: %w", ErrDatastore, err)
 	}
@@ -104,7 +111,7 @@ func (s *Store) complete(ctx context.Context, account, key string, owner uuid.UU
 
 // release gives the key up, so that the next request with it runs.
 func (s *Store) release(ctx context.Context, account, key string, owner uuid.UUID) error {
-	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 AND owner = $3`, account, key, owner)
+	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner)
 	if err != nil {
 		return fmt.Errorf("%w: release: %w", ErrDatastore, err)
 	}
