@@ -193,7 +193,7 @@ func TestSandboxRateLimit(t *testing.T) {
 	a, mgmt := b.account(plan.Free, "")
 	key := b.sandboxKey(mgmt)
 	live := b.standardKey(a.ID).Raw
-	other := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica-2"), Pool: b.pool, Ready: health.NewChecker(0),
+	other := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica-2"), Pool: b.pool, Ready: health.NewChecker(0), Local: b.engine,
 		Now: func() time.Time { return now }})
 	t.Cleanup(other.Close)
 	one := map[string]string{"email": "accepted@sandbox.mailvet.test"}

@@ -3,7 +3,9 @@
 // return, and every other address by its syntax alone (docs/sandbox.md). It does no DNS, no SMTP
 // and no I/O of any kind, so an integrator can test every branch of their code deterministically
 // and for free. The table here is the one docs/sandbox.md shows; TestTableDocumented keeps the two
-// the same.
+// the same. It imports only internal/verdict: the syntax check comes from its caller (Syntax), so
+// that the verification service can use it without depending on the engine
+// (docs/architecture.md, "Dependencies").
 package sandbox
 
 import (
@@ -11,8 +13,11 @@ import (
 	"strings"
 
 	"github.com/mailvet/mailvet/internal/verdict"
-	"github.com/mailvet/mailvet/internal/verify/syntax"
 )
+
+// Syntax is the engine's syntax check (layer 1, docs/architecture.md, "1. Syntax"): raw's
+// normalised form and true when it is an address, false when it is not. It must do no I/O.
+type Syntax func(raw string) (normalized string, ok bool)
 
 // Domain is the domain of the magic addresses. .test is reserved (RFC 2606), so no real mailbox
 // can ever be under it and a live key verifying one gets the engine's own answer (no_mx).
@@ -102,14 +107,15 @@ func Lookup(raw string) (Magic, bool) {
 	return m, ok
 }
 
-// Verify answers raw as a sandbox key gets it (docs/sandbox.md, "Rules"):
+// Verify answers raw as a sandbox key gets it (docs/sandbox.md, "Magic addresses" and "Every
+// other address"), with check deciding the syntax:
 //   - a magic address: its entry of Table;
 //   - an address that fails the syntax check: invalid, invalid_syntax, as live;
 //   - any other address: unknown, sandbox_unlisted, with nothing else looked at.
 //
 // Every answer has Sandbox set. It never does I/O and is deterministic: the same input always
 // gets the same answer (latency_ms aside, which the caller sets).
-func Verify(raw string) verdict.Result {
+func Verify(raw string, check Syntax) verdict.Result {
 	r := verdict.Result{Email: strings.Trim(raw, " \t"), Sandbox: true}
 	if m, ok := Lookup(raw); ok {
 		r.Email = strings.ToLower(r.Email)
@@ -131,12 +137,12 @@ func Verify(raw string) verdict.Result {
 		r.Apply(m.Outcome)
 		return r
 	}
-	a, err := syntax.Parse(raw)
-	if err != nil {
+	email, ok := check(raw)
+	if !ok {
 		r.Fail(verdict.CheckSyntax, verdict.OutcomeInvalid) // reason invalid_syntax
 		return r
 	}
-	r.Email = a.String()
+	r.Email = email
 	r.Reason = verdict.ReasonSandboxUnlisted
 	r.Apply(verdict.OutcomeUnknown)
 	return r

@@ -70,11 +70,21 @@ func (s *Service) sandboxUsed(ctx context.Context, account string, now time.Time
 	return used, err
 }
 
+// sandboxSyntax is the engine's syntax check as the sandbox needs it, through the local layers
+// (which do no I/O): an address fails it when Local fails it at the syntax check.
+func (s *Service) sandboxSyntax(raw string) (string, bool) {
+	r, final := s.local.Local(raw)
+	if final && r.FailedCheck != nil && *r.FailedCheck == verdict.CheckSyntax {
+		return "", false
+	}
+	return r.Email, true
+}
+
 // sandboxResults answers emails from the sandbox, all with latency since start.
-func sandboxResults(emails []string, start time.Time) []verdict.Result {
+func (s *Service) sandboxResults(emails []string, start time.Time) []verdict.Result {
 	out := make([]verdict.Result, len(emails))
 	for i, e := range emails {
-		out[i] = sandbox.Verify(e)
+		out[i] = sandbox.Verify(e, s.sandboxSyntax)
 	}
 	lat := elapsedMS(start)
 	for i := range out {
@@ -89,7 +99,7 @@ func (s *Service) sandboxOne(ctx context.Context, req Request, email string) (*A
 	if err != nil {
 		return nil, w, err
 	}
-	return &Answer{Results: sandboxResults([]string{email}, start), req: req, route: "verify"}, w, nil
+	return &Answer{Results: s.sandboxResults([]string{email}, start), req: req, route: "verify"}, w, nil
 }
 
 func (s *Service) sandboxBatch(ctx context.Context, req Request, emails []string) (*Answer, Window, error) {
@@ -101,7 +111,7 @@ func (s *Service) sandboxBatch(ctx context.Context, req Request, emails []string
 	if err != nil {
 		return nil, w, err
 	}
-	return &Answer{Results: sandboxResults(emails, start), req: req, route: "verify_batch"}, w, nil
+	return &Answer{Results: s.sandboxResults(emails, start), req: req, route: "verify_batch"}, w, nil
 }
 
 func (s *Service) sandboxStream(ctx context.Context, req Request, emails []string) (*Stream, Window, error) {
@@ -119,7 +129,7 @@ func (s *Service) sandboxStream(ctx context.Context, req Request, emails []strin
 // runSandbox is Stream.Run for a sandbox stream: every answer is ready at once, written in input
 // order in one go, and nothing is billed.
 func (st *Stream) runSandbox(write func([]Line) error) (undelivered []int, cause error) {
-	results := sandboxResults(st.emails, st.start)
+	results := st.s.sandboxResults(st.emails, st.start)
 	lines := make([]Line, len(results))
 	for i, r := range results {
 		lines[i] = Line{Index: i, Result: r}
@@ -156,7 +166,7 @@ func (s *Service) sandboxAsync(ctx context.Context, req Request, email string, c
 	if err != nil {
 		return uuid.Nil, w, unavailable(ErrUnstored)
 	}
-	r := sandboxResults([]string{email}, start)[0]
+	r := s.sandboxResults([]string{email}, start)[0]
 	body, err := json.Marshal(sandboxCallback{Result: r, JobID: id.String()})
 	if err != nil {
 		return uuid.Nil, w, err

@@ -20,6 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/queuelag"
 	"github.com/mailvet/mailvet/internal/sandbox"
 	"github.com/mailvet/mailvet/internal/verdict"
+	"github.com/mailvet/mailvet/internal/verify/syntax"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -293,6 +294,12 @@ func (r *ListRunner) republish(c list.Chunk) error {
 	return queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, nil)
 }
 
+// sandboxSyntax is the engine's syntax layer as package sandbox takes it.
+func sandboxSyntax(raw string) (string, bool) {
+	a, err := syntax.Parse(raw)
+	return a.String(), err == nil
+}
+
 // verify runs the pipeline on the chunk's addresses, turning a panic into an error so that one
 // bad chunk does not take the worker down. A sandbox list's addresses are answered by the
 // sandbox instead, never probed (docs/sandbox.md).
@@ -309,7 +316,7 @@ func (r *ListRunner) verify(ctx context.Context, w list.Work) (res []verdict.Res
 	if w.Sandbox {
 		res = make([]verdict.Result, len(emails))
 		for i, e := range emails {
-			res[i] = sandbox.Verify(e)
+			res[i] = sandbox.Verify(e, sandboxSyntax)
 		}
 		return res, nil
 	}
