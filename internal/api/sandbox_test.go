@@ -438,3 +438,34 @@ func TestKeyModes(t *testing.T) {
 		t.Errorf("keys %v", l.body)
 	}
 }
+
+// TestSandboxIdempotencyKeysApart: one Idempotency-Key sent with the account's live key and then
+// with its sandbox key names two requests: the sandbox request is not answered with the live
+// job, and its own retry replays its own answer.
+func TestSandboxIdempotencyKeysApart(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	body := map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	idem := []string{"Idempotency-Key", "order-42"}
+
+	first := b.call(http.MethodPost, "/v1/email/verify", live, body, idem...).want(t, http.StatusAccepted, "")
+	second := b.call(http.MethodPost, "/v1/email/verify", sandbox, body, idem...).want(t, http.StatusAccepted, "")
+	if second.body["job_id"] == first.body["job_id"] || second.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the sandbox request got the live one's answer: %v, %v", second.body, second.header)
+	}
+	again := b.call(http.MethodPost, "/v1/email/verify", sandbox, body, idem...).want(t, http.StatusAccepted, "")
+	if again.body["job_id"] != second.body["job_id"] || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the sandbox retry: %v, %v", again.body, again.header)
+	}
+	job := b.call(http.MethodGet, "/v1/email/jobs/"+second.body["job_id"].(string), sandbox, nil).want(t, http.StatusOK, "").body
+	if res, _ := job["result"].(map[string]any); job["status"] != "completed" || res["sandbox"] != true || res["reason"] != "accepted" {
+		t.Errorf("the sandbox job %v", job)
+	}
+	liveJob := b.call(http.MethodGet, "/v1/email/jobs/"+first.body["job_id"].(string), live, nil).want(t, http.StatusOK, "").body
+	if liveJob["status"] == "completed" || liveJob["result"] != nil {
+		t.Errorf("the live job (no worker runs) %v", liveJob)
+	}
+}
