@@ -209,7 +209,7 @@ func TestSandboxRateLimit(t *testing.T) {
 		}
 	}
 	r := callHandler(t, other.Handler(), http.MethodPost, "/v1/email/verify", key, one).want(t, http.StatusTooManyRequests, CodeRateLimitExceeded)
-	if r.body["limit"] != 5.0 || r.header.Get("Retry-After") == "" {
+	if r.body["limit"] != 5.0 || r.header.Get("Retry-After") == "" || !strings.HasPrefix(r.body["message"].(string), "Sandbox rate limit of 5 emails per minute") {
 		t.Errorf("refusal %v, Retry-After %q", r.body, r.header.Get("Retry-After"))
 	}
 	// A batch larger than the whole window can never pass: no Retry-After.
