@@ -26,7 +26,7 @@ type docRow struct {
 
 var rowRE = regexp.MustCompile("^\\| `([^`]+@sandbox\\.mailvet\\.test)` \\| `([a-z_]+)` \\| `([a-z_0-9]+)` \\| (true|false) \\| ([0-9.]+) \\| (?:`([a-z_]+)`|—) \\|")
 
-// DocTable reads the magic address table of docs/sandbox.md; the API's tests use it too.
+// docTable reads the magic address table of docs/sandbox.md.
 func docTable(t *testing.T) []docRow {
 	t.Helper()
 	raw, err := os.ReadFile("../../docs/sandbox.md")
