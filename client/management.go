@@ -31,6 +31,16 @@ func (c *Client) CreateKey(ctx context.Context, label string) (CreatedKey, error
 	return k, err
 }
 
+// CreateKeyWithMode is CreateKey for a key of mode ModeLive or ModeSandbox: a sandbox key
+// (sk_test_…) is answered from the magic addresses of docs/sandbox.md and never billed. Live and
+// sandbox keys count together toward the plan's maximum.
+func (c *Client) CreateKeyWithMode(ctx context.Context, label, mode string) (CreatedKey, error) {
+	var k CreatedKey
+	body := map[string]string{"label": label, "mode": mode}
+	err := c.call(ctx, request{http.MethodPost, "/v1/management/keys", body}, http.StatusCreated, &k)
+	return k, err
+}
+
 // RevokeKey revokes the standard key with this id; it stops working on the next request.
 func (c *Client) RevokeKey(ctx context.Context, id string) error {
 	return c.call(ctx, request{http.MethodDelete, "/v1/management/keys/" + pathEscape(id), nil}, http.StatusNoContent, nil)

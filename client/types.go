@@ -39,6 +39,9 @@ type Result struct {
 	// SMTPReply is the mail server's reply the verdict was decided on; nil when no server was
 	// asked about the address or none answered (docs/api.md, "The verify result").
 	SMTPReply *SMTPReply `json:"smtp_reply"`
+	// Sandbox is true on every answer to a sandbox key (sk_test_…), which comes from the
+	// sandbox's magic addresses, not from a verification (docs/sandbox.md).
+	Sandbox bool `json:"sandbox,omitempty"`
 }
 
 // SMTPReply is a mail server's reply as evidence of a verdict (SMTPReply).
@@ -76,8 +79,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		LatencyMS    float64    `json:"latency_ms"`
 		Reason       string     `json:"reason"`
 		SMTPReply    *SMTPReply `json:"smtp_reply"`
+		Sandbox      bool       `json:"sandbox,omitempty"`
 	}{r.Email, r.Valid, r.Status, r.Confidence, nullable(r.FailedCheck), r.Disposable, r.Role, r.FreeProvider,
-		r.CatchAll, r.SMTPBlocked, r.MXFound, nullable(r.MXHost), nullable(r.Suggestion), r.LatencyMS, r.Reason, r.SMTPReply})
+		r.CatchAll, r.SMTPBlocked, r.MXFound, nullable(r.MXHost), nullable(r.Suggestion), r.LatencyMS, r.Reason, r.SMTPReply, r.Sandbox})
 }
 
 func nullable(s string) *string {
@@ -178,8 +182,17 @@ type Key struct {
 	ID        string    `json:"id"`
 	Label     string    `json:"label"`
 	Prefix    string    `json:"prefix"`
+	Mode      string    `json:"mode"` // ModeLive or ModeSandbox
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// Key modes (docs/sandbox.md): a live key (sk_live_…) verifies for real and is billed; a sandbox
+// key (sk_test_…) is answered from the documented magic addresses, never probes and is never
+// billed.
+const (
+	ModeLive    = "live"
+	ModeSandbox = "sandbox"
+)
 
 // CreatedKey is a new standard key: Key holds the full key, returned this once.
 type CreatedKey struct {
@@ -187,6 +200,7 @@ type CreatedKey struct {
 	Key       string    `json:"key"`
 	Label     string    `json:"label"`
 	Prefix    string    `json:"prefix"`
+	Mode      string    `json:"mode"` // ModeLive or ModeSandbox
 	CreatedAt time.Time `json:"created_at"`
 	Warning   string    `json:"warning"`
 }
@@ -310,6 +324,8 @@ type List struct {
 	FinishedAt    *time.Time `json:"finished_at"`
 	ExpiresAt     *time.Time `json:"expires_at"` // when a finished list's rows and results are deleted
 	ResultsURL    string     `json:"results_url"`
+	// Sandbox is true for a list uploaded with a sandbox key (docs/sandbox.md).
+	Sandbox bool `json:"sandbox,omitempty"`
 }
 
 // MarshalJSON writes the API's null for an empty WebhookURL or Error, so that a List written back

@@ -22,8 +22,10 @@ const MaxLabelLen = 100
 
 // Key is a key as listed: never the raw key.
 type Key struct {
-	ID        string
-	Kind      auth.Kind
+	ID   string
+	Kind auth.Kind
+	// Mode is live or sandbox (docs/sandbox.md); provisioning keys are live.
+	Mode      auth.Mode
 	Label     string
 	Prefix    string
 	CreatedAt time.Time
@@ -78,7 +80,7 @@ func CheckLabel(label string) error {
 // ListStandardKeys returns the active standard keys of an account, oldest first.
 func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, kind, label, prefix, created_at FROM api_keys
+		SELECT id, kind, mode, label, prefix, created_at FROM api_keys
 		WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL
 		ORDER BY created_at, id`, accountID)
 	if err != nil {
@@ -86,7 +88,7 @@ func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, 
 	}
 	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
 		var k Key
-		err := r.Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+		err := r.Scan(&k.ID, &k.Kind, &k.Mode, &k.Label, &k.Prefix, &k.CreatedAt)
 		return k, err
 	})
 	if err != nil {
@@ -107,6 +109,19 @@ func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, 
 // create with the same token creates nothing and fails with a *KeyCreatedError naming the key
 // the first one created. The account row lock makes the token check and the insert one step.
 func (s *Store) CreateStandardKeyOnce(ctx context.Context, accountID, label, formToken string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
+	return s.CreateStandardKeyIn(ctx, accountID, label, auth.ModeLive, formToken, maxKeys)
+}
+
+// ErrBadMode: a key mode other than live or sandbox.
+var ErrBadMode = errors.New(`mode must be "live" or "sandbox"`)
+
+// CreateStandardKeyIn is CreateStandardKeyOnce for a key of mode m: a sandbox key (sk_test_…)
+// answers from the sandbox's magic addresses and is never billed (docs/sandbox.md). Live and
+// sandbox keys count together toward the plan's maximum of standard keys.
+func (s *Store) CreateStandardKeyIn(ctx context.Context, accountID, label string, m auth.Mode, formToken string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
+	if m != auth.ModeLive && m != auth.ModeSandbox {
+		return CreatedKey{}, ErrBadMode
+	}
 	if err := CheckLabel(label); err != nil {
 		return CreatedKey{}, err
 	}
@@ -135,7 +150,7 @@ func (s *Store) CreateStandardKeyOnce(ctx context.Context, accountID, label, for
 		if active >= max {
 			return &KeyLimitError{Active: active, Max: max}
 		}
-		out, err = insertKey(ctx, tx, accountID, auth.KindStandard, label, formToken)
+		out, err = insertKey(ctx, tx, accountID, auth.KindStandard, m, label, formToken)
 		return err
 	})
 	return out, err
@@ -168,8 +183,8 @@ func createdBefore(ctx context.Context, tx pgx.Tx, accountID, formToken string) 
 	}
 	var k Key
 	err := tx.QueryRow(ctx, `
-		SELECT id, kind, label, prefix, created_at FROM api_keys WHERE account_id = $1 AND form_token = $2`,
-		accountID, formToken).Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+		SELECT id, kind, mode, label, prefix, created_at FROM api_keys WHERE account_id = $1 AND form_token = $2`,
+		accountID, formToken).Scan(&k.ID, &k.Kind, &k.Mode, &k.Label, &k.Prefix, &k.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -179,15 +194,15 @@ func createdBefore(ctx context.Context, tx pgx.Tx, accountID, formToken string) 
 	return &KeyCreatedError{Key: k}
 }
 
-func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, label, formToken string) (CreatedKey, error) {
-	nk, err := auth.Generate(kind)
+func insertKey(ctx context.Context, tx pgx.Tx, accountID string, kind auth.Kind, mode auth.Mode, label, formToken string) (CreatedKey, error) {
+	nk, err := auth.GenerateMode(kind, mode)
 	if err != nil {
 		return CreatedKey{}, err
 	}
-	k := CreatedKey{Key: Key{ID: uuid.NewString(), Kind: kind, Label: label, Prefix: nk.Display}, Raw: nk.Raw}
+	k := CreatedKey{Key: Key{ID: uuid.NewString(), Kind: kind, Mode: mode, Label: label, Prefix: nk.Display}, Raw: nk.Raw}
 	err = tx.QueryRow(ctx, `
-		INSERT INTO api_keys (id, account_id, kind, label, key_hash, prefix, form_token) VALUES ($1, $2, $3, $4, $5, $6, $7)
-		RETURNING created_at`, k.ID, accountID, kind, label, nk.Hash, nk.Display, nullable(formToken)).Scan(&k.CreatedAt)
+		INSERT INTO api_keys (id, account_id, kind, mode, label, key_hash, prefix, form_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		RETURNING created_at`, k.ID, accountID, kind, mode, label, nk.Hash, nk.Display, nullable(formToken)).Scan(&k.CreatedAt)
 	if isUnique(err, provisioningUniqueIndex) {
 		return CreatedKey{}, ErrProvisioningKeyExists
 	}
@@ -247,7 +262,7 @@ func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formTo
 		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
 			return err
 		}
-		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, "provisioning", formToken)
+		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, auth.ModeLive, "provisioning", formToken)
 		return err
 	})
 	return out, err
@@ -275,9 +290,9 @@ func (s *Store) ProvisioningKey(ctx context.Context, accountID string) (*Key, er
 	}
 	var k Key
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, kind, label, prefix, created_at FROM api_keys
+		SELECT id, kind, mode, label, prefix, created_at FROM api_keys
 		WHERE account_id = $1 AND kind = 'provisioning' AND revoked_at IS NULL`, accountID).
-		Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+		Scan(&k.ID, &k.Kind, &k.Mode, &k.Label, &k.Prefix, &k.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

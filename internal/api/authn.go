@@ -89,6 +89,6 @@ func wrongKeyType(want auth.Kind) *Error {
 			"The management API needs a provisioning key; a standard key was sent.")
 	}
 	return Errorf(http.StatusForbidden, CodeWrongKeyType,
-		"Use a standard key (sk_live_…) for /v1/email/* routes; create one with POST /v1/management/keys or in the dashboard.",
+		"Use a standard key (sk_live_…, or a sandbox key sk_test_…) for /v1/email/* routes; create one with POST /v1/management/keys or in the dashboard.",
 		"The verify API needs a standard key; a provisioning key was sent.")
 }

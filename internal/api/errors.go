@@ -329,8 +329,11 @@ func admissionEnvelope(err error) *Error {
 		if rl.Asked > rl.Limit {
 			action = fmt.Sprintf("Split the request into requests of at most %d emails: this one asks for %d, more than a whole minute allows, and can never pass.", rl.Limit, rl.Asked)
 		}
-		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded, action,
-			"Rate limit of %d emails per minute exceeded for this account.", rl.Limit)
+		msg := fmt.Sprintf("Rate limit of %d emails per minute exceeded for this account.", rl.Limit)
+		if rl.Sandbox {
+			msg = fmt.Sprintf("Sandbox rate limit of %d emails per minute exceeded for this account (sandbox keys have their own limit).", rl.Limit)
+		}
+		e := Errorf(http.StatusTooManyRequests, CodeRateLimitExceeded, action, "%s", msg)
 		e.Extra = map[string]any{"limit": rl.Limit, "window": "1m", "reset_at": isoTime(rl.Reset)}
 		if rl.Asked <= rl.Limit {
 			// A request larger than a whole window gets no Retry-After: retrying it as it is

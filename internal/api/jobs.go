@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/job"
+	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // jobView is GET /v1/email/jobs/{job_id} (extension): the job's state (and, while it waits for a
@@ -53,4 +55,13 @@ func (s *Server) getJob(c echo.Context) error {
 		v.Result = j.Result
 	}
 	return c.JSON(http.StatusOK, v)
+}
+
+// publishDelivery hands a delivery the verification service stored (a sandbox job's callback,
+// docs/sandbox.md) to the webhook workers, as the verifier worker does for a live job's.
+func (s *Server) publishDelivery(ctx context.Context, id uuid.UUID) error {
+	if s.js == nil {
+		return errors.New("no JetStream: the outbox sweep publishes the delivery")
+	}
+	return webhook.Publish(ctx, s.js, s.layout, id)
 }

@@ -7,13 +7,16 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
 )
 
 // keyJSON is a listed standard key (docs/api.md): never the raw key.
 type keyJSON struct {
-	ID        string `json:"id"`
-	Label     string `json:"label"`
-	Prefix    string `json:"prefix"`
+	ID     string `json:"id"`
+	Label  string `json:"label"`
+	Prefix string `json:"prefix"`
+	// Mode is live or sandbox (docs/sandbox.md).
+	Mode      string `json:"mode"`
 	CreatedAt string `json:"created_at"`
 }
 
@@ -27,7 +30,7 @@ type createdKeyJSON struct {
 const KeyWarning = "Store this key securely now: it is shown only once and cannot be retrieved later."
 
 func toKeyJSON(k account.Key) keyJSON {
-	return keyJSON{ID: k.ID, Label: k.Label, Prefix: k.Prefix, CreatedAt: isoTime(k.CreatedAt)}
+	return keyJSON{ID: k.ID, Label: k.Label, Prefix: k.Prefix, Mode: string(k.Mode), CreatedAt: isoTime(k.CreatedAt)}
 }
 
 func (s *Server) listKeys(c echo.Context) error {
@@ -51,6 +54,8 @@ func (s *Server) listKeys(c echo.Context) error {
 
 type createKeyRequest struct {
 	Label *string `json:"label"`
+	// Mode is "live" (the default) or "sandbox" (docs/sandbox.md).
+	Mode *string `json:"mode"`
 }
 
 func (s *Server) createKey(c echo.Context) error {
@@ -64,7 +69,14 @@ func (s *Server) createKey(c echo.Context) error {
 	if err := account.CheckLabel(*req.Label); err != nil {
 		return InvalidRequest("Field %s.", err.Error())
 	}
-	k, err := s.accounts.CreateStandardKey(c.Request().Context(), principalOf(c).AccountID, *req.Label, s.cfg.Plans.MaxKeys)
+	mode := auth.ModeLive
+	if req.Mode != nil {
+		mode = auth.Mode(*req.Mode)
+		if mode != auth.ModeLive && mode != auth.ModeSandbox {
+			return InvalidRequest(`Field mode must be "live" or "sandbox" (a sandbox key, sk_test_…, answers from the documented test addresses and is never billed).`)
+		}
+	}
+	k, err := s.accounts.CreateStandardKeyIn(c.Request().Context(), principalOf(c).AccountID, *req.Label, mode, "", s.cfg.Plans.MaxKeys)
 	if err != nil {
 		return err
 	}

@@ -156,7 +156,7 @@ func (s *Server) uploadList(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(req.Context(), listImportBudget)
 	defer cancel()
 	l, err := s.lists.Import(ctx, list.Upload{AccountID: who.account, KeyID: who.key, Tier: who.tier, Plan: who.plan,
-		Name: name, WebhookURL: hook, WebhookSecret: secret, Now: s.now()}, rd)
+		Name: name, WebhookURL: hook, WebhookSecret: secret, Now: s.now(), Sandbox: who.sandbox}, rd)
 	if err != nil {
 		return s.uploadError(err)
 	}

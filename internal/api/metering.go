@@ -41,7 +41,9 @@ func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
 		if authenticated && admissionRefusal[env.Code] {
 			s.refusals.WithLabelValues(env.Code).Inc()
 		}
-		if route, verify := verifyRoutes[c.Path()]; logged && authenticated && verify {
+		// A sandbox key's refusals leave no usage row either: a sandbox key never writes to the
+		// usage log (docs/sandbox.md).
+		if route, verify := verifyRoutes[c.Path()]; logged && authenticated && verify && !p.Sandbox() {
 			s.rejections.Add(usage.Row{
 				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
 				Route: route, FailedCheck: env.Code, ErrorClass: class,

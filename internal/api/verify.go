@@ -41,11 +41,13 @@ type caller struct {
 	key     string
 	tier    plan.Tier
 	plan    plan.Limits
+	// sandbox: the key is a sandbox key (docs/sandbox.md).
+	sandbox bool
 }
 
 func (s *Server) callerOf(c echo.Context) caller {
 	p := principalOf(c)
-	return caller{account: p.AccountID, key: p.KeyID, tier: p.Tier, plan: s.cfg.Plans.Of(p.Tier)}
+	return caller{account: p.AccountID, key: p.KeyID, tier: p.Tier, plan: s.cfg.Plans.Of(p.Tier), sandbox: p.Sandbox()}
 }
 
 // request is the verification service's request for this verify call: the caller, and the
@@ -57,7 +59,7 @@ func (s *Server) request(c echo.Context, start time.Time) verification.Request {
 // verifyCaller is the authenticated account as the verification service names it.
 func (s *Server) verifyCaller(c echo.Context) verification.Caller {
 	who := s.callerOf(c)
-	return verification.Caller{Account: who.account, Key: who.key, Tier: who.tier, Limits: who.plan}
+	return verification.Caller{Account: who.account, Key: who.key, Tier: who.tier, Limits: who.plan, Sandbox: who.sandbox}
 }
 
 // setRateHeaders writes the RateLimit-* headers (docs/api.md, "Headers") of the rate window a

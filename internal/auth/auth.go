@@ -1,5 +1,6 @@
-// Package auth defines Mailvet's API keys: their two families (standard sk_live_… keys for the
-// verify API, provisioning sk_mgmt_… keys for the management API), how they are generated, the
+// Package auth defines Mailvet's API keys: their two families (standard keys for the verify API,
+// live sk_live_… or sandbox sk_test_… (docs/sandbox.md); provisioning sk_mgmt_… keys for the
+// management API), how they are generated, the
 // SHA-256 hash that is the only form the database stores, the masked display form, and the
 // look-up that turns a presented key into the Principal a request acts as.
 //
@@ -30,12 +31,46 @@ const (
 	KindProvisioning Kind = "provisioning"
 )
 
-// Prefix returns the literal prefix that every key of kind k starts with.
+// Prefix returns the literal prefix that every live key of kind k starts with.
 func (k Kind) Prefix() string {
 	if k == KindProvisioning {
 		return "sk_mgmt_"
 	}
 	return "sk_live_"
+}
+
+// Mode is whether a standard key verifies for real (live) or answers from the sandbox's magic
+// addresses without probing or billing (sandbox; docs/sandbox.md). The values are those of
+// api_keys.mode. Provisioning keys are always live.
+type Mode string
+
+// The two modes.
+const (
+	ModeLive    Mode = "live"
+	ModeSandbox Mode = "sandbox"
+)
+
+// SandboxPrefix is the prefix of every sandbox key: the key tells its mode at a glance, as
+// sk_live_ does.
+const SandboxPrefix = "sk_test_"
+
+// prefixOf is the prefix of a key of kind k in mode m.
+func prefixOf(k Kind, m Mode) string {
+	if k == KindStandard && m == ModeSandbox {
+		return SandboxPrefix
+	}
+	return k.Prefix()
+}
+
+// prefixes are every key prefix, with the kind and mode each names.
+var prefixes = []struct {
+	prefix string
+	kind   Kind
+	mode   Mode
+}{
+	{"sk_live_", KindStandard, ModeLive},
+	{SandboxPrefix, KindStandard, ModeSandbox},
+	{"sk_mgmt_", KindProvisioning, ModeLive},
 }
 
 // secretLen is the number of base62 characters after the prefix. 43 characters carry
@@ -55,8 +90,12 @@ type NewKey struct {
 	Display string
 }
 
-// Generate makes a new random key of kind k.
-func Generate(k Kind) (NewKey, error) {
+// Generate makes a new random live key of kind k.
+func Generate(k Kind) (NewKey, error) { return GenerateMode(k, ModeLive) }
+
+// GenerateMode makes a new random key of kind k in mode m; only standard keys can be sandbox
+// keys (a provisioning key's mode is ignored).
+func GenerateMode(k Kind, m Mode) (NewKey, error) {
 	secret := make([]byte, secretLen)
 	// Rejection sampling keeps every character uniformly distributed: bytes ≥ 248 (4·62) would
 	// favour the first characters of the alphabet, so they are drawn again.
@@ -73,7 +112,7 @@ func Generate(k Kind) (NewKey, error) {
 			i++
 		}
 	}
-	raw := k.Prefix() + string(secret)
+	raw := prefixOf(k, m) + string(secret)
 	return NewKey{Raw: raw, Hash: Hash(raw), Display: Mask(raw)}, nil
 }
 
@@ -88,9 +127,9 @@ func Hash(raw string) []byte {
 // characters of the secret (sk_live_ab12…yz89). It identifies a key to its owner without being
 // usable.
 func Mask(raw string) string {
-	for _, k := range []Kind{KindStandard, KindProvisioning} {
-		if s, ok := strings.CutPrefix(raw, k.Prefix()); ok && len(s) >= 8 {
-			return k.Prefix() + s[:4] + "…" + s[len(s)-4:]
+	for _, p := range prefixes {
+		if s, ok := strings.CutPrefix(raw, p.prefix); ok && len(s) >= 8 {
+			return p.prefix + s[:4] + "…" + s[len(s)-4:]
 		}
 	}
 	return "…"
@@ -98,12 +137,23 @@ func Mask(raw string) string {
 
 // KindOf returns the family a raw key claims by its prefix, and whether it is well formed at all.
 func KindOf(raw string) (Kind, bool) {
-	for _, k := range []Kind{KindStandard, KindProvisioning} {
-		if s, ok := strings.CutPrefix(raw, k.Prefix()); ok && len(s) == secretLen && isBase62(s) {
-			return k, true
+	k, _, ok := parse(raw)
+	return k, ok
+}
+
+// ModeOf returns the mode a raw key claims by its prefix, and whether it is well formed at all.
+func ModeOf(raw string) (Mode, bool) {
+	_, m, ok := parse(raw)
+	return m, ok
+}
+
+func parse(raw string) (Kind, Mode, bool) {
+	for _, p := range prefixes {
+		if s, ok := strings.CutPrefix(raw, p.prefix); ok && len(s) == secretLen && isBase62(s) {
+			return p.kind, p.mode, true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 func isBase62(s string) bool {
@@ -121,7 +171,13 @@ type Principal struct {
 	KeyID     string
 	Tier      plan.Tier
 	Kind      Kind
+	// Mode is the key's mode: a sandbox key's requests are answered by the sandbox
+	// (docs/sandbox.md).
+	Mode Mode
 }
+
+// Sandbox reports whether the principal's key is a sandbox key.
+func (p Principal) Sandbox() bool { return p.Mode == ModeSandbox }
 
 // Querier is the part of a pgx pool or transaction that Lookup needs.
 type Querier interface {
@@ -131,7 +187,8 @@ type Querier interface {
 // Lookup finds the active key raw and its account. It returns ErrInvalidKey for malformed,
 // unknown and revoked keys alike.
 func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
-	if _, ok := KindOf(raw); !ok {
+	claimed, claimedMode, ok := parse(raw)
+	if !ok {
 		return Principal{}, ErrInvalidKey
 	}
 	want := Hash(raw)
@@ -140,11 +197,12 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 		stored []byte
 		tier   string
 		kind   string
+		mode   string
 	)
 	err := db.QueryRow(ctx, `
-		SELECT k.id, k.account_id, k.kind, k.key_hash, a.tier
+		SELECT k.id, k.account_id, k.kind, k.mode, k.key_hash, a.tier
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
-		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &stored, &tier)
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &mode, &stored, &tier)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrInvalidKey
 	}
@@ -156,6 +214,12 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 	if subtle.ConstantTimeCompare(stored, want) != 1 {
 		return Principal{}, ErrInvalidKey
 	}
-	p.Kind, p.Tier = Kind(kind), plan.Tier(tier)
+	p.Kind, p.Tier, p.Mode = Kind(kind), plan.Tier(tier), Mode(mode)
+	// The prefix and the stored row always agree for keys this package generated; a key whose
+	// prefix claims another family or mode than its row is refused rather than trusted either
+	// way, so a sandbox key can never act live nor a live key be answered from the sandbox.
+	if p.Kind != claimed || p.Mode != claimedMode {
+		return Principal{}, ErrInvalidKey
+	}
 	return p, nil
 }

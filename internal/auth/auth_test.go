@@ -49,7 +49,8 @@ func TestMaskAndKindOf(t *testing.T) {
 	}{
 		{"sk_live_" + secret, "sk_live_ab12…yz89", KindStandard, true},
 		{"sk_mgmt_" + secret, "sk_mgmt_ab12…yz89", KindProvisioning, true},
-		{"sk_test_" + secret, "…", "", false},
+		{"sk_test_" + secret, "sk_test_ab12…yz89", KindStandard, true}, // a sandbox key (docs/sandbox.md)
+		{"sk_prod_" + secret, "…", "", false},
 		{"sk_live_" + secret[1:], "sk_live_b12x…yz89", "", false},
 		{"sk_live_" + secret[:secretLen-1] + "!", "sk_live_ab12…yz8!", "", false},
 		{"", "…", "", false},
@@ -61,6 +62,46 @@ func TestMaskAndKindOf(t *testing.T) {
 		if kind, ok := KindOf(tt.raw); kind != tt.kind || ok != tt.wellOK {
 			t.Errorf("KindOf(%q) = %q, %v", tt.raw, kind, ok)
 		}
+	}
+	if m, ok := ModeOf("sk_test_" + secret); m != ModeSandbox || !ok {
+		t.Errorf("ModeOf(sk_test_…) = %q, %v", m, ok)
+	}
+	if m, ok := ModeOf("sk_live_" + secret); m != ModeLive || !ok {
+		t.Errorf("ModeOf(sk_live_…) = %q, %v", m, ok)
+	}
+}
+
+// TestLookupMode: a sandbox key's principal is a sandbox one, and a key whose prefix claims
+// another mode than its row (a row written by hand) is refused rather than trusted either way.
+func TestLookupMode(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	const acct = "0b6f7d8e-2222-4c3e-9a55-000000000002"
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier) VALUES ($1, 'free')`, acct)
+	test, _ := GenerateMode(KindStandard, ModeSandbox)
+	live, _ := GenerateMode(KindStandard, ModeLive)
+	mismatched, _ := GenerateMode(KindStandard, ModeSandbox)
+	if !strings.HasPrefix(test.Raw, "sk_test_") || !strings.HasPrefix(live.Raw, "sk_live_") {
+		t.Fatalf("prefixes %s %s", test.Display, live.Display)
+	}
+	for _, k := range []struct {
+		key  NewKey
+		mode Mode
+	}{{test, ModeSandbox}, {live, ModeLive}, {mismatched, ModeLive}} {
+		pgtest.Exec(t, pool, `INSERT INTO api_keys (id, account_id, kind, mode, key_hash, prefix) VALUES (gen_random_uuid(), $1, 'standard', $2, $3, $4)`,
+			acct, k.mode, k.key.Hash, k.key.Display)
+	}
+	p, err := Lookup(ctx, pool, test.Raw)
+	if err != nil || !p.Sandbox() || p.Mode != ModeSandbox || p.Kind != KindStandard {
+		t.Errorf("sandbox key: %+v, %v", p, err)
+	}
+	p, err = Lookup(ctx, pool, live.Raw)
+	if err != nil || p.Sandbox() {
+		t.Errorf("live key: %+v, %v", p, err)
+	}
+	if _, err := Lookup(ctx, pool, mismatched.Raw); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("sk_test_ key stored live: %v, want ErrInvalidKey", err)
 	}
 }
 

@@ -45,8 +45,10 @@ Usage:
                                           --raw-formulas
   mailvet lists cancel ID                 stop a running list (what is not verified is not billed)
   mailvet lists delete ID                 delete a list's rows and results for good
-  mailvet keys list [--json]              the account's standard keys
-  mailvet keys create [--label LABEL]     a new standard key, shown once (label mailvet-cli unless given)
+  mailvet keys list [--json]              the account's standard keys, live and sandbox
+  mailvet keys create [--label LABEL] [--sandbox]
+                                          a new standard key, shown once (label mailvet-cli unless given);
+                                          --sandbox: a sandbox key (sk_test_…, docs/sandbox.md)
   mailvet keys revoke ID                  revoke a standard key
   mailvet usage [--json]                  this month's usage and the last 30 days
   mailvet version                         the version
@@ -54,7 +56,7 @@ Usage:
   mailvet COMMAND -h                      one command's usage and flags (also --help)
 
 Environment:
-  MAILVET_API_KEY   the API key: a standard key (sk_live_…) for verify, a provisioning key
+  MAILVET_API_KEY   the API key: a standard key (sk_live_…, or sandbox sk_test_…) for verify, a provisioning key
                     (sk_mgmt_…) for keys and usage
   MAILVET_URL       the API's base URL (default http://localhost:8080)
 
@@ -199,7 +201,7 @@ func (e env) version(args []string) error {
 func (e env) client() (*client.Client, error) {
 	key := strings.TrimSpace(e.getenv("MAILVET_API_KEY"))
 	if key == "" {
-		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… to verify, sk_mgmt_… for keys and usage)")
+		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… or sandbox sk_test_… to verify, sk_mgmt_… for keys and usage)")
 	}
 	base := strings.TrimSpace(e.getenv("MAILVET_URL"))
 	if base == "" {

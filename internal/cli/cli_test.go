@@ -39,7 +39,7 @@ func TestUsageErrors(t *testing.T) {
 		{"verify", "--out", "o.csv", "a@b.example"}, {"keys"}, {"keys", "rotate"}, {"keys", "revoke"}, {"usage", "extra"},
 		{"lists", "show"}, {"lists", "frob", "x"}, {"lists", "list", "extra"}, {"lists", "results", "a", "b"},
 		{"lists", "results", "x", "--format", "xml"}, {"lists", "show", "x", "--status", "deliverable"}, {"lists", "cancel", "x", "--limit", "3"},
-		{"keys", "--json"}, {"version", "extra"},
+		{"keys", "--json"}, {"version", "extra"}, {"keys", "list", "--sandbox"},
 	} {
 		if code, _, stderr := run(t, key, "", args...); code != ExitUsage || !strings.Contains(stderr, "mailvet help") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)

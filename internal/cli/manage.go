@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mailvet/mailvet/client"
 	"github.com/mailvet/mailvet/internal/safetext"
 )
 
@@ -23,6 +24,7 @@ func (e env) keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(strings.TrimSpace("keys "+sub), flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "JSON output even on a terminal")
 	label := fs.String("label", "mailvet-cli", "the new key's label (keys create)")
+	sandbox := fs.Bool("sandbox", false, "create a sandbox key, sk_test_…: answered from the magic addresses of docs/sandbox.md, never billed (keys create)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -36,6 +38,8 @@ func (e env) keys(ctx context.Context, args []string) error {
 		return usagef("keys %s: unexpected argument %q", sub, rest[0])
 	case sub != "list" && sub != "create" && sub != "revoke":
 		return usagef("keys: unknown subcommand %q (list, create, revoke)", sub)
+	case *sandbox && sub != "create":
+		return usagef("keys %s: --sandbox is for keys create", sub)
 	}
 	c, err := e.client()
 	if err != nil {
@@ -52,21 +56,25 @@ func (e env) keys(ctx context.Context, args []string) error {
 			return json.NewEncoder(e.stdout).Encode(l)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tLABEL\tKEY\tCREATED")
+		fmt.Fprintln(tw, "ID\tLABEL\tKEY\tMODE\tCREATED")
 		for _, k := range l.Keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, safetext.Escape(k.Label), k.Prefix, k.CreatedAt.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, safetext.Escape(k.Label), k.Prefix, k.Mode, k.CreatedAt.Format(time.RFC3339))
 		}
 		tw.Flush()
 		fmt.Fprintf(e.stdout, "%d of %d keys\n", l.Count, l.Max)
 	case "create":
-		k, err := c.CreateKey(ctx, *label)
+		mode := client.ModeLive
+		if *sandbox {
+			mode = client.ModeSandbox
+		}
+		k, err := c.CreateKeyWithMode(ctx, *label, mode)
 		if err != nil {
 			return err
 		}
 		if !human {
 			return json.NewEncoder(e.stdout).Encode(k)
 		}
-		fmt.Fprintf(e.stdout, "%s\nid %s, label %q\n%s\n", k.Key, k.ID, k.Label, k.Warning)
+		fmt.Fprintf(e.stdout, "%s\nid %s, label %q, mode %s\n%s\n", k.Key, k.ID, k.Label, k.Mode, k.Warning)
 	case "revoke":
 		if err := c.RevokeKey(ctx, rest[0]); err != nil {
 			return err

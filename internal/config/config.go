@@ -86,6 +86,11 @@ type Config struct {
 	// each request with its own statement and commit.
 	AdmissionWindow time.Duration
 
+	// SandboxRatePerMin is the per-account rate limit of sandbox keys' verify requests, emails a
+	// minute across all replicas, apart from the plan's (MAILVET_SANDBOX_RATE_PER_MIN,
+	// docs/sandbox.md).
+	SandboxRatePerMin int
+
 	// Lists bound bulk-list uploads and say how long their results are kept (MAILVET_LIST_*).
 	Lists ListLimits
 	// Uploads bound the list uploads a replica receives at once (docs/lists.md, "Limits").
@@ -218,6 +223,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	if c.AdmissionWindow > maxAdmissionWindow {
 		e.fail("MAILVET_ADMISSION_WINDOW", fmt.Errorf("%s is longer than %s", c.AdmissionWindow, maxAdmissionWindow))
 	}
+	c.SandboxRatePerMin = e.intIn("MAILVET_SANDBOX_RATE_PER_MIN", 1000, 1, 1_000_000)
 	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
 	if c.SMTPProxy != "" {
 		u, err := url.Parse(c.SMTPProxy)

@@ -35,6 +35,8 @@ type fakeAPI struct {
 	calls    atomic.Int32
 	uploads  atomic.Int32
 	accounts chan string
+	// last is the principal of the last request.
+	last atomic.Pointer[auth.Principal]
 
 	mu     sync.Mutex
 	upload fakeUpload // the last upload, read to its end (or to the error that ended it)
@@ -55,6 +57,7 @@ func (f *fakeAPI) lastUpload() fakeUpload {
 
 func (f *fakeAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	f.calls.Add(1)
+	f.last.Store(&p)
 	select {
 	case f.accounts <- p.AccountID:
 	default:

@@ -207,13 +207,15 @@ func (h *Handler) principal(ctx context.Context, s *session, keyID string) (p au
 	if err != nil {
 		return p, nil, false, err
 	}
-	p = auth.Principal{AccountID: a.ID, Tier: a.Tier, Kind: auth.KindStandard}
+	p = auth.Principal{AccountID: a.ID, Tier: a.Tier, Kind: auth.KindStandard, Mode: auth.ModeLive}
 	if keyID == "" {
 		return p, keys, true, nil
 	}
 	for _, k := range keys {
 		if k.ID == keyID {
-			p.KeyID = k.ID
+			// The key's mode goes with it: a sandbox key chosen in the dashboard is answered by
+			// the sandbox, as through the API (docs/sandbox.md).
+			p.KeyID, p.Mode = k.ID, k.Mode
 			return p, keys, true, nil
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/auth"
 )
 
 // keysData is the keys page. New is the key just created, shown this once. KeyToken and ProvToken
@@ -23,9 +24,11 @@ type keysData struct {
 	Provisioning *account.Key
 	New          *account.CreatedKey
 	Label        string
-	KeyToken     string
-	ProvToken    string
-	Confirm      *revokeConfirm
+	// Mode is the create form's mode, kept when the form comes back with an error.
+	Mode      string
+	KeyToken  string
+	ProvToken string
+	Confirm   *revokeConfirm
 }
 
 // revokeConfirm is the question asked before a key is revoked: the form posts to Action.
@@ -138,6 +141,9 @@ func (h *Handler) keysAnswer(w http.ResponseWriter, r *http.Request, s *session,
 		return
 	}
 	d.New, d.Label = created, label
+	if label != "" {
+		d.Mode = r.PostForm.Get("mode")
+	}
 	h.render(w, r, status, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d, Error: msg})
 }
 
@@ -152,7 +158,16 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, s *session) 
 		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, "The label "+strings.TrimPrefix(err.Error(), "label ")+".", label)
 		return
 	}
-	k, err := h.accounts.CreateStandardKeyOnce(r.Context(), s.AccountID, label, token, h.cfg.Plans.MaxKeys)
+	// The mode of the new key (docs/sandbox.md); a form without one (an older page) makes a live key.
+	mode := auth.Mode(r.PostForm.Get("mode"))
+	if mode == "" {
+		mode = auth.ModeLive
+	}
+	if mode != auth.ModeLive && mode != auth.ModeSandbox {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, "Choose the live or the sandbox mode for the key.", label)
+		return
+	}
+	k, err := h.accounts.CreateStandardKeyIn(r.Context(), s.AccountID, label, mode, token, h.cfg.Plans.MaxKeys)
 	var (
 		limit *account.KeyLimitError
 		dup   *account.KeyCreatedError

@@ -195,3 +195,64 @@ func TestRevokeAsksFirst(t *testing.T) {
 		t.Fatalf("confirmation of a revoked key: %d", resp.StatusCode)
 	}
 }
+
+// The keys page creates sandbox keys (docs/sandbox.md): the form's mode, the new key shown as a
+// sandbox key (sk_test_…), the list's mode column; a mode that is neither is refused, and a key
+// chosen in the playground acts with its mode.
+func TestKeysPageSandboxMode(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	acct := f.accountOf(t, "ann@example.com")
+
+	csrf, token := b.token(keyTokenRE)
+	resp, body := b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "form_token": {token}, "label": {"ci"}, "mode": {"bogus"}})
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "Choose the live or the sandbox mode for the key.") {
+		t.Fatalf("a bad mode: %d\n%s", resp.StatusCode, body)
+	}
+	csrf, token = b.token(keyTokenRE)
+	resp, body = b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "form_token": {token}, "label": {"ci"}, "mode": {"sandbox"}})
+	if resp.StatusCode != http.StatusCreated || !strings.Contains(body, "Your new sandbox key") || !regexp.MustCompile(`id="new-key" type="text" readonly value="sk_test_[0-9A-Za-z]{43}"`).MatchString(body) {
+		t.Fatalf("create a sandbox key: %d\n%s", resp.StatusCode, body)
+	}
+	csrf, token = b.token(keyTokenRE)
+	if resp, _ := b.post("/dashboard/keys", url.Values{"csrf": {csrf}, "form_token": {token}, "label": {"prod"}}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a key without a mode (an older form): %d", resp.StatusCode)
+	}
+	modes := map[string]string{}
+	rows, err := f.pool.Query(context.Background(), `SELECT label, mode FROM api_keys WHERE account_id = $1 AND kind = 'standard'`, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var label, mode string
+		if err := rows.Scan(&label, &mode); err != nil {
+			t.Fatal(err)
+		}
+		modes[label] = mode
+	}
+	if modes["ci"] != "sandbox" || modes["prod"] != "live" || len(modes) != 2 {
+		t.Fatalf("keys stored %v", modes)
+	}
+	_, page := b.get("/dashboard/keys")
+	cells := regexp.MustCompile(`<td>(ci|prod)</td><td><code>(sk_(?:test|live)_[^<]+)</code></td><td class="key-mode">(\w+)</td>`).FindAllStringSubmatch(page, -1)
+	shown := map[string]string{}
+	for _, c := range cells {
+		shown[c[1]] = c[3]
+		if (c[3] == "Sandbox") != strings.HasPrefix(c[2], "sk_test_") {
+			t.Errorf("key %s: prefix %s, mode %s", c[1], c[2], c[3])
+		}
+	}
+	if shown["ci"] != "Sandbox" || shown["prod"] != "Live" {
+		t.Errorf("the list shows modes %v:\n%s", shown, page)
+	}
+
+	var sandboxID string
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE account_id = $1 AND mode = 'sandbox'`, acct).Scan(&sandboxID); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = b.post("/dashboard/playground", url.Values{"csrf": {b.csrf("/dashboard/playground")}, "key_id": {sandboxID}, "email": {"accepted@sandbox.mailvet.test"}})
+	if p := f.api.last.Load(); resp.StatusCode != http.StatusOK || p == nil || p.KeyID != sandboxID || !p.Sandbox() {
+		t.Errorf("the playground with the sandbox key: %d, principal %+v", resp.StatusCode, p)
+	}
+}

@@ -105,6 +105,26 @@ func (s *Store) Create(ctx context.Context, n New) (uuid.UUID, error) {
 	return id, nil
 }
 
+// CreateCompleted stores a job that is Completed from the start, with its callback body: a
+// sandbox key's job (docs/sandbox.md), answered at once without the worker fleet. It never enters
+// the JOBS stream, and the sweep never takes it (it is finished). db is the transaction that also
+// stores the job's delivery.
+func CreateCompleted(ctx context.Context, db database.DB, n New, body []byte) error {
+	var key, secret *string
+	if n.KeyID != "" {
+		key = &n.KeyID
+	}
+	if n.WebhookSecret != "" {
+		secret = &n.WebhookSecret
+	}
+	_, err := db.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret, state, result, completed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())`, n.ID, n.AccountID, key, n.Email, n.WebhookURL, secret, Completed, body)
+	if err != nil {
+		return fmt.Errorf("store job: %w", err)
+	}
+	return nil
+}
+
 // Discard removes a job that is still Pending: one that could not be queued, so that the client's
 // retry is the only copy. It reports whether it did: a job a runner has already started (its
 // message was stored although the API never heard so) is not removed, and will complete.

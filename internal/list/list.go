@@ -65,6 +65,9 @@ type List struct {
 	ExpiresAt        *time.Time
 	Counts           []Count // by status and reason; filled by Get
 	HasWebhookSecret bool
+	// Sandbox: uploaded with a sandbox key, answered by the sandbox and never billed
+	// (docs/sandbox.md).
+	Sandbox bool
 }
 
 // Count is how many unique addresses of a list got one status and reason.
@@ -117,13 +120,13 @@ func NewStore(db database.DB, cfg Config) *Store { return &Store{db: db, cfg: cf
 func (s *Store) Config() Config { return s.cfg }
 
 const listColumns = `id, account_id, name, format, columns, email_column, state, rows, unique_addresses, verified,
-	chunks, webhook_url, webhook_secret IS NOT NULL, error, created_at, started_at, finished_at, updated_at, expires_at`
+	chunks, webhook_url, webhook_secret IS NOT NULL, error, created_at, started_at, finished_at, updated_at, expires_at, sandbox`
 
 func scanList(row pgx.Row) (List, error) {
 	var l List
 	err := row.Scan(&l.ID, &l.AccountID, &l.Name, &l.Format, &l.Columns, &l.EmailColumn, &l.State, &l.Rows, &l.Unique,
 		&l.Verified, &l.Chunks, &l.WebhookURL, &l.HasWebhookSecret, &l.Error, &l.CreatedAt, &l.StartedAt, &l.FinishedAt,
-		&l.UpdatedAt, &l.ExpiresAt)
+		&l.UpdatedAt, &l.ExpiresAt, &l.Sandbox)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return List{}, ErrNotFound
 	}

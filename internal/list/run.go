@@ -92,6 +92,9 @@ type Work struct {
 	AccountID uuid.UUID
 	KeyID     *uuid.UUID
 	Addresses []Address
+	// Sandbox: the list was uploaded with a sandbox key; its addresses are answered by the
+	// sandbox, never probed, and its results are not billed (docs/sandbox.md).
+	Sandbox bool
 }
 
 // Address is one unique address of a list.
@@ -104,7 +107,7 @@ type Address struct {
 // redelivered after some were written) when the list is running; otherwise only its state.
 func (s *Store) Work(ctx context.Context, c Chunk) (Work, error) {
 	var w Work
-	err := s.db.QueryRow(ctx, `SELECT state, account_id, key_id FROM lists WHERE id = $1`, c.ListID).Scan(&w.State, &w.AccountID, &w.KeyID)
+	err := s.db.QueryRow(ctx, `SELECT state, account_id, key_id, sandbox FROM lists WHERE id = $1`, c.ListID).Scan(&w.State, &w.AccountID, &w.KeyID, &w.Sandbox)
 	if err == pgx.ErrNoRows {
 		return w, ErrNotFound
 	}
@@ -246,6 +249,9 @@ func count(ctx context.Context, tx pgx.Tx, id uuid.UUID, written []Address, resu
 		SELECT $1, * FROM unnest($2::text[], $3::text[], $4::int[])
 		ON CONFLICT (list_id, status, reason) DO UPDATE SET n = list_counts.n + EXCLUDED.n`, id, ss, rs, ns); err != nil {
 		return err
+	}
+	if w.Sandbox {
+		return nil // never billed, and it holds nothing (docs/sandbox.md)
 	}
 	return usage.Bill(ctx, tx, id, rows, false)
 }

@@ -25,6 +25,9 @@ type Upload struct {
 	WebhookURL    string // "" for no completion callback
 	WebhookSecret string
 	Now           time.Time
+	// Sandbox: the upload's key is a sandbox key. The list is then answered by the sandbox and
+	// admitted against nothing: no hold, no quota, no spend cap (docs/sandbox.md).
+	Sandbox bool
 }
 
 // Import stores an upload in one transaction — its rows by COPY as they are read, its unique
@@ -74,8 +77,8 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		// counts are filled in once the file has been read.
 		qctx, qcancel := quick()
 		_, err := tx.Exec(qctx, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column,
-			webhook_url, webhook_secret) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), hook, secret)
+			webhook_url, webhook_secret, sandbox) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			id, u.AccountID, key, u.Name, rd.format, rd.Columns(), rd.EmailColumn(), hook, secret, u.Sandbox)
 		qcancel()
 		if err != nil {
 			return fmt.Errorf("store list: %w", err)
@@ -101,15 +104,18 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		// releases; it never expires. Concurrent uploads and requests of the account are decided
 		// one after another on the month row, which this transaction keeps locked until it
 		// commits (docs/lists.md, "Metering").
-		qctx, qcancel = quick()
-		_, err = usage.Admit(qctx, tx, usage.Request{
-			AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
-			RatePerMin: u.Plan.RateLimitPerMin, MonthlyCalls: u.Plan.MonthlyCalls, OverageEUR: u.Plan.OverageEUR, Now: u.Now,
-			Hold: id,
-		})
-		qcancel()
-		if err != nil {
-			return err
+		// A sandbox list holds nothing: it is never billed, so its end releases no hold.
+		if !u.Sandbox {
+			qctx, qcancel = quick()
+			_, err = usage.Admit(qctx, tx, usage.Request{
+				AccountID: u.AccountID, Free: u.Tier == plan.Free, Units: int(unique), NoRate: true,
+				RatePerMin: u.Plan.RateLimitPerMin, MonthlyCalls: u.Plan.MonthlyCalls, OverageEUR: u.Plan.OverageEUR, Now: u.Now,
+				Hold: id,
+			})
+			qcancel()
+			if err != nil {
+				return err
+			}
 		}
 		chunks = (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
 		qctx, qcancel = quick()
@@ -138,7 +144,7 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 	}
 	return List{ID: id, AccountID: acct, Name: u.Name, Format: rd.format, Columns: rd.Columns(), EmailColumn: rd.EmailColumn(),
 		State: Queued, Rows: rd.Rows(), Unique: int(unique), Chunks: chunks, WebhookURL: hook, CreatedAt: u.Now, UpdatedAt: u.Now,
-		HasWebhookSecret: u.WebhookURL != "" && u.WebhookSecret != ""}, nil
+		HasWebhookSecret: u.WebhookURL != "" && u.WebhookSecret != "", Sandbox: u.Sandbox}, nil
 }
 
 // rowSource feeds the upload's rows to COPY as the Reader parses them.

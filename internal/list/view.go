@@ -31,6 +31,9 @@ type View struct {
 	FinishedAt *string `json:"finished_at"`
 	ExpiresAt  *string `json:"expires_at"`
 	ResultsURL string  `json:"results_url"`
+	// Sandbox is true for a list uploaded with a sandbox key (docs/sandbox.md); left out
+	// otherwise.
+	Sandbox bool `json:"sandbox,omitempty"`
 }
 
 // Counts are a list's verified unique addresses by status and by reason.
@@ -48,6 +51,7 @@ func (l List) View(publicURL string, now time.Time) View {
 		WebhookURL: l.WebhookURL, Error: l.Error, CreatedAt: iso(l.CreatedAt),
 		StartedAt: isoPtr(l.StartedAt), FinishedAt: isoPtr(l.FinishedAt), ExpiresAt: isoPtr(l.ExpiresAt),
 		ResultsURL: publicURL + "/v1/email/lists/" + l.ID.String() + "/results",
+		Sandbox:    l.Sandbox,
 	}
 	if l.Unique > 0 {
 		v.Progress = math.Round(float64(l.Verified)/float64(l.Unique)*10000) / 10000

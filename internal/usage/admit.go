@@ -59,6 +59,8 @@ type RateLimited struct {
 	Used  int
 	Asked int // the emails of the refused request
 	Reset time.Time
+	// Sandbox is set when the limit is the sandbox keys' own (docs/sandbox.md, "Limits").
+	Sandbox bool
 }
 
 func (e *RateLimited) Error() string {

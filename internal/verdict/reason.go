@@ -27,6 +27,9 @@ const (
 	ReasonTemporarilyUnavail   Reason = "temporarily_unavailable" // other 4xx, 421
 	ReasonSMTPUTF8Unsupported  Reason = "smtputf8_unsupported"    // a UTF-8 local part, and the server offers no SMTPUTF8
 	ReasonInternal             Reason = "internal"                // verification itself failed
+	// ReasonSandboxUnlisted is only ever given to sandbox keys (docs/sandbox.md): a well-formed
+	// address that is none of the magic addresses, which the sandbox does not verify.
+	ReasonSandboxUnlisted Reason = "sandbox_unlisted"
 )
 
 // Reasons lists every reason, in the order of docs/api.md.
@@ -35,7 +38,7 @@ var Reasons = []Reason{
 	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonConnectionRefused,
 	ReasonTLSFailed, ReasonMXPrivate, ReasonDNSError, ReasonNoMX, ReasonNullMX,
 	ReasonInvalidSyntax, ReasonDisposable, ReasonProviderBlocksProbes, ReasonTemporarilyUnavail,
-	ReasonSMTPUTF8Unsupported, ReasonInternal,
+	ReasonSMTPUTF8Unsupported, ReasonInternal, ReasonSandboxUnlisted,
 }
 
 // checkReason is the reason of a failed check when its path set none.

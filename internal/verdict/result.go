@@ -54,6 +54,9 @@ type Result struct {
 	// RetryAfter is the delay a greylisting reply's text asked for (RetryHint), 0 when it named
 	// none. Never serialised: the async job runner uses it to schedule its re-probe.
 	RetryAfter time.Duration `json:"-"`
+	// Sandbox is true on every answer given to a sandbox key (docs/sandbox.md), which comes from
+	// the sandbox's table and not from the engine; live answers leave it out.
+	Sandbox bool `json:"sandbox,omitempty"`
 }
 
 // Outcome is a row of the confidence table (verdicts).

@@ -61,6 +61,13 @@ func (s *Service) admit(ctx context.Context, who Caller, n int, deadline time.Du
 // for a response refused before admission ran. Remaining is left unknown if the read fails.
 func (s *Service) CurrentWindow(ctx context.Context, who Caller) Window {
 	now := s.now()
+	if who.Sandbox {
+		w := Window{Known: true, Limit: s.sandboxRate, Reset: usage.WindowEnd(now), At: now}
+		if used, err := s.sandboxUsed(ctx, who.Account, now); err == nil {
+			w.Remaining, w.RemainingKnown = max(0, s.sandboxRate-used), true
+		}
+		return w
+	}
 	w := Window{Known: true, Limit: who.Limits.RateLimitPerMin, Reset: usage.WindowEnd(now), At: now}
 	if used, err := usage.RateUsed(ctx, s.pool, who.Account, now); err == nil {
 		w.Remaining, w.RemainingKnown = max(0, who.Limits.RateLimitPerMin-used), true
@@ -79,8 +86,12 @@ type Answer struct {
 	route   string
 }
 
-// Deliver bills every result of the answer, behind the response.
+// Deliver bills every result of the answer, behind the response. A sandbox answer has no hold
+// and bills nothing.
 func (a *Answer) Deliver() {
+	if a.hold == nil {
+		return
+	}
 	rows := make([]usage.Row, len(a.Results))
 	for i, r := range a.Results {
 		rows[i] = usage.ResultRow(a.req.item(a.route, i), r, nil)
@@ -89,4 +100,8 @@ func (a *Answer) Deliver() {
 }
 
 // Close ends the request's hold, giving back what was not delivered.
-func (a *Answer) Close() { a.hold.Close() }
+func (a *Answer) Close() {
+	if a.hold != nil {
+		a.hold.Close()
+	}
+}

@@ -2,7 +2,6 @@ package verification
 
 import (
 	"context"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -30,12 +29,12 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 	if err := webhook.CheckURL(cb.URL); err != nil {
 		return uuid.Nil, Window{}, invalid("%v.", err) // the message names webhook_url and the rule
 	}
-	secret := ""
-	if cb.Secret != nil {
-		secret = *cb.Secret
-		if n := utf8.RuneCountInString(secret); n < MinSecretLen || len(secret) > MaxSecretLen {
-			return uuid.Nil, Window{}, invalid("Field webhook_secret must be at least %d characters and at most %d bytes.", MinSecretLen, MaxSecretLen)
-		}
+	secret, err := checkSecret(cb)
+	if err != nil {
+		return uuid.Nil, Window{}, err
+	}
+	if req.Caller.Sandbox {
+		return s.sandboxAsync(ctx, req, email, cb, secret)
 	}
 	if !s.fleet.Up() {
 		return uuid.Nil, Window{}, unavailable(queue.ErrUnavailable) // at once, before anything is charged or stored

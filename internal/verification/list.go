@@ -100,6 +100,9 @@ func listCause(vctx context.Context, err error) error {
 // Batch verifies up to MaxBatch addresses: results in input order, all of them or an error (and
 // then nothing is charged).
 func (s *Service) Batch(ctx context.Context, req Request, emails []string) (*Answer, Window, error) {
+	if req.Caller.Sandbox {
+		return s.sandboxBatch(ctx, req, emails)
+	}
 	start := req.start()
 	hold, w, err := s.admitList(ctx, req.Caller, emails, MaxBatch, BatchDeadline)
 	if err != nil {
@@ -133,11 +136,16 @@ type Stream struct {
 	emails []string
 	hold   *usage.Hold
 	start  time.Time
+	// sandbox: answered by the sandbox, with no hold (docs/sandbox.md).
+	sandbox bool
 }
 
 // StartStream admits up to MaxStream addresses. Everything that can refuse the request happens
 // here, before the caller commits to an answer; the verification itself is Run.
 func (s *Service) StartStream(ctx context.Context, req Request, emails []string) (*Stream, Window, error) {
+	if req.Caller.Sandbox {
+		return s.sandboxStream(ctx, req, emails)
+	}
 	start := req.start()
 	hold, w, err := s.admitList(ctx, req.Caller, emails, MaxStream, StreamDeadline)
 	if err != nil {
@@ -153,6 +161,9 @@ func (s *Service) StartStream(ctx context.Context, req Request, emails []string)
 // of the emails whose result did not reach the client, and cause why (nil when the client went
 // away); a stream with none undelivered is complete (docs/reliability.md).
 func (st *Stream) Run(write func([]Line) error) (undelivered []int, cause error) {
+	if st.sandbox {
+		return st.runSandbox(write)
+	}
 	s := st.s
 	defer st.hold.Close() // gives back what did not reach the client
 	vctx, cancel := s.listContext(st.ctx, StreamDeadline)

@@ -75,6 +75,12 @@ type Config struct {
 	Log  *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SandboxRatePerMin is sandbox keys' rate limit, emails a minute per account
+	// (MAILVET_SANDBOX_RATE_PER_MIN); 0 means DefaultSandboxRatePerMin.
+	SandboxRatePerMin int
+	// PublishDelivery hands a stored webhook delivery to the webhook workers (webhook.Publish);
+	// nil leaves it to their outbox sweep.
+	PublishDelivery func(ctx context.Context, deliveryID uuid.UUID) error
 }
 
 // Service verifies requests. It is safe for concurrent use.
@@ -87,6 +93,9 @@ type Service struct {
 	now      func() time.Time
 	headroom *headroom
 
+	sandboxRate     int
+	publishDelivery func(context.Context, uuid.UUID) error
+
 	// stopping is closed when the service begins to shut down (BeginShutdown): lists in flight
 	// then end properly instead of being cut.
 	stopping chan struct{}
@@ -96,7 +105,10 @@ type Service struct {
 // New returns a service.
 func New(c Config) *Service {
 	s := &Service{local: c.Local, fleet: c.Fleet, ledger: c.Ledger, pool: c.Pool, log: c.Log, now: c.Now,
-		headroom: newHeadroom(), stopping: make(chan struct{})}
+		headroom: newHeadroom(), stopping: make(chan struct{}), sandboxRate: c.SandboxRatePerMin, publishDelivery: c.PublishDelivery}
+	if s.sandboxRate <= 0 {
+		s.sandboxRate = DefaultSandboxRatePerMin
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -116,6 +128,9 @@ type Caller struct {
 	Key     string // empty when no key is known
 	Tier    plan.Tier
 	Limits  plan.Limits
+	// Sandbox is true for a sandbox key (sk_test_…): the request is answered by the sandbox,
+	// never probed nor billed (docs/sandbox.md).
+	Sandbox bool
 }
 
 // Request is one verify request: who asks, and the names its usage rows are written under.

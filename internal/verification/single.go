@@ -16,6 +16,9 @@ func (s *Service) One(ctx context.Context, req Request, email string) (*Answer, 
 	if err := CheckEmail("email", email); err != nil {
 		return nil, Window{}, err
 	}
+	if req.Caller.Sandbox {
+		return s.sandboxOne(ctx, req, email)
+	}
 	r, final := s.local.Local(email)
 	var (
 		hold *usage.Hold

@@ -61,6 +61,12 @@ export interface CallOptions {
 }
 
 /** The options of {@link Mailvet.verifyAsync}. */
+/** The options of `keys.create`. */
+export interface CreateKeyOptions extends CallOptions {
+  /** `"live"` (the default) or `"sandbox"` (docs/sandbox.md). */
+  mode?: "live" | "sandbox";
+}
+
 export interface VerifyAsyncOptions extends CallOptions {
   /** The https URL the result is POSTed to (docs/api.md, "URL rules"). */
   webhookUrl: string;
@@ -286,9 +292,16 @@ export class Mailvet {
     /** The active standard keys, oldest first, masked. */
     list: (options: CallOptions = {}): Promise<KeyList> =>
       this.#json<KeyList>({ ...options, method: "GET", path: "/v1/management/keys", key: "provisioning" }),
-    /** Creates a standard key; its `key` is shown only in this answer. */
-    create: (label: string, options: CallOptions = {}): Promise<CreatedKey> =>
-      this.#json<CreatedKey>({ ...options, method: "POST", path: "/v1/management/keys", key: "provisioning", body: { label }, idempotent: true }),
+    /**
+     * Creates a standard key; its `key` is shown only in this answer. `mode: "sandbox"` makes a
+     * sandbox key (`sk_test_…`), answered from the magic addresses of docs/sandbox.md and never
+     * billed; the default is a live key.
+     */
+    create: (label: string, options: CreateKeyOptions = {}): Promise<CreatedKey> => {
+      const { mode, ...call } = options;
+      const body = mode === undefined ? { label } : { label, mode };
+      return this.#json<CreatedKey>({ ...call, method: "POST", path: "/v1/management/keys", key: "provisioning", body, idempotent: true });
+    },
     /** Revokes a standard key, effective at once. */
     revoke: async (id: string, options: CallOptions = {}): Promise<void> => {
       await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/management/keys/${encodeURIComponent(id)}`, key: "provisioning" });
@@ -481,7 +494,7 @@ export class Mailvet {
     const key = call.key === "standard" ? this.#apiKey : this.#provisioningKey;
     if (!key) {
       throw new TypeError(call.key === "standard"
-        ? "Mailvet: this call needs a standard key (sk_live_…): pass options.apiKey"
+        ? "Mailvet: this call needs a standard key (sk_live_…, or sandbox sk_test_…): pass options.apiKey"
         : "Mailvet: this call needs a provisioning key (sk_mgmt_…): pass options.provisioningKey");
     }
     const headers: Record<string, string> = {

@@ -2,6 +2,7 @@
 export { Mailvet, batchChunkSize, streamChunkSize, retryCushionMs, finalListStates } from "./client.js";
 export type {
   CallOptions,
+  CreateKeyOptions,
   DeliveryFilter,
   ListBody,
   ListResultsOptions,

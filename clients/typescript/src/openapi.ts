@@ -48,19 +48,23 @@ export type Account = {
 export type Key = {
   id: string;
   label: string;
-  /** Masked display form, e.g. sk_live_ab12…yz89. */
+  /** Masked display form, e.g. sk_live_ab12…yz89 (sk_test_… for a sandbox key). */
   prefix: string;
   created_at: string;
+  /** `live` keys (`sk_live_…`) verify for real and are billed; `sandbox` keys (`sk_test_…`) answer from the magic addresses of docs/sandbox.md, never probe and are never billed. */
+  mode: "live" | "sandbox";
 };
 
 export type CreatedKey = {
   id: string;
-  /** The full key, returned only here, once. */
+  /** The full key, returned only here, once: sk_live_… for a live key, sk_test_… for a sandbox key. */
   key: string;
   label: string;
   prefix: string;
   created_at: string;
   warning: string;
+  /** `live` keys (`sk_live_…`) verify for real and are billed; `sandbox` keys (`sk_test_…`) answer from the magic addresses of docs/sandbox.md, never probe and are never billed. */
+  mode: "live" | "sandbox";
 };
 
 export type KeyList = {
@@ -101,9 +105,11 @@ export type VerifyResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply: SMTPReply | null;
+  /** Present, and true, only on answers to a sandbox key (`sk_test_…`): the answer comes from the sandbox's magic addresses, not from a verification (docs/sandbox.md). Absent on live answers. */
+  sandbox?: true;
 };
 
 /** An SMTP reply as evidence of a verdict: its code, its enhanced status code and the first line of its text, sanitised. */
@@ -142,12 +148,14 @@ export type JobResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply?: SMTPReply | null;
   job_id: string;
   /** Present only when verification itself failed (job status failed); the result then has status unknown, valid false and confidence 0. */
   error?: "internal";
+  /** Present, and true, only on answers to a sandbox key (`sk_test_…`): the answer comes from the sandbox's magic addresses, not from a verification (docs/sandbox.md). Absent on live answers. */
+  sandbox?: true;
 };
 
 export type Job = {
@@ -322,6 +330,8 @@ export type List = {
   expires_at: string | null;
   /** GET it for the results (CSV by default). */
   results_url: string;
+  /** Present, and true, only for a list uploaded with a sandbox key: its addresses are answered by the sandbox and never billed (docs/sandbox.md). */
+  sandbox?: true;
 };
 
 export type ListPage = {
@@ -391,6 +401,8 @@ export type ListKeysResponse = KeyList;
 export type CreateKeyRequest = {
   /** 1 to 100 characters, not blank, no control characters. */
   label: string;
+  /** `sandbox` creates a sandbox key (`sk_test_…`, docs/sandbox.md); live and sandbox keys count together toward the plan's max_keys. */
+  mode?: "live" | "sandbox";
 };
 
 /** The JSON body of a 2xx answer to POST /v1/management/keys. */

@@ -47,6 +47,14 @@ describe("requests", () => {
     await assert.rejects(mv.verifyAsync("ann@acme.example", {}), TypeError);
   });
 
+  test("keys.create sends the mode only when given: sandbox keys (docs/sandbox.md)", async () => {
+    const f = await fake((req, res) => send(res, 201, { body: req.body, auth: req.headers.authorization }));
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    assert.deepEqual(await mv.keys.create("ci", { mode: "sandbox" }), { body: { label: "ci", mode: "sandbox" }, auth: "Bearer sk_mgmt_test" });
+    assert.deepEqual(await mv.keys.create("prod", { mode: "live" }), { body: { label: "prod", mode: "live" }, auth: "Bearer sk_mgmt_test" });
+    assert.deepEqual(await mv.keys.create("plain"), { body: { label: "plain" }, auth: "Bearer sk_mgmt_test" });
+  });
+
   test("the management calls use the provisioning key, their method and path", async () => {
     const f = await fake((req, res) => {
       if (req.method === "DELETE") return send(res, 204);

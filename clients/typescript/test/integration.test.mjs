@@ -223,6 +223,42 @@ describe("against bin/api -dev -demo", () => {
     assert.equal(portal.error, "no_billing_customer", "the demo account has no Stripe customer");
   });
 
+  test("a sandbox key answers the magic addresses of docs/sandbox.md, marked sandbox, and bills nothing", async () => {
+    const mv = client();
+    // Usage rows of the earlier tests are written behind their responses: wait until it settles.
+    let before = (await mv.account()).usage_this_month;
+    for (let i = 0; i < 20; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const now = (await mv.account()).usage_this_month;
+      if (now === before) break;
+      before = now;
+    }
+    const created = await mv.keys.create("ts-sandbox", { mode: "sandbox" });
+    assert.match(created.key, /^sk_test_/);
+    assert.equal(created.mode, "sandbox");
+    assert.equal((await mv.keys.list()).keys.find((k) => k.id === created.id)?.mode, "sandbox");
+    const sandbox = new Mailvet({ baseUrl: base, apiKey: created.key });
+    const want = {
+      "accepted@sandbox.mailvet.test": ["deliverable", "accepted"],
+      "mailbox_unknown@sandbox.mailvet.test": ["undeliverable", "mailbox_unknown"],
+      "catch_all@sandbox.mailvet.test": ["catch_all", "catch_all"],
+      "role@sandbox.mailvet.test": ["deliverable", "accepted"],
+      "ann@acme.example": ["unknown", "sandbox_unlisted"],
+      "not-an-address": ["invalid", "invalid_syntax"],
+    };
+    for (const [email, [status, reason]] of Object.entries(want)) {
+      const r = await sandbox.verify(email);
+      assert.deepEqual([r.status, r.reason, r.sandbox], [status, reason, true], email);
+    }
+    const batch = await sandbox.verifyBatch(Object.keys(want));
+    assert.deepEqual(batch.map((r) => [r.status, r.reason, r.sandbox]), Object.values(want).map(([s, r]) => [s, r, true]));
+    assert.equal((await client().verify("ann@acme.example")).sandbox, undefined, "a live key is never answered by the sandbox");
+    await mv.keys.revoke(created.id);
+    await new Promise((r) => setTimeout(r, 300));
+    // The live verify above is the only new usage.
+    assert.equal((await mv.account()).usage_this_month, before + 1);
+  });
+
   test("a key creation whose answer is lost is retried with its Idempotency-Key and gets the same key", async () => {
     // The fetch passes every request to the API but answers the first POST with a 503 of its
     // own, as a connection cut after the API acted looks to the client.
