@@ -63,6 +63,7 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops,
 		"MAILVET_DNS_RESOLVER": loopbackDNS(t), "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true",
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -131,7 +131,8 @@ func New(d Deps) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now})
+	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now,
+		Secrets: d.Config.Secrets})
 	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploads.limits = d.Config.Uploads

@@ -23,7 +23,7 @@ type Upload struct {
 	Plan          plan.Limits
 	Name          string
 	WebhookURL    string // "" for no completion callback
-	WebhookSecret string
+	WebhookSecret string // sealed (internal/sealed) by the API; "" for none
 	Now           time.Time
 }
 

@@ -37,6 +37,15 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 			return uuid.Nil, Window{}, invalid("Field webhook_secret must be at least %d characters and at most %d bytes.", MinSecretLen, MaxSecretLen)
 		}
 	}
+	if secret != "" {
+		// Only the sealed value is stored: a copy of the database must not sign callbacks
+		// (docs/reliability.md, "Webhook secrets at rest").
+		sealedSecret, err := s.secrets.Seal(secret)
+		if err != nil {
+			return uuid.Nil, Window{}, unavailable(ErrUnstored)
+		}
+		secret = sealedSecret
+	}
 	if !s.fleet.Up() {
 		return uuid.Nil, Window{}, unavailable(queue.ErrUnavailable) // at once, before anything is charged or stored
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mailvet/mailvet/internal/sealed"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -75,6 +76,9 @@ type Config struct {
 	Log  *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Secrets seal the jobs' webhook secrets before they are stored (config.Config.Secrets;
+	// docs/operations.md, "Secrets at rest"); nil means sealed.Process().
+	Secrets *sealed.Keys
 }
 
 // Service verifies requests. It is safe for concurrent use.
@@ -86,6 +90,7 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 	headroom *headroom
+	secrets  *sealed.Keys
 
 	// stopping is closed when the service begins to shut down (BeginShutdown): lists in flight
 	// then end properly instead of being cut.
@@ -96,7 +101,7 @@ type Service struct {
 // New returns a service.
 func New(c Config) *Service {
 	s := &Service{local: c.Local, fleet: c.Fleet, ledger: c.Ledger, pool: c.Pool, log: c.Log, now: c.Now,
-		headroom: newHeadroom(), stopping: make(chan struct{})}
+		headroom: newHeadroom(), secrets: sealed.Or(c.Secrets), stopping: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
