@@ -205,7 +205,8 @@ func missingDatabaseURL(t *testing.T) string {
 // `bin/api migrate`, at once, from the server and from an admin command alike.
 func TestMissingDatabaseSaysMigrate(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
-		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t)}
+		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t),
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := run(ctx, nil, envFrom(env), &bytes.Buffer{}, &bytes.Buffer{})
