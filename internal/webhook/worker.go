@@ -435,8 +435,11 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 	return res
 }
 
-// sign sets the signature headers of attempt c: X-Service-Signature, from the sealed secret or,
-// for a delivery stored before secrets were sealed, the signature stored with it.
+// sign sets the signature headers of attempt c (docs/api.md, "Signature"): X-Service-Signature,
+// the same on every attempt, and the Standard Webhooks headers, whose signature covers this
+// attempt's timestamp and so is computed now. webhook-id is the delivery id, stable across the
+// attempts of a delivery, like X-Mailvet-Delivery. A delivery stored before secrets were sealed
+// has only its stored X-Service-Signature and gets no Standard Webhooks headers.
 func (w *Worker) sign(h http.Header, c *claimed) error {
 	if c.secret == nil {
 		if c.signature != nil {
@@ -451,6 +454,10 @@ func (w *Worker) sign(h http.Header, c *claimed) error {
 	sig := Sign([]byte(secret), c.body)
 	c.serviceSig = &sig
 	h.Set(SignatureHeader, sig)
+	id, ts := c.id.String(), time.Now().Unix()
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(HeaderSignature, SignStandard([]byte(secret), id, ts, c.body))
 	return nil
 }
 
