@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,5 +174,45 @@ func TestVerifyRequest(t *testing.T) {
 	}
 	if err := webhook.VerifyRequest(http.Header{}, body, secret, o); !errors.Is(err, webhook.ErrMissing) {
 		t.Errorf("no headers: %v, want ErrMissing", err)
+	}
+}
+
+// The Python receiver of docs/api.md ("Signature") accepts the golden vectors within the
+// tolerance and refuses them outside it, so the documented code is code that works.
+func TestDocumentedPythonReceiver(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	doc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "Python, standard library only:\n\n```python\n")
+	code, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/api.md has no Python receiver under \"Python, standard library only:\"")
+	}
+	harness := code + `
+import json, sys, time
+class Headers(dict):
+    def get(self, k): return dict.get(self, k.lower())
+for v in json.load(open(sys.argv[1])):
+    h = Headers({"webhook-id": v["id"], "webhook-timestamp": v["timestamp"], "webhook-signature": v["signature"]})
+    time.time = lambda: int(v["timestamp"]) + 299
+    assert webhook_ok(v["secret"], v["body"].encode(), h), v["id"]
+    time.time = lambda: int(v["timestamp"]) + 301
+    assert not webhook_ok(v["secret"], v["body"].encode(), h), v["id"] + " replayed late"
+    time.time = lambda: int(v["timestamp"])
+    assert not webhook_ok(v["secret"], v["body"].encode() + b" ", h), v["id"] + " altered"
+for v in json.load(open(sys.argv[2])):
+    assert service_signature_ok(v["secret"], v["body"].encode(), v["signature"])
+print("ok")
+`
+	out, err := exec.Command(python, "-c", harness,
+		"../internal/webhook/testdata/standard-signatures.json", "../internal/webhook/testdata/signatures.json").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python receiver: %v\n%s", err, out)
 	}
 }
