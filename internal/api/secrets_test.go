@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/plan"
@@ -40,7 +41,7 @@ func TestDatabaseDumpHoldsNoWebhookSecret(t *testing.T) {
 	if !b.cfg.SecretsKeySet {
 		t.Fatal("the test server has no MAILVET_SECRETS_KEY")
 	}
-	_, key := b.customer(plan.Builder)
+	acct, key := b.customer(plan.Builder)
 	jobSecret, listSecret := "job-secret-Zq7v1", "list-secret-Kp3m9"
 
 	r := b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet", "webhook_secret": jobSecret}).
@@ -71,6 +72,11 @@ func TestDatabaseDumpHoldsNoWebhookSecret(t *testing.T) {
 		if !strings.HasPrefix(v, "mvs1:"+b.cfg.Secrets.CurrentID()+":") || b.openSecret(v) != want {
 			t.Errorf("%s delivery's secret %q does not open to its secret", subject, v)
 		}
+	}
+	// The list still says it was given a secret, once its own copy is gone.
+	l2, err := b.srv.lists.Get(context.Background(), acct, uuid.MustParse(listID))
+	if err != nil || !l2.HasWebhookSecret {
+		t.Errorf("list after its callback exists: HasWebhookSecret %v (%v)", l2.HasWebhookSecret, err)
 	}
 	if n := b.count(`SELECT count(*) FROM jobs WHERE webhook_secret IS NOT NULL`) + b.count(`SELECT count(*) FROM lists WHERE webhook_secret IS NOT NULL`); n != 0 {
 		t.Errorf("%d finished jobs or lists keep their secret", n)

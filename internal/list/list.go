@@ -64,6 +64,9 @@ type List struct {
 	UpdatedAt        time.Time
 	ExpiresAt        *time.Time
 	Counts           []Count // by status and reason; filled by Get
+	// HasWebhookSecret: the list was given a webhook secret. Its copy is erased once the callback
+	// exists (docs/reliability.md, "Webhook secrets at rest"), so the callback's delivery says so
+	// from then on.
 	HasWebhookSecret bool
 }
 
@@ -117,7 +120,10 @@ func NewStore(db database.DB, cfg Config) *Store { return &Store{db: db, cfg: cf
 func (s *Store) Config() Config { return s.cfg }
 
 const listColumns = `id, account_id, name, format, columns, email_column, state, rows, unique_addresses, verified,
-	chunks, webhook_url, webhook_secret IS NOT NULL, error, created_at, started_at, finished_at, updated_at, expires_at`
+	chunks, webhook_url,
+	webhook_secret IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d WHERE d.list_id = lists.id
+		AND (d.webhook_secret IS NOT NULL OR d.signature IS NOT NULL)),
+	error, created_at, started_at, finished_at, updated_at, expires_at`
 
 func scanList(row pgx.Row) (List, error) {
 	var l List
