@@ -64,10 +64,7 @@ type List struct {
 	UpdatedAt        time.Time
 	ExpiresAt        *time.Time
 	Counts           []Count // by status and reason; filled by Get
-	// HasWebhookSecret: the list was given a webhook secret. Its copy is erased once the callback
-	// exists (docs/reliability.md, "Webhook secrets at rest"), so the callback's delivery says so
-	// from then on.
-	HasWebhookSecret bool
+	HasWebhookSecret bool    // given a secret; its delivery says so once the list's copy is erased
 }
 
 // Count is how many unique addresses of a list got one status and reason.
