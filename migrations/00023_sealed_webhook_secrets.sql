@@ -10,6 +10,13 @@
 -- the webhook workers' re-seal loop seals them, like values under a retired key.
 ALTER TABLE deliveries ADD COLUMN webhook_secret text;
 
+-- Finished jobs, and lists whose callback exists, need their secret no more: the deliveries made
+-- before this migration carry their signature. Erased now rather than sealed later. (Not undone
+-- by Down: an erased secret is gone.)
+UPDATE jobs SET webhook_secret = NULL WHERE webhook_secret IS NOT NULL AND state IN ('completed', 'failed');
+UPDATE lists SET webhook_secret = NULL
+WHERE webhook_secret IS NOT NULL AND EXISTS (SELECT 1 FROM deliveries d WHERE d.list_id = lists.id);
+
 COMMENT ON COLUMN jobs.webhook_secret IS 'sealed (internal/sealed); NULL once the job is finished';
 COMMENT ON COLUMN lists.webhook_secret IS 'sealed (internal/sealed); NULL once the list''s callback exists';
 COMMENT ON COLUMN deliveries.webhook_secret IS 'sealed (internal/sealed); NULL once the delivery or a replay of it is delivered';

@@ -282,7 +282,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if webhook.Verify(body, req.Header.Get("X-Service-Signature"), webhookSecret) != nil {
+	// Both schemes on every callback: X-Service-Signature, and the Standard Webhooks headers
+	// signed by whichever webhook worker made the attempt (each opens the sealed secret with the
+	// deployment's MAILVET_SECRETS_KEY).
+	if webhook.Verify(body, req.Header.Get("X-Service-Signature"), webhookSecret) != nil ||
+		webhook.VerifyRequest(req.Header, body, webhookSecret, webhook.VerifyOptions{RequireStandard: true}) != nil {
 		r.mu.Lock()
 		r.badSig++
 		r.mu.Unlock()
