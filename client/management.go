@@ -91,7 +91,7 @@ func (c *Client) Deliveries(ctx context.Context, q DeliveryQuery) (DeliveryPage,
 	return p, err
 }
 
-// RetryDelivery redelivers a failed delivery (paid tiers): the same body and signature. Asking
+// RetryDelivery redelivers a failed delivery (paid tiers): the same body and X-Service-Signature. Asking
 // again while that replay is under way returns the same replay.
 func (c *Client) RetryDelivery(ctx context.Context, id string) (Replay, error) {
 	var r Replay

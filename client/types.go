@@ -120,8 +120,8 @@ func (r JobResult) MarshalJSON() ([]byte, error) {
 type AsyncOptions struct {
 	// WebhookURL receives the signed result: https, a public host name (docs/api.md, "URL rules").
 	WebhookURL string
-	// WebhookSecret (8 to 256 characters) keys the X-Service-Signature HMAC; verify it with the
-	// package github.com/mailvet/mailvet/webhook. Empty: the callback is not signed.
+	// WebhookSecret (8 to 256 characters) keys the X-Service-Signature and Standard Webhooks
+	// signatures; verify a callback with VerifyWebhook. Empty: the callback is not signed.
 	WebhookSecret string
 }
 

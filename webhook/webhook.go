@@ -16,9 +16,17 @@
 //		return
 //	}
 //
-// The scheme has no timestamp, so there is no "too old" check: deduplicate deliveries on the
-// X-Mailvet-Delivery header instead (docs/api.md, "The callback request"). This package is the
-// one implementation of the scheme: the service's own webhook worker signs with Sign.
+// That scheme has no timestamp. Every signed delivery also carries the Standard Webhooks headers
+// webhook-id, webhook-timestamp and webhook-signature (standard.go), whose signature covers the
+// attempt's time: VerifyRequest checks whichever scheme a request carries, refusing a timestamp
+// more than 5 minutes (DefaultTolerance) from the receiver's clock, and with RequireStandard only
+// the standard one, which is what refuses an old request replayed:
+//
+//	err := webhook.VerifyRequest(r.Header, body, secret, webhook.VerifyOptions{RequireStandard: true})
+//
+// Deduplicate deliveries on webhook-id (equal to X-Mailvet-Delivery; docs/api.md, "The callback
+// request"). This package is the one implementation of both schemes: the service's own webhook
+// worker signs with Sign and SignStandard.
 package webhook
 
 import (

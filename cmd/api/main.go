@@ -16,6 +16,7 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/sealed"
 )
 
 func main() { app.Main("api", run) }
@@ -48,6 +49,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return configError(err)
 		}
+		if cfg, err = secretsKey(cfg); err != nil {
+			return err
+		}
 		log := app.Logger(stderr, "api", cfg)
 		if *demo {
 			return serveDemo(ctx, cfg, log, stdout)
@@ -61,6 +65,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.Usage()
 		return fmt.Errorf("%w: unknown command %q", app.ErrUsage, cmd)
 	}
+}
+
+// secretsKey makes sure the API seals webhook secrets under a key that outlives the process
+// (docs/operations.md, "Secrets at rest"): outside dev mode MAILVET_SECRETS_KEY must be set; dev
+// mode without it uses the key kept under .data/ (git-ignored), made on first use.
+func secretsKey(cfg config.Config) (config.Config, error) {
+	if err := cfg.RequireSecretsKey(); err != nil {
+		return cfg, configError(err)
+	}
+	if cfg.SecretsKeySet {
+		return cfg, nil
+	}
+	b, err := sealed.DevKey(app.DevDataDir)
+	if err != nil {
+		return cfg, fmt.Errorf("dev secrets key: %w", err)
+	}
+	if cfg.Secrets, err = sealed.New(b, nil); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // configError is a bad configuration as the binary reports it: every bad variable, one a line.

@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -132,7 +135,30 @@ func serveUntilStopped(t *testing.T, args []string, env map[string]string) strin
 }
 
 func TestServeAndStopCleanly(t *testing.T) {
-	serveUntilStopped(t, nil, map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t)})
+	serveUntilStopped(t, nil, map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t),
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="})
+}
+
+// Outside dev mode the API refuses to start without MAILVET_SECRETS_KEY, and says how to make
+// one, before it connects to anything; a bad key is named without being echoed.
+func TestServeRefusesWithoutSecretsKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{
+		"":                         "MAILVET_SECRETS_KEY: must be set",
+		"not-a-key-at-all-0123456": "MAILVET_SECRETS_KEY: must be 32 random bytes",
+	} {
+		env := envFrom(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1",
+			"MAILVET_SECRETS_KEY": key})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := run(ctx, nil, env, io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "base64") {
+			t.Errorf("key %q: err %v, want one saying %q", key, err, want)
+		}
+		if key != "" && err != nil && strings.Contains(err.Error(), key) {
+			t.Errorf("the error repeats the key: %v", err)
+		}
+	}
 }
 
 // Dev mode creates and migrates the database and starts embedded NATS, as `make run` does.
@@ -142,6 +168,10 @@ func TestDevModeBootstrapsEverything(t *testing.T) {
 	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") ||
 		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) {
 		t.Errorf("dev banner missing: %q", out)
+	}
+	// Without MAILVET_SECRETS_KEY, dev mode seals under a key it keeps in .data/ (git-ignored).
+	if fi, err := os.Stat(filepath.Join(".data", "secrets.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("dev secrets key: %v, %v", fi, err)
 	}
 }
 
@@ -175,7 +205,8 @@ func missingDatabaseURL(t *testing.T) string {
 // `bin/api migrate`, at once, from the server and from an admin command alike.
 func TestMissingDatabaseSaysMigrate(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
-		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t)}
+		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t),
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := run(ctx, nil, envFrom(env), &bytes.Buffer{}, &bytes.Buffer{})

@@ -89,7 +89,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		parts = append(parts, verifyworker.Services(verifyworker.Deps{Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout, Pipe: engine, Log: log,
 			Metrics: in.Metrics, Ready: in.Ready}.WithConfig(cfg))...)
-		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver}, 64, log, in.Metrics, in.Ready)
+		hooks, err := webhook.Services(in.Pool, in.JS, in.Layout, webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver, Secrets: cfg.Secrets}, 64, log, in.Metrics, in.Ready)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/sealed"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
@@ -42,10 +43,11 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	}
 	t.Setenv("SSL_CERT_FILE", caFile)
 
-	var got atomic.Value
+	var got, gotHeader atomic.Value
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got.Store(b)
+		gotHeader.Store(r.Header.Clone())
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
@@ -63,6 +65,7 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops,
 		"MAILVET_DNS_RESOLVER": loopbackDNS(t), "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true",
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -88,7 +91,22 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := webhook.CreateDelivery(ctx, tx, job, account, "https://hooks.test:"+port+"/cb", "whsec_12345678", body)
+	// The secret is sealed as the API stores it, under the key the worker gets from
+	// MAILVET_SECRETS_KEY: the worker must open it with that key to sign.
+	keyBytes, err := sealed.ParseKey(env["MAILVET_SECRETS_KEY"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := sealed.New(keyBytes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "whsec_12345678"
+	sealedSecret, err := keys.Seal(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := webhook.CreateDelivery(ctx, tx, job, account, "https://hooks.test:"+port+"/cb", sealedSecret, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +135,15 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	}
 	if b, _ := got.Load().([]byte); !bytes.Equal(b, body) {
 		t.Errorf("receiver got %q, want %q", b, body)
+	}
+	// Both schemes verify on the receiver's side: X-Service-Signature, and the Standard Webhooks
+	// headers within the tolerance.
+	h, _ := gotHeader.Load().(http.Header)
+	if err := webhook.Verify([]byte(secret), body, h.Get(webhook.SignatureHeader)); err != nil {
+		t.Errorf("X-Service-Signature: %v", err)
+	}
+	if err := webhook.VerifyWebhook([]byte(secret), body, h, time.Now(), 0); err != nil || h.Get("webhook-signature") == "" {
+		t.Errorf("Standard Webhooks signature %q: %v", h.Get("webhook-signature"), err)
 	}
 	resp, err := http.Get("http://" + ops + "/metrics")
 	if err != nil {

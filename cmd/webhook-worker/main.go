@@ -42,6 +42,11 @@ flags:
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
+	// The worker opens the deliveries' sealed secrets: a key that died with the process would
+	// leave them unreadable (docs/operations.md, "Secrets at rest").
+	if err := cfg.RequireSecretsKey(); err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
 	log := app.Logger(stderr, "webhook-worker", cfg)
 	in, err := app.Start(ctx, cfg, "webhook-worker", log)
 	if err != nil {
@@ -60,5 +65,5 @@ flags:
 
 // webhookConfig is the delivery worker's part of the process configuration.
 func webhookConfig(cfg config.Config) webhook.Config {
-	return webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver}
+	return webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate, DNSResolver: cfg.DNSResolver, Secrets: cfg.Secrets}
 }

@@ -16,6 +16,21 @@ import (
 // The worker starts against real Postgres and NATS, reports ready, and stops cleanly on signal.
 func TestWorkerReadyAndStops(t *testing.T) { workertest.ReadyThenStop(t, run) }
 
+// Without MAILVET_SECRETS_KEY the worker refuses to start: it could not open the deliveries'
+// sealed secrets (docs/operations.md, "Secrets at rest").
+func TestWorkerRefusesWithoutSecretsKey(t *testing.T) {
+	t.Parallel()
+	env := func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := run(ctx, nil, env, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_SECRETS_KEY: must be set") {
+		t.Fatalf("err %v, want the missing key named", err)
+	}
+}
+
 // -h prints the usage with its flag and is no failure; a bad flag is a usage error.
 func TestHelp(t *testing.T) {
 	t.Parallel()

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/mailvet/mailvet/internal/sealed"
 	"mime"
 	"net/http"
 	"os"
@@ -152,6 +153,12 @@ func (s *Server) uploadList(c echo.Context) error {
 	rd, err := list.NewReader(file, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
 	if err != nil {
 		return s.uploadError(err)
+	}
+	if secret != "" {
+		// Only the sealed value is stored (docs/reliability.md, "Webhook secrets at rest").
+		if secret, err = sealed.Or(s.cfg.Secrets).Seal(secret); err != nil {
+			return internalError()
+		}
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), listImportBudget)
 	defer cancel()

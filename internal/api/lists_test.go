@@ -14,7 +14,6 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
-	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // upload posts a file to the upload route with its content type and query.
@@ -151,12 +150,16 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 		t.Errorf("monthly billable %d, want 4", n)
 	}
 
-	// The completion callback: a delivery of the list, signed with the caller's secret.
+	// The completion callback: a delivery of the list, with the caller's secret sealed on it;
+	// the list's copy is gone.
 	var cb []byte
-	var sig string
-	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, signature FROM deliveries WHERE list_id = $1`, id).Scan(&cb, &sig), "list delivery")
-	if err := webhook.Verify([]byte(secret), cb, sig); err != nil {
-		t.Errorf("callback signature: %v", err)
+	var sealedSecret string
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, webhook_secret FROM deliveries WHERE list_id = $1`, id).Scan(&cb, &sealedSecret), "list delivery")
+	if got := b.openSecret(sealedSecret); got != secret {
+		t.Errorf("callback secret opens to %q", got)
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE id = $1 AND webhook_secret IS NULL`, id); n != 1 {
+		t.Error("a finished list keeps its webhook secret")
 	}
 	var callback map[string]any
 	_ = json.Unmarshal(cb, &callback)

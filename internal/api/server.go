@@ -132,7 +132,7 @@ func New(d Deps) *Server {
 		s.now = time.Now
 	}
 	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now,
-		SandboxRatePerMin: d.Config.SandboxRatePerMin, PublishDelivery: s.publishDelivery})
+		SandboxRatePerMin: d.Config.SandboxRatePerMin, PublishDelivery: s.publishDelivery, Secrets: d.Config.Secrets})
 	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploads.limits = d.Config.Uploads

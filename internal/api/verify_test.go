@@ -34,7 +34,6 @@ import (
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
-	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // verifyBundle is an API server with everything the verify routes need, all real: Postgres, an
@@ -766,12 +765,16 @@ func TestAsyncJob(t *testing.T) {
 	if job["status"] != "completed" || res["status"] != "deliverable" || res["job_id"] != jobID {
 		t.Fatalf("job %v", job)
 	}
-	// The delivery holds the exact callback bytes, signed with the caller's secret.
+	// The delivery holds the exact callback bytes and the caller's secret, sealed; the job's
+	// copy of the secret is gone.
 	var body []byte
-	var sig string
-	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, signature FROM deliveries WHERE job_id = $1`, jobID).Scan(&body, &sig), "delivery")
-	if err := webhook.Verify([]byte(secret), body, sig); err != nil {
-		t.Errorf("signature: %v", err)
+	var sealedSecret string
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT body, webhook_secret FROM deliveries WHERE job_id = $1`, jobID).Scan(&body, &sealedSecret), "delivery")
+	if got := b.openSecret(sealedSecret); got != secret {
+		t.Errorf("delivery secret opens to %q", got)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE id = $1 AND webhook_secret IS NULL`, jobID); n != 1 {
+		t.Error("a finished job keeps its webhook secret")
 	}
 	if !bytes.Contains(body, []byte(`"job_id":"`+jobID+`"`)) {
 		t.Errorf("callback body %s", body)

@@ -23,6 +23,7 @@ import (
 	"github.com/mailvet/mailvet/internal/netguard"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/redact"
+	"github.com/mailvet/mailvet/internal/sealed"
 )
 
 // Role names the binary that loads the configuration; the metrics listener default depends on it
@@ -104,6 +105,14 @@ type Config struct {
 	StripeWebhookSecret string
 	StripeAPIBase       string
 	StripePrices        map[string]plan.Tier // Stripe price id ⇒ tier
+
+	// Secrets seal the webhook secrets stored in Postgres (MAILVET_SECRETS_KEY, and during a
+	// rotation MAILVET_SECRETS_KEY_OLD; docs/operations.md, "Secrets at rest"). Without
+	// MAILVET_SECRETS_KEY they are sealed.Process(), a key that dies with the process, and
+	// SecretsKeySet is false: the API outside dev mode and the webhook worker then refuse to start
+	// (RequireSecretsKey), and `api -dev` uses the key it keeps under .data/.
+	Secrets       *sealed.Keys
+	SecretsKeySet bool
 
 	// DashboardSessionTTL is how long a dashboard sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL,
 	// docs/dashboard.md).
@@ -280,6 +289,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 
 	c.StripeSecretKey = e.str("STRIPE_SECRET_KEY", "")
 	c.StripeWebhookSecret = e.str("STRIPE_WEBHOOK_SECRET", "")
+	c.Secrets, c.SecretsKeySet = e.secrets()
 	c.StripeAPIBase = strings.TrimRight(e.str("MAILVET_STRIPE_API_BASE", ""), "/")
 	if c.StripeAPIBase != "" {
 		e.check("MAILVET_STRIPE_API_BASE", validHTTPURL(c.StripeAPIBase))
@@ -337,6 +347,51 @@ func systemResolver() string {
 		return "127.0.0.1:53"
 	}
 	return net.JoinHostPort(cc.Servers[0], cc.Port)
+}
+
+// secrets reads MAILVET_SECRETS_KEY and MAILVET_SECRETS_KEY_OLD. The errors never repeat a value.
+func (e *env) secrets() (*sealed.Keys, bool) {
+	cur, set := e.lookup("MAILVET_SECRETS_KEY")
+	old, oldSet := e.lookup("MAILVET_SECRETS_KEY_OLD")
+	if !set {
+		if oldSet {
+			e.fail("MAILVET_SECRETS_KEY_OLD", errors.New("needs MAILVET_SECRETS_KEY: the old key only opens values while the new one seals them"))
+		}
+		return sealed.Process(), false
+	}
+	ck, err := sealed.ParseKey(cur)
+	if err != nil {
+		e.fail("MAILVET_SECRETS_KEY", err)
+		return sealed.Process(), false
+	}
+	var ok []byte
+	if oldSet {
+		if ok, err = sealed.ParseKey(old); err != nil {
+			e.fail("MAILVET_SECRETS_KEY_OLD", err)
+			return sealed.Process(), false
+		}
+	}
+	k, err := sealed.New(ck, ok)
+	if err != nil {
+		e.fail("MAILVET_SECRETS_KEY", err)
+		return sealed.Process(), false
+	}
+	return k, true
+}
+
+// ErrNoSecretsKey is RequireSecretsKey's refusal.
+var ErrNoSecretsKey = errors.New("MAILVET_SECRETS_KEY: must be set: webhook secrets are stored sealed under it " +
+	"(32 random bytes as base64, e.g. `openssl rand -base64 32`, or as 64 hex digits; the same key on every API " +
+	"and webhook-worker process; docs/operations.md, \"Secrets at rest\")")
+
+// RequireSecretsKey is the check of the processes that seal or open webhook secrets (the API and
+// the webhook worker): outside dev mode they must not run on a key that dies with them, which
+// would leave every stored secret unreadable after a restart and differ between replicas.
+func (c Config) RequireSecretsKey() error {
+	if c.SecretsKeySet || c.Dev {
+		return nil
+	}
+	return ErrNoSecretsKey
 }
 
 // env collects the errors of one Load call.

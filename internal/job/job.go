@@ -42,8 +42,9 @@ type Job struct {
 	AccountID uuid.UUID
 	KeyID     *uuid.UUID
 	Email     string
-	// WebhookURL receives the result; WebhookSecret ("" for none) signs it. The secret is never
-	// logged and never returned by the API.
+	// WebhookURL receives the result; WebhookSecret ("" for none) signs it. The secret is stored
+	// sealed (internal/sealed; the API seals it) and is that sealed value here: the verifier worker
+	// only hands it on to the delivery, unopened. It is never logged and never returned by the API.
 	WebhookURL    string
 	WebhookSecret string
 	State         State
@@ -81,7 +82,7 @@ type New struct {
 	KeyID         string // "" when not known
 	Email         string
 	WebhookURL    string
-	WebhookSecret string // "" for none
+	WebhookSecret string // sealed (internal/sealed); "" for none
 }
 
 // Create stores a Pending job and returns its id.
@@ -203,12 +204,16 @@ func scan(row pgx.Row) (Job, error) {
 // failure ("" when completed). done is false when another runner finished it first: then the
 // caller must not record or deliver anything. db may be a transaction, so that the job, its usage
 // row and its delivery are stored together.
+//
+// The job's webhook secret is erased here: the delivery created in the same transaction carries
+// it on (webhook.CreateDelivery), and a finished job is never run again, so keeping a copy would
+// only widen what a database leak holds (docs/reliability.md, "Webhook secrets at rest").
 func Finish(ctx context.Context, db database.DB, id uuid.UUID, state State, body []byte, errClass string) (done bool, err error) {
 	if state != Completed && state != Failed {
 		return false, fmt.Errorf("finish job %s: %q is not a final state", id, state)
 	}
 	tag, err := db.Exec(ctx, `UPDATE jobs SET state = $2, result = $3, error_class = nullif($4, ''),
-		updated_at = now(), completed_at = now() WHERE id = $1 AND state = $5`, id, state, body, errClass, Processing)
+		webhook_secret = NULL, updated_at = now(), completed_at = now() WHERE id = $1 AND state = $5`, id, state, body, errClass, Processing)
 	if err != nil {
 		return false, err
 	}

@@ -64,7 +64,7 @@ type List struct {
 	UpdatedAt        time.Time
 	ExpiresAt        *time.Time
 	Counts           []Count // by status and reason; filled by Get
-	HasWebhookSecret bool
+	HasWebhookSecret bool // given a secret; its delivery says so once the list's copy is erased
 	// Sandbox: uploaded with a sandbox key, answered by the sandbox and never billed
 	// (docs/sandbox.md).
 	Sandbox bool
@@ -120,7 +120,10 @@ func NewStore(db database.DB, cfg Config) *Store { return &Store{db: db, cfg: cf
 func (s *Store) Config() Config { return s.cfg }
 
 const listColumns = `id, account_id, name, format, columns, email_column, state, rows, unique_addresses, verified,
-	chunks, webhook_url, webhook_secret IS NOT NULL, error, created_at, started_at, finished_at, updated_at, expires_at, sandbox`
+	chunks, webhook_url,
+	webhook_secret IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d WHERE d.list_id = lists.id
+		AND (d.webhook_secret IS NOT NULL OR d.signature IS NOT NULL)),
+	error, created_at, started_at, finished_at, updated_at, expires_at, sandbox`
 
 func scanList(row pgx.Row) (List, error) {
 	var l List

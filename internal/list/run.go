@@ -284,7 +284,17 @@ func (s *Store) callback(ctx context.Context, tx pgx.Tx, id uuid.UUID, event, pu
 		sec = *secret
 	}
 	d, err := webhook.CreateListDelivery(ctx, tx, id, account, *hook, sec, body)
-	return &d, err
+	if err != nil {
+		return nil, err
+	}
+	// The delivery carries the sealed secret on; the list's copy is erased in the same
+	// transaction (docs/reliability.md, "Webhook secrets at rest").
+	if sec != "" {
+		if _, err := tx.Exec(ctx, `UPDATE lists SET webhook_secret = NULL WHERE id = $1`, id); err != nil {
+			return nil, err
+		}
+	}
+	return &d, nil
 }
 
 // Callback is the body of a list's completion callback.

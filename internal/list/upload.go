@@ -23,7 +23,7 @@ type Upload struct {
 	Plan          plan.Limits
 	Name          string
 	WebhookURL    string // "" for no completion callback
-	WebhookSecret string
+	WebhookSecret string // sealed (internal/sealed) by the API; "" for none
 	Now           time.Time
 	// Sandbox: the upload's key is a sandbox key. The list is then answered by the sandbox and
 	// admitted against nothing: no hold, no quota, no spend cap (docs/sandbox.md).

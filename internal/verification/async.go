@@ -33,6 +33,15 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 	if err != nil {
 		return uuid.Nil, Window{}, err
 	}
+	if secret != "" {
+		// Only the sealed value is stored: a copy of the database must not sign callbacks
+		// (docs/reliability.md, "Webhook secrets at rest").
+		sealedSecret, err := s.secrets.Seal(secret)
+		if err != nil {
+			return uuid.Nil, Window{}, unavailable(ErrUnstored)
+		}
+		secret = sealedSecret
+	}
 	if req.Caller.Sandbox {
 		return s.sandboxAsync(ctx, req, email, cb, secret)
 	}

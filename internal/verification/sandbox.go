@@ -177,8 +177,10 @@ func (s *Service) sandboxAsync(ctx context.Context, req Request, email string, c
 	}
 	var delivery uuid.UUID
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// secret is sealed; as for a live job, only the delivery keeps it (docs/reliability.md,
+		// "Webhook secrets at rest").
 		if err := job.CreateCompleted(ctx, tx, job.New{ID: id, AccountID: who.Account, KeyID: who.Key, Email: email,
-			WebhookURL: cb.URL, WebhookSecret: secret}, body); err != nil {
+			WebhookURL: cb.URL}, body); err != nil {
 			return err
 		}
 		delivery, err = webhook.CreateDelivery(ctx, tx, id, account, cb.URL, secret, body)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mailvet/mailvet/internal/sealed"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -81,6 +82,9 @@ type Config struct {
 	// PublishDelivery hands a stored webhook delivery to the webhook workers (webhook.Publish);
 	// nil leaves it to their outbox sweep.
 	PublishDelivery func(ctx context.Context, deliveryID uuid.UUID) error
+	// Secrets seal the jobs' webhook secrets before they are stored (config.Config.Secrets;
+	// docs/operations.md, "Secrets at rest"); nil means sealed.Process().
+	Secrets *sealed.Keys
 }
 
 // Service verifies requests. It is safe for concurrent use.
@@ -92,6 +96,7 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 	headroom *headroom
+	secrets  *sealed.Keys
 
 	sandboxRate     int
 	publishDelivery func(context.Context, uuid.UUID) error
@@ -105,7 +110,7 @@ type Service struct {
 // New returns a service.
 func New(c Config) *Service {
 	s := &Service{local: c.Local, fleet: c.Fleet, ledger: c.Ledger, pool: c.Pool, log: c.Log, now: c.Now,
-		headroom: newHeadroom(), stopping: make(chan struct{}), sandboxRate: c.SandboxRatePerMin, publishDelivery: c.PublishDelivery}
+		headroom: newHeadroom(), secrets: sealed.Or(c.Secrets), stopping: make(chan struct{}), sandboxRate: c.SandboxRatePerMin, publishDelivery: c.PublishDelivery}
 	if s.sandboxRate <= 0 {
 		s.sandboxRate = DefaultSandboxRatePerMin
 	}

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
+	"github.com/mailvet/mailvet/internal/sealed"
 	"io"
 	"net"
 	"net/http"
@@ -209,6 +210,13 @@ func (b *bundle) create(t testing.TB, accountID uuid.UUID, url, secret string, b
 	jobID := b.jobID
 	if accountID != b.accountID {
 		jobID = b.job(t, accountID)
+	}
+	// The verifier hands on the job's secret as the API stored it: sealed, under the key a
+	// worker with no Options.Secrets opens with (sealed.Process).
+	if secret != "" {
+		if secret, err = sealed.Process().Seal(secret); err != nil {
+			t.Fatal(err)
+		}
 	}
 	id, err := CreateDelivery(ctx, tx, jobID, accountID, url, secret, body)
 	if err != nil {

@@ -153,7 +153,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
-		SELECT id, job_id, list_id, url, state, signature IS NOT NULL, attempts, last_status, last_error,
+		SELECT id, job_id, list_id, url, state, signature IS NOT NULL OR webhook_secret IS NOT NULL, attempts, last_status, last_error,
 		       replay_of, created_at, finished_at
 		FROM deliveries
 		WHERE account_id = $1
@@ -216,8 +216,9 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 }
 
 // Replay delivers a failed delivery of accountID again: a new delivery with replay_of set to the
-// original, the same URL, the same body bytes and the same signature, published at once. It
-// returns the replay's id.
+// original, the same URL, the same body bytes and the same (sealed) secret, so the same
+// X-Service-Signature and a fresh Standard Webhooks signature, published at once. It returns the
+// replay's id.
 //
 // A request that arrives twice must not deliver twice, so an original has at most one replay
 // that is not failed (a unique index enforces it across API replicas): while one is pending,
@@ -249,11 +250,11 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 	if err != nil {
 		return uuid.Nil, err
 	}
-	// The copy is taken from the delivery asked for; its body and signature are the original's.
+	// The copy is taken from the delivery asked for; its body and secret are the original's.
 	var id uuid.UUID
 	err = tx.QueryRow(ctx, `
-		INSERT INTO deliveries (id, job_id, list_id, account_id, url, body, signature, replay_of)
-		SELECT $1, job_id, list_id, account_id, url, body, signature, $3
+		INSERT INTO deliveries (id, job_id, list_id, account_id, url, body, signature, webhook_secret, replay_of)
+		SELECT $1, job_id, list_id, account_id, url, body, signature, webhook_secret, $3
 		FROM deliveries WHERE id = $2
 		ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL AND state <> 'failed' DO NOTHING
 		RETURNING id`, newID, deliveryID, root).Scan(&id)

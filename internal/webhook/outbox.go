@@ -16,9 +16,19 @@ import (
 
 // CreateDelivery records a delivery of body to url for a finished job, inside the verifier
 // worker's job-completion transaction, so the result and the duty to deliver it commit together.
-// body is stored byte for byte and is exactly what will be sent; when secret is not empty the
-// signature is computed once here, so replays carry the identical header. After the commit the
-// caller calls Publish; if it crashes first, the worker's outbox sweep publishes the delivery.
+// body is stored byte for byte and is exactly what will be sent. secret is the job's webhook
+// secret as stored, sealed (internal/sealed), or "" for an unsigned delivery: it is stored on the
+// delivery unopened, so the verifier worker needs no key, and the webhook worker opens it to sign
+// each attempt. After the commit the caller calls Publish; if it crashes first, the worker's
+// outbox sweep publishes the delivery.
+//
+// Why the delivery keeps the sealed secret rather than signatures computed here: the Standard
+// Webhooks signature covers the attempt's own timestamp (docs/api.md, "Signature"), which a
+// retry minutes later or a replay hours later must renew, or receivers would reject it as a
+// replay. The secret is erased as soon as no attempt can need it any more: when the delivery, or
+// a replay of it, is delivered (finish). A failed delivery keeps it, still sealed, until
+// retention removes the row, because it may be replayed (docs/reliability.md, "Webhook secrets at
+// rest").
 func CreateDelivery(ctx context.Context, tx pgx.Tx, jobID, accountID uuid.UUID, url string, secret string, body []byte) (uuid.UUID, error) {
 	return createDelivery(ctx, tx, "job_id", jobID, accountID, url, secret, body)
 }
@@ -34,17 +44,16 @@ func createDelivery(ctx context.Context, tx pgx.Tx, column string, subject, acco
 	if err != nil {
 		return uuid.Nil, err
 	}
-	var sig *string
+	var sec *string
 	if secret != "" {
-		s := Sign([]byte(secret), body)
-		sig = &s
+		sec = &secret
 	}
 	if body == nil {
 		body = []byte{}
 	}
 	_, err = tx.Exec(ctx, `
-		INSERT INTO deliveries (id, `+column+`, account_id, url, body, signature)
-		VALUES ($1, $2, $3, $4, $5, $6)`, id, subject, accountID, url, body, sig)
+		INSERT INTO deliveries (id, `+column+`, account_id, url, body, webhook_secret)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, subject, accountID, url, body, sec)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("create delivery: %w", err)
 	}

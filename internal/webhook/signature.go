@@ -1,6 +1,9 @@
 package webhook
 
 import (
+	"net/http"
+	"time"
+
 	"github.com/mailvet/mailvet/webhook"
 )
 
@@ -27,4 +30,27 @@ func Sign(secret, body []byte) string { return webhook.Sign(body, string(secret)
 // value and body the raw request body as received.
 func Verify(secret, body []byte, header string) error {
 	return webhook.Verify(body, header, string(secret))
+}
+
+// The Standard Webhooks headers, sent beside X-Service-Signature (docs/api.md, "Signature").
+const (
+	HeaderID        = webhook.HeaderID
+	HeaderTimestamp = webhook.HeaderTimestamp
+	HeaderSignature = webhook.HeaderSignature
+)
+
+// ErrTimestamp: webhook-timestamp is missing, malformed or outside the tolerance.
+var ErrTimestamp = webhook.ErrTimestamp
+
+// SignStandard returns the webhook-signature value of one attempt: id is the delivery id (the
+// same on every attempt), timestamp the attempt's Unix seconds.
+func SignStandard(secret []byte, id string, timestamp int64, body []byte) string {
+	return webhook.SignStandard(id, timestamp, body, string(secret))
+}
+
+// VerifyWebhook is the receiver's check of a callback request with either scheme
+// (webhook.VerifyRequest): the Standard Webhooks headers when present, within tolerance of now
+// (0: webhook.DefaultTolerance), else X-Service-Signature.
+func VerifyWebhook(secret, body []byte, h http.Header, now time.Time, tolerance time.Duration) error {
+	return webhook.VerifyRequest(h, body, string(secret), webhook.VerifyOptions{Tolerance: tolerance, Now: func() time.Time { return now }})
 }

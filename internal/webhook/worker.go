@@ -26,6 +26,7 @@ import (
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
+	"github.com/mailvet/mailvet/internal/sealed"
 )
 
 // MaxStoredResponse is how much of a receiver's response body the delivery log keeps.
@@ -66,6 +67,13 @@ type Options struct {
 	Log *slog.Logger
 	// Metrics is where the worker's series are registered (nil: not registered).
 	Metrics prometheus.Registerer
+	// Secrets open the deliveries' sealed webhook secrets and re-seal stored secrets under the
+	// current key (config.Config.Secrets; docs/operations.md, "Secrets at rest"). nil means
+	// sealed.Process().
+	Secrets *sealed.Keys
+	// ResealInterval is how often secrets not sealed under the current key are re-sealed
+	// (default 1 min; Reseal).
+	ResealInterval time.Duration
 	// Layout is the deployment's NATS layout: the names of the WEBHOOKS stream, its consumer and
 	// subject, and its replication if the worker has to re-create it (a NATS server that lost its
 	// store). The zero Layout is unprefixed, one replica.
@@ -99,6 +107,10 @@ func (o *Options) defaults() error {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.Secrets = sealed.Or(o.Secrets)
+	if o.ResealInterval <= 0 {
+		o.ResealInterval = time.Minute
 	}
 	if o.Client.MaxConnsPerHost == 0 {
 		o.Client.MaxConnsPerHost = o.Concurrency
@@ -205,7 +217,11 @@ type claimed struct {
 	attempt   int
 	url       string
 	body      []byte
-	signature *string
+	signature *string // X-Service-Signature stored at enqueue by releases before sealed secrets
+	secret    *string // sealed webhook secret (internal/sealed); nil: unsigned, or signature is set
+	// serviceSig is the X-Service-Signature this attempt sent, stored by finish so that the
+	// delivery log still says "signed" once the secret is erased.
+	serviceSig *string
 }
 
 // dbRetry is how long a message waits when Postgres could not be reached.
@@ -301,13 +317,13 @@ func (w *Worker) claim(ctx context.Context, id uuid.UUID) (*claimed, time.Durati
 			    next_attempt_at = now() + $2 * interval '1 millisecond'
 			WHERE id = $1 AND state IN ('pending', 'retrying') AND attempts < $3
 			  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-			RETURNING id, attempts, url, body, signature),
+			RETURNING id, attempts, url, body, signature, webhook_secret),
 		a AS (
 			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error)
 			SELECT id, attempts, now(), 0, $4 FROM d)
-		SELECT attempts, url, body, signature FROM d`,
+		SELECT attempts, url, body, signature, webhook_secret FROM d`,
 		id, w.o.lease().Milliseconds(), MaxAttempts, interruptedError,
-	).Scan(&c.attempt, &c.url, &c.body, &c.signature)
+	).Scan(&c.attempt, &c.url, &c.body, &c.signature, &c.secret)
 	if err == nil {
 		return c, 0, nil
 	}
@@ -385,8 +401,13 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 	// attempt that did reach them.
 	req.Header.Set("X-Mailvet-Delivery", c.id.String())
 	req.Header.Set("X-Mailvet-Attempt", strconv.Itoa(c.attempt))
-	if c.signature != nil {
-		req.Header.Set(SignatureHeader, *c.signature)
+	if err := w.sign(req.Header, c); err != nil {
+		// A key missing on this replica (a rotation half rolled out) may be present on another:
+		// the attempt counts and is retried, never sent unsigned. The text is the customer's,
+		// so it names no key.
+		w.log.Error("webhook: the delivery's secret cannot be unsealed; check MAILVET_SECRETS_KEY and MAILVET_SECRETS_KEY_OLD",
+			"delivery_id", c.id, "err", err)
+		return result{errText: "internal: the delivery could not be signed; it is retried", transport: true, label: labelTransport}
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
@@ -412,6 +433,32 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 		}
 	}
 	return res
+}
+
+// sign sets the signature headers of attempt c (docs/api.md, "Signature"): X-Service-Signature,
+// the same on every attempt, and the Standard Webhooks headers, whose signature covers this
+// attempt's timestamp and so is computed now. webhook-id is the delivery id, stable across the
+// attempts of a delivery, like X-Mailvet-Delivery. A delivery stored before secrets were sealed
+// has only its stored X-Service-Signature and gets no Standard Webhooks headers.
+func (w *Worker) sign(h http.Header, c *claimed) error {
+	if c.secret == nil {
+		if c.signature != nil {
+			h.Set(SignatureHeader, *c.signature)
+		}
+		return nil
+	}
+	secret, err := w.o.Secrets.Open(*c.secret)
+	if err != nil {
+		return err
+	}
+	sig := Sign([]byte(secret), c.body)
+	c.serviceSig = &sig
+	h.Set(SignatureHeader, sig)
+	id, ts := c.id.String(), time.Now().Unix()
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(HeaderSignature, SignStandard([]byte(secret), id, ts, c.body))
+	return nil
 }
 
 // errorText shortens a client error for the log: the URL is already on the delivery.
@@ -490,6 +537,9 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 		body = &res.body
 	}
 	var createdAt time.Time
+	var root uuid.UUID
+	// A delivered delivery erases its sealed secret: no attempt of it, nor a replay (Replay takes
+	// only failed ones), can need it again (outbox.go, CreateDelivery).
 	err := w.db.QueryRow(ctx, `
 		WITH a AS (
 			UPDATE delivery_attempts
@@ -498,15 +548,28 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 		UPDATE deliveries
 		SET state = $7::text, last_status = $4, last_error = $5, updated_at = now(),
 		    next_attempt_at = CASE WHEN $7::text = 'retrying' THEN now() + $8 * interval '1 millisecond' END,
-		    finished_at = CASE WHEN $7::text IN ('delivered', 'failed') THEN now() END
+		    finished_at = CASE WHEN $7::text IN ('delivered', 'failed') THEN now() END,
+		    signature = coalesce(signature, $9),
+		    webhook_secret = CASE WHEN $7::text = 'delivered' THEN NULL ELSE webhook_secret END
 		WHERE id = $1 AND attempts = $2 AND state IN ('pending', 'retrying')
-		RETURNING created_at`,
-		c.id, c.attempt, res.duration.Milliseconds(), status, errText, body, state, max(wait.Milliseconds(), 0),
-	).Scan(&createdAt)
+		RETURNING created_at, coalesce(replay_of, id)`,
+		c.id, c.attempt, res.duration.Milliseconds(), status, errText, body, state, max(wait.Milliseconds(), 0), c.serviceSig,
+	).Scan(&createdAt, &root)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Someone else moved the delivery on (an operator, a lease that ran out); the attempt row
 		// is still worth keeping, and the message is done with.
 		return time.Now(), nil
+	}
+	if err == nil && state == StateDelivered {
+		// Once one of an original and its replays is delivered, no new replay can be made
+		// (Replay finds this live one), so the failed ones' secrets go too. Best effort: a
+		// secret left here stays sealed and goes with the row at retention.
+		if _, xerr := w.db.Exec(ctx, `
+			UPDATE deliveries SET webhook_secret = NULL
+			WHERE (id = $1 OR replay_of = $1) AND id <> $2 AND state = 'failed' AND webhook_secret IS NOT NULL`,
+			root, c.id); xerr != nil {
+			w.log.Warn("webhook: erase the secrets of a delivered replay's family", "delivery_id", c.id, "err", xerr)
+		}
 	}
 	return createdAt, err
 }
@@ -519,6 +582,8 @@ type Config struct {
 	AllowPrivate bool
 	// DNSResolver is the host:port callback hosts are looked up at (MAILVET_DNS_RESOLVER).
 	DNSResolver string
+	// Secrets are the process's sealing keys (MAILVET_SECRETS_KEY; nil: sealed.Process()).
+	Secrets *sealed.Keys
 }
 
 // Services builds a worker from cfg and returns its long-running parts — delivery, the outbox
@@ -531,6 +596,7 @@ func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg Config, co
 		Log:         log,
 		Metrics:     reg,
 		Layout:      layout,
+		Secrets:     cfg.Secrets,
 	})
 	if err != nil {
 		return nil, err
@@ -541,5 +607,5 @@ func Services(db DB, js jetstream.JetStream, layout queue.Layout, cfg Config, co
 	if cfg.AllowPrivate {
 		log.Warn("MAILVET_WEBHOOK_ALLOW_PRIVATE is set: callbacks may reach loopback and private networks")
 	}
-	return []func(context.Context) error{w.Run, w.RunSweeper, w.RunRetention}, nil
+	return []func(context.Context) error{w.Run, w.RunSweeper, w.RunRetention, w.RunReseal}, nil
 }

@@ -60,7 +60,11 @@ type system struct {
 	rotation []bool // API replicas the load balancer sends to
 }
 
+// clusterSecretsKey is the test deployment's MAILVET_SECRETS_KEY (32 bytes as 64 hex digits).
+const clusterSecretsKey = "6d61696c766574207465737420636c7573746572207365616c6564206b657921"
+
 // startSystem builds the binaries and starts everything, waiting until every process is ready.
+
 func startSystem(t *testing.T, p profile) *system {
 	natsBin := cluster.NATSServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -93,6 +97,9 @@ func startSystem(t *testing.T, p profile) *system {
 		"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN=1000000",
 		"SSL_CERT_FILE=" + s.recv.caFile,
 		"MAILVET_WEBHOOK_ALLOW_PRIVATE=true",
+		// Every API and webhook worker of a deployment shares one key (docs/operations.md,
+		// "Secrets at rest"); the verifiers get it too here, as a shared environment would.
+		"MAILVET_SECRETS_KEY=" + clusterSecretsKey,
 	}
 	ports := cluster.FreePorts(t, 2*p.apis+p.verifiers+p.webhooks)
 	addr := func() string {
@@ -275,7 +282,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if webhook.Verify(body, req.Header.Get("X-Service-Signature"), webhookSecret) != nil {
+	// Both schemes on every callback: X-Service-Signature, and the Standard Webhooks headers
+	// signed by whichever webhook worker made the attempt (each opens the sealed secret with the
+	// deployment's MAILVET_SECRETS_KEY).
+	if webhook.Verify(body, req.Header.Get("X-Service-Signature"), webhookSecret) != nil ||
+		webhook.VerifyRequest(req.Header, body, webhookSecret, webhook.VerifyOptions{RequireStandard: true}) != nil {
 		r.mu.Lock()
 		r.badSig++
 		r.mu.Unlock()

@@ -14,7 +14,18 @@ export type {
 } from "./client.js";
 export { MailvetError } from "./errors.js";
 export type { ClientErrorCode } from "./errors.js";
-export { verifyWebhookSignature, constantTimeEqual, signatureHeader } from "./webhook.js";
-export type { BytesLike } from "./webhook.js";
+export {
+  verifyWebhookSignature,
+  verifyWebhook,
+  verifyStandardWebhookSignature,
+  standardWebhookKey,
+  constantTimeEqual,
+  signatureHeader,
+  webhookIdHeader,
+  webhookTimestampHeader,
+  webhookSignatureHeader,
+  defaultToleranceSeconds,
+} from "./webhook.js";
+export type { BytesLike, HeadersLike, VerifyWebhookOptions } from "./webhook.js";
 export type * from "./openapi.js";
 export { apiVersion } from "./openapi.js";

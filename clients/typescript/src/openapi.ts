@@ -232,7 +232,7 @@ export type Delivery = {
   list_id: string | null;
   url: string;
   state: "pending" | "retrying" | "delivered" | "failed";
-  /** true when the job had a webhook_secret, so the delivery carries X-Service-Signature. */
+  /** true when the job had a webhook_secret, so the delivery carries X-Service-Signature and the Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature). */
   signed: boolean;
   attempts: number;
   last_status: number | null;
@@ -366,7 +366,7 @@ export type VerifyEmailRequest = {
   webhook_url?: string | null;
   /** Alias of webhook_url; if both are sent they must be equal. */
   callback_url?: string | null;
-  /** HMAC-SHA256 key for X-Service-Signature: at least 8 characters, at most 256 bytes. Only with webhook_url. */
+  /** HMAC-SHA256 key for X-Service-Signature and the Standard Webhooks webhook-signature (a secret written whsec_<base64> keys the latter with its decoded bytes): at least 8 characters, at most 256 bytes. Only with webhook_url. */
   webhook_secret?: string | null;
 };
 

@@ -44,6 +44,141 @@ export async function verifyWebhookSignature(
   return constantTimeEqual(got, want);
 }
 
+// The Standard Webhooks headers every signed callback carries beside X-Service-Signature
+// (docs/api.md, "Signature"): webhook-id is the delivery's id (the same on each attempt),
+// webhook-timestamp the attempt's Unix seconds, webhook-signature "v1," and the base64 of
+// HMAC-SHA256 over "<id>.<timestamp>.<raw body>". The rules match webhook/standard.go
+// (VerifyStandard, VerifyRequest) and are tested with the same golden vectors.
+
+/** The Standard Webhooks header names (lower case, as HTTP/2 and Node's IncomingMessage give them). */
+export const webhookIdHeader = "webhook-id";
+export const webhookTimestampHeader = "webhook-timestamp";
+export const webhookSignatureHeader = "webhook-signature";
+
+/** How far webhook-timestamp may be from the receiver's clock by default, either way: 5 minutes. */
+export const defaultToleranceSeconds = 300;
+
+// Bounds of what is read from the headers before anything is computed (as in the Go package).
+const maxIdLength = 256;
+const maxSignatureLength = 1024;
+const maxSignatures = 8;
+const timestampRE = /^[0-9]{1,12}$/;
+const base64RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** Options of verifyWebhook and verifyStandardWebhookSignature. */
+export interface VerifyWebhookOptions {
+  /** How far webhook-timestamp may be from now, in seconds, either way (default 300). */
+  toleranceSeconds?: number;
+  /** The receiver's clock in milliseconds since the epoch (default Date.now). */
+  now?: () => number;
+  /**
+   * Refuse a callback without the Standard Webhooks headers instead of checking
+   * X-Service-Signature alone, which has no timestamp: set it to have old requests, replayed,
+   * refused.
+   */
+  requireStandard?: boolean;
+}
+
+/**
+ * standardWebhookKey is the HMAC key of the Standard Webhooks signature for a webhook_secret: a
+ * secret "whsec_" + standard base64 (of at least one byte) is keyed with the decoded bytes, as
+ * Standard Webhooks libraries key it; any other secret with its own UTF-8 bytes.
+ */
+export function standardWebhookKey(secret: BytesLike): Uint8Array {
+  const raw = bytes(secret);
+  const prefix = "whsec_";
+  if (raw.length > prefix.length && new TextDecoder().decode(raw.subarray(0, prefix.length)) === prefix) {
+    const rest = new TextDecoder().decode(raw.subarray(prefix.length));
+    if (base64RE.test(rest)) {
+      const bin = atob(rest);
+      if (bin.length > 0) return Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    }
+  }
+  return raw;
+}
+
+/**
+ * verifyStandardWebhookSignature reports whether the Standard Webhooks headers (their values, or
+ * null/undefined when absent) sign rawBody with secret at a time within the tolerance of now. It
+ * resolves to false for an absent, oversized or malformed header, a timestamp outside the
+ * tolerance, and a wrong signature; one matching "v1," value among several suffices.
+ */
+export async function verifyStandardWebhookSignature(
+  rawBody: BytesLike,
+  id: string | null | undefined,
+  timestamp: string | null | undefined,
+  signature: string | null | undefined,
+  secret: BytesLike,
+  options: VerifyWebhookOptions = {},
+): Promise<boolean> {
+  if (typeof id !== "string" || typeof timestamp !== "string" || typeof signature !== "string") return false;
+  if (id === "" || id.length > maxIdLength || signature.length > maxSignatureLength) return false;
+  if (!timestampRE.test(timestamp)) return false;
+  const nowSeconds = (options.now ?? Date.now)() / 1000;
+  const tolerance = options.toleranceSeconds && options.toleranceSeconds > 0 ? options.toleranceSeconds : defaultToleranceSeconds;
+  if (Math.abs(nowSeconds - Number(timestamp)) > tolerance) return false;
+  const values = signature.split(" ").filter((v) => v !== "");
+  if (values.length === 0 || values.length > maxSignatures) return false;
+  const key = standardWebhookKey(secret);
+  if (key.length === 0) throw new TypeError("verifyStandardWebhookSignature: the secret is empty");
+  const subtle = await webCrypto();
+  const hmacKey = await subtle.importKey("raw", key.slice(), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const head = new TextEncoder().encode(`${id}.${timestamp}.`);
+  const body = bytes(rawBody);
+  const content = new Uint8Array(head.length + body.length);
+  content.set(head, 0);
+  content.set(body, head.length);
+  const want = new Uint8Array(await subtle.sign("HMAC", hmacKey, content));
+  let ok = false;
+  for (const v of values) {
+    if (!v.startsWith("v1,") || !base64RE.test(v.slice(3))) continue;
+    const bin = atob(v.slice(3));
+    if (bin.length !== 32) continue;
+    // Every value is compared, so the time taken does not tell which one matched.
+    if (constantTimeEqual(Uint8Array.from(bin, (c) => c.charCodeAt(0)), want)) ok = true;
+  }
+  return ok;
+}
+
+/** Request headers as Fetch (Headers), Express or node:http (a plain object) give them. */
+export type HeadersLike = { get(name: string): string | null } | Record<string, string | string[] | undefined>;
+
+function header(h: HeadersLike, name: string): string | undefined {
+  if (typeof (h as { get?: unknown }).get === "function") {
+    return (h as { get(name: string): string | null }).get(name) ?? undefined;
+  }
+  const rec = h as Record<string, string | string[] | undefined>;
+  const key = Object.keys(rec).find((k) => k.toLowerCase() === name.toLowerCase());
+  const v = key === undefined ? undefined : rec[key];
+  return Array.isArray(v) ? v.join(", ") : v;
+}
+
+/**
+ * verifyWebhook checks a callback request with whichever scheme it carries (docs/api.md,
+ * "Signature"): the Standard Webhooks headers when webhook-signature is present (then only
+ * them, timestamp tolerance included), else X-Service-Signature, unless requireStandard is set.
+ * Pass the raw body exactly as received, before any JSON parsing.
+ */
+export async function verifyWebhook(
+  headers: HeadersLike,
+  rawBody: BytesLike,
+  secret: BytesLike,
+  options: VerifyWebhookOptions = {},
+): Promise<boolean> {
+  const sig = header(headers, webhookSignatureHeader);
+  if ((sig !== undefined && sig !== "") || options.requireStandard) {
+    return verifyStandardWebhookSignature(
+      rawBody,
+      header(headers, webhookIdHeader),
+      header(headers, webhookTimestampHeader),
+      sig,
+      secret,
+      options,
+    );
+  }
+  return verifyWebhookSignature(rawBody, header(headers, signatureHeader), secret);
+}
+
 // webCrypto is globalThis.crypto.subtle, or, on Node 18, where that global needs a flag, the same
 // API from node:crypto. The module name is a variable so that browser bundlers leave it alone.
 async function webCrypto(): Promise<SubtleCrypto> {

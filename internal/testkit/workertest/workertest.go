@@ -24,7 +24,9 @@ type Run func(ctx context.Context, args []string, getenv func(string) string, st
 func ReadyThenStop(t *testing.T, run Run) {
 	t.Helper()
 	ops := freeport.Addr(t)
-	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops}
+	// MAILVET_SECRETS_KEY: the webhook worker refuses to start without one; the verifier ignores it.
+	env := map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t), "MAILVET_METRICS_ADDR": ops,
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr logtest.Buffer // the worker writes it while a failing test reads it
