@@ -286,3 +286,22 @@ func (s *Store) ProvisioningKey(ctx context.Context, accountID string) (*Key, er
 	}
 	return &k, nil
 }
+
+// KeyByID returns a key of the account, active or revoked, by its id: what an audit event of
+// its revocation names (docs/security.md, "Audit log"). Another account's key is ErrKeyNotFound.
+func (s *Store) KeyByID(ctx context.Context, accountID, keyID string) (Key, error) {
+	if uuid.Validate(keyID) != nil || uuid.Validate(accountID) != nil {
+		return Key{}, ErrKeyNotFound
+	}
+	var k Key
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, kind, label, prefix, created_at FROM api_keys WHERE id = $1 AND account_id = $2`,
+		keyID, accountID).Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, ErrKeyNotFound
+	}
+	if err != nil {
+		return Key{}, datastore("read key", err)
+	}
+	return k, nil
+}

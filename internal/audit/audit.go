@@ -37,8 +37,9 @@ import (
 	"github.com/mailvet/mailvet/internal/safetext"
 )
 
-// Kind names what happened. The values are stored and served (docs/api.md, "Audit log"), so they
-// never change; a new kind is added to the list there and in the OpenAPI enum.
+// Kind names what happened. The values are stored and served (docs/api.md,
+// "GET /v1/management/audit"), so they never change; a new kind is added to Kinds, the list in
+// docs/security.md and the OpenAPI enum.
 type Kind string
 
 // The event kinds.

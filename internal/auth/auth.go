@@ -121,6 +121,9 @@ type Principal struct {
 	KeyID     string
 	Tier      plan.Tier
 	Kind      Kind
+	// KeyDisplay is the key's display form (Mask: sk_mgmt_ab12…yz89), never the key: it names
+	// the key as the actor of an audit event (docs/security.md, "Audit log").
+	KeyDisplay string
 }
 
 // Querier is the part of a pgx pool or transaction that Lookup needs.
@@ -156,6 +159,6 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 	if subtle.ConstantTimeCompare(stored, want) != 1 {
 		return Principal{}, ErrInvalidKey
 	}
-	p.Kind, p.Tier = Kind(kind), plan.Tier(tier)
+	p.Kind, p.Tier, p.KeyDisplay = Kind(kind), plan.Tier(tier), Mask(raw)
 	return p, nil
 }
