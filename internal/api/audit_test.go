@@ -3,9 +3,13 @@ package api
 import (
 	"context"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
 )
@@ -119,5 +123,51 @@ func TestKeyCreationFailsWhenItsEventCannotBeWritten(t *testing.T) {
 	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard'`, acct.ID).Scan(&n))
 	if n != 0 {
 		t.Errorf("%d standard keys exist after a creation whose event failed", n)
+	}
+}
+
+// A Stripe subscription event that moves the account to another plan is in its audit log, by
+// "stripe"; an event that changes no plan (a renewal) writes nothing.
+func TestPlanChangesFromStripeAreAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, stripeEnv)
+	_, key := b.account(plan.Free, "cus_audit")
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	b.deliver(subEvent("evt_a1", "customer.subscription.created", t0, map[string]any{"customer": "cus_audit"})).want(t, 200, "")
+	b.deliver(subEvent("evt_a2", "customer.subscription.updated", t0.Add(time.Hour), map[string]any{"customer": "cus_audit"})).want(t, 200, "")
+	b.deliver(subEvent("evt_a3", "customer.subscription.deleted", t0.Add(2*time.Hour), map[string]any{"customer": "cus_audit", "status": "canceled"})).want(t, 200, "")
+	events := b.auditEvents(key, "50")
+	if len(events) != 2 {
+		t.Fatalf("%d events, want 2 plan changes: %v", len(events), events)
+	}
+	for i, want := range []string{"plan builder → free (subscription sub_1 canceled)", "plan free → builder (subscription sub_1 active)"} {
+		e := events[i]
+		if e["kind"] != "plan_changed" || e["actor_type"] != "system" || e["actor"] != "stripe" || e["client_ip"] != nil || e["detail"] != want {
+			t.Errorf("event %d: %v, want %q", i, e, want)
+		}
+	}
+}
+
+// Every kind package audit writes is in the OpenAPI enum and in docs/security.md's table, and
+// nothing else is: the enum is what clients are generated from.
+func TestAuditKindsAreDocumented(t *testing.T) {
+	t.Parallel()
+	var enum []string
+	for _, v := range loadSpecSchema(t, "AuditEvent").Properties["kind"].Value.Enum {
+		enum = append(enum, v.(string))
+	}
+	var kinds []string
+	for _, k := range audit.Kinds {
+		kinds = append(kinds, string(k))
+	}
+	if !slices.Equal(enum, kinds) {
+		t.Errorf("the OpenAPI enum %v, audit.Kinds %v", enum, kinds)
+	}
+	doc, err := os.ReadFile("../../docs/security.md")
+	mustOK(t, err)
+	for _, k := range kinds {
+		if !strings.Contains(string(doc), "| `"+k+"` |") {
+			t.Errorf("docs/security.md has no row for %s", k)
+		}
 	}
 }

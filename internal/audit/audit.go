@@ -52,12 +52,13 @@ const (
 	KeyCreated      Kind = "key_created"      // an API key (standard or provisioning) was created
 	KeyRevoked      Kind = "key_revoked"      // an API key was revoked
 	SpendCapChanged Kind = "spend_cap_changed"
+	PlanChanged     Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
 	AccountDeleted  Kind = "account_deleted"
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, AccountDeleted}
+	SpendCapChanged, PlanChanged, AccountDeleted}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

@@ -98,6 +98,7 @@ var kindText = map[audit.Kind]string{
 	audit.KeyCreated:      "Key created",
 	audit.KeyRevoked:      "Key revoked",
 	audit.SpendCapChanged: "Spend cap changed",
+	audit.PlanChanged:     "Plan changed",
 	audit.AccountDeleted:  "Account deleted",
 }
 
