@@ -305,3 +305,10 @@ func (s *Store) KeyByID(ctx context.Context, accountID, keyID string) (Key, erro
 	}
 	return k, nil
 }
+
+// InTx runs fn in one transaction, with a Store on it and the transaction itself, for a change
+// that writes something of its own in the same transaction: its audit event (docs/security.md,
+// "Audit log"). fn's errors pass through; a failure to begin or commit is a datastore error.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx, store *Store) error) error {
+	return s.inTx(ctx, "transaction", func(tx pgx.Tx) error { return fn(tx, NewStore(tx)) })
+}
