@@ -204,6 +204,17 @@ func TestE2EManagement(t *testing.T) {
 	if err := m.RevokeKey(ctx, created.ID); !errors.As(err, &e) || e.Code != client.CodeKeyNotFound {
 		t.Errorf("revoking twice: %v", err)
 	}
+	// The key's creation and revocation are in the audit log, newest first, named by the
+	// provisioning key's display form, never a key.
+	audit, err := m.AuditEvents(ctx, client.AuditQuery{Limit: 2})
+	if err != nil || len(audit.Events) != 2 || audit.Events[0].Kind != "key_revoked" || audit.Events[1].Kind != "key_created" ||
+		audit.Events[0].ActorType != "api_key" || !strings.HasPrefix(audit.Events[0].Actor, "sk_mgmt_") ||
+		strings.Contains(audit.Events[1].Detail, created.Key) {
+		t.Errorf("AuditEvents = %+v, %v", audit, err)
+	}
+	if _, err := m.AuditEvents(ctx, client.AuditQuery{Cursor: "not-issued"}); !errors.As(err, &e) || e.Code != client.CodeInvalidRequest {
+		t.Errorf("bad audit cursor: %v", err)
+	}
 	// Each key family has its own API.
 	if _, err := m.Verify(ctx, "ann@acme.example"); !errors.As(err, &e) || e.Status != 403 || e.Code != client.CodeWrongKeyType {
 		t.Errorf("provisioning key on verify: %v", err)

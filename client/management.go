@@ -98,3 +98,22 @@ func (c *Client) RetryDelivery(ctx context.Context, id string) (Replay, error) {
 	err := c.call(ctx, request{http.MethodPost, "/v1/management/deliveries/" + pathEscape(id) + "/retry", nil}, http.StatusAccepted, &r)
 	return r, err
 }
+
+// AuditEvents lists the account's audit log of security events (sign-ins, key and password
+// changes; docs/security.md, "Audit log"), newest first, one page at a time.
+func (c *Client) AuditEvents(ctx context.Context, q AuditQuery) (AuditPage, error) {
+	v := url.Values{}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	path := "/v1/management/audit"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var p AuditPage
+	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
+	return p, err
+}

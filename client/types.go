@@ -277,6 +277,30 @@ type DeliveryQuery struct {
 	Cursor string // DeliveryPage.NextCursor of the previous page
 }
 
+// AuditEvent is one security event of the account (docs/security.md, "Audit log").
+type AuditEvent struct {
+	ID        string    `json:"id"`
+	At        time.Time `json:"at"`
+	Kind      string    `json:"kind"`       // signin, signin_throttled, signup, signout, password_change, key_created, …
+	Outcome   string    `json:"outcome"`    // success or failure
+	ActorType string    `json:"actor_type"` // dashboard_user, api_key or system
+	Actor     string    `json:"actor"`      // an email, a key's display form (never a key), or a system's name
+	ClientIP  *string   `json:"client_ip"`  // nil when unknown
+	Detail    string    `json:"detail"`
+}
+
+// AuditPage is one page of the audit log, newest first.
+type AuditPage struct {
+	Events     []AuditEvent `json:"events"`
+	NextCursor string       `json:"next_cursor,omitempty"` // "" on the last page
+}
+
+// AuditQuery pages AuditEvents; the zero value is the first page of 50.
+type AuditQuery struct {
+	Limit  int    // 1 to 200; 0 for the API's default (50)
+	Cursor string // AuditPage.NextCursor of the previous page
+}
+
 // Replay is the answer to RetryDelivery: the new delivery, queued.
 type Replay struct {
 	DeliveryID string `json:"delivery_id"`

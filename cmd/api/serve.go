@@ -12,6 +12,7 @@ import (
 	"github.com/mailvet/mailvet/internal/admin"
 	"github.com/mailvet/mailvet/internal/api"
 	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/idempotency"
@@ -71,6 +72,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 		func(ctx context.Context) error { return expireHolds(ctx, in, log) },
 		func(ctx context.Context) error { return sweepIdempotencyKeys(ctx, in, log) },
+		// Every replica purges the audit log; Purge's SKIP LOCKED shares the rows (docs/security.md,
+		// "Audit log").
+		func(ctx context.Context) error {
+			return audit.RunRetention(ctx, in.Pool, audit.Retention{Keep: cfg.AuditRetention, Log: log})
+		},
 	}
 	if cfg.Dev {
 		// The whole system in one process: the verifier and webhook workers join in. The

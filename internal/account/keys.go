@@ -301,3 +301,29 @@ func (s *Store) ProvisioningKey(ctx context.Context, accountID string) (*Key, er
 	}
 	return &k, nil
 }
+
+// KeyByID returns a key of the account, active or revoked, by its id: what an audit event of
+// its revocation names (docs/security.md, "Audit log"). Another account's key is ErrKeyNotFound.
+func (s *Store) KeyByID(ctx context.Context, accountID, keyID string) (Key, error) {
+	if uuid.Validate(keyID) != nil || uuid.Validate(accountID) != nil {
+		return Key{}, ErrKeyNotFound
+	}
+	var k Key
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, kind, label, prefix, created_at FROM api_keys WHERE id = $1 AND account_id = $2`,
+		keyID, accountID).Scan(&k.ID, &k.Kind, &k.Label, &k.Prefix, &k.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, ErrKeyNotFound
+	}
+	if err != nil {
+		return Key{}, datastore("read key", err)
+	}
+	return k, nil
+}
+
+// InTx runs fn in one transaction, with a Store on it and the transaction itself, for a change
+// that writes something of its own in the same transaction: its audit event (docs/security.md,
+// "Audit log"). fn's errors pass through; a failure to begin or commit is a datastore error.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx, store *Store) error) error {
+	return s.inTx(ctx, "transaction", func(tx pgx.Tx) error { return fn(tx, NewStore(tx)) })
+}

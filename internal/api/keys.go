@@ -4,10 +4,12 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/audit"
 )
 
 // keyJSON is a listed standard key (docs/api.md): never the raw key.
@@ -76,7 +78,16 @@ func (s *Server) createKey(c echo.Context) error {
 			return InvalidRequest(`Field mode must be "live" or "sandbox" (a sandbox key, sk_test_…, answers from the documented test addresses and is never billed).`)
 		}
 	}
-	k, err := s.accounts.CreateStandardKeyIn(c.Request().Context(), principalOf(c).AccountID, *req.Label, mode, "", s.cfg.Plans.MaxKeys)
+	ctx := c.Request().Context()
+	var k account.CreatedKey
+	err := s.audited(ctx, func(tx pgx.Tx) error {
+		var err error
+		k, err = account.NewStore(tx).CreateStandardKeyIn(ctx, principalOf(c).AccountID, *req.Label, mode, "", s.cfg.Plans.MaxKeys)
+		if err != nil {
+			return err
+		}
+		return record(ctx, tx, s.auditEvent(c, audit.KeyCreated, keyDetail(k.Key)))
+	})
 	if err != nil {
 		return err
 	}
@@ -90,8 +101,26 @@ func (s *Server) deleteKey(c echo.Context) error {
 	if err != nil {
 		return account.ErrKeyNotFound
 	}
-	if err := s.accounts.RevokeStandardKey(c.Request().Context(), principalOf(c).AccountID, id.String()); err != nil {
+	ctx := c.Request().Context()
+	err = s.audited(ctx, func(tx pgx.Tx) error {
+		store := account.NewStore(tx)
+		if err := store.RevokeStandardKey(ctx, principalOf(c).AccountID, id.String()); err != nil {
+			return err
+		}
+		k, err := store.KeyByID(ctx, principalOf(c).AccountID, id.String())
+		if err != nil {
+			return err
+		}
+		return record(ctx, tx, s.auditEvent(c, audit.KeyRevoked, keyDetail(k)))
+	})
+	if err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// keyDetail is an audit event's detail for key k: its kind, display form and label, never the
+// key itself.
+func keyDetail(k account.Key) string {
+	return string(k.Kind) + " key " + k.Prefix + " (" + k.Label + ")"
 }

@@ -55,6 +55,7 @@ func (s *Server) routes() {
 	s.mgmt.GET("/usage/summary", s.getUsageSummary)
 	s.mgmt.GET("/deliveries", s.listDeliveries)
 	s.mgmt.POST("/deliveries/:id/retry", s.retryDelivery)
+	s.mgmt.GET("/audit", s.listAudit)
 }
 
 // notFoundInGroup answers paths under an authenticated group that no route matches, after the

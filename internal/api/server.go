@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/dashboard"
@@ -170,7 +171,7 @@ func New(d Deps) *Server {
 		}, func() float64 { return float64(s.rejections.Dropped()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mailvet_sync_reasks_total",
 			Help: "Single verifications sent to another verifier because the one that took them went silent (killed or frozen).",
-		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }))
+		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }), audit.Metric())
 	}
 
 	e := echo.New()

@@ -174,6 +174,9 @@ type Principal struct {
 	// Mode is the key's mode: a sandbox key's requests are answered by the sandbox
 	// (docs/sandbox.md).
 	Mode Mode
+	// KeyDisplay is the key's display form (Mask: sk_mgmt_ab12…yz89), never the key: it names
+	// the key as the actor of an audit event (docs/security.md, "Audit log").
+	KeyDisplay string
 }
 
 // Sandbox reports whether the principal's key is a sandbox key.
@@ -214,7 +217,7 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 	if subtle.ConstantTimeCompare(stored, want) != 1 {
 		return Principal{}, ErrInvalidKey
 	}
-	p.Kind, p.Tier, p.Mode = Kind(kind), plan.Tier(tier), Mode(mode)
+	p.Kind, p.Tier, p.Mode, p.KeyDisplay = Kind(kind), plan.Tier(tier), Mode(mode), Mask(raw)
 	// The prefix and the stored row always agree for keys this package generated; a key whose
 	// prefix claims another family or mode than its row is refused rather than trusted either
 	// way, so a sandbox key can never act live nor a live key be answered from the sandbox.

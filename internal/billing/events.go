@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/plan"
 )
 
@@ -163,6 +164,7 @@ func (ev *Events) settleCustomer(ctx context.Context, tx pgx.Tx, customerID stri
 	)
 	err := tx.QueryRow(ctx, `SELECT id, tier FROM accounts WHERE stripe_customer_id = $1 FOR NO KEY UPDATE`,
 		customerID).Scan(&accountID, &tier)
+	was := tier
 	if errors.Is(err, pgx.ErrNoRows) {
 		return UnknownCustomer, nil
 	}
@@ -215,6 +217,16 @@ func (ev *Events) settleCustomer(ctx context.Context, tx pgx.Tx, customerID stri
 		unix(sub.BillingCycleAnchor), created)
 	if err != nil {
 		return "", err
+	}
+	if tier != was {
+		// In the event's transaction: a plan change is never applied without its audit event, and
+		// an event that cannot be written fails the webhook, which Stripe sends again
+		// (docs/security.md, "When an audit write fails").
+		if err := audit.Record(ctx, tx, audit.Event{AccountID: accountID, ActorType: audit.ActorSystem, Actor: "stripe",
+			Kind: audit.PlanChanged, Outcome: audit.Success,
+			Detail: fmt.Sprintf("plan %s → %s (subscription %s %s)", was, tier, sub.ID, status)}); err != nil {
+			return "", err
+		}
 	}
 	return out, nil
 }

@@ -117,6 +117,10 @@ type Config struct {
 	// DashboardSessionTTL is how long a dashboard sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL,
 	// docs/dashboard.md).
 	DashboardSessionTTL time.Duration
+
+	// AuditRetention is how long audit events are kept (MAILVET_AUDIT_RETENTION,
+	// docs/operations.md; docs/security.md, "Audit log").
+	AuditRetention time.Duration
 }
 
 // UploadLimits bound what list uploads on their way can hold of a replica (docs/lists.md,
@@ -308,6 +312,17 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 			e.fail("MAILVET_DASHBOARD_SESSION_TTL", fmt.Errorf("%q is not a duration from 5m to 720h, like 12h", v))
 		} else {
 			c.DashboardSessionTTL = d
+		}
+	}
+
+	c.AuditRetention = 8760 * time.Hour
+	if v, ok := e.lookup("MAILVET_AUDIT_RETENTION"); ok {
+		// At least a day, so that last night's events are there in the morning; at most ten years.
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 24*time.Hour || d > 87600*time.Hour {
+			e.fail("MAILVET_AUDIT_RETENTION", fmt.Errorf("%q is not a duration from 24h to 87600h (ten years), like 8760h", v))
+		} else {
+			c.AuditRetention = d
 		}
 	}
 

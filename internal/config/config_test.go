@@ -53,6 +53,9 @@ func TestLoadDefaults(t *testing.T) {
 	if c.StreamReplicas != 1 || c.WebhookAllowPrivate {
 		t.Errorf("replicas %d allow private %v", c.StreamReplicas, c.WebhookAllowPrivate)
 	}
+	if c.AuditRetention != 8760*time.Hour {
+		t.Errorf("audit retention %v, want a year", c.AuditRetention)
+	}
 }
 
 func TestLoadMetricsAddrPerRole(t *testing.T) {
@@ -131,6 +134,7 @@ func TestLoadOverrides(t *testing.T) {
 		"MAILVET_SMTP_PROXY":                    "socks5://127.0.0.1:1080",
 		"MAILVET_GREYLIST_WINDOW":               "1h30m",
 		"MAILVET_ADMISSION_WINDOW":              "0",
+		"MAILVET_AUDIT_RETENTION":               "2160h",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +159,9 @@ func TestLoadOverrides(t *testing.T) {
 	}
 	if c.PublicURL != "https://api.example.com" {
 		t.Errorf("public url %q", c.PublicURL)
+	}
+	if c.AuditRetention != 90*24*time.Hour {
+		t.Errorf("audit retention %v", c.AuditRetention)
 	}
 }
 
@@ -197,6 +204,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_DNS_RESOLVER":          "8.8.8.8",
 		"MAILVET_PUBLIC_URL":            "ftp://x",
 		"MAILVET_DISPOSABLE_EXTRA_FILE": "/nonexistent/extra.txt",
+		"MAILVET_AUDIT_RETENTION":       "1h",
 	}
 	_, err := Load(RoleAPI, false, envOf(bad))
 	if err == nil {

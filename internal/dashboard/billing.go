@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/plan"
 )
@@ -253,7 +256,13 @@ func (h *Handler) setSpendCap(w http.ResponseWriter, r *http.Request, s *session
 		}
 		eur = &v
 	}
-	if err := h.accounts.SetSpendCap(r.Context(), s.AccountID, eur); err != nil {
+	detail := "spend cap removed"
+	if eur != nil {
+		detail = "spend cap set to €" + formatEUR(*eur)
+	}
+	if err := h.audited(r.Context(), func(tx pgx.Tx) error {
+		return account.NewStore(tx).SetSpendCap(r.Context(), s.AccountID, eur)
+	}, func() audit.Event { return h.sessionEvent(r, s, audit.SpendCapChanged, detail) }); err != nil {
 		h.failure(w, r, s, err)
 		return
 	}

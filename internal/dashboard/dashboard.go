@@ -167,6 +167,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", h.signedIn(h.downloadList))
 	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", h.signedIn(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
 	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", h.signedIn(h.listAction(http.MethodDelete, "", "list-deleted")))
+	m.HandleFunc("GET "+Prefix+"/security", h.signedIn(h.securityPage))
 	m.HandleFunc("GET "+Prefix+"/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST "+Prefix+"/settings/password", h.signedIn(h.changePassword))
 	m.HandleFunc(Prefix+"/", h.notFound)

@@ -10,9 +10,11 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/audit"
 )
 
 // keysData is the keys page. New is the key just created, shown this once. KeyToken and ProvToken
@@ -167,7 +169,12 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, s *session) 
 		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, "Choose the live or the sandbox mode for the key.", label)
 		return
 	}
-	k, err := h.accounts.CreateStandardKeyIn(r.Context(), s.AccountID, label, mode, token, h.cfg.Plans.MaxKeys)
+	var k account.CreatedKey
+	err := h.audited(r.Context(), func(tx pgx.Tx) error {
+		var err error
+		k, err = account.NewStore(tx).CreateStandardKeyIn(r.Context(), s.AccountID, label, mode, token, h.cfg.Plans.MaxKeys)
+		return err
+	}, func() audit.Event { return h.sessionEvent(r, s, audit.KeyCreated, keyDetail(k.Key)) })
 	var (
 		limit *account.KeyLimitError
 		dup   *account.KeyCreatedError
@@ -197,7 +204,16 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, s *session) 
 		h.confirmRevokePost(w, r, s, id.String())
 		return
 	}
-	err = h.accounts.RevokeStandardKey(r.Context(), s.AccountID, id.String())
+	var revoked account.Key
+	err = h.audited(r.Context(), func(tx pgx.Tx) error {
+		store := account.NewStore(tx)
+		if err := store.RevokeStandardKey(r.Context(), s.AccountID, id.String()); err != nil {
+			return err
+		}
+		var err error
+		revoked, err = store.KeyByID(r.Context(), s.AccountID, id.String())
+		return err
+	}, func() audit.Event { return h.sessionEvent(r, s, audit.KeyRevoked, keyDetail(revoked)) })
 	if errors.Is(err, account.ErrKeyNotFound) {
 		h.keysAnswer(w, r, s, http.StatusNotFound, nil, "There is no such active key in your account.", "")
 		return
@@ -233,7 +249,12 @@ func (h *Handler) createProvisioningKey(w http.ResponseWriter, r *http.Request, 
 		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, "")
 		return
 	}
-	k, err := h.accounts.CreateProvisioningKeyOnce(r.Context(), s.AccountID, token)
+	var k account.CreatedKey
+	err := h.audited(r.Context(), func(tx pgx.Tx) error {
+		var err error
+		k, err = account.NewStore(tx).CreateProvisioningKeyOnce(r.Context(), s.AccountID, token)
+		return err
+	}, func() audit.Event { return h.sessionEvent(r, s, audit.KeyCreated, keyDetail(k.Key)) })
 	var dup *account.KeyCreatedError
 	switch {
 	case errors.As(err, &dup):
@@ -259,7 +280,20 @@ func (h *Handler) revokeProvisioningKey(w http.ResponseWriter, r *http.Request, 
 			return
 		}
 	}
-	n, err := h.accounts.RevokeProvisioningKey(r.Context(), s.AccountID)
+	// The key is read before it is revoked, to name it in the audit event; a revocation that
+	// found no key changed nothing and records nothing.
+	var n int
+	err := pgx.BeginFunc(r.Context(), h.pool, func(tx pgx.Tx) error {
+		store := account.NewStore(tx)
+		prov, err := store.ProvisioningKey(r.Context(), s.AccountID)
+		if err != nil {
+			return err
+		}
+		if n, err = store.RevokeProvisioningKey(r.Context(), s.AccountID); err != nil || n == 0 || prov == nil {
+			return err
+		}
+		return audit.Record(r.Context(), tx, h.sessionEvent(r, s, audit.KeyRevoked, keyDetail(*prov)))
+	})
 	if err != nil {
 		h.failure(w, r, s, err)
 		return
@@ -269,4 +303,10 @@ func (h *Handler) revokeProvisioningKey(w http.ResponseWriter, r *http.Request, 
 		done = "no-revoked"
 	}
 	http.Redirect(w, r, Prefix+"/keys?done="+done, http.StatusSeeOther)
+}
+
+// keyDetail is an audit event's detail for key k: its kind, display form and label, never the
+// key itself (as the management API writes it).
+func keyDetail(k account.Key) string {
+	return string(k.Kind) + " key " + k.Prefix + " (" + k.Label + ")"
 }

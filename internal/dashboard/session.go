@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/database"
 )
 
@@ -75,15 +76,26 @@ func (h *Handler) sessionTTL() time.Duration {
 const endedCookie = "ended"
 
 // startSession signs userID in: a new random token in the cookie, its hash and a fresh CSRF
-// secret in the table. Expired sessions are cleared a batch at a time on the way, so the table
-// stays bounded without a separate job.
-func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, userID string) error {
+// secret in the table, and the sign-in's audit event in the same transaction, so that no session
+// starts unrecorded (docs/security.md, "When an audit write fails"); how is the event's detail.
+// Expired sessions are cleared a batch at a time on the way, so the table stays bounded without a
+// separate job.
+func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, userID, how string) error {
 	if _, err := h.pool.Exec(ctx, `
 		DELETE FROM dashboard_sessions WHERE token_hash IN (
 			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)`); err != nil {
 		h.log.Warn("dashboard: clear expired sessions", "err", err)
 	}
-	raw, err := h.insertSession(ctx, h.pool, userID)
+	var raw, accountID, email string
+	err := h.audited(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT account_id, email FROM dashboard_users WHERE id = $1`, userID).
+			Scan(&accountID, &email); err != nil {
+			return err
+		}
+		var err error
+		raw, err = h.insertSession(ctx, tx, userID)
+		return err
+	}, func() audit.Event { return h.auditEvent(r, accountID, email, audit.SignIn, audit.Success, how) })
 	if err != nil {
 		return err
 	}

@@ -94,6 +94,44 @@ var clientAddr = clientaddr.Of
 type attempt struct {
 	acct, pair, addr string
 	wait             time.Duration
+	// delays are the subjects whose delay this attempt starts if its password is wrong: the
+	// attempt brought their failures to their policy's free count. A wrong password then writes a
+	// signin_throttled audit event for each (docs/security.md, "Audit log").
+	delays []delayStart
+}
+
+// delayStart is a subject whose delay an attempt started, for its audit event.
+type delayStart struct {
+	subject string // "pair", "account" or "address"
+	policy  delayPolicy
+}
+
+// detail is the audit event's text: which subject, after how many failures, and the delays.
+func (d delayStart) detail() string {
+	var who string
+	switch d.subject {
+	case "pair":
+		who = "from one address on this account"
+	case "account":
+		who = "on this account from every address"
+	default:
+		who = "from one address across accounts"
+	}
+	return strconv.Itoa(d.policy.free) + " failed sign-ins " + who + ": each further attempt waits " +
+		spelled(d.policy.base) + ", doubling up to " + spelled(d.policy.cap)
+}
+
+// spelled writes a whole number of minutes or seconds as a person reads it: "30 seconds",
+// "1 minute", "15 minutes".
+func spelled(d time.Duration) string {
+	n, unit := int(d/time.Second), "second"
+	if d >= time.Minute && d%time.Minute == 0 {
+		n, unit = int(d/time.Minute), "minute"
+	}
+	if n != 1 {
+		unit += "s"
+	}
+	return strconv.Itoa(n) + " " + unit
 }
 
 // claimAttempt counts a password attempt for email from r against its subjects before the
@@ -108,17 +146,21 @@ func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email strin
 	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		// Always the pair, then the account, then the address: concurrent claims lock rows in one
 		// order.
+		at.delays = nil
 		for _, c := range []struct {
-			subject string
-			policy  delayPolicy
-		}{{at.pair, pairDelay}, {at.acct, accountDelay}, {at.addr, addressDelay}} {
-			wait, err := countDelayed(ctx, tx, c.subject, c.policy, now)
+			subject, name string
+			policy        delayPolicy
+		}{{at.pair, "pair", pairDelay}, {at.acct, "account", accountDelay}, {at.addr, "address", addressDelay}} {
+			wait, failures, err := countDelayed(ctx, tx, c.subject, c.policy, now)
 			if err != nil {
 				return err
 			}
 			if wait > 0 {
-				at.wait, blocked = wait, true
+				at.wait, blocked, at.delays = wait, true, nil
 				return errBlocked // roll back: a refused attempt counts against no subject
+			}
+			if failures == c.policy.free {
+				at.delays = append(at.delays, delayStart{subject: c.name, policy: c.policy})
 			}
 		}
 		return nil
@@ -132,21 +174,27 @@ func (h *Handler) claimAttempt(ctx context.Context, r *http.Request, email strin
 	return at, false, h.clearOld(ctx, now)
 }
 
-// countDelayed adds one failure to subject and makes now its last attempt, unless the subject
-// must still wait: then it changes nothing and returns how long is left. The check and the count
-// are one statement, under the row's lock. A subject whose last attempt is older than
-// forgetFailures starts again from one failure. window_start holds the last attempt.
-func countDelayed(ctx context.Context, tx pgx.Tx, subject string, p delayPolicy, now time.Time) (time.Duration, error) {
-	tag, err := tx.Exec(ctx, `
+// countDelayed adds one failure to subject and makes now its last attempt, returning the
+// subject's failures with it, unless the subject must still wait: then it changes nothing and
+// returns how long is left. The check and the count are one statement, under the row's lock. A
+// subject whose last attempt is older than forgetFailures starts again from one failure.
+// window_start holds the last attempt.
+func countDelayed(ctx context.Context, tx pgx.Tx, subject string, p delayPolicy, now time.Time) (time.Duration, int, error) {
+	var counted int
+	err := tx.QueryRow(ctx, `
 		INSERT INTO dashboard_signin_failures AS f (subject, window_start, failures) VALUES ($1, $2, 1)
 		ON CONFLICT (subject) DO UPDATE SET
 			failures = CASE WHEN f.window_start <= $3 THEN 1 ELSE f.failures + 1 END,
 			window_start = $2
 		WHERE f.window_start <= $3 OR f.failures < $4
-			OR f.window_start + make_interval(secs => least($6::float8, $5::float8 * power(2, f.failures - $4))) <= $2`,
-		subject, now, now.Add(-forgetFailures), p.free, p.base.Seconds(), p.cap.Seconds())
-	if err != nil || tag.RowsAffected() > 0 {
-		return 0, err
+			OR f.window_start + make_interval(secs => least($6::float8, $5::float8 * power(2, f.failures - $4))) <= $2
+		RETURNING failures`,
+		subject, now, now.Add(-forgetFailures), p.free, p.base.Seconds(), p.cap.Seconds()).Scan(&counted)
+	if err == nil {
+		return 0, counted, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, err
 	}
 	var (
 		failures int
@@ -154,10 +202,10 @@ func countDelayed(ctx context.Context, tx pgx.Tx, subject string, p delayPolicy,
 	)
 	if err := tx.QueryRow(ctx, `SELECT failures, window_start FROM dashboard_signin_failures WHERE subject = $1`, subject).
 		Scan(&failures, &last); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// At least a second, so that a refusal always names a wait.
-	return max(last.Add(p.wait(failures)).Sub(now), time.Second), nil
+	return max(last.Add(p.wait(failures)).Sub(now), time.Second), failures, nil
 }
 
 // count adds one to subject's count in its current window (a new window when the last one is

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/plan"
 )
 
@@ -102,7 +103,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 	hash, err := h.hash(ctx, password)
 	var userID string
 	if err == nil {
-		userID, err = h.createUser(ctx, email, hash)
+		userID, err = h.createUser(ctx, r, email, hash)
 	}
 	if err != nil {
 		// Best effort: a count not given back only lowers the address's limit for the day.
@@ -115,10 +116,11 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 			return
 		}
 		if !ok {
+			h.passwordRefused(r, email, audit.SignIn, at)
 			fail(http.StatusUnprocessableEntity, msgSignupRefused)
 			return
 		}
-		h.finishSignin(w, r, userID, at)
+		h.finishSignin(w, r, userID, at, "with the sign-up form of an existing account")
 		return
 	}
 	if err == nil {
@@ -128,23 +130,28 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 		h.failure(w, r, nil, err)
 		return
 	}
-	h.finishSignin(w, r, userID, at)
+	h.finishSignin(w, r, userID, at, "after sign-up")
 }
 
 var errEmailTaken = errors.New("email taken")
 
 // createUser creates the free account and its user in one transaction, through account.Store so
-// that accounts are made the one way the rest of Mailvet makes them.
-func (h *Handler) createUser(ctx context.Context, email, hash string) (string, error) {
+// that accounts are made the one way the rest of Mailvet makes them, with the sign-up's audit
+// event (docs/security.md, "Audit log").
+func (h *Handler) createUser(ctx context.Context, r *http.Request, email, hash string) (string, error) {
 	userID := uuid.NewString()
-	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+	var accountID string
+	err := h.audited(ctx, func(tx pgx.Tx) error {
 		a, err := account.NewStore(tx).Create(ctx, account.NewAccount{Tier: plan.Free, Email: email})
 		if err != nil {
 			return err
 		}
+		accountID = a.ID
 		_, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
 			userID, a.ID, email, hash)
 		return err
+	}, func() audit.Event {
+		return h.auditEvent(r, accountID, email, audit.SignUp, audit.Success, "free account created")
 	})
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "dashboard_users_email" {
@@ -199,19 +206,22 @@ func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 		return
 	}
 	if !ok {
+		h.passwordRefused(r, email, audit.SignIn, at)
 		fail(http.StatusUnauthorized, msgWrongCredentials)
 		return
 	}
-	h.finishSignin(w, r, userID, at)
+	h.finishSignin(w, r, userID, at, "")
 }
 
-func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID string, at attempt) {
+// finishSignin signs userID in; how says how, for the audit event of the sign-in ("" for the
+// sign-in form).
+func (h *Handler) finishSignin(w http.ResponseWriter, r *http.Request, userID string, at attempt, how string) {
 	ctx := r.Context()
 	if err := h.clearFailures(ctx, at); err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
-	if err := h.startSession(ctx, w, r, userID); err != nil {
+	if err := h.startSession(ctx, w, r, userID, how); err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
@@ -223,6 +233,9 @@ func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *session) {
 		h.failure(w, r, nil, err)
 		return
 	}
+	// After the session ended, and never in the way of it (docs/security.md, "When an audit
+	// write fails").
+	h.recordOrLog(r.Context(), h.sessionEvent(r, s, audit.SignOut, ""))
 	http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
 }
 
@@ -268,6 +281,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	if !ok {
+		h.passwordRefused(r, s.Email, audit.PasswordChange, at)
 		fail(http.StatusUnprocessableEntity, "The current password is wrong.")
 		return
 	}
@@ -277,7 +291,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	var token string
-	err = pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+	err = h.audited(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE dashboard_users SET password_hash = $2, updated_at = now() WHERE id = $1`,
 			s.UserID, nextHash); err != nil {
 			return err
@@ -287,6 +301,8 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 		}
 		token, err = h.insertSession(ctx, tx, s.UserID)
 		return err
+	}, func() audit.Event {
+		return h.sessionEvent(r, s, audit.PasswordChange, "every other session ended")
 	})
 	if err != nil {
 		h.failure(w, r, s, err)

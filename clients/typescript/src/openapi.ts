@@ -253,6 +253,31 @@ export type DeliveryPage = {
   next_cursor?: string;
 };
 
+/** One security event of the account (docs/security.md, "Audit log"). No secret is ever in an event: a key appears only as its display form. */
+export type AuditEvent = {
+  id: string;
+  /** When it happened, ISO 8601 UTC to the second. */
+  at: string;
+  /** What happened: signin (a dashboard sign-in; failure: wrong password), signin_throttled (the sign-in throttle began delaying attempts), signup, signout, password_change (failure: wrong current password), key_created, key_revoked, spend_cap_changed, plan_changed (a Stripe subscription event moved the account to another plan), account_deleted. New kinds may be added. */
+  kind: "signin" | "signin_throttled" | "signup" | "signout" | "password_change" | "key_created" | "key_revoked" | "spend_cap_changed" | "plan_changed" | "account_deleted";
+  outcome: "success" | "failure";
+  /** What actor names: a dashboard user's email, an API key's display form, or a part of the system. */
+  actor_type: "dashboard_user" | "api_key" | "system";
+  /** Who acted: the dashboard user's email, the key's display form (sk_mgmt_ab12…yz89, never the key), or the system's name. */
+  actor: string;
+  /** The client's address (behind the operator's trusted proxies, the X-Forwarded-For client); null when unknown. */
+  client_ip: string | null;
+  /** A short human description, such as the label and display form of the key created. */
+  detail: string;
+};
+
+export type AuditPage = {
+  /** Newest first. */
+  events: Array<AuditEvent>;
+  /** Opaque cursor of the next page; absent on the last page. */
+  next_cursor?: string;
+};
+
 export type RateLimitExceeded = ApiError & {
   error?: "rate_limit_exceeded";
   /** Emails per minute of the account's tier. */
@@ -437,6 +462,9 @@ export type RetryDeliveryResponse = {
   /** The replay's state: pending for a new replay; a repeated request gets the replay already made, in the state it has reached. */
   status: "pending" | "retrying" | "delivered" | "failed";
 };
+
+/** The JSON body of a 2xx answer to GET /v1/management/audit. */
+export type ListAuditEventsResponse = AuditPage;
 
 /** The JSON request body of POST /v1/stripe/webhook. */
 export type StripeWebhookRequest = Record<string, unknown>;
