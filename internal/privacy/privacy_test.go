@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
 )
@@ -85,54 +86,10 @@ func seed(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) fixture {
 	return f
 }
 
-// column is one column of the public schema.
-type column struct{ table, name, typ string }
-
-func columns(t *testing.T, pool *pgxpool.Pool) []column {
-	t.Helper()
-	rows, err := pool.Query(ctx, `SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
-		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
-		WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' AND c.table_name <> 'goose_db_version'
-		ORDER BY 1, 2`)
-	pgtest.Must(t, err, "columns")
-	defer rows.Close()
-	var cs []column
-	for rows.Next() {
-		var c column
-		pgtest.Must(t, rows.Scan(&c.table, &c.name, &c.typ), "scan column")
-		cs = append(cs, c)
-	}
-	return cs
-}
-
-// findEverywhere returns "table.column" for every column of every table holding needle: text,
-// jsonb and arrays compared as text, bytea as bytes, uuid columns by equality.
+// findEverywhere is privacytest.Find.
 func findEverywhere(t *testing.T, pool *pgxpool.Pool, needle string) []string {
 	t.Helper()
-	var hits []string
-	for _, c := range columns(t, pool) {
-		var cond string
-		switch c.typ {
-		case "text", "character varying", "jsonb", "json", "ARRAY":
-			cond = fmt.Sprintf(`strpos(lower(%q::text), lower($1)) > 0`, c.name)
-		case "bytea":
-			cond = fmt.Sprintf(`position(convert_to($1::text, 'UTF8') in %q) > 0`, c.name)
-		case "uuid":
-			if uuid.Validate(needle) != nil {
-				continue
-			}
-			cond = fmt.Sprintf(`%q = $1::uuid`, c.name)
-		default:
-			continue
-		}
-		var n int
-		pgtest.Must(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q WHERE %s`, c.table, cond), needle).Scan(&n),
-			"search "+c.table+"."+c.name)
-		if n > 0 {
-			hits = append(hits, c.table+"."+c.name)
-		}
-	}
-	return hits
+	return privacytest.Find(t, pool, needle)
 }
 
 func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
