@@ -7,8 +7,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
+	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
@@ -105,4 +109,44 @@ func TestDataPageExportAndDeletion(t *testing.T) {
 	if n != 1 {
 		t.Error("the other account's user is gone")
 	}
+}
+
+// A person deletes the account in a browser: Settings, the data page, the typed email and the
+// password, the button; the page says it is done and the dashboard asks for a sign-in again.
+func TestDataPageDeletionInBrowser(t *testing.T) {
+	bin := chromiumtest.Path(t)
+	f := newFixture(t, nil)
+	ctx := chromiumtest.Start(t, bin, 60*time.Second)
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	run("sign up", chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
+		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+	acct := f.accountOf(t, "ann@example.com")
+	run("open the data page", chromedp.Navigate(f.srv.URL+"/dashboard/settings"),
+		chromedp.Click(chromedp.CSS("#data-link")), chromedp.WaitVisible(chromedp.CSS("#delete-account")))
+	run("type a wrong email", chromedp.SendKeys(chromedp.CSS("#confirm"), "someone@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.Click(chromedp.CSS("#delete-account")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	if hits := privacytest.Find(t, f.pool, "ann@example.com"); len(hits) == 0 {
+		t.Fatal("a wrong confirmation deleted the account")
+	}
+	run("delete", chromedp.SendKeys(chromedp.CSS("#confirm"), "ann@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.Click(chromedp.CSS("#delete-account")), chromedp.WaitVisible(chromedp.CSS("#notice")))
+	if hits := privacytest.Find(t, f.pool, "ann@example.com"); len(hits) > 0 {
+		t.Errorf("the account's email is still in %v", hits)
+	}
+	var deleted bool
+	pgtest.Must(t, f.pool.QueryRow(context.Background(), `SELECT deleted_at IS NOT NULL FROM accounts WHERE id = $1`, acct).Scan(&deleted), "tombstone")
+	if !deleted {
+		t.Error("the account is not marked deleted")
+	}
+	run("the dashboard asks for a sign-in", chromedp.Navigate(f.srv.URL+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 }
