@@ -37,6 +37,7 @@ func TestTypesMatchTheOpenAPISchemas(t *testing.T) {
 		"DailyUsage": client.DailyUsage{}, "UsageSummary": client.UsageSummary{},
 		"DeliveryAttempt": client.DeliveryAttempt{}, "Delivery": client.Delivery{},
 		"DeliveryPage": client.DeliveryPage{}, "List": client.List{}, "ListPage": client.ListPage{},
+		"HistoryDeleted": client.HistoryDeleted{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {
