@@ -57,7 +57,9 @@ func TestE2EPersonalData(t *testing.T) {
 		}
 	}
 	// The usage rows of delivered results are written a moment after their answers.
-	seen := func(raw string, e string) bool { return strings.Contains(raw, `"email": "`+e+`"`) || strings.Contains(raw, `"email":"`+e+`"`) }
+	seen := func(raw string, e string) bool {
+		return strings.Contains(raw, `"email": "`+e+`"`) || strings.Contains(raw, `"email":"`+e+`"`)
+	}
 	var raw string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		r, d := export(t, m)
