@@ -192,3 +192,17 @@ func TestJobExpiresAfterItsRetention(t *testing.T) {
 		t.Errorf("expired job: %v", j)
 	}
 }
+
+// An account paying for a subscription is refused (409 subscription_active) and keeps working.
+func TestDeleteAccountOfAPayingAccountIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a, mgmt := b.account(plan.Builder, "cus_paying")
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET subscription_status = 'active' WHERE id = $1`, a.ID)
+	r := b.call(http.MethodDelete, "/v1/management/account", mgmt, map[string]any{"confirm": a.ID}).want(t, http.StatusConflict, CodeSubscriptionActive)
+	if !strings.Contains(r.body["action"].(string), "billing portal") {
+		t.Errorf("action: %v", r.body["action"])
+	}
+	b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "")
+	b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, 200, "")
+}
