@@ -99,33 +99,43 @@ func TestAccountExportAndDeletionThroughTheAPI(t *testing.T) {
 	}
 }
 
-// A job queued before its account was deleted is taken by a worker afterwards: it finds the job
-// gone and writes nothing back.
-func TestQueuedJobOfADeletedAccountWritesNothing(t *testing.T) {
-	t.Parallel()
-	b := setupVerify(t, verifyOpts{noWorkers: true})
-	a, mgmt := b.account(plan.Free, "")
-	key := b.standardKey(a.ID).Raw
-	b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}).want(t, http.StatusAccepted, "")
-	b.call(http.MethodDelete, "/v1/management/account", mgmt, map[string]any{"confirm": a.ID}).want(t, 204, "")
-
-	b.startWorker(t)
+// waitConsumed waits until the consumer has been handed messages and has none left to handle.
+func (b *verifyBundle) waitConsumed(t *testing.T, stream, consumer string) {
+	t.Helper()
 	ctx := context.Background()
-	cons, err := b.js.Consumer(ctx, queue.StreamJobs, queue.ConsumerJobRunners)
+	cons, err := b.js.Consumer(ctx, stream, consumer)
 	mustOK(t, err)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		info, err := cons.Info(ctx)
 		mustOK(t, err)
 		if info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer > 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the job's message was not handled: %+v", info)
+			t.Fatalf("%s: messages not handled: %+v", consumer, info)
 		}
 	}
+}
+
+// A job and a list queued before their account was deleted are taken by a worker afterwards: it
+// finds them gone and writes nothing back.
+func TestQueuedWorkOfADeletedAccountWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.standardKey(a.ID).Raw
+	b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}).want(t, http.StatusAccepted, "")
+	b.call(http.MethodPost, "/v1/email/lists", key, "email,name\nbob@acme.test,Bob Listed\n", "Content-Type", "text/csv").want(t, http.StatusAccepted, "")
+	b.call(http.MethodDelete, "/v1/management/account", mgmt, map[string]any{"confirm": a.ID}).want(t, 204, "")
+
+	b.startWorker(t)
+	b.waitConsumed(t, queue.StreamJobs, queue.ConsumerJobRunners)
+	b.waitConsumed(t, queue.StreamLists, queue.ConsumerListChunks)
 	b.settle()
-	if hits := privacytest.Find(t, b.pool, "ann@acme.test"); len(hits) > 0 {
-		t.Errorf("the deleted account's job wrote %v", hits)
+	for _, needle := range []string{"ann@acme.test", "bob@acme.test", "Bob Listed"} {
+		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
+			t.Errorf("the deleted account's work wrote %s into %v", needle, hits)
+		}
 	}
 }
 
