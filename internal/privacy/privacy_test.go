@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
@@ -136,6 +137,14 @@ func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
 		if hits := findEverywhere(t, pool, needle); len(hits) == 0 {
 			t.Errorf("%s of the other account is gone", needle)
 		}
+	}
+	// Nothing brings the tombstone back: no key can be created for it, nor is it read.
+	store := account.NewStore(pool)
+	if _, err := store.CreateProvisioningKey(ctx, gone.id); !errors.Is(err, account.ErrNotFound) {
+		t.Errorf("a provisioning key for the deleted account: %v; want account.ErrNotFound", err)
+	}
+	if _, err := store.Get(ctx, gone.id); !errors.Is(err, account.ErrNotFound) {
+		t.Errorf("reading the deleted account: %v; want account.ErrNotFound", err)
 	}
 	// Deleting again: the account is not there any more.
 	if err := DeleteAccount(ctx, pool, gone.id); !errors.Is(err, ErrNotFound) {
