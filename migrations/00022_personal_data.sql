@@ -13,8 +13,11 @@
 -- at the deletion finds the account gone instead of failing on a foreign key; every other row of
 -- the account is deleted.
 ALTER TABLE accounts ADD COLUMN IF NOT EXISTS deleted_at timestamptz;
--- The retention loop sweeps the accounts deleted recently for rows that work in flight wrote
--- after the deletion.
+-- accounts.erased_at: the deleted account's lists, jobs, deliveries and usage rows, deleted in
+-- batches after the deletion (privacy.Erase), are all gone. Until then the retention loop goes
+-- on erasing it; it also sweeps the accounts deleted in the last day for rows that work in
+-- flight wrote after the deletion.
+ALTER TABLE accounts ADD COLUMN IF NOT EXISTS erased_at timestamptz;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS accounts_deleted ON accounts (deleted_at) WHERE deleted_at IS NOT NULL;
 
 -- jobs.expired_at: a finished job's email, result and webhook secret were removed by retention
@@ -33,4 +36,5 @@ DROP INDEX CONCURRENTLY IF EXISTS usage_log_snapshots;
 DROP INDEX CONCURRENTLY IF EXISTS jobs_to_expire;
 ALTER TABLE jobs DROP COLUMN IF EXISTS expired_at;
 DROP INDEX CONCURRENTLY IF EXISTS accounts_deleted;
+ALTER TABLE accounts DROP COLUMN IF EXISTS erased_at;
 ALTER TABLE accounts DROP COLUMN IF EXISTS deleted_at;

@@ -81,10 +81,10 @@ func Purge(ctx context.Context, db database.DB, now time.Time, r Retention, batc
 }
 
 // batches runs one batch at a time, each with its own deadline, until a batch does less than
-// size rows or max batches ran, and returns the rows they did.
+// size rows or max batches ran (a negative max: no limit), and returns the rows they did.
 func batches(ctx context.Context, max, size int, one func(context.Context) (int64, error)) (int64, error) {
 	var total int64
-	for i := 0; i < max; i++ {
+	for i := 0; max < 0 || i < max; i++ {
 		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
 		n, err := one(bctx)
 		cancel()

@@ -193,6 +193,53 @@ func TestSweepDeletedRemovesWhatWorkInFlightWrote(t *testing.T) {
 	}
 }
 
+// A deletion whose second step was cut short (a crash after the tombstone committed) is
+// finished by the sweep, in bounded runs, however long ago it was deleted.
+func TestAnErasureCutShortIsFinishedByTheSweep(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "cut", time.Now())
+	pgtest.Must(t, DeleteAccount(ctx, pool, f.id), "delete")
+	var erased *time.Time
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT erased_at FROM accounts WHERE id = $1`, f.id).Scan(&erased), "erased_at")
+	if erased == nil {
+		t.Fatal("a deletion that ran to its end did not mark the account erased")
+	}
+	// As if the erasure had never run: the account's rows are back and it is not marked.
+	pgtest.Exec(t, pool, `UPDATE accounts SET erased_at = NULL WHERE id = $1`, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, snapshot)
+		SELECT $1, 'cut-'||i, 'verify', jsonb_build_object('email', $2::text) FROM generate_series(1, 12000) i`, f.id, f.addrs[0])
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url) VALUES (gen_random_uuid(), $1, $2, '')`, f.id, f.addrs[1])
+
+	// One bounded step leaves the rest, and says so.
+	n, done, err := Erase(ctx, pool, f.id, 1)
+	if err != nil || done || n != 1+eraseBatch {
+		t.Fatalf("Erase with one batch: %d rows, done %v, %v; want %d and not done", n, done, err, 1+eraseBatch)
+	}
+	// A week later the sweep still finishes it.
+	later := time.Now().Add(7 * 24 * time.Hour)
+	var total int64
+	for range 3 {
+		m, err := SweepDeleted(ctx, pool, later)
+		pgtest.Must(t, err, "sweep")
+		total += m
+	}
+	if total != 12000-eraseBatch {
+		t.Errorf("the sweeps deleted %d rows; want %d", total, 12000-eraseBatch)
+	}
+	for _, a := range f.addrs {
+		if hits := findEverywhere(t, pool, a); len(hits) > 0 {
+			t.Errorf("%s still stored in %v", a, hits)
+		}
+	}
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT erased_at FROM accounts WHERE id = $1`, f.id).Scan(&erased), "erased_at")
+	if erased == nil {
+		t.Error("the sweep did not mark the account erased")
+	}
+	if m, err := SweepDeleted(ctx, pool, later); err != nil || m != 0 {
+		t.Errorf("a sweep after the account was erased: %d rows, %v", m, err)
+	}
+}
+
 func TestRetentionWithAMovedClock(t *testing.T) {
 	pool := pgtest.New(t)
 	start := time.Now()
