@@ -29,7 +29,8 @@ const deleteTimeout = 30 * time.Second
 // DeleteAccount deletes account id and everything stored for it (docs/personal-data.md,
 // "Deleting an account"), in two steps.
 //
-// The first is one transaction: the keys (revoked the moment it commits), the dashboard user and
+// The first is one transaction: work still running is stopped (unfinished jobs deleted,
+// unfinished lists canceled), the keys (revoked the moment it commits), the dashboard user and
 // sessions, the sign-in throttle's counters of its email, idempotency records, upload tokens,
 // rate windows and usage holds are deleted, and the account's row becomes an anonymous tombstone
 // (deleted_at set; no email) that keeps its monthly and daily billing counts. From then on the
@@ -113,11 +114,18 @@ func DeleteAccount(ctx context.Context, db database.DB, id string) error {
 	return nil
 }
 
-// eraseSmall deletes the rows of account id that are few (a user, keys, records of the last
-// day): one statement each, in the caller's transaction.
+// eraseSmall deletes the rows of account id that are few (work still running, a user, keys,
+// records of the last day): one statement each, in the caller's transaction. Work still running
+// goes first, so that a worker's message taken after the commit finds nothing to do: unfinished
+// jobs are deleted (with their callbacks), unfinished lists canceled (their rows go with Erase).
+// Jobs, then lists, then holds: the order in which a worker finishing a job or a chunk locks
+// them, so that the two never wait for each other in a circle.
 func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 	var n int64
 	for _, q := range []struct{ sql, what string }{
+		{`DELETE FROM jobs WHERE account_id = $1 AND state IN ('pending', 'processing', 'retrying')`, "unfinished jobs"},
+		{`UPDATE lists SET state = 'canceled', finished_at = now(), updated_at = now()
+			WHERE account_id = $1 AND state IN ('queued', 'running')`, "unfinished lists"},
 		{`DELETE FROM api_keys WHERE account_id = $1`, "keys"},
 		{`DELETE FROM dashboard_users WHERE account_id = $1`, "dashboard users"}, // and, by cascade, sessions
 		{`DELETE FROM idempotency_keys WHERE account_id = $1`, "idempotency records"},
