@@ -216,3 +216,61 @@ func TestDeleteAccountOfAPayingAccountIsRefused(t *testing.T) {
 	b.call(http.MethodGet, "/v1/management/account", mgmt, nil).want(t, 200, "")
 	b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, 200, "")
 }
+
+// An account deleted while its requests and jobs are running: whatever they were doing, once the
+// workers are done and the retention loop's sweep has run, nothing of the account is left but
+// its anonymous billing counts.
+func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{
+		"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "100000", "MAILVET_PLAN_FREE_MONTHLY_CALLS": "100000",
+	}})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.standardKey(a.ID).Raw
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		sent := 0
+		defer func() { done <- sent }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var r reply
+			if i%2 == 0 {
+				r = callHandler(t, b.srv.Handler(), http.MethodPost, "/v1/email/verify", key,
+					map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"})
+			} else {
+				r = callHandler(t, b.srv.Handler(), http.MethodPost, "/v1/email/verify/batch", key,
+					map[string]any{"emails": []string{"bob@acme.test", "info@acme.test"}})
+			}
+			if r.status == http.StatusUnauthorized {
+				return // the key is gone with the account
+			}
+			sent++
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	b.call(http.MethodDelete, "/v1/management/account", mgmt, map[string]any{"confirm": a.ID}).want(t, 204, "")
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	if sent := <-done; sent == 0 {
+		t.Fatal("no request ran before the deletion")
+	}
+	b.waitConsumed(t, queue.StreamJobs, queue.ConsumerJobRunners)
+	b.settle()
+	_, err := privacy.SweepDeleted(context.Background(), b.pool, time.Now())
+	mustOK(t, err)
+	for _, needle := range []string{"ann@acme.test", "bob@acme.test", "info@acme.test"} {
+		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
+			t.Errorf("%s is still stored in %v", needle, hits)
+		}
+	}
+	for _, h := range privacytest.Find(t, b.pool, a.ID) {
+		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" {
+			t.Errorf("the deleted account's id is still in %s", h)
+		}
+	}
+}
