@@ -29,6 +29,7 @@ const (
 	CodeRequestTimeout       = "request_timeout"
 	CodeListNotFound         = "list_not_found"
 	CodeListFinished         = "list_finished"
+	CodeSubscriptionActive   = "subscription_active"
 	// CodeUnexpectedResponse is not the API's: the client sets it when an answer is not the
 	// API's error envelope (a proxy's HTML page, a truncated body).
 	CodeUnexpectedResponse = "unexpected_response"

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -116,4 +117,26 @@ func (c *Client) AuditEvents(ctx context.Context, q AuditQuery) (AuditPage, erro
 	var p AuditPage
 	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
 	return p, err
+}
+
+// DeleteAccount deletes the caller's account and everything stored for it
+// (DELETE /v1/management/account; docs/personal-data.md, "Deleting an account"). accountID must
+// be the account's id, as Account returns it: the API refuses any other with invalid_request.
+// Every key of the account stops working at once, so a retry of a deletion that committed (its
+// answer lost) is invalid_api_key. An account paying for a subscription is an *Error with Code
+// subscription_active.
+func (c *Client) DeleteAccount(ctx context.Context, accountID string) error {
+	return c.call(ctx, request{http.MethodDelete, "/v1/management/account", map[string]string{"confirm": accountID}}, http.StatusNoContent, nil)
+}
+
+// ExportAccount opens the download of the account's data as one JSON document
+// (GET /v1/management/account/export; docs/personal-data.md, "Export"). The caller reads and
+// closes it. A download the server could not finish ends with an error from Read, never a clean
+// io.EOF, so a cut export is never taken for a whole one.
+func (c *Client) ExportAccount(ctx context.Context) (io.ReadCloser, error) {
+	a, err := c.send(ctx, request{http.MethodGet, "/v1/management/account/export", nil}, http.StatusOK, true)
+	if err != nil {
+		return nil, err
+	}
+	return &download{a: a}, nil
 }

@@ -38,6 +38,7 @@ func TestTypesMatchTheOpenAPISchemas(t *testing.T) {
 		"DeliveryAttempt": client.DeliveryAttempt{}, "Delivery": client.Delivery{},
 		"DeliveryPage": client.DeliveryPage{}, "List": client.List{}, "ListPage": client.ListPage{},
 		"AuditEvent": client.AuditEvent{}, "AuditPage": client.AuditPage{},
+		"HistoryDeleted": client.HistoryDeleted{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

@@ -144,11 +144,14 @@ const (
 type Job struct {
 	JobID         string     `json:"job_id"`
 	Status        string     `json:"status"` // pending, processing, retrying, completed, failed
-	Email         string     `json:"email"`
-	Result        *JobResult `json:"result"` // nil until completed or failed
+	Email         *string    `json:"email"`  // nil once the job expired
+	Result        *JobResult `json:"result"` // nil until completed or failed, and once expired
 	CreatedAt     time.Time  `json:"created_at"`
 	CompletedAt   *time.Time `json:"completed_at"`
 	NextAttemptAt *time.Time `json:"next_attempt_at"` // when a retrying job is probed again
+	// ExpiredAt is when retention (or DeleteHistory) removed the finished job's email and result;
+	// nil while they are kept (docs/personal-data.md, "Retention").
+	ExpiredAt *time.Time `json:"expired_at"`
 }
 
 // Done reports whether the job has reached a final state.
@@ -412,4 +415,15 @@ type ResultsOptions struct {
 	// that reads the file. By default the API puts an apostrophe before cells a spreadsheet
 	// would run as formulas (docs/lists.md, "Formula cells"), and the client leaves that default.
 	RawFormulas bool
+}
+
+// HistoryDeleted is what DeleteHistory removed of one address (DELETE /v1/email/history).
+type HistoryDeleted struct {
+	Email   string `json:"email"` // the address as compared: trimmed, lower-cased
+	Deleted struct {
+		Results    int `json:"results"`    // result snapshots in the usage log
+		Jobs       int `json:"jobs"`       // finished jobs whose email and result were removed
+		Deliveries int `json:"deliveries"` // finished callbacks of those jobs
+		ListRows   int `json:"list_rows"`  // rows of finished lists
+	} `json:"deleted"`
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"net/url"
 )
 
 // Verify verifies one address synchronously (POST /v1/email/verify).
@@ -171,4 +172,14 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 		return true, fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results", path, requestIDNote(id), n, len(chunk))
 	}
 	return true, nil
+}
+
+// DeleteHistory deletes what the account stores of one address, for a data subject's request
+// (DELETE /v1/email/history; docs/personal-data.md, "One address's results"): its result
+// snapshots, its finished jobs' email and result with their finished callbacks, and its rows in
+// finished lists. Work still running keeps the address until it finishes.
+func (c *Client) DeleteHistory(ctx context.Context, email string) (HistoryDeleted, error) {
+	var d HistoryDeleted
+	err := c.call(ctx, request{http.MethodDelete, "/v1/email/history?" + url.Values{"email": {email}}.Encode(), nil}, http.StatusOK, &d)
+	return d, err
 }

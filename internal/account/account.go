@@ -111,7 +111,9 @@ func scanAccount(row pgx.Row) (Account, error) {
 }
 
 func (s *Store) getWhere(ctx context.Context, where string, arg any, notFound error) (Account, error) {
-	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE `+where, arg))
+	// A deleted account's tombstone (docs/personal-data.md, "Deleting an account") is found by
+	// nothing that serves a customer.
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE deleted_at IS NULL AND `+where, arg))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Account{}, notFound
 	}

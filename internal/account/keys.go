@@ -131,7 +131,8 @@ func (s *Store) CreateStandardKeyIn(ctx context.Context, accountID, label string
 			tier        plan.Tier
 			max, active int
 		)
-		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, accountID).Scan(&tier)
+		// A deleted account (docs/personal-data.md) is not found: no key may bring it back.
+		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&tier)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -252,7 +253,7 @@ func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formTo
 	var out CreatedKey
 	err := s.inTx(ctx, "create provisioning key", func(tx pgx.Tx) error {
 		var id string
-		err := tx.QueryRow(ctx, `SELECT id FROM accounts WHERE id = $1`+lock, accountID).Scan(&id)
+		err := tx.QueryRow(ctx, `SELECT id FROM accounts WHERE id = $1 AND deleted_at IS NULL`+lock, accountID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}

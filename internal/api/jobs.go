@@ -18,14 +18,21 @@ import (
 // callback body — the same JSON as delivered to the webhook, though not byte for byte (it is kept
 // as jsonb; the signed bytes live with the delivery).
 type jobView struct {
-	JobID       string          `json:"job_id"`
-	Status      string          `json:"status"`
-	Email       string          `json:"email"`
+	JobID  string `json:"job_id"`
+	Status string `json:"status"`
+	// Email is null once the job expired.
+	Email       *string         `json:"email"`
 	Result      json.RawMessage `json:"result"`
 	CreatedAt   string          `json:"created_at"`
 	CompletedAt *string         `json:"completed_at"`
 	// NextAttemptAt is when a retrying job (its probe was greylisted) is probed again, else null.
 	NextAttemptAt *string `json:"next_attempt_at"`
+	// ExpiredAt is when retention removed the finished job's email and result
+	// (MAILVET_JOB_RETENTION; docs/personal-data.md); null while they are kept. An expired job
+	// answers 200 with its status and timestamps, email and result null, so a client polling
+	// late learns that the result existed and is gone, rather than a 404 it cannot tell from a
+	// wrong id.
+	ExpiredAt *string `json:"expired_at"`
 }
 
 func jobNotFound() *Error {
@@ -46,8 +53,11 @@ func (s *Server) getJob(c echo.Context) error {
 	if err != nil {
 		return datastoreError(err)
 	}
-	v := jobView{JobID: j.ID.String(), Status: string(j.State), Email: j.Email, Result: json.RawMessage("null"),
-		CreatedAt: isoTime(j.CreatedAt), CompletedAt: isoTimePtr(j.CompletedAt)}
+	v := jobView{JobID: j.ID.String(), Status: string(j.State), Result: json.RawMessage("null"),
+		CreatedAt: isoTime(j.CreatedAt), CompletedAt: isoTimePtr(j.CompletedAt), ExpiredAt: isoTimePtr(j.ExpiredAt)}
+	if j.ExpiredAt == nil {
+		v.Email = &j.Email
+	}
 	if j.State == job.Retrying {
 		v.NextAttemptAt = isoTimePtr(j.NextAttemptAt)
 	}

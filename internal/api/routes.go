@@ -39,6 +39,7 @@ func (s *Server) routes() {
 	s.email.GET("/lists/:id/results", s.listResults)
 	s.email.POST("/lists/:id/cancel", s.cancelList)
 	s.email.DELETE("/lists/:id", s.deleteList)
+	s.email.DELETE("/history", s.deleteHistory)
 	s.email.RouteNotFound("", s.notFoundInGroup)
 	s.email.RouteNotFound("/*", s.notFoundInGroup)
 
@@ -47,6 +48,8 @@ func (s *Server) routes() {
 	s.mgmt.RouteNotFound("", s.notFoundInGroup)
 	s.mgmt.RouteNotFound("/*", s.notFoundInGroup)
 	s.mgmt.GET("/account", s.getAccount)
+	s.mgmt.DELETE("/account", s.deleteAccount)
+	s.mgmt.GET("/account/export", s.exportAccount)
 	s.mgmt.GET("/keys", s.listKeys)
 	s.mgmt.POST("/keys", s.createKey, s.idempotent())
 	s.mgmt.DELETE("/keys/:id", s.deleteKey)

@@ -82,6 +82,12 @@ type Config struct {
 	// (MAILVET_GREYLIST_WINDOW); 0 turns them off.
 	GreylistWindow time.Duration
 
+	// ResultRetention is how long a verification's result snapshot (its address and result) is
+	// kept in the usage log (MAILVET_RESULT_RETENTION); JobRetention how long a finished
+	// asynchronous job keeps its email, result and webhook secret (MAILVET_JOB_RETENTION).
+	// The verifier workers' retention loop applies both (docs/personal-data.md, "Retention").
+	ResultRetention, JobRetention time.Duration
+
 	// AdmissionWindow is how long a verify request may wait to be admitted together with others
 	// while a group is in flight (MAILVET_ADMISSION_WINDOW, docs/api.md "Metering"); 0 admits
 	// each request with its own statement and commit.
@@ -273,6 +279,8 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	free := e.retention("MAILVET_LIST_RETENTION_FREE", 7*24*time.Hour)
 	paid := e.retention("MAILVET_LIST_RETENTION_PAID", 30*24*time.Hour)
 	c.Lists.Retention = map[plan.Tier]time.Duration{}
+	c.ResultRetention = e.retention("MAILVET_RESULT_RETENTION", 30*24*time.Hour)
+	c.JobRetention = e.retention("MAILVET_JOB_RETENTION", 30*24*time.Hour)
 	for _, t := range plan.Tiers {
 		c.Lists.Retention[t] = paid
 	}

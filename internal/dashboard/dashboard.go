@@ -170,6 +170,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+Prefix+"/security", h.signedIn(h.securityPage))
 	m.HandleFunc("GET "+Prefix+"/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST "+Prefix+"/settings/password", h.signedIn(h.changePassword))
+	m.HandleFunc("GET "+Prefix+"/settings/data", h.signedIn(h.dataPage))
+	m.HandleFunc("GET "+Prefix+"/settings/data/export", h.signedIn(h.exportData))
+	m.HandleFunc("POST "+Prefix+"/settings/data/delete", h.signedIn(h.deleteAccount))
 	m.HandleFunc(Prefix+"/", h.notFound)
 	h.mux = m
 }

@@ -57,6 +57,10 @@ type Job struct {
 	Retries       int
 	NextAttemptAt *time.Time
 	RetryingSince *time.Time
+	// ExpiredAt is when retention removed the finished job's email, result and webhook secret
+	// (MAILVET_JOB_RETENTION, or a deletion of the address's history; docs/personal-data.md);
+	// nil while the job keeps them.
+	ExpiredAt *time.Time
 }
 
 // NotDueError is Start's answer for a Retrying job whose re-probe is not due yet (a message
@@ -180,14 +184,14 @@ func Retry(ctx context.Context, db database.DB, id uuid.UUID, at time.Time) (don
 
 // columns are the jobs columns scan reads, in its order.
 const columns = `id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at,
-	retries, next_attempt_at, retrying_since`
+	retries, next_attempt_at, retrying_since, expired_at`
 
 // scan reads one job; no row is ErrNotFound.
 func scan(row pgx.Row) (Job, error) {
 	var j Job
 	var secret *string
 	err := row.Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State, &j.Result, &j.CreatedAt, &j.CompletedAt,
-		&j.Retries, &j.NextAttemptAt, &j.RetryingSince)
+		&j.Retries, &j.NextAttemptAt, &j.RetryingSince, &j.ExpiredAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}

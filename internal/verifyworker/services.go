@@ -13,6 +13,7 @@ import (
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
 )
@@ -40,6 +41,10 @@ type Deps struct {
 	PublicURL string
 	// ListRunner, when set, adjusts the list runner (tests shorten its timings).
 	ListRunner func(*ListRunner)
+	// Retention is how long result snapshots and finished jobs keep personal data
+	// (privacy.Defaults unless configured); every worker runs the retention loop, which replicas
+	// share (docs/personal-data.md, "Retention").
+	Retention privacy.Retention
 }
 
 // WithConfig fills in the parts of d that come from the configuration; the verifier binary and
@@ -47,11 +52,12 @@ type Deps struct {
 func (d Deps) WithConfig(cfg config.Config) Deps {
 	d.GreylistWindow = cfg.GreylistWindow
 	d.Lists, d.PublicURL = list.Configured(cfg.Lists.Retention), cfg.PublicURL
+	d.Retention = privacy.Retention{Results: cfg.ResultRetention, Jobs: cfg.JobRetention}
 	return d
 }
 
 // Services returns the long-running parts of a verifier worker — the sync/batch worker, the
-// async job runner and the bulk-list runner — for app.Infra.Run, and registers their readiness checks: a worker whose
+// async job runner, the bulk-list runner and the personal-data retention loop — for app.Infra.Run, and registers their readiness checks: a worker whose
 // consumers are not running is not ready. The verifier binary and `api -dev` run the same parts.
 func Services(d Deps) []func(context.Context) error {
 	w := New(d.NATS, d.JS, d.Pipe, d.Log, d.Metrics, Options{Layout: d.Layout})
@@ -76,5 +82,13 @@ func Services(d Deps) []func(context.Context) error {
 		d.Ready.Add("consumer jobs", jobs.Ready)
 		d.Ready.Add("consumer list chunks", lists.Ready)
 	}
-	return []func(context.Context) error{w.Run, jobs.Run, lists.Run}
+	ret := d.Retention
+	if ret.Results <= 0 || ret.Jobs <= 0 {
+		ret = privacy.Defaults()
+	}
+	parts := []func(context.Context) error{w.Run, jobs.Run, lists.Run}
+	if d.Pool != nil { // tests of the sync worker alone run without Postgres
+		parts = append(parts, (&privacy.Retainer{DB: d.Pool, Retention: ret, Log: d.Log}).Run)
+	}
+	return parts
 }

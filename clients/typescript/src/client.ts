@@ -3,6 +3,7 @@
 import { clientError, MailvetError } from "./errors.js";
 import type {
   Account,
+  AccountExport,
   AsyncAccepted,
   BatchResult,
   BillingPortalResponse,
@@ -10,6 +11,7 @@ import type {
   DailyUsage,
   Delivery,
   DeliveryPage,
+  HistoryDeleted,
   Job,
   KeyList,
   List,
@@ -285,6 +287,36 @@ export class Mailvet {
   /** The account's tier, billing state, limits and usage (GET /v1/management/account). */
   account(options: CallOptions = {}): Promise<Account> {
     return this.#json<Account>({ ...options, method: "GET", path: "/v1/management/account", key: "provisioning" });
+  }
+
+  /**
+   * Deletes the account and everything stored for it (DELETE /v1/management/account;
+   * docs/personal-data.md, "Deleting an account"). `accountId` must be the account's id, as
+   * {@link account} returns it: any other is refused with `invalid_request`. Every key of the
+   * account stops working at once, so a retry of a deletion that committed is `invalid_api_key`.
+   * An account paying for a subscription is refused with `subscription_active` (409).
+   */
+  async deleteAccount(accountId: string, options: CallOptions = {}): Promise<void> {
+    await this.#json<unknown>({ ...options, method: "DELETE", path: "/v1/management/account", key: "provisioning", body: { confirm: accountId } });
+  }
+
+  /**
+   * Everything the account stores, as one JSON document (GET /v1/management/account/export;
+   * docs/personal-data.md, "Export"): the account, users, keys' metadata, jobs, lists' metadata,
+   * deliveries' metadata, the result snapshots still kept and the monthly counts, each list capped
+   * at 100,000 entries (a list cut there is named in `truncated`).
+   */
+  exportAccount(options: CallOptions = {}): Promise<AccountExport> {
+    return this.#json<AccountExport>({ ...options, method: "GET", path: "/v1/management/account/export", key: "provisioning" });
+  }
+
+  /**
+   * Deletes what the account stores of one address, for a data subject's request
+   * (DELETE /v1/email/history; docs/personal-data.md, "One address's results"), and resolves to
+   * the counts of what was removed. Work still running keeps the address until it finishes.
+   */
+  deleteHistory(email: string, options: CallOptions = {}): Promise<HistoryDeleted> {
+    return this.#json<HistoryDeleted>({ ...options, method: "DELETE", path: "/v1/email/history?" + new URLSearchParams({ email }).toString(), key: "standard" });
   }
 
   /** The account's standard keys (GET, POST /v1/management/keys, DELETE /v1/management/keys/{id}). */

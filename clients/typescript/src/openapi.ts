@@ -162,7 +162,8 @@ export type Job = {
   job_id: string;
   /** pending → processing → completed | failed; retrying while a greylisted probe waits for its re-probe at next_attempt_at (processing → retrying → processing). */
   status: "pending" | "processing" | "retrying" | "completed" | "failed";
-  email: string;
+  /** The address verified; null once the job expired (expired_at). */
+  email: string | null;
   /** The body that is (or was) POSTed to the webhook; null until the job is completed or failed. */
   result: JobResult | null;
   /** ISO 8601 UTC, to the second. */
@@ -171,6 +172,8 @@ export type Job = {
   completed_at: string | null;
   /** ISO 8601 UTC, to the second: when a retrying job is probed again; null in every other state. */
   next_attempt_at: string | null;
+  /** ISO 8601 UTC, to the second: when retention (MAILVET_JOB_RETENTION) or a history deletion (DELETE /v1/email/history) removed the finished job's email and result, which are then null; null while they are kept (docs/personal-data.md). */
+  expired_at: string | null;
 };
 
 /** Async verify acknowledgement. */
@@ -371,6 +374,53 @@ export type ListCallback = {
   list: List;
 };
 
+/** What DELETE /v1/email/history removed of one address (docs/personal-data.md, "One address's results"). */
+export type HistoryDeleted = {
+  /** The address as compared: trimmed and lower-cased. */
+  email: string;
+  deleted: {
+    /** Result snapshots removed from the usage log (the usage rows stay, with their domain and counts). */
+    results: number;
+    /** Finished asynchronous jobs whose email and result were removed (they answer with expired_at). */
+    jobs: number;
+    /** Finished callbacks of those jobs removed from the delivery log. */
+    deliveries: number;
+    /** Rows of finished lists removed, with the address's result. */
+    list_rows: number;
+  };
+};
+
+/** Everything Mailvet stores of an account, without password hashes, key hashes, webhook secrets or signed callback bodies (docs/personal-data.md, "Export"). Each list holds at most 100,000 entries. */
+export type AccountExport = {
+  exported_at: string;
+  account: {
+    account_id: string;
+    email: string | null;
+    tier: string;
+    subscription_status?: string | null;
+    stripe_customer_id?: string | null;
+    hard_cap_eur?: number | null;
+    created_at: string;
+    [key: string]: unknown;
+  };
+  /** The dashboard user: id, email, created_at, updated_at. */
+  users: Array<Record<string, unknown>>;
+  /** Every key, revoked ones included: id, kind, label, prefix, created_at, revoked_at. */
+  keys: Array<Record<string, unknown>>;
+  /** Asynchronous jobs: job_id, status, email, webhook_url, result, created_at, completed_at, expired_at. */
+  jobs: Array<Record<string, unknown>>;
+  /** Bulk lists' metadata: id, name, format, columns, status, rows, unique_addresses, verified, webhook_url, created_at, finished_at, expires_at. The rows and results download from GET /v1/email/lists/{id}/results. */
+  lists: Array<Record<string, unknown>>;
+  /** Webhook deliveries' metadata: id, job_id, list_id, url, status, attempts, last_status, created_at, finished_at. */
+  deliveries: Array<Record<string, unknown>>;
+  /** The result snapshots still retained (MAILVET_RESULT_RETENTION): occurred_at, route, result. */
+  results: Array<Record<string, unknown>>;
+  /** Billing counts by month: month (YYYY-MM), billable, quota_units. */
+  usage: Array<Record<string, unknown>>;
+  /** The lists cut at 100,000 entries; empty when the export is whole. */
+  truncated: Array<string>;
+};
+
 /** The JSON body of a 2xx answer to GET /healthz. */
 export type HealthzResponse = {
   status: string;
@@ -418,6 +468,12 @@ export type GetJobResponse = Job;
 
 /** The JSON body of a 2xx answer to GET /v1/management/account. */
 export type GetAccountResponse = Account;
+
+/** The JSON request body of DELETE /v1/management/account. */
+export type DeleteAccountRequest = {
+  /** The account's id (account_id of GET /v1/management/account); anything else is refused with invalid_request. */
+  confirm: string;
+};
 
 /** The JSON body of a 2xx answer to GET /v1/management/keys. */
 export type ListKeysResponse = KeyList;
@@ -487,3 +543,9 @@ export type GetListResponse = List;
 
 /** The JSON body of a 2xx answer to POST /v1/email/lists/{id}/cancel. */
 export type CancelListResponse = List;
+
+/** The JSON body of a 2xx answer to GET /v1/management/account/export. */
+export type ExportAccountResponse = AccountExport;
+
+/** The JSON body of a 2xx answer to DELETE /v1/email/history. */
+export type DeleteHistoryResponse = HistoryDeleted;

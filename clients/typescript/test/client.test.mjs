@@ -89,6 +89,27 @@ describe("requests", () => {
     for (const r of f.requests) assert.equal(r.headers.authorization, "Bearer sk_mgmt_test");
   });
 
+  test("deleteAccount, exportAccount and deleteHistory send their key, method, path and body", async () => {
+    const f = await fake((req, res) => {
+      if (req.path === "/v1/management/account" && req.method === "DELETE") return send(res, 204);
+      if (req.path === "/v1/management/account/export") return send(res, 200, { account: { account_id: "a1" }, truncated: [] });
+      send(res, 200, { email: "ann@acme.example", deleted: { results: 2, jobs: 1, deliveries: 1, list_rows: 0 } });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    assert.equal(await mv.deleteAccount("a1"), undefined);
+    assert.deepEqual(await mv.exportAccount(), { account: { account_id: "a1" }, truncated: [] });
+    const d = await mv.deleteHistory("Ann+x@acme.example");
+    assert.equal(d.deleted.results, 2);
+    const [del, exp, hist] = f.requests;
+    assert.equal(`${del.method} ${del.path}`, "DELETE /v1/management/account");
+    assert.deepEqual(del.body, { confirm: "a1" });
+    assert.equal(del.headers.authorization, "Bearer sk_mgmt_test");
+    assert.equal(`${exp.method} ${exp.path}`, "GET /v1/management/account/export");
+    assert.equal(exp.headers.authorization, "Bearer sk_mgmt_test");
+    assert.equal(`${hist.method} ${hist.path}`, "DELETE /v1/email/history?email=Ann%2Bx%40acme.example");
+    assert.equal(hist.headers.authorization, "Bearer sk_live_test");
+  });
+
   test("a call without the key it needs fails before any request", async () => {
     const f = await fake((req, res) => send(res, 200, {}));
     await assert.rejects(new Mailvet({ baseUrl: f.url, apiKey: "sk_live_x" }).account(), /provisioning key/);

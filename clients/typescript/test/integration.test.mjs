@@ -359,4 +359,35 @@ describe("against bin/api -dev -demo", () => {
     assert.ok(seen[i + 1].at >= refused[0].resetAt + 50, "the retry waited until reset_at + 50 ms");
     t.diagnostic(`500-address batch: 429 after ${i} requests, waited ${seen[i + 1].at - refused[0].at} ms for the next window, ${took} ms in all`);
   });
+
+  // Last: it deletes the demo account.
+  test("exportAccount, deleteHistory, then deleteAccount: the account's keys stop working", async () => {
+    const mv = client();
+    const { account_id: id } = await mv.account();
+    // The batch test before this one may have used the minute's rate limit: wait it out.
+    await client({ retryOnRateLimit: true }).verify("zoe@acme.example");
+    let ex;
+    for (const deadline = Date.now() + 10_000; ; await new Promise((r) => setTimeout(r, 50))) {
+      ex = await mv.exportAccount(); // usage rows follow their answers by a moment
+      if (ex.results.some((r) => r.result?.email === "zoe@acme.example")) break;
+      assert.ok(Date.now() < deadline, `the export never showed the result: ${JSON.stringify(ex).slice(0, 500)}`);
+    }
+    assert.equal(ex.account.account_id, id);
+    assert.ok(ex.keys.length >= 2);
+    assert.ok(!JSON.stringify(ex).includes("key_hash"));
+
+    const d = await mv.deleteHistory(" ZOE@acme.example ");
+    assert.equal(d.email, "zoe@acme.example");
+    assert.ok(d.deleted.results >= 1, JSON.stringify(d));
+    ex = await mv.exportAccount();
+    assert.ok(!ex.results.some((r) => r.result?.email === "zoe@acme.example"));
+
+    const wrong = await mv.deleteAccount("not-the-id").catch((e) => e);
+    assert.ok(wrong instanceof MailvetError && wrong.status === 400 && wrong.error === "invalid_request", String(wrong));
+    assert.equal(await mv.deleteAccount(id), undefined);
+    const gone = await mv.account().catch((e) => e);
+    assert.ok(gone instanceof MailvetError && gone.status === 401, String(gone));
+    const refused = await mv.verify("ann@acme.example").catch((e) => e);
+    assert.ok(refused instanceof MailvetError && refused.status === 401, String(refused));
+  });
 });

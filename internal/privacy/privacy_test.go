@@ -1,0 +1,436 @@
+package privacy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/privacy/privacytest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/testclock"
+)
+
+// fixture is an account with a row in every table that holds an account's data, written as the
+// services write them: a user with a session, keys, usage rows with snapshots, jobs with their
+// deliveries and attempts, a finished list with rows and results, idempotency records, upload
+// tokens, rate windows, holds, billing counts and sign-in failures.
+type fixture struct {
+	id, email string
+	addrs     []string // the addresses it verified
+	jobs      []uuid.UUID
+	list      uuid.UUID
+}
+
+var ctx = context.Background()
+
+func seed(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) fixture {
+	t.Helper()
+	f := fixture{id: uuid.NewString(), email: name + "@owner.example",
+		addrs: []string{"ann." + name + "@acme.example", "bob." + name + "@acme.example"}}
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, email, stripe_customer_id, created_at) VALUES ($1, 'free', $2, $3, $4)`,
+		f.id, f.email, "cus_"+name, at)
+	user := uuid.NewString()
+	pgtest.Exec(t, pool, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
+		user, f.id, f.email, "hash-"+f.id)
+	pgtest.Exec(t, pool, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
+		VALUES (sha256(convert_to($1::text, 'UTF8')), $2, sha256(convert_to($3::text, 'UTF8')), now() + interval '1 hour')`, f.id, user, user)
+	pgtest.Exec(t, pool, `INSERT INTO dashboard_signin_failures (subject, window_start, failures)
+		VALUES ('account:' || encode(sha256(convert_to(lower($1::text), 'UTF8')), 'hex'), now(), 2)`, f.email)
+	key := uuid.NewString()
+	pgtest.Exec(t, pool, `INSERT INTO api_keys (id, account_id, kind, label, key_hash, prefix)
+		VALUES ($1, $2, 'standard', $3, sha256(convert_to($4::text, 'UTF8')), 'sk_live_ab…')`, key, f.id, "key of "+f.email, key)
+	for i, a := range f.addrs {
+		snap := fmt.Sprintf(`{"email":%q,"status":"deliverable"}`, a)
+		pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, key_id, item_key, occurred_at, route, email_domain, status, billable, quota_unit, snapshot)
+			VALUES ($1, $2, $3, $4, 'verify', 'acme.example', 'deliverable', true, true, $5)`,
+			f.id, key, fmt.Sprintf("req-%s-%d", f.id, i), at, snap)
+		job := uuid.New()
+		f.jobs = append(f.jobs, job)
+		pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at)
+			VALUES ($1, $2, $3, $4, $7, $8, 'completed', $5, $6, $6)`,
+			job, f.id, key, a, snap, at, "https://hooks.example/"+f.id, "secret-of-"+f.id)
+		d := uuid.New()
+		pgtest.Exec(t, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts, created_at, finished_at)
+			VALUES ($1, $2, $3, $6, convert_to($4::text, 'UTF8'), 'delivered', 1, $5, $5)`, d, job, f.id, snap, at, "https://hooks.example/"+f.id)
+		pgtest.Exec(t, pool, `INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, http_status, response_body)
+			VALUES ($1, 1, $2, 5, 200, $3)`, d, at, "ok for "+a)
+	}
+	f.list = uuid.New()
+	pgtest.Exec(t, pool, `INSERT INTO lists (id, account_id, key_id, name, format, columns, email_column, state, rows, unique_addresses, verified, webhook_url, webhook_secret, created_at, finished_at)
+		VALUES ($1, $2, $3, $4, 'csv', '{email,name}', 0, 'completed', 2, 2, 2, 'https://hooks.example/l', 's', $5, $5)`,
+		f.list, f.id, key, "list of "+f.email, at)
+	for i, a := range f.addrs {
+		pgtest.Exec(t, pool, `INSERT INTO list_rows (list_id, row_no, email, cols) VALUES ($1, $2, $3, $4)`, f.list, i+1, a, []string{a, "Name " + a})
+		pgtest.Exec(t, pool, `INSERT INTO list_addresses (list_id, email, idx, chunk, status, reason, result)
+			VALUES ($1, $2, $3, 0, 'deliverable', 'accepted_email', jsonb_build_object('email', $2::text))`, f.list, a, i)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO list_counts (list_id, status, reason, n) VALUES ($1, 'deliverable', 'accepted_email', 2)`, f.list)
+	pgtest.Exec(t, pool, `INSERT INTO deliveries (id, list_id, account_id, url, body, state, created_at, finished_at)
+		VALUES ($1, $2, $3, 'https://hooks.example/l', convert_to($5::text, 'UTF8'), 'delivered', $4, $4)`, uuid.New(), f.list, f.id, at, `{"list":"`+f.list.String()+`"}`)
+	pgtest.Exec(t, pool, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at, status, body)
+		VALUES ($1, $3, gen_random_uuid(), now(), now() + interval '1 day', 200, convert_to($2::text, 'UTF8'))`, f.id, f.addrs[0], "idem-"+f.id)
+	pgtest.Exec(t, pool, `INSERT INTO dashboard_upload_tokens (account_id, token_hash) VALUES ($1, sha256(convert_to($2::text, 'UTF8')))`, f.id, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO rate_windows (account_id, window_start, used) VALUES ($1, date_trunc('minute', now()), 3)`, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO usage_holds (id, account_id, month, units, free) VALUES (gen_random_uuid(), $1, date_trunc('month', now())::date, 1, true)`, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO usage_monthly (account_id, month, quota_units, billable, held) VALUES ($1, date_trunc('month', now())::date, 2, 2, 1)`, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO usage_daily (account_id, day, billable) VALUES ($1, current_date, 2)`, f.id)
+	return f
+}
+
+// findEverywhere is privacytest.Find.
+func findEverywhere(t *testing.T, pool *pgxpool.Pool, needle string) []string {
+	t.Helper()
+	return privacytest.Find(t, pool, needle)
+}
+
+func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
+	pool := pgtest.New(t)
+	gone := seed(t, pool, "gone", time.Now())
+	kept := seed(t, pool, "kept", time.Now())
+
+	if err := DeleteAccount(ctx, pool, gone.id); err != nil {
+		t.Fatalf("DeleteAccount: %v", err)
+	}
+	for _, needle := range append([]string{gone.email, "cus_gone"}, gone.addrs...) {
+		if needle == "cus_gone" {
+			continue // the Stripe customer's id stays on the tombstone (docs/personal-data.md)
+		}
+		if hits := findEverywhere(t, pool, needle); len(hits) > 0 {
+			t.Errorf("%s is still stored in %v", needle, hits)
+		}
+	}
+	// The id: only the tombstone and the billing counts keep it.
+	hits := findEverywhere(t, pool, gone.id)
+	allowed := map[string]bool{"accounts.id": true, "usage_monthly.account_id": true, "usage_daily.account_id": true}
+	for _, h := range hits {
+		if !allowed[h] {
+			t.Errorf("the deleted account's id is still in %s", h)
+		}
+	}
+	if len(hits) != len(allowed) {
+		t.Errorf("the id is in %v; want exactly the tombstone and the billing counts", hits)
+	}
+	var billable, held int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT billable, held FROM usage_monthly WHERE account_id = $1`, gone.id).Scan(&billable, &held), "counts")
+	if billable != 2 || held != 0 {
+		t.Errorf("billing counts after deletion: billable %d held %d; want 2 and 0", billable, held)
+	}
+	var email *string
+	var deleted *time.Time
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT email, deleted_at FROM accounts WHERE id = $1`, gone.id).Scan(&email, &deleted), "tombstone")
+	if email != nil || deleted == nil {
+		t.Errorf("tombstone: email %v deleted_at %v; want no email and a deletion time", email, deleted)
+	}
+
+	// The other account is untouched.
+	for _, needle := range append([]string{kept.email}, kept.addrs...) {
+		if hits := findEverywhere(t, pool, needle); len(hits) == 0 {
+			t.Errorf("%s of the other account is gone", needle)
+		}
+	}
+	// Nothing brings the tombstone back: no key can be created for it, nor is it read.
+	store := account.NewStore(pool)
+	if _, err := store.CreateProvisioningKey(ctx, gone.id); !errors.Is(err, account.ErrNotFound) {
+		t.Errorf("a provisioning key for the deleted account: %v; want account.ErrNotFound", err)
+	}
+	if _, err := store.Get(ctx, gone.id); !errors.Is(err, account.ErrNotFound) {
+		t.Errorf("reading the deleted account: %v; want account.ErrNotFound", err)
+	}
+	// Deleting again: the account is not there any more.
+	if err := DeleteAccount(ctx, pool, gone.id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second DeleteAccount: %v; want ErrNotFound", err)
+	}
+}
+
+func TestDeleteAccountRefusesAPayingAccount(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "paying", time.Now())
+	pgtest.Exec(t, pool, `UPDATE accounts SET tier = 'builder', subscription_status = 'active' WHERE id = $1`, f.id)
+	if err := DeleteAccount(ctx, pool, f.id); !errors.Is(err, ErrSubscriptionActive) {
+		t.Fatalf("DeleteAccount of a paying account: %v; want ErrSubscriptionActive", err)
+	}
+	if hits := findEverywhere(t, pool, f.email); len(hits) == 0 {
+		t.Error("a refused deletion removed the account's data")
+	}
+	pgtest.Exec(t, pool, `UPDATE accounts SET subscription_status = 'canceled', tier = 'free' WHERE id = $1`, f.id)
+	if err := DeleteAccount(ctx, pool, f.id); err != nil {
+		t.Fatalf("DeleteAccount once the subscription ended: %v", err)
+	}
+}
+
+// Work in flight at a deletion (a request admitted in the same instant) may still write; the
+// retention loop's sweep removes it, and workers finishing a deleted job or list write nothing.
+func TestSweepDeletedRemovesWhatWorkInFlightWrote(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "late", time.Now())
+	pgtest.Must(t, DeleteAccount(ctx, pool, f.id), "delete")
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, email_domain, snapshot)
+		VALUES ($1, 'late-row', 'verify', 'acme.example', jsonb_build_object('email', $2::text))`, f.id, f.addrs[0])
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url) VALUES (gen_random_uuid(), $1, $2, '')`, f.id, f.addrs[1])
+	n, err := SweepDeleted(ctx, pool, time.Now())
+	if err != nil || n != 2 {
+		t.Fatalf("SweepDeleted: %d rows, %v; want 2", n, err)
+	}
+	for _, a := range f.addrs {
+		if hits := findEverywhere(t, pool, a); len(hits) > 0 {
+			t.Errorf("%s still stored in %v after the sweep", a, hits)
+		}
+	}
+	// A day after the deletion, nothing in flight can remain: the account is no longer swept.
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route) VALUES ($1, 'later-row', 'verify')`, f.id)
+	if n, err := SweepDeleted(ctx, pool, time.Now().Add(25*time.Hour)); err != nil || n != 0 {
+		t.Errorf("SweepDeleted a day later: %d rows, %v; want 0", n, err)
+	}
+}
+
+// A deletion whose second step was cut short (a crash after the tombstone committed) is
+// finished by the sweep, in bounded runs, however long ago it was deleted.
+func TestAnErasureCutShortIsFinishedByTheSweep(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "cut", time.Now())
+	pgtest.Must(t, DeleteAccount(ctx, pool, f.id), "delete")
+	var erased *time.Time
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT erased_at FROM accounts WHERE id = $1`, f.id).Scan(&erased), "erased_at")
+	if erased == nil {
+		t.Fatal("a deletion that ran to its end did not mark the account erased")
+	}
+	// As if the erasure had never run: the account's rows are back and it is not marked.
+	pgtest.Exec(t, pool, `UPDATE accounts SET erased_at = NULL WHERE id = $1`, f.id)
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, snapshot)
+		SELECT $1, 'cut-'||i, 'verify', jsonb_build_object('email', $2::text) FROM generate_series(1, 12000) i`, f.id, f.addrs[0])
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url) VALUES (gen_random_uuid(), $1, $2, '')`, f.id, f.addrs[1])
+
+	// One bounded step leaves the rest, and says so.
+	n, done, err := Erase(ctx, pool, f.id, 1)
+	if err != nil || done || n != 1+eraseBatch {
+		t.Fatalf("Erase with one batch: %d rows, done %v, %v; want %d and not done", n, done, err, 1+eraseBatch)
+	}
+	// A week later the sweep still finishes it.
+	later := time.Now().Add(7 * 24 * time.Hour)
+	var total int64
+	for range 3 {
+		m, err := SweepDeleted(ctx, pool, later)
+		pgtest.Must(t, err, "sweep")
+		total += m
+	}
+	if total != 12000-eraseBatch {
+		t.Errorf("the sweeps deleted %d rows; want %d", total, 12000-eraseBatch)
+	}
+	for _, a := range f.addrs {
+		if hits := findEverywhere(t, pool, a); len(hits) > 0 {
+			t.Errorf("%s still stored in %v", a, hits)
+		}
+	}
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT erased_at FROM accounts WHERE id = $1`, f.id).Scan(&erased), "erased_at")
+	if erased == nil {
+		t.Error("the sweep did not mark the account erased")
+	}
+	if m, err := SweepDeleted(ctx, pool, later); err != nil || m != 0 {
+		t.Errorf("a sweep after the account was erased: %d rows, %v", m, err)
+	}
+}
+
+func TestRetentionWithAMovedClock(t *testing.T) {
+	pool := pgtest.New(t)
+	start := time.Now()
+	clock := testclock.New(start)
+	f := seed(t, pool, "old", start)
+	// A job finished as long ago whose callback is still retrying keeps its data.
+	pending := uuid.New()
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, result, completed_at)
+		VALUES ($1, $2, 'wait@acme.example', 'https://hooks.example/', 'completed', '{}', $3)`, pending, f.id, start)
+	pgtest.Exec(t, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state) VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', '\x7b7d', 'retrying')`,
+		pending, f.id)
+
+	r := Retainer{DB: pool, Retention: Retention{Results: 30 * 24 * time.Hour, Jobs: 7 * 24 * time.Hour},
+		Interval: 20 * time.Millisecond, Now: clock.Now}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	snapshots := func() (n int) {
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL`, f.id).Scan(&n), "snapshots")
+		return n
+	}
+	expired := func() (n int) {
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE account_id = $1 AND expired_at IS NOT NULL`, f.id).Scan(&n), "jobs")
+		return n
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+
+	time.Sleep(100 * time.Millisecond) // a few runs at the start: nothing is old enough
+	if snapshots() != 2 || expired() != 0 {
+		t.Fatalf("at the start: %d snapshots, %d expired jobs; want 2 and 0", snapshots(), expired())
+	}
+	clock.Add(8 * 24 * time.Hour)
+	waitFor("jobs to expire", func() bool { return expired() == 2 })
+	if snapshots() != 2 {
+		t.Fatalf("after 8 days the snapshots went too: %d left", snapshots())
+	}
+	var email string
+	var result []byte
+	var secret *string
+	var state string
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT email, result, webhook_secret, state FROM jobs WHERE id = $1`, f.jobs[0]).
+		Scan(&email, &result, &secret, &state), "expired job")
+	if email != "" || result != nil || secret != nil || state != "completed" {
+		t.Errorf("expired job: email %q result %s secret %v state %s; want all removed and the state kept", email, result, secret, state)
+	}
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT email FROM jobs WHERE id = $1`, pending).Scan(&email), "pending job")
+	if email == "" {
+		t.Error("a job whose callback is still retrying lost its data")
+	}
+
+	clock.Add(23 * 24 * time.Hour)
+	waitFor("snapshots to go", func() bool { return snapshots() == 0 })
+	var rows, domains int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*), count(email_domain) FROM usage_log WHERE account_id = $1`, f.id).Scan(&rows, &domains), "usage rows")
+	if rows != 2 || domains != 2 {
+		t.Errorf("usage rows after retention: %d with %d domains; want both kept for billing", rows, domains)
+	}
+}
+
+// Several replicas run the retention at once: they share the rows, none twice, none left.
+func TestPurgeSharedByReplicas(t *testing.T) {
+	pool := pgtest.New(t)
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	f := seed(t, pool, "many", old)
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, occurred_at, route, snapshot)
+		SELECT $1, 'bulk-'||i, $2, 'verify_batch', jsonb_build_object('email', 'x'||i||'@acme.example')
+		FROM generate_series(1, 3000) i`, f.id, old)
+	var (
+		mu    sync.Mutex
+		total int64
+		wg    sync.WaitGroup
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := Purge(ctx, pool, time.Now(), Defaults(), 100, 100)
+			if err != nil {
+				t.Errorf("Purge: %v", err)
+			}
+			mu.Lock()
+			total += p.Snapshots
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	var left int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE snapshot IS NOT NULL`).Scan(&left), "left")
+	if total != 3002 || left != 0 {
+		t.Errorf("replicas cleared %d snapshots, %d left; want 3002 and 0", total, left)
+	}
+}
+
+func TestExportContainsTheAccountsData(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "exp", time.Now())
+	other := seed(t, pool, "other", time.Now())
+	var buf bytes.Buffer
+	if err := Export(ctx, pool, f.id, &buf); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	var doc struct {
+		Account struct {
+			AccountID string `json:"account_id"`
+			Email     string `json:"email"`
+		} `json:"account"`
+		Users      []map[string]any `json:"users"`
+		Keys       []map[string]any `json:"keys"`
+		Jobs       []map[string]any `json:"jobs"`
+		Lists      []map[string]any `json:"lists"`
+		Deliveries []map[string]any `json:"deliveries"`
+		Results    []struct {
+			Result struct{ Email string } `json:"result"`
+		} `json:"results"`
+		Usage     []map[string]any `json:"usage"`
+		Truncated []string         `json:"truncated"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("export is not JSON: %v\n%s", err, buf.String())
+	}
+	if doc.Account.AccountID != f.id || doc.Account.Email != f.email {
+		t.Errorf("account: %+v", doc.Account)
+	}
+	if len(doc.Users) != 1 || len(doc.Keys) != 1 || len(doc.Jobs) != 2 || len(doc.Lists) != 1 || len(doc.Deliveries) != 3 ||
+		len(doc.Results) != 2 || len(doc.Usage) != 1 || len(doc.Truncated) != 0 {
+		t.Errorf("sections: %d users, %d keys, %d jobs, %d lists, %d deliveries, %d results, %d months, truncated %v",
+			len(doc.Users), len(doc.Keys), len(doc.Jobs), len(doc.Lists), len(doc.Deliveries), len(doc.Results), len(doc.Usage), doc.Truncated)
+	}
+	if len(doc.Results) > 0 && doc.Results[0].Result.Email != f.addrs[0] {
+		t.Errorf("first result is %q; want %q", doc.Results[0].Result.Email, f.addrs[0])
+	}
+	s := buf.String()
+	for _, secret := range []string{"hash-" + f.id, "secret-of-" + f.id, other.email, other.addrs[0], "key_hash", "password_hash"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("the export carries %q", secret)
+		}
+	}
+	// Capped: past the limit a section is cut and named.
+	buf.Reset()
+	pgtest.Must(t, export(ctx, pool, f.id, &buf, 1), "export capped")
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("capped export: %v", err)
+	}
+	if len(doc.Jobs) != 1 || strings.Join(doc.Truncated, ",") != "jobs,deliveries,results" {
+		t.Errorf("capped export: %d jobs, truncated %v", len(doc.Jobs), doc.Truncated)
+	}
+	if err := Export(ctx, pool, uuid.NewString(), &buf); !errors.Is(err, ErrNotFound) {
+		t.Errorf("export of no account: %v", err)
+	}
+}
+
+func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "dsr", time.Now())
+	other := seed(t, pool, "dsr2", time.Now())
+	// The other account verified the same address: its data is its own and stays.
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, snapshot) VALUES ($1, 'o-1', 'verify', jsonb_build_object('email', $2::text))`,
+		other.id, f.addrs[0])
+	d, err := DeleteHistory(ctx, pool, f.id, "  "+strings.ToUpper(f.addrs[0])+" ")
+	if err != nil {
+		t.Fatalf("DeleteHistory: %v", err)
+	}
+	if d != (HistoryDeleted{Results: 1, Jobs: 1, Deliveries: 1, ListRows: 1}) {
+		t.Errorf("DeleteHistory removed %+v; want one of each", d)
+	}
+	hits := findEverywhere(t, pool, f.addrs[0])
+	// What is left of the address: the other account's row, and the idempotency record of the
+	// account's request (it expires within a day; docs/personal-data.md).
+	want := "idempotency_keys.body usage_log.snapshot"
+	if strings.Join(hits, " ") != want {
+		t.Errorf("after DeleteHistory the address is in %v; want only %s", hits, want)
+	}
+	var n int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot->>'email' = $2`, other.id, f.addrs[0]).Scan(&n), "other")
+	if n != 1 {
+		t.Error("the other account's result of the same address was removed")
+	}
+	if hits := findEverywhere(t, pool, f.addrs[1]); len(hits) == 0 {
+		t.Error("the account's other address was removed")
+	}
+	// Nothing left: a second request removes nothing.
+	if d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0]); err != nil || d != (HistoryDeleted{}) {
+		t.Errorf("second DeleteHistory: %+v, %v", d, err)
+	}
+}
