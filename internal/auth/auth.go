@@ -121,6 +121,9 @@ type Principal struct {
 	KeyID     string
 	Tier      plan.Tier
 	Kind      Kind
+	// Unconfirmed: the account's email is not confirmed yet (a dashboard sign-up,
+	// docs/dashboard.md, "Email confirmation"); the API refuses it every route.
+	Unconfirmed bool
 }
 
 // Querier is the part of a pgx pool or transaction that Lookup needs.
@@ -142,9 +145,9 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 		kind   string
 	)
 	err := db.QueryRow(ctx, `
-		SELECT k.id, k.account_id, k.kind, k.key_hash, a.tier
+		SELECT k.id, k.account_id, k.kind, k.key_hash, a.tier, a.email_unconfirmed
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
-		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &stored, &tier)
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &stored, &tier, &p.Unconfirmed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrInvalidKey
 	}
