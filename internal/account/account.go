@@ -19,21 +19,22 @@ import (
 
 // Domain errors; internal/api maps each to its HTTP status and error code in one table.
 var (
-	ErrNotFound              = errors.New("account not found")
-	ErrCustomerNotFound      = errors.New("no account has this Stripe customer id")
-	ErrKeyNotFound           = errors.New("no active standard key with this id for the account")
-	ErrKeyLimitReached       = errors.New("active standard keys are at the plan maximum")
-	ErrProvisioningKeyExists = errors.New("the account already has an active provisioning key; revoke it first")
-	ErrKeyAlreadyCreated     = errors.New("a key was already created with this form token")
-	ErrCustomerTaken         = errors.New("another account already has this Stripe customer id")
-	// ErrEmailUnconfirmed: the account was made by a dashboard sign-up whose email was not
-	// confirmed yet; it gets no keys (docs/dashboard.md, "Email confirmation").
-	ErrEmailUnconfirmed       = errors.New("the account's email is not confirmed yet")
+	ErrNotFound               = errors.New("account not found")
+	ErrCustomerNotFound       = errors.New("no account has this Stripe customer id")
+	ErrKeyNotFound            = errors.New("no active standard key with this id for the account")
+	ErrKeyLimitReached        = errors.New("active standard keys are at the plan maximum")
+	ErrProvisioningKeyExists  = errors.New("the account already has an active provisioning key; revoke it first")
+	ErrKeyAlreadyCreated      = errors.New("a key was already created with this form token")
+	ErrCustomerTaken          = errors.New("another account already has this Stripe customer id")
 	ErrDatastore              = errors.New("datastore request failed")
 	errUniqueViolation        = "23505"
 	provisioningUniqueIndex   = "api_keys_one_provisioning"
 	stripeCustomerUniqueIndex = "accounts_stripe_customer_id_key"
 )
+
+// ErrEmailUnconfirmed: the account was made by a dashboard sign-up whose email was not confirmed
+// yet; it gets no keys (docs/dashboard.md, "Email confirmation").
+var ErrEmailUnconfirmed = errors.New("the account's email is not confirmed yet")
 
 // datastore wraps a database failure so that callers can map it to datastore_error while the
 // log keeps the cause.
