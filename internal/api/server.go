@@ -50,6 +50,8 @@ type Deps struct {
 	Portal BillingPortal
 	// Checkout opens Stripe Checkout for the dashboard's upgrades; nil means Stripe as configured.
 	Checkout dashboard.Checkout
+	// Mailer sends the dashboard's confirmation and password-reset mail; nil: no relay.
+	Mailer dashboard.Mailer
 	// Now is the clock; nil means time.Now. Tests pin it to check month boundaries.
 	Now func() time.Time
 	// Local runs the local verification layers in-process (verify.Verifier).
@@ -150,7 +152,7 @@ func New(d Deps) *Server {
 		checkout = stripe
 	}
 	s.dashboard = dashboard.New(dashboard.Deps{Config: dashboardConfig(d.Config), Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
-		Portal: s.portal, Checkout: checkout, API: s, Now: s.now})
+		Portal: s.portal, Checkout: checkout, API: s, Mailer: d.Mailer, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
