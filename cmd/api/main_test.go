@@ -55,6 +55,20 @@ func TestBadConfigNamesVariable(t *testing.T) {
 	}
 }
 
+// Outside dev mode, sign-ups confirmed by mail need a relay: without one the API does not start,
+// and says what to set (docs/operations.md, "Mail"). Migrations and admin commands need none.
+func TestConfirmedSignupNeedsARelay(t *testing.T) {
+	err := run(context.Background(), nil, envFrom(map[string]string{"NATS_URL": "nats://127.0.0.1:1"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_MAIL_SMTP_ADDR") || !strings.Contains(err.Error(), "MAILVET_DASHBOARD_SIGNUP") {
+		t.Fatalf("err = %v", err)
+	}
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"admin", "help"}, envFrom(nil), &out, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("admin help without a relay: %v", err)
+	}
+}
+
 // A log format the binary does not know fails start-up with the variable, the value and the choices.
 func TestBadLogFormatFailsStartUp(t *testing.T) {
 	err := run(context.Background(), []string{"-dev"}, envFrom(map[string]string{"MAILVET_LOG_FORMAT": "pretty"}), &bytes.Buffer{}, &bytes.Buffer{})
@@ -174,7 +188,7 @@ func missingDatabaseURL(t *testing.T) string {
 // A database that does not exist is not a Postgres that is down: what the user sees says to run
 // `bin/api migrate`, at once, from the server and from an admin command alike.
 func TestMissingDatabaseSaysMigrate(t *testing.T) {
-	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
+	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1", "MAILVET_DASHBOARD_SIGNUP": "off",
 		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -115,7 +115,7 @@ type Server struct {
 	idem *idempotency.Guard
 
 	// dashboard serves /dashboard (package dashboard).
-	dashboard http.Handler
+	dashboard *dashboard.Handler
 
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
@@ -335,4 +335,5 @@ func (s *Server) Close() {
 	s.ledger.Close()
 	s.dispatch.Close()
 	s.rejections.Close()
+	s.dashboard.WaitMail() // the dashboard's links on their way to the relay (at most 45 s each)
 }
