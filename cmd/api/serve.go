@@ -150,7 +150,11 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	if demo {
 		writeDemoAddresses(w)
 	}
-	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up; its playground verifies with your keys)\n", base)
+	confirm := "open the confirmation link in the log" // the dev sink's (mailRelay)
+	if cfg.Mail.Addr != "" {
+		confirm = "open the confirmation link mailed to you"
+	}
+	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up, then %s; its playground verifies with your keys)\n", base, confirm)
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
 }
