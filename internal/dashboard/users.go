@@ -169,18 +169,15 @@ var errEmailTaken = errors.New("email taken")
 func (h *Handler) createUser(ctx context.Context, email, hash string) (string, error) {
 	userID := uuid.NewString()
 	confirm := h.mustConfirm()
-	var link string // the confirmation token, mailed once the account is committed
+	var link, stale string // the confirmation token, mailed once the account is committed; a replaced account
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
-		var stale string
+		stale = ""
 		err := tx.QueryRow(ctx, `DELETE FROM accounts a USING dashboard_users u
 			WHERE u.account_id = a.id AND lower(u.email) = lower($1) AND a.email_unconfirmed
 				AND a.created_at < $2 AND a.stripe_customer_id IS NULL
 			RETURNING a.id`, email, h.now().Add(-h.confirmTTL())).Scan(&stale)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
-		}
-		if stale != "" {
-			h.log.Info("dashboard: a sign-up replaced an unconfirmed account older than its link", "replaced_account", stale)
 		}
 		a, err := account.NewStore(tx).Create(ctx, account.NewAccount{Tier: plan.Free, Email: email})
 		if err != nil {
@@ -200,6 +197,9 @@ func (h *Handler) createUser(ctx context.Context, email, hash string) (string, e
 		}
 		return err
 	})
+	if err == nil && stale != "" {
+		h.log.Info("dashboard: a sign-up replaced an unconfirmed account older than its link", "replaced_account", stale)
+	}
 	if err == nil && link != "" {
 		h.sendConfirmation(email, link)
 	}
