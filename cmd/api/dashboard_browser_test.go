@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,8 @@ import (
 )
 
 // dashboardServer runs `api -dev -demo` as `make demo` does, with stripe-mock as Stripe, and
-// returns its base URL and database.
-func dashboardServer(t *testing.T) (string, string) {
+// returns its base URL, database and process.
+func dashboardServer(t *testing.T) (string, string, *served) {
 	t.Helper()
 	db := pgtest.URL(t)
 	s := &served{httpAddr: freeport.Addr(t), opsAddr: freeport.Addr(t), done: make(chan error, 1)}
@@ -56,7 +57,24 @@ func dashboardServer(t *testing.T) (string, string) {
 			t.Logf("api stderr:\n%s", s.stderr.String())
 		}
 	})
-	return base, db
+	return base, db, s
+}
+
+var confirmLinkRE = regexp.MustCompile(`https?://[^"\s]+/dashboard/confirm\?token=[A-Za-z0-9_-]+`)
+
+// devConfirmLink waits for the confirmation link that dev mode's mail sink logs (docs/development.md,
+// "Mail in dev mode"), the way a developer running `make demo` finds it.
+func devConfirmLink(t *testing.T, s *served) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := confirmLinkRE.FindString(s.stderr.String()); m != "" {
+			return m
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no confirmation link in the log:\n%s", s.stderr.String())
+	return ""
 }
 
 const stripeSigningSecret = "whsec_dashboard_test"
@@ -73,7 +91,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	receiver, hits := failingReceiver(t)
-	base, db := dashboardServer(t)
+	base, db, proc := dashboardServer(t)
 	ctx := chromiumtest.Start(t, bin, 90*time.Second, chromedp.WindowSize(1280, 900))
 
 	// Every request the browser makes to a host other than the API (Stripe's hosted pages).
@@ -152,6 +170,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#password`), password),
 		chromedp.SendKeys(chromedp.CSS(`#password_confirm`), password),
 		chromedp.Click(chromedp.CSS(`#signup`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-state`)))
+	// Confirm the email: dev mode mails to its sink, which logs the link.
+	run("confirm the email", chromedp.Navigate(devConfirmLink(t, proc)), chromedp.Click(chromedp.CSS(`#confirm`)),
 		chromedp.WaitVisible(chromedp.CSS(`#tier`)))
 	if got := text("#tier"); got != "free" {
 		t.Fatalf("new account tier = %q, want free", got)

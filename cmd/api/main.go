@@ -46,6 +46,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch cmd := fs.Arg(0); cmd {
 	case "":
 		cfg, err := load()
+		if err == nil {
+			err = cfg.CheckSignupMail()
+		}
 		if err != nil {
 			return configError(err)
 		}

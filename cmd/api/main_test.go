@@ -58,6 +58,20 @@ func TestBadConfigNamesVariable(t *testing.T) {
 	}
 }
 
+// Outside dev mode, sign-ups confirmed by mail need a relay: without one the API does not start,
+// and says what to set (docs/operations.md, "Mail"). Migrations and admin commands need none.
+func TestConfirmedSignupNeedsARelay(t *testing.T) {
+	err := run(context.Background(), nil, envFrom(map[string]string{"NATS_URL": "nats://127.0.0.1:1"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_MAIL_SMTP_ADDR") || !strings.Contains(err.Error(), "MAILVET_DASHBOARD_SIGNUP") {
+		t.Fatalf("err = %v", err)
+	}
+	var out bytes.Buffer
+	err = run(context.Background(), []string{"admin", "help"}, envFrom(nil), &out, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("admin help without a relay: %v", err)
+	}
+}
+
 // A log format the binary does not know fails start-up with the variable, the value and the choices.
 func TestBadLogFormatFailsStartUp(t *testing.T) {
 	err := run(context.Background(), []string{"-dev"}, envFrom(map[string]string{"MAILVET_LOG_FORMAT": "pretty"}), &bytes.Buffer{}, &bytes.Buffer{})
@@ -135,8 +149,11 @@ func serveUntilStopped(t *testing.T, args []string, env map[string]string) strin
 }
 
 func TestServeAndStopCleanly(t *testing.T) {
+	// Outside dev mode a mail relay is part of the configuration (docs/operations.md, "Mail"); it
+	// is dialled only when the dashboard sends a link.
 	serveUntilStopped(t, nil, map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t),
-		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="})
+		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+		"MAILVET_MAIL_SMTP_ADDR": "127.0.0.1:1", "MAILVET_MAIL_FROM": "noreply@mailvet.test"})
 }
 
 // Outside dev mode the API refuses to start without MAILVET_SECRETS_KEY, and says how to make
@@ -148,7 +165,7 @@ func TestServeRefusesWithoutSecretsKey(t *testing.T) {
 		"not-a-key-at-all-0123456": "MAILVET_SECRETS_KEY: must be 32 random bytes",
 	} {
 		env := envFrom(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1",
-			"MAILVET_SECRETS_KEY": key})
+			"MAILVET_SECRETS_KEY": key, "MAILVET_DASHBOARD_SIGNUP": "off"})
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		err := run(ctx, nil, env, io.Discard, io.Discard)
 		cancel()
@@ -204,7 +221,7 @@ func missingDatabaseURL(t *testing.T) string {
 // A database that does not exist is not a Postgres that is down: what the user sees says to run
 // `bin/api migrate`, at once, from the server and from an admin command alike.
 func TestMissingDatabaseSaysMigrate(t *testing.T) {
-	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1",
+	env := map[string]string{"DATABASE_URL": missingDatabaseURL(t), "NATS_URL": "nats://127.0.0.1:1", "MAILVET_DASHBOARD_SIGNUP": "off",
 		"MAILVET_HTTP_ADDR": freeport.Addr(t), "MAILVET_METRICS_ADDR": freeport.Addr(t),
 		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

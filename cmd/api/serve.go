@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -14,10 +15,13 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/fleet"
 	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/loop"
+	"github.com/mailvet/mailvet/internal/mailer"
 	"github.com/mailvet/mailvet/internal/mailsim"
+	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/opsmetrics"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
@@ -49,8 +53,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer engine.Close()
+	relay, closeRelay, err := mailRelay(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRelay()
 	srv := api.New(api.Deps{Config: cfg, Log: log, Pool: in.Pool, NATS: in.NATS, JS: in.JS, Layout: in.Layout,
-		Ready: in.Ready, Metrics: in.Metrics, Local: engine})
+		Ready: in.Ready, Metrics: in.Metrics, Local: engine, Mailer: relay})
 	httpSrv, err := app.Listen(cfg.HTTPAddr, srv.Handler())
 	if err != nil {
 		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
@@ -106,6 +115,30 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	return err
 }
 
+// devMailFrom is the sender of dev mode's mail to its sink.
+const devMailFrom = "mailvet@localhost"
+
+// mailRelay is the relay of the dashboard's mail (docs/operations.md, "Mail"): the operator's
+// (MAILVET_MAIL_*), or in dev mode without one a sink on loopback that keeps the mail and logs
+// its links, so that `make run` and `make demo` show the confirmation link (docs/development.md,
+// "Mail in dev mode"). Without either, nil: sign-ups are not confirmed (MAILVET_DASHBOARD_SIGNUP,
+// checked at start-up by config.CheckSignupMail) and there is no password reset by email.
+func mailRelay(cfg config.Config, log *slog.Logger) (dashboard.Mailer, func(), error) {
+	if cfg.Mail.Addr != "" {
+		return mailer.New(mailer.Config{Addr: cfg.Mail.Addr, From: cfg.Mail.From, Username: cfg.Mail.Username,
+			Password: cfg.Mail.Password}), func() {}, nil
+	}
+	if !cfg.Dev {
+		return nil, func() {}, nil
+	}
+	sink, err := mailsink.Start(net.JoinHostPort(config.DevHost, "0"), mailsink.Options{Log: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("dev mail sink: %w", err)
+	}
+	log.Info("dev mode: the dashboard's mail goes to a sink on loopback, which logs its links", "sink", sink.Addr())
+	return mailer.New(mailer.Config{Addr: sink.Addr(), From: devMailFrom}), func() { _ = sink.Close() }, nil
+}
+
 // devBanner issues the demo account's keys and prints them with ready-to-paste examples (and, in
 // the demo world, the demo addresses) for a newcomer.
 func devBanner(ctx context.Context, store *account.Store, cfg config.Config, addr string, demo bool, w io.Writer) error {
@@ -123,7 +156,11 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	if demo {
 		writeDemoAddresses(w)
 	}
-	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up; its playground verifies with your keys)\n", base)
+	confirm := "open the confirmation link in the log" // the dev sink's (mailRelay)
+	if cfg.Mail.Addr != "" {
+		confirm = "open the confirmation link mailed to you"
+	}
+	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up, then %s; its playground verifies with your keys)\n", base, confirm)
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
 }

@@ -32,6 +32,10 @@ var (
 	stripeCustomerUniqueIndex = "accounts_stripe_customer_id_key"
 )
 
+// ErrEmailUnconfirmed: the account was made by a dashboard sign-up whose email was not confirmed
+// yet; it gets no keys (docs/dashboard.md, "Email confirmation").
+var ErrEmailUnconfirmed = errors.New("the account's email is not confirmed yet")
+
 // datastore wraps a database failure so that callers can map it to datastore_error while the
 // log keeps the cause.
 func datastore(op string, err error) error {

@@ -98,7 +98,8 @@ func (s *Store) ListStandardKeys(ctx context.Context, accountID string) ([]Key, 
 }
 
 // CreateStandardKey creates a standard key unless the account's active standard keys are at its
-// plan maximum, maxKeys of its tier (a *KeyLimitError). The account row is locked for the check
+// plan maximum, maxKeys of its tier (a *KeyLimitError), or its email is not confirmed yet
+// (ErrEmailUnconfirmed; so is every key creation, the provisioning key's too). The account row is locked for the check
 // and the insert, so two concurrent creates at max−1 cannot both succeed.
 func (s *Store) CreateStandardKey(ctx context.Context, accountID, label string, maxKeys func(plan.Tier) int) (CreatedKey, error) {
 	return s.CreateStandardKeyOnce(ctx, accountID, label, "", maxKeys)
@@ -129,15 +130,19 @@ func (s *Store) CreateStandardKeyIn(ctx context.Context, accountID, label string
 	err := s.inTx(ctx, "create key", func(tx pgx.Tx) error {
 		var (
 			tier        plan.Tier
+			unconfirmed bool
 			max, active int
 		)
 		// A deleted account (docs/personal-data.md) is not found: no key may bring it back.
-		err := tx.QueryRow(ctx, `SELECT tier FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&tier)
+		err := tx.QueryRow(ctx, `SELECT tier, email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&tier, &unconfirmed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return datastore("lock account", err)
+		}
+		if unconfirmed {
+			return ErrEmailUnconfirmed
 		}
 		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
 			return err
@@ -252,13 +257,19 @@ func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formTo
 	}
 	var out CreatedKey
 	err := s.inTx(ctx, "create provisioning key", func(tx pgx.Tx) error {
-		var id string
-		err := tx.QueryRow(ctx, `SELECT id FROM accounts WHERE id = $1 AND deleted_at IS NULL`+lock, accountID).Scan(&id)
+		var (
+			id          string
+			unconfirmed bool
+		)
+		err := tx.QueryRow(ctx, `SELECT id, email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL`+lock, accountID).Scan(&id, &unconfirmed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
 		if err != nil {
 			return datastore("read account", err)
+		}
+		if unconfirmed {
+			return ErrEmailUnconfirmed
 		}
 		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
 			return err

@@ -111,6 +111,10 @@ func classify(err error) (code, msg string) {
 		return "datastore_error", err.Error()
 	case errors.Is(err, account.ErrCustomerTaken):
 		return "invalid_request", err.Error()
+	case errors.Is(err, account.ErrEmailUnconfirmed):
+		// A dashboard sign-up not confirmed yet gets no keys, not even from an operator
+		// (docs/operations.md, "bin/api admin").
+		return "email_unconfirmed", "the account's email is not confirmed yet: its owner opens the link mailed to it (docs/dashboard.md)"
 	case errors.Is(err, account.ErrDatastore):
 		return "datastore_error", err.Error()
 	}

@@ -76,11 +76,23 @@ func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {
 			if p.Kind != want {
 				return wrongKeyType(want)
 			}
+			if p.Unconfirmed {
+				// Such an account gets no keys (account.ErrEmailUnconfirmed); one that has a key
+				// anyway still gets no verifications and no management until it is confirmed
+				// (docs/dashboard.md, "Email confirmation").
+				return Errorf(http.StatusForbidden, CodeEmailUnconfirmed, actionConfirmEmail, msgEmailUnconfirmed)
+			}
 			c.Set(principalKey, p)
 			return next(c)
 		}
 	}
 }
+
+// The answer to an account whose email is not confirmed (email_unconfirmed, docs/errors.md).
+const (
+	msgEmailUnconfirmed = "The account's email is not confirmed yet."
+	actionConfirmEmail  = "Open the confirmation link mailed to the account's email, or sign in to the dashboard to send it again."
+)
 
 func wrongKeyType(want auth.Kind) *Error {
 	if want == auth.KindProvisioning {

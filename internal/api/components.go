@@ -22,5 +22,8 @@ func dashboardConfig(cfg config.Config) dashboard.Config {
 		Plans:          cfg.Plans,
 		Lists:          dashboard.ListLimits{MaxRows: cfg.Lists.MaxRows, MaxBytes: cfg.Lists.MaxBytes},
 		SessionTTL:     cfg.DashboardSessionTTL,
+		Signup:         cfg.Signup,
+		ConfirmTTL:     cfg.ConfirmTTL,
+		ResetTTL:       cfg.ResetTTL,
 	}
 }

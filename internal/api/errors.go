@@ -69,6 +69,7 @@ const (
 	CodeMissingAPIKey            = "missing_api_key"
 	CodeInvalidAPIKey            = "invalid_api_key"
 	CodeWrongKeyType             = "wrong_key_type"
+	CodeEmailUnconfirmed         = "email_unconfirmed"
 	CodeKeyNotFound              = "key_not_found"
 	CodeKeyLimitReached          = "key_limit_reached"
 	CodeDatastore                = "datastore_error"
@@ -116,6 +117,7 @@ var errorTable = []errorMapping{
 	{auth.ErrInvalidKey, http.StatusUnauthorized, CodeInvalidAPIKey,
 		"Check the key for typos and that it has not been revoked; send it as Authorization: Bearer <key>.",
 		"The API key is not recognised (revoked, mistyped or from another environment)."},
+	{account.ErrEmailUnconfirmed, http.StatusForbidden, CodeEmailUnconfirmed, actionConfirmEmail, msgEmailUnconfirmed},
 	{account.ErrKeyNotFound, http.StatusNotFound, CodeKeyNotFound,
 		"List the active keys with GET /v1/management/keys and use one of their ids.",
 		"No active standard key with this id exists for the account."},

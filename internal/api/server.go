@@ -51,6 +51,8 @@ type Deps struct {
 	Portal BillingPortal
 	// Checkout opens Stripe Checkout for the dashboard's upgrades; nil means Stripe as configured.
 	Checkout dashboard.Checkout
+	// Mailer sends the dashboard's confirmation and password-reset mail; nil: no relay.
+	Mailer dashboard.Mailer
 	// Now is the clock; nil means time.Now. Tests pin it to check month boundaries.
 	Now func() time.Time
 	// Local runs the local verification layers in-process (verify.Verifier).
@@ -114,7 +116,7 @@ type Server struct {
 	idem *idempotency.Guard
 
 	// dashboard serves /dashboard (package dashboard).
-	dashboard http.Handler
+	dashboard *dashboard.Handler
 
 	// email and mgmt are the authenticated route groups of routes.go.
 	email *echo.Group
@@ -152,7 +154,7 @@ func New(d Deps) *Server {
 		checkout = stripe
 	}
 	s.dashboard = dashboard.New(dashboard.Deps{Config: dashboardConfig(d.Config), Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
-		Portal: s.portal, Checkout: checkout, API: s, Now: s.now})
+		Portal: s.portal, Checkout: checkout, API: s, Mailer: d.Mailer, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -335,4 +337,5 @@ func (s *Server) Close() {
 	s.ledger.Close()
 	s.dispatch.Close()
 	s.rejections.Close()
+	s.dashboard.WaitMail() // the dashboard's links on their way to the relay (at most 45 s each)
 }

@@ -177,6 +177,9 @@ type Principal struct {
 	// KeyDisplay is the key's display form (Mask: sk_mgmt_ab12…yz89), never the key: it names
 	// the key as the actor of an audit event (docs/security.md, "Audit log").
 	KeyDisplay string
+	// Unconfirmed: the account's email is not confirmed yet (a dashboard sign-up,
+	// docs/dashboard.md, "Email confirmation"); the API refuses it every route.
+	Unconfirmed bool
 }
 
 // Sandbox reports whether the principal's key is a sandbox key.
@@ -203,9 +206,9 @@ func Lookup(ctx context.Context, db Querier, raw string) (Principal, error) {
 		mode   string
 	)
 	err := db.QueryRow(ctx, `
-		SELECT k.id, k.account_id, k.kind, k.mode, k.key_hash, a.tier
+		SELECT k.id, k.account_id, k.kind, k.mode, k.key_hash, a.tier, a.email_unconfirmed
 		FROM api_keys k JOIN accounts a ON a.id = k.account_id
-		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &mode, &stored, &tier)
+		WHERE k.key_hash = $1 AND k.revoked_at IS NULL`, want).Scan(&p.KeyID, &p.AccountID, &kind, &mode, &stored, &tier, &p.Unconfirmed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrInvalidKey
 	}

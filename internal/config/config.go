@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/mail"
 	"net/netip"
 	"net/url"
 	"os"
@@ -127,6 +128,45 @@ type Config struct {
 	// AuditRetention is how long audit events are kept (MAILVET_AUDIT_RETENTION,
 	// docs/operations.md; docs/security.md, "Audit log").
 	AuditRetention time.Duration
+	// Signup is how the dashboard's sign-up works (MAILVET_DASHBOARD_SIGNUP, docs/dashboard.md,
+	// "Email confirmation"): SignupConfirm, SignupUnconfirmed or SignupOff.
+	Signup string
+	// Mail is the SMTP relay of the dashboard's mail (MAILVET_MAIL_*); Addr "" is none.
+	Mail Mail
+	// ConfirmTTL and ResetTTL are how long a mailed confirmation or password-reset link works
+	// (MAILVET_EMAIL_CONFIRM_TTL, MAILVET_PASSWORD_RESET_TTL).
+	ConfirmTTL, ResetTTL time.Duration
+}
+
+// Mail is the SMTP relay the dashboard sends its links through (docs/operations.md, "Mail").
+type Mail struct {
+	Addr     string // MAILVET_MAIL_SMTP_ADDR, host:port
+	From     string // MAILVET_MAIL_FROM
+	Username string // MAILVET_MAIL_USERNAME; empty: no AUTH
+	Password string // MAILVET_MAIL_PASSWORD; never logged
+}
+
+// The values of MAILVET_DASHBOARD_SIGNUP.
+const (
+	// SignupConfirm: a new account must confirm its email before it gets keys or verifications.
+	SignupConfirm = "confirm"
+	// SignupUnconfirmed: the operator allows accounts whose email nobody confirmed (no relay).
+	SignupUnconfirmed = "unconfirmed"
+	// SignupOff: no sign-up in the dashboard; accounts come from `bin/api admin create-account`.
+	SignupOff = "off"
+)
+
+// CheckSignupMail is the API's start-up rule for sign-up (docs/operations.md, "Mail"): outside dev
+// mode, sign-ups that must be confirmed need a relay to mail the link through. Dev mode without a
+// relay mails to a loopback sink instead. It is separate from Load so that the other commands
+// (migrate, admin) and the binaries that send no mail start without a relay.
+func (c Config) CheckSignupMail() error {
+	if c.Dev || c.Signup != SignupConfirm || c.Mail.Addr != "" {
+		return nil
+	}
+	return errors.New("MAILVET_MAIL_SMTP_ADDR: must be set: dashboard sign-ups are confirmed by a mailed link " +
+		"(MAILVET_DASHBOARD_SIGNUP=confirm, the default); set a relay, or MAILVET_DASHBOARD_SIGNUP=off " +
+		"(accounts only from bin/api admin) or =unconfirmed (allow accounts whose email nobody confirmed)")
 }
 
 // UploadLimits bound what list uploads on their way can hold of a replica (docs/lists.md,
@@ -322,6 +362,28 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 			c.DashboardSessionTTL = d
 		}
 	}
+	c.Signup = e.str("MAILVET_DASHBOARD_SIGNUP", SignupConfirm)
+	if c.Signup != SignupConfirm && c.Signup != SignupUnconfirmed && c.Signup != SignupOff {
+		e.fail("MAILVET_DASHBOARD_SIGNUP", fmt.Errorf("%q: use %q, %q or %q", c.Signup, SignupConfirm, SignupUnconfirmed, SignupOff))
+	}
+	c.Mail = Mail{Addr: e.str("MAILVET_MAIL_SMTP_ADDR", ""), From: e.str("MAILVET_MAIL_FROM", ""),
+		Username: e.str("MAILVET_MAIL_USERNAME", ""), Password: e.str("MAILVET_MAIL_PASSWORD", "")}
+	if c.Mail.Addr != "" {
+		e.check("MAILVET_MAIL_SMTP_ADDR", validHostPort(c.Mail.Addr))
+		if c.Mail.From == "" {
+			e.fail("MAILVET_MAIL_FROM", errors.New("must be set with MAILVET_MAIL_SMTP_ADDR"))
+		}
+	}
+	if c.Mail.From != "" {
+		if a, err := mail.ParseAddress(c.Mail.From); err != nil || a.Name != "" || a.Address != c.Mail.From {
+			e.fail("MAILVET_MAIL_FROM", fmt.Errorf("%q is not a plain address like noreply@example.com", c.Mail.From))
+		}
+	}
+	if (c.Mail.Username == "") != (c.Mail.Password == "") {
+		e.fail("MAILVET_MAIL_USERNAME", errors.New("set both MAILVET_MAIL_USERNAME and MAILVET_MAIL_PASSWORD, or neither"))
+	}
+	c.ConfirmTTL = e.ttl("MAILVET_EMAIL_CONFIRM_TTL", 24*time.Hour, time.Hour, 7*24*time.Hour)
+	c.ResetTTL = e.ttl("MAILVET_PASSWORD_RESET_TTL", time.Hour, 5*time.Minute, 24*time.Hour)
 
 	c.AuditRetention = 8760 * time.Hour
 	if v, ok := e.lookup("MAILVET_AUDIT_RETENTION"); ok {
@@ -459,6 +521,25 @@ func (e *env) intIn(name string, def, min, max int) int {
 		return def
 	}
 	return n
+}
+
+// ttl is a duration from lo to hi, def when unset.
+func (e *env) ttl(name string, def, lo, hi time.Duration) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		e.fail(name, fmt.Errorf("%q is not a duration from %s to %s, like %s", v, short(lo), short(hi), short(def)))
+		return def
+	}
+	return d
+}
+
+// short writes a whole number of hours or minutes as people write them: 24h, 5m.
+func short(d time.Duration) string {
+	return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m")
 }
 
 func (e *env) duration(name string, def time.Duration) time.Duration {

@@ -1,8 +1,10 @@
 package dashboard
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
 )
 
@@ -24,6 +27,58 @@ type slowAPI struct {
 func (s slowAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	time.Sleep(s.delay)
 	s.fakeAPI.ServeAs(w, r, p)
+}
+
+// confirmByMail opens the confirmation link the sink received for email in the browser (on base,
+// the test server, rather than the link's MAILVET_PUBLIC_URL) and presses its button.
+func confirmByMail(t *testing.T, sink *mailsink.Sink, base, email string) []chromedp.Action[chromedp.Void] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	m, err := sink.Next(ctx, email)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := m.Links()
+	if len(links) != 1 {
+		t.Fatalf("confirmation mail with %d links:\n%s", len(links), m.Body)
+	}
+	u, err := url.Parse(links[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []chromedp.Action[chromedp.Void]{chromedp.Navigate(base + u.RequestURI()), chromedp.Click(chromedp.CSS("#confirm"))}
+}
+
+// The journey of a new customer in a real browser: sign up, find the link in the mail (the
+// fixture's sink), confirm, and create a key — refused before the confirmation, created after.
+func TestSignupConfirmAndCreateKeyInBrowser(t *testing.T) {
+	bin := chromiumtest.Path(t)
+	f := newFixture(t, nil)
+	ctx := chromiumtest.Start(t, bin, 60*time.Second)
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	run("sign up", chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
+		chromedp.SendKeys(chromedp.CSS("#email"), "new@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	run("keys before the confirmation", chromedp.Navigate(f.srv.URL+"/dashboard/keys"), chromedp.WaitVisible(chromedp.CSS("#resend")))
+	if n := f.keyCount(t, "new@example.com"); n != 0 {
+		t.Fatalf("%d keys before the confirmation", n)
+	}
+	run("confirm the email", confirmByMail(t, f.sink, f.srv.URL, "new@example.com")...)
+	run("overview after the confirmation", chromedp.WaitVisible(chromedp.CSS("#tier")), chromedp.WaitVisible(chromedp.CSS("#notice")))
+	run("create a key", chromedp.Navigate(f.srv.URL+"/dashboard/keys"),
+		chromedp.SendKeys(chromedp.CSS("#label"), "production"), chromedp.Click(chromedp.CSS("#create-key")),
+		chromedp.WaitVisible(chromedp.CSS("#new-key")))
+	if n := f.keyCount(t, "new@example.com"); n != 1 {
+		t.Fatalf("%d keys after creating one", n)
+	}
 }
 
 // What needs a browser, on a phone's width (375 px): a double click on a form sends one
@@ -69,7 +124,9 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
 		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#resend")))
+	run("confirm the email", confirmByMail(t, f.sink, srv.URL, "ann@example.com")...)
+	run("overview", chromedp.WaitVisible(chromedp.CSS("#tier")))
 	for _, label := range []string{"production with a long label", "staging"} {
 		run("create key "+label, chromedp.Navigate(srv.URL+"/dashboard/keys"),
 			chromedp.SendKeys(chromedp.CSS("#label"), label), chromedp.Click(chromedp.CSS("#create-key")),

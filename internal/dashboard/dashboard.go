@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/httpbody"
+	"github.com/mailvet/mailvet/internal/mailer"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 )
@@ -75,6 +77,17 @@ type Config struct {
 	Lists ListLimits
 	// SessionTTL is how long a sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL, docs/dashboard.md).
 	SessionTTL time.Duration
+	// Signup is MAILVET_DASHBOARD_SIGNUP: config.SignupConfirm (also when empty),
+	// config.SignupUnconfirmed or config.SignupOff (docs/dashboard.md, "Email confirmation").
+	Signup string
+	// ConfirmTTL and ResetTTL are how long a mailed link works (MAILVET_EMAIL_CONFIRM_TTL,
+	// MAILVET_PASSWORD_RESET_TTL); zero means 24 hours and 1 hour.
+	ConfirmTTL, ResetTTL time.Duration
+}
+
+// Mailer sends the dashboard's mail (mailer.Relay: the operator's relay, or dev mode's sink).
+type Mailer interface {
+	Send(ctx context.Context, m mailer.Message) error
 }
 
 // ListLimits bound one list upload (docs/lists.md, "Limits").
@@ -93,6 +106,9 @@ type Deps struct {
 	Portal   Portal
 	Checkout Checkout
 	API      API
+	// Mailer sends the confirmation and password-reset links; nil: no relay is configured, so
+	// there is no password reset by email, and sign-ups cannot be confirmed.
+	Mailer Mailer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -107,6 +123,8 @@ type Handler struct {
 	portal   Portal
 	checkout Checkout
 	api      API
+	mailer   Mailer
+	mailing  sync.WaitGroup // mail on its way (sendInBackground)
 	now      func() time.Time
 	accounts *account.Store
 	pages    map[string]*template.Template
@@ -120,7 +138,7 @@ type Handler struct {
 // New builds the dashboard handler.
 func New(d Deps) *Handler {
 	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, layout: d.Layout, portal: d.Portal, checkout: d.Checkout,
-		api: d.API, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
+		api: d.API, mailer: d.Mailer, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
 		hashSlots:     make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		secureCookies: strings.HasPrefix(d.Config.PublicURL, "https://")}
 	if h.now == nil {
@@ -145,29 +163,41 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+Prefix+"/signup", h.anonymous(h.signup))
 	m.HandleFunc("GET "+Prefix+"/signin", h.anonymous(h.signinPage))
 	m.HandleFunc("POST "+Prefix+"/signin", h.anonymous(h.signin))
+	m.HandleFunc("GET "+Prefix+"/forgot", h.anonymous(h.forgotPage))
+	m.HandleFunc("POST "+Prefix+"/forgot", h.anonymous(h.forgot))
+	// The mailed links work whether or not the browser is signed in (docs/dashboard.md).
+	m.HandleFunc("GET "+Prefix+"/confirm", h.public(h.confirmPage))
+	m.HandleFunc("POST "+Prefix+"/confirm", h.public(h.confirm))
+	m.HandleFunc("GET "+Prefix+"/reset", h.public(h.resetPage))
+	m.HandleFunc("POST "+Prefix+"/reset", h.public(h.reset))
 
 	m.HandleFunc("POST "+Prefix+"/signout", h.signedIn(h.signout))
 	m.HandleFunc("GET "+Prefix+"/{$}", h.signedIn(h.overview))
-	m.HandleFunc("GET "+Prefix+"/keys", h.signedIn(h.keysPage))
-	m.HandleFunc("POST "+Prefix+"/keys", h.signedIn(h.createKey))
-	m.HandleFunc("POST "+Prefix+"/keys/{id}/revoke", h.signedIn(h.revokeKey))
-	m.HandleFunc("POST "+Prefix+"/keys/provisioning", h.signedIn(h.createProvisioningKey))
-	m.HandleFunc("POST "+Prefix+"/keys/provisioning/revoke", h.signedIn(h.revokeProvisioningKey))
-	m.HandleFunc("GET "+Prefix+"/deliveries", h.signedIn(h.deliveriesPage))
-	m.HandleFunc("POST "+Prefix+"/deliveries/{id}/retry", h.signedIn(h.retryDelivery))
-	m.HandleFunc("GET "+Prefix+"/billing", h.signedIn(h.billingPage))
-	m.HandleFunc("POST "+Prefix+"/billing/portal", h.signedIn(h.openPortal))
-	m.HandleFunc("POST "+Prefix+"/billing/checkout", h.signedIn(h.startCheckout))
-	m.HandleFunc("POST "+Prefix+"/billing/spend-cap", h.signedIn(h.setSpendCap))
-	m.HandleFunc("GET "+Prefix+"/playground", h.signedIn(h.playgroundPage))
-	m.HandleFunc("POST "+Prefix+"/playground", h.signedIn(h.playground))
-	m.HandleFunc("GET "+Prefix+"/lists", h.signedIn(h.listsPage))
-	m.HandleFunc("POST "+UploadPath, h.signedInUpload(h.uploadList))
-	m.HandleFunc("GET "+Prefix+"/lists/{id}", h.signedIn(h.listPage))
-	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", h.signedIn(h.downloadList))
-	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", h.signedIn(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
-	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", h.signedIn(h.listAction(http.MethodDelete, "", "list-deleted")))
-	m.HandleFunc("GET "+Prefix+"/security", h.signedIn(h.securityPage))
+	m.HandleFunc("POST "+Prefix+"/confirm/resend", h.signedIn(h.resendConfirmation))
+	// Everything else needs a confirmed email (docs/dashboard.md, "Email confirmation").
+	confirmed := func(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+		return h.signedIn(h.confirmed(next))
+	}
+	m.HandleFunc("GET "+Prefix+"/keys", confirmed(h.keysPage))
+	m.HandleFunc("POST "+Prefix+"/keys", confirmed(h.createKey))
+	m.HandleFunc("POST "+Prefix+"/keys/{id}/revoke", confirmed(h.revokeKey))
+	m.HandleFunc("POST "+Prefix+"/keys/provisioning", confirmed(h.createProvisioningKey))
+	m.HandleFunc("POST "+Prefix+"/keys/provisioning/revoke", confirmed(h.revokeProvisioningKey))
+	m.HandleFunc("GET "+Prefix+"/deliveries", confirmed(h.deliveriesPage))
+	m.HandleFunc("POST "+Prefix+"/deliveries/{id}/retry", confirmed(h.retryDelivery))
+	m.HandleFunc("GET "+Prefix+"/billing", confirmed(h.billingPage))
+	m.HandleFunc("POST "+Prefix+"/billing/portal", confirmed(h.openPortal))
+	m.HandleFunc("POST "+Prefix+"/billing/checkout", confirmed(h.startCheckout))
+	m.HandleFunc("POST "+Prefix+"/billing/spend-cap", confirmed(h.setSpendCap))
+	m.HandleFunc("GET "+Prefix+"/playground", confirmed(h.playgroundPage))
+	m.HandleFunc("POST "+Prefix+"/playground", confirmed(h.playground))
+	m.HandleFunc("GET "+Prefix+"/lists", confirmed(h.listsPage))
+	m.HandleFunc("POST "+UploadPath, h.signedInUpload(h.confirmed(h.uploadList)))
+	m.HandleFunc("GET "+Prefix+"/lists/{id}", confirmed(h.listPage))
+	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", confirmed(h.downloadList))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", confirmed(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", confirmed(h.listAction(http.MethodDelete, "", "list-deleted")))
+	m.HandleFunc("GET "+Prefix+"/security", confirmed(h.securityPage))
 	m.HandleFunc("GET "+Prefix+"/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST "+Prefix+"/settings/password", h.signedIn(h.changePassword))
 	m.HandleFunc("GET "+Prefix+"/settings/data", h.signedIn(h.dataPage))

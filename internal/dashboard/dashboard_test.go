@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"html"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -24,6 +25,8 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/mailer"
+	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
@@ -97,18 +100,37 @@ type fixture struct {
 	srv  *httptest.Server
 	h    *Handler
 	api  *fakeAPI
+	// sink is the fixture's mail relay: every mail the dashboard sends arrives here.
+	sink *mailsink.Sink
 }
 
-func newFixture(t *testing.T, env map[string]string) *fixture {
+func newFixture(t *testing.T, env map[string]string, adjust ...func(*Deps)) *fixture {
 	t.Helper()
 	cfg := testConfig(t, env)
 	pool := pgtest.New(t)
-	f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
-	f.h = New(Deps{Config: cfg, Pool: pool, API: f.api})
+	sink, relay := testMail(t)
+	f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}, sink: sink}
+	d := Deps{Config: cfg, Pool: pool, API: f.api, Mailer: relay}
+	for _, a := range adjust {
+		a(&d)
+	}
+	f.h = New(d)
+	t.Cleanup(f.h.WaitMail)                                 // before the sink and the database go
 	f.h.hasher = hasher{time: 1, memoryKiB: 64, threads: 1} // the format is the same; tests need not pay 19 MiB a hash
 	f.srv = httptest.NewServer(f.h)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// testMail starts a mail sink for a test and returns it with a relay that sends to it.
+func testMail(t *testing.T) (*mailsink.Sink, *mailer.Relay) {
+	t.Helper()
+	sink, err := mailsink.Start("127.0.0.1:0", mailsink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close() })
+	return sink, mailer.New(mailer.Config{Addr: sink.Addr(), From: "noreply@mailvet.test"})
 }
 
 // browser is a client with its own cookie jar that does not follow redirects.
@@ -116,12 +138,52 @@ type browser struct {
 	t    *testing.T
 	base string
 	c    *http.Client
+	sink *mailsink.Sink
 }
 
 func (f *fixture) browser(t *testing.T) *browser {
 	jar, _ := cookiejar.New(nil)
-	return &browser{t: t, base: f.srv.URL, c: &http.Client{Jar: jar,
+	return &browser{t: t, base: f.srv.URL, sink: f.sink, c: &http.Client{Jar: jar,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// mail waits for the next mail to email in the fixture's sink and returns it with the path and
+// query of its one dashboard link, to be opened on the test server (the link itself starts with
+// MAILVET_PUBLIC_URL).
+func (b *browser) mail(email string) (mailsink.Message, string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.t.Context(), 10*time.Second)
+	defer cancel()
+	m, err := b.sink.Next(ctx, email)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	links := m.Links()
+	if len(links) != 1 {
+		b.t.Fatalf("mail to %s has %d links, want 1:\n%s", email, len(links), m.Body)
+	}
+	u, err := url.Parse(links[0])
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return m, u.RequestURI()
+}
+
+var tokenFieldRE = regexp.MustCompile(`name="token" value="([^"]+)"`)
+
+// confirmEmail opens the confirmation link mailed to email and presses its button.
+func (b *browser) confirmEmail(email string) {
+	b.t.Helper()
+	_, link := b.mail(email)
+	resp, body := b.get(link)
+	m, c := tokenFieldRE.FindStringSubmatch(body), csrfRE.FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil || c == nil {
+		b.t.Fatalf("confirmation page %s: %d\n%s", link, resp.StatusCode, body)
+	}
+	resp, body = b.post("/dashboard/confirm", url.Values{"csrf": {c[1]}, "token": {html.UnescapeString(m[1])}})
+	if resp.StatusCode != http.StatusSeeOther {
+		b.t.Fatalf("confirm %s: %d\n%s", email, resp.StatusCode, body)
+	}
 }
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -161,7 +223,16 @@ func (b *browser) post(path string, form url.Values) (*http.Response, string) {
 
 const testPassword = "a long enough password"
 
+// signup signs email up and confirms it through the link mailed to the fixture's sink, as its
+// owner would.
 func (b *browser) signup(email string) {
+	b.t.Helper()
+	b.signupUnconfirmed(email)
+	b.confirmEmail(email)
+}
+
+// signupUnconfirmed signs email up and leaves the mailed link unopened.
+func (b *browser) signupUnconfirmed(email string) {
 	b.t.Helper()
 	resp, body := b.post("/dashboard/signup", url.Values{"csrf": {b.csrf("/dashboard/signup")}, "email": {email},
 		"password": {testPassword}, "password_confirm": {testPassword}})
@@ -396,7 +467,7 @@ func TestSignupOfTakenEmail(t *testing.T) {
 	f := newFixture(t, nil)
 	f.browser(t).signup("ann@example.com")
 	b := f.browser(t)
-	b.signup("Ann@Example.com") // the right password: signed in
+	b.signupUnconfirmed("Ann@Example.com") // the right password: signed in (and no mail: nothing was made)
 	if resp, body := b.get("/dashboard/"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ann@example.com") {
 		t.Fatalf("sign-up with the right password did not sign in: %d", resp.StatusCode)
 	}

@@ -49,8 +49,10 @@ func TestPostgresOutageAnswers503(t *testing.T) {
 			cfg := testConfig(t, nil)
 			dbURL, proxy := pgtest.Proxied(t, pgtest.URL(t))
 			pool := pgtest.Pool(t, dbURL)
-			f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}}
-			f.h = New(Deps{Config: cfg, Pool: pool, API: f.api})
+			sink, relay := testMail(t)
+			f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}, sink: sink}
+			f.h = New(Deps{Config: cfg, Pool: pool, API: f.api, Mailer: relay})
+			t.Cleanup(f.h.WaitMail)
 			f.h.hasher = hasher{time: 1, memoryKiB: 64, threads: 1}
 			f.srv = httptest.NewServer(f.h)
 			t.Cleanup(f.srv.Close)

@@ -23,6 +23,10 @@ type overviewData struct {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	if s.Unconfirmed {
+		h.confirmState(w, r, s, http.StatusOK, "")
+		return
+	}
 	ctx := r.Context()
 	a, err := h.accounts.Get(ctx, s.AccountID)
 	if err != nil {
@@ -47,7 +51,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if sum.CallsIncluded > 0 {
 		d.Percent = math.Min(100, math.Round(float64(sum.CallsUsed)/float64(sum.CallsIncluded)*1000)/10)
 	}
-	h.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview", Session: s, Data: d})
+	h.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview", Session: s, Data: d, Notice: notice(r)})
 }
 
 // periodText shows a usage period by the days it includes: its end is exclusive, the first

@@ -116,6 +116,9 @@ var notices = map[string]string{
 	"uploaded":      "The list was uploaded and is being verified. This page refreshes until it is done.",
 	"list-canceled": "The list was canceled. What was verified stays downloadable; the rest is not billed.",
 	"list-deleted":  "The list and its results were deleted.",
+	"confirmed":     "Your email is confirmed. You can now create API keys.",
+	"sent":          "We sent the link again. It can take a few minutes; look in the spam folder too.",
+	"reset":         "Your password was changed, and every other session was signed out.",
 }
 
 func notice(r *http.Request) string { return notices[r.URL.Query().Get("done")] }

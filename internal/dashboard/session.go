@@ -36,8 +36,11 @@ type session struct {
 	UserID    string
 	AccountID string
 	Email     string
-	CSRF      string // the session's CSRF token, put in every form
-	ExpiresAt time.Time
+	// Unconfirmed: the account's email is not confirmed yet; only the overview (which asks for
+	// the confirmation), settings and sign-out are open to it.
+	Unconfirmed bool
+	CSRF        string // the session's CSRF token, put in every form
+	ExpiresAt   time.Time
 }
 
 func randomToken() (raw string, sum []byte) {
@@ -134,9 +137,9 @@ func (h *Handler) loadSession(ctx context.Context, r *http.Request) (*session, e
 	s := &session{tokenHash: tokenHash(c.Value)}
 	var csrf []byte
 	err = h.pool.QueryRow(ctx, `
-		SELECT s.user_id, u.account_id, u.email, s.csrf_secret, s.expires_at
-		FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id
-		WHERE s.token_hash = $1`, s.tokenHash).Scan(&s.UserID, &s.AccountID, &s.Email, &csrf, &s.ExpiresAt)
+		SELECT s.user_id, u.account_id, u.email, a.email_unconfirmed, s.csrf_secret, s.expires_at
+		FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id JOIN accounts a ON a.id = u.account_id
+		WHERE s.token_hash = $1`, s.tokenHash).Scan(&s.UserID, &s.AccountID, &s.Email, &s.Unconfirmed, &csrf, &s.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNoSession
 	}
@@ -294,7 +297,8 @@ func returnPath(r *http.Request) string {
 }
 
 // notReturnable are the dashboard paths that are not pages to come back to.
-var notReturnable = []string{Prefix + "/signin", Prefix + "/signup", Prefix + "/signout", Prefix + "/static/"}
+var notReturnable = []string{Prefix + "/signin", Prefix + "/signup", Prefix + "/signout", Prefix + "/static/",
+	Prefix + "/forgot", Prefix + "/confirm", Prefix + "/reset"}
 
 // safeReturn returns p if it is a path of a dashboard page, and "" otherwise: no scheme, host or
 // fragment, nothing that a browser could read as another origin ("//host", a backslash), no dot
@@ -326,6 +330,9 @@ func signinNotice(r *http.Request) string {
 	if r.URL.Query().Get("ended") == "1" {
 		return "Your session ended; sign in again."
 	}
+	if r.URL.Query().Get("confirmed") == "1" {
+		return "Your email is confirmed. Sign in to create your API keys."
+	}
 	return ""
 }
 
@@ -341,6 +348,7 @@ func afterSignin(r *http.Request) string {
 // anonymous wraps the sign-in and sign-up pages. A signed-in browser goes to the overview; forms
 // carry the double-submit CSRF token of the csrf cookie, set here when missing.
 func (h *Handler) anonymous(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	pub := h.public(next)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			if _, err := h.loadSession(r.Context(), r); err == nil {
@@ -348,6 +356,14 @@ func (h *Handler) anonymous(next func(http.ResponseWriter, *http.Request, string
 				return
 			}
 		}
+		pub(w, r)
+	}
+}
+
+// public wraps the pages of the mailed links, which work signed in or not: their forms carry the
+// double-submit CSRF token, as anonymous's do.
+func (h *Handler) public(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		token := ""
 		if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) == 43 {
 			token = c.Value

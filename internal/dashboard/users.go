@@ -44,15 +44,36 @@ func checkEmail(e string) (string, error) {
 type credentialsForm struct {
 	Email string
 	Next  string // the sign-in form's page to return to (safeReturn), kept through a failed attempt
+	// Signup and Reset say whether the deployment offers sign-up and password reset by email,
+	// so that the sign-in page links only to what exists.
+	Signup, Reset bool
+	// Confirm says a sign-up must confirm its email, and in how long (the sign-up form says so).
+	Confirm  bool
+	Lifetime string
+}
+
+func (h *Handler) credentials(email, next string) credentialsForm {
+	return credentialsForm{Email: email, Next: next, Signup: h.signupMode() != signupOff, Reset: h.mailer != nil,
+		Confirm: h.mustConfirm(), Lifetime: lifetime(h.confirmTTL())}
+}
+
+// signupClosed answers the sign-up page and form when MAILVET_DASHBOARD_SIGNUP=off.
+func (h *Handler) signupClosed(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusNotFound, "message", &view{Title: "Sign-up is closed",
+		Error: "This deployment does not take sign-ups. Ask its operator for an account."})
 }
 
 func (h *Handler) signupPage(w http.ResponseWriter, r *http.Request, csrf string) {
-	h.render(w, r, http.StatusOK, "signup", &view{Title: "Create your account", CSRF: csrf, Data: credentialsForm{}})
+	if h.signupMode() == signupOff {
+		h.signupClosed(w, r)
+		return
+	}
+	h.render(w, r, http.StatusOK, "signup", &view{Title: "Create your account", CSRF: csrf, Data: h.credentials("", "")})
 }
 
 func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request, csrf string) {
 	h.render(w, r, http.StatusOK, "signin", &view{Title: "Sign in", CSRF: csrf, Notice: signinNotice(r),
-		Data: credentialsForm{Next: safeReturn(r.URL.Query().Get("next"))}})
+		Data: h.credentials("", safeReturn(r.URL.Query().Get("next")))})
 }
 
 // signup creates a free account and its dashboard user, and signs the user in. An email that is
@@ -61,7 +82,11 @@ func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request, csrf string
 // which of the two was the problem.
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request, csrf string) {
 	ctx := r.Context()
-	form := credentialsForm{Email: r.PostForm.Get("email")}
+	if h.signupMode() == signupOff {
+		h.signupClosed(w, r)
+		return
+	}
+	form := h.credentials(r.PostForm.Get("email"), "")
 	fail := func(status int, msg string) {
 		h.render(w, r, status, "signup", &view{Title: "Create your account", CSRF: csrf, Error: msg, Data: form})
 	}
@@ -137,22 +162,54 @@ var errEmailTaken = errors.New("email taken")
 
 // createUser creates the free account and its user in one transaction, through account.Store so
 // that accounts are made the one way the rest of Mailvet makes them, with the sign-up's audit
-// event (docs/security.md, "Audit log").
+// event (docs/security.md, "Audit log"). With confirmation on
+// (MAILVET_DASHBOARD_SIGNUP=confirm) the account starts unconfirmed and its link is mailed.
+//
+// An unconfirmed account of the same email older than the link's lifetime is replaced: its
+// link can no longer confirm it (only a resent one could), so it must not keep the address's
+// owner out (docs/dashboard.md, "Email confirmation"). Such an account never had keys, usage or a
+// Stripe customer; the one that still has a customer is kept, to be safe.
 func (h *Handler) createUser(ctx context.Context, r *http.Request, email, hash string) (string, error) {
 	userID := uuid.NewString()
+	confirm := h.mustConfirm()
 	var accountID string
+	var link, stale string // the confirmation token, mailed once the account is committed; a replaced account
 	err := h.audited(ctx, func(tx pgx.Tx) error {
+		stale = ""
+		err := tx.QueryRow(ctx, `DELETE FROM accounts a USING dashboard_users u
+			WHERE u.account_id = a.id AND lower(u.email) = lower($1) AND a.email_unconfirmed
+				AND a.created_at < $2 AND a.stripe_customer_id IS NULL
+			RETURNING a.id`, email, h.now().Add(-h.confirmTTL())).Scan(&stale)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		a, err := account.NewStore(tx).Create(ctx, account.NewAccount{Tier: plan.Free, Email: email})
 		if err != nil {
 			return err
 		}
 		accountID = a.ID
-		_, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
-			userID, a.ID, email, hash)
+		if confirm {
+			if _, err := tx.Exec(ctx, `UPDATE accounts SET email_unconfirmed = true WHERE id = $1`, a.ID); err != nil {
+				return err
+			}
+		}
+		if _, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
+			userID, a.ID, email, hash); err != nil {
+			return err
+		}
+		if confirm {
+			link, err = h.issueToken(ctx, tx, userID, purposeConfirm, h.confirmTTL())
+		}
 		return err
 	}, func() audit.Event {
 		return h.auditEvent(r, accountID, email, audit.SignUp, audit.Success, "free account created")
 	})
+	if err == nil && stale != "" {
+		h.log.Info("dashboard: a sign-up replaced an unconfirmed account older than its link", "replaced_account", stale)
+	}
+	if err == nil && link != "" {
+		h.sendConfirmation(email, link)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "dashboard_users_email" {
 		return "", errEmailTaken
@@ -182,7 +239,7 @@ func (h *Handler) checkCredentials(ctx context.Context, email, password string) 
 
 func (h *Handler) signin(w http.ResponseWriter, r *http.Request, csrf string) {
 	ctx := r.Context()
-	form := credentialsForm{Email: r.PostForm.Get("email"), Next: safeReturn(r.PostForm.Get("next"))}
+	form := h.credentials(r.PostForm.Get("email"), safeReturn(r.PostForm.Get("next")))
 	fail := func(status int, msg string) {
 		h.render(w, r, status, "signin", &view{Title: "Sign in", CSRF: csrf, Error: msg, Data: form})
 	}

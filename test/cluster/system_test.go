@@ -100,6 +100,8 @@ func startSystem(t *testing.T, p profile) *system {
 		// Every API and webhook worker of a deployment shares one key (docs/operations.md,
 		// "Secrets at rest"); the verifiers get it too here, as a shared environment would.
 		"MAILVET_SECRETS_KEY=" + clusterSecretsKey,
+		// The API starts without a mail relay only when sign-up needs none (docs/operations.md, "Mail").
+		"MAILVET_DASHBOARD_SIGNUP=off",
 	}
 	ports := cluster.FreePorts(t, 2*p.apis+p.verifiers+p.webhooks)
 	addr := func() string {

@@ -1,0 +1,97 @@
+package mailer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/mailsink"
+	"github.com/mailvet/mailvet/internal/testkit/tlstest"
+)
+
+func startSink(t *testing.T, opts mailsink.Options) *mailsink.Sink {
+	t.Helper()
+	s, err := mailsink.Start("127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func next(t *testing.T, s *mailsink.Sink, to string) mailsink.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	m, err := s.Next(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A relay without STARTTLS gets the message in clear, with its subject, body lines and link whole.
+func TestSendPlain(t *testing.T) {
+	s := startSink(t, mailsink.Options{})
+	r := New(Config{Addr: s.Addr(), From: "noreply@mailvet.example"})
+	link := "http://localhost:8080/dashboard/confirm?token=" + strings.Repeat("A", 43)
+	if err := r.Send(t.Context(), Message{To: "ann@example.com", Subject: "Confirm your email", Body: "Hello\n\n" + link + "\n"}); err != nil {
+		t.Fatal(err)
+	}
+	m := next(t, s, "ann@example.com")
+	if m.From != "noreply@mailvet.example" || m.Subject != "Confirm your email" || m.TLS || m.User != "" {
+		t.Fatalf("got %+v", m)
+	}
+	if l := m.Links(); len(l) != 1 || l[0] != link {
+		t.Fatalf("links %q, want %q", l, link)
+	}
+}
+
+// STARTTLS is used when offered, the certificate is checked, and AUTH goes over it; an untrusted
+// certificate fails the send instead of falling back to clear text.
+func TestSendStartTLSAndAuth(t *testing.T) {
+	ca := tlstest.New(t, "localhost")
+	s := startSink(t, mailsink.Options{TLS: &ca.Leaf, Auth: func(u, p string) bool { return u == "relay-user" && p == "relay-secret" }})
+	addr := "localhost:" + s.Addr()[strings.LastIndex(s.Addr(), ":")+1:]
+	r := New(Config{Addr: addr, From: "noreply@mailvet.example", Username: "relay-user", Password: "relay-secret", RootCAs: ca.Pool})
+	if err := r.Send(t.Context(), Message{To: "bob@example.com", Subject: "Reset", Body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, s, "bob@example.com"); !m.TLS || m.User != "relay-user" {
+		t.Fatalf("got TLS %v user %q, want TLS and relay-user", m.TLS, m.User)
+	}
+	wrong := New(Config{Addr: addr, From: "noreply@mailvet.example", Username: "relay-user", Password: "wrong", RootCAs: ca.Pool})
+	if err := wrong.Send(t.Context(), Message{To: "bob@example.com", Subject: "Reset", Body: "x"}); err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	untrusted := New(Config{Addr: addr, From: "noreply@mailvet.example"})
+	if err := untrusted.Send(t.Context(), Message{To: "bob@example.com", Subject: "Reset", Body: "x"}); err == nil || !strings.Contains(err.Error(), "STARTTLS") {
+		t.Fatalf("untrusted certificate: %v, want a STARTTLS failure", err)
+	}
+}
+
+// Credentials go in clear only to a relay on loopback.
+func TestCredentialsOnlyOverTLSOrLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"localhost": true, "127.0.0.1": true, "127.0.0.9": true, "::1": true,
+		"smtp.example.com": false, "192.0.2.1": false} {
+		if loopback(host) != want {
+			t.Errorf("loopback(%q) = %v", host, !want)
+		}
+	}
+	s := startSink(t, mailsink.Options{Auth: func(u, p string) bool { return true }})
+	r := New(Config{Addr: s.Addr(), From: "noreply@mailvet.example", Username: "u", Password: "p"})
+	if err := r.Send(t.Context(), Message{To: "c@example.com", Subject: "s", Body: "b"}); err != nil {
+		t.Fatalf("AUTH to a loopback relay in clear: %v", err)
+	}
+}
+
+// A line break in the recipient or subject could add headers: refused before connecting.
+func TestHeaderInjectionRefused(t *testing.T) {
+	r := New(Config{Addr: "127.0.0.1:1", From: "noreply@mailvet.example"})
+	err := r.Send(t.Context(), Message{To: "a@example.com\r\nBcc: x@example.com", Subject: "s"})
+	if err == nil || errors.Is(err, ErrCredentialsInClear) {
+		t.Fatalf("got %v", err)
+	}
+}
