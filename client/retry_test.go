@@ -255,11 +255,12 @@ func TestErrorWithoutEnvelope(t *testing.T) {
 func TestPaymentRequiredExtras(t *testing.T) {
 	t.Parallel()
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 402, `{"error":"payment_required","message":"m","action":"a","docs":"d","hard_cap_eur":250,"current_overage_eur":249.5,"future_field":"x"}`)
+		writeJSON(w, 402, `{"error":"payment_required","message":"m","action":"a","docs":"d","hard_cap_eur":250,"current_overage_eur":249.5,"room":125,"reset_at":"2026-12-01T00:00:00Z","future_field":"x"}`)
 	})
 	_, err := client.New("k", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true)).Verify(context.Background(), "a@b.example")
 	var e *client.Error
-	if !errors.As(err, &e) || e.HardCapEUR == nil || *e.HardCapEUR != 250 || e.CurrentOverageEUR != 249.5 || e.Fields["future_field"] != "x" {
+	if !errors.As(err, &e) || e.HardCapEUR == nil || *e.HardCapEUR != 250 || e.CurrentOverageEUR != 249.5 || e.Room != 125 ||
+		!e.ResetAt.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) || e.Fields["future_field"] != "x" {
 		t.Fatalf("err = %#v", err)
 	}
 }

@@ -92,7 +92,7 @@ describe("requests", () => {
 
 describe("errors", () => {
   test("an error envelope becomes a MailvetError with every field", async () => {
-    const f = await fake((req, res) => send(res, 402, envelope("payment_required", { hard_cap_eur: 25, current_overage_eur: 24.99 }), { "X-Request-Id": "req-1" }));
+    const f = await fake((req, res) => send(res, 402, envelope("payment_required", { hard_cap_eur: 25, current_overage_eur: 24.99, room: 3, reset_at: "2026-12-01T00:00:00Z" }), { "X-Request-Id": "req-1" }));
     const mv = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
     const err = await mv.verify("ann@acme.example").catch((e) => e);
     assert.ok(err instanceof MailvetError);
@@ -105,6 +105,8 @@ describe("errors", () => {
     assert.equal(err.docs, "http://localhost/docs/errors#payment_required");
     assert.equal(err.hard_cap_eur, 25);
     assert.equal(err.current_overage_eur, 24.99);
+    assert.equal(err.room, 3);
+    assert.equal(err.reset_at, "2026-12-01T00:00:00Z");
     assert.equal(err.requestId, "req-1");
     assert.equal(err.body.error, "payment_required");
     assert.equal(f.requests.length, 1, "a 402 is never retried");
