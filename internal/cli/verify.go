@@ -56,6 +56,11 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return e.verifyFile(ctx, c, *file, *column, *out)
 	}
 	results, err := c.VerifyBatch(ctx, addresses)
+	if err != nil && len(results) > 0 {
+		// The results before the failed request are printed (and charged): say so, in the
+		// input's numbering rather than the client's slice of it.
+		err = fmt.Errorf("%d of %d addresses were verified (their results are printed) before: %w", len(results), len(addresses), err)
+	}
 	if !*asJSON && isTerminal(e.stdout) {
 		writeResultTable(e.stdout, results)
 	} else {
