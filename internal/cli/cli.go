@@ -31,11 +31,12 @@ const helpText = `mailvet — verify email addresses with the Mailvet API
 Usage:
   mailvet verify [--json] ADDRESS...
         verify addresses; a table on a terminal, one JSON result a line (NDJSON) otherwise
-  mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv]
+  mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv [--resume]]
         verify a file as a bulk list (--file - reads standard input): it is uploaded as it is,
         streamed, and the results CSV (standard output unless --out) has the input's columns
         followed by the result's; cells starting with = + - @ get an apostrophe (a spreadsheet
-        would run them as formulas)
+        would run them as formulas). --resume finishes an earlier run of the same file into the
+        same --out (interrupted, canceled): only what it did not verify is verified and billed
   mailvet lists [list] [--limit N] [--cursor C] [--json]
                                           the account's bulk lists, newest first
   mailvet lists show ID [--json]          a list's state, counts and progress

@@ -349,8 +349,9 @@ func TestAgainstServer(t *testing.T) {
 		if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
 			t.Errorf("a failed command changed the --out file: %d bytes, was %d", len(after), len(before))
 		}
-		if entries, _ := os.ReadDir(dir); len(entries) != 2 {
-			t.Errorf("%d files in the folder, want list.csv and results.csv: %v", len(entries), entries)
+		// No temporary file is left; the run's state for --resume is (docs/clients.md, "Resuming").
+		if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+			t.Errorf("%d files in the folder, want list.csv, results.csv and .results.csv.mailvet-resume: %v", len(entries), entries)
 		}
 		// An unwritable --out is refused before anything is uploaded.
 		if code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", filepath.Join(dir, "no", "such", "dir.csv")); code != ExitError || !strings.Contains(stderr, "dir.csv") {
@@ -381,6 +382,36 @@ func TestAgainstServer(t *testing.T) {
 		}
 		if code, _, stderr := run(t, std, "", "verify", "--file", filepath.Join(dir, "missing.csv")); code != ExitError || !strings.Contains(stderr, "missing.csv") {
 			t.Errorf("missing file: exit %d, %s", code, stderr)
+		}
+	})
+
+	t.Run("resume", func(t *testing.T) {
+		// A finished run is not billed again: --resume downloads its list (issue 32).
+		dir := t.TempDir()
+		src, out := filepath.Join(dir, "again.txt"), filepath.Join(dir, "again.csv")
+		if err := os.WriteFile(src, []byte("ann@acme.example\nzoe@acme.example\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", out); code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		before, _ := os.ReadFile(out)
+		mc := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL))
+		used, err := mc.UsageSummary(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stdout, _ := run(t, std, "", "lists", "--limit", "100")
+		code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", out, "--resume")
+		after, _ := os.ReadFile(out)
+		if code != ExitOK || string(after) != string(before) || !strings.Contains(stderr, "nothing is verified or billed again") {
+			t.Fatalf("resume: exit %d, %s\n%s\nwant\n%s", code, stderr, after, before)
+		}
+		if _, again, _ := run(t, std, "", "lists", "--limit", "100"); again != stdout {
+			t.Errorf("--resume of a completed run uploaded a list:\n%s\nbefore\n%s", again, stdout)
+		}
+		if now, err := mc.UsageSummary(context.Background()); err != nil || now.CallsUsed != used.CallsUsed {
+			t.Errorf("calls used %d after the resume, %d before (%v)", now.CallsUsed, used.CallsUsed, err)
 		}
 	})
 

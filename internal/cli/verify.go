@@ -24,6 +24,7 @@ func (e env) verify(ctx context.Context, args []string) error {
 	column := fs.String("column", "", "the CSV column with the addresses")
 	out := fs.String("out", "", "where to write the CSV results (default standard output)")
 	asJSON := fs.Bool("json", false, "NDJSON output even on a terminal")
+	resume := fs.Bool("resume", false, "with --file and --out: finish an earlier run of the same file, verifying (and billing) only what it did not")
 	addresses, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -33,8 +34,10 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return usagef("verify: give addresses or --file LIST.csv")
 	case *file != "" && len(addresses) > 0:
 		return usagef("verify: give addresses or --file, not both")
-	case *file == "" && (*column != "" || *out != ""):
-		return usagef("verify: --column and --out go with --file")
+	case *file == "" && (*column != "" || *out != "" || *resume):
+		return usagef("verify: --column, --out and --resume go with --file")
+	case *resume && (*out == "" || *file == "-"):
+		return usagef("verify: --resume needs --out and a file (not -): the earlier run is remembered beside --out")
 	}
 	// The API would refuse these too, but only with the batch that carries them, after the ones
 	// before it were verified and charged.
@@ -53,7 +56,7 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return err
 	}
 	if *file != "" {
-		return e.verifyFile(ctx, c, *file, *column, *out)
+		return e.verifyFile(ctx, c, *file, *column, *out, *resume)
 	}
 	results, err := c.VerifyBatch(ctx, addresses)
 	if err != nil && len(results) > 0 {
