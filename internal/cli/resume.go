@@ -151,7 +151,7 @@ func (e env) resumeRun(ctx context.Context, c *client.Client, st *resumeState, o
 	if len(todo) > 0 {
 		fmt.Fprintf(e.stderr, "mailvet: resuming: list %s verified %d of %d addresses; verifying the other %d\n", base.ID, base.Verified, base.Unique, len(todo))
 		body := strings.Join(todo, "\n") + "\n"
-		l, err := c.UploadList(ctx, strings.NewReader(body), client.ListUpload{Format: client.ListText, Name: truncName(base.Name+" (resumed)")})
+		l, err := c.UploadList(ctx, strings.NewReader(body), client.ListUpload{Format: client.ListText, Name: truncName(base.Name + " (resumed)")})
 		if err != nil {
 			return true, err
 		}
