@@ -377,6 +377,50 @@ describe("verifyBatch", () => {
     assert.ok(Date.now() - started < 2000, "no wait for a window that could never be enough");
   });
 
+  test("onProgress reports each answer and each wait for the rate limit, with a hint to use a bulk list", async () => {
+    const f = await fake((req, res) => {
+      if (req.body.emails.length > 10 || req.index === 2) return rateLimited(res, 200, 10);
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const seen = [];
+    const warned = [];
+    const warn = console.warn;
+    console.warn = (...args) => warned.push(args.join(" "));
+    try {
+      const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(30), { onProgress: (p) => seen.push(p) });
+      assert.equal(out.length, 30);
+      assert.deepEqual(seen.map((p) => [p.done, p.total, p.waitingUntil !== undefined]), [[10, 30, false], [10, 30, true], [20, 30, false], [30, 30, false]]);
+      const wait = seen[1];
+      assert.equal(wait.rateLimit, 10);
+      assert.ok(wait.waitingUntil.getTime() - Date.now() < 2000);
+      assert.match(wait.hint, /20 addresses are left .* about 2 minutes.*bulk list/);
+      assert.deepEqual(warned, [], "with a callback nothing is printed");
+      // Without a callback the hint is printed once with console.warn.
+      await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(30));
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(warned.length, 0, "the second call's waits come after the fake's one refusal: no wait, no hint");
+  });
+
+  test("without onProgress a long wait is told once with console.warn", async () => {
+    const f = await fake((req, res) => {
+      if (req.body.emails.length > 10 || req.index === 2 || req.index === 4) return rateLimited(res, 100, 10);
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const warned = [];
+    const warn = console.warn;
+    console.warn = (...args) => warned.push(args.join(" "));
+    try {
+      const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(40));
+      assert.equal(out.length, 40);
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(warned.length, 1);
+    assert.match(warned[0], /30 addresses are left at the plan's rate limit of 10 a minute: about 3 minutes.*lists\.upload/);
+  });
+
   test("an answer with the wrong number of results is an invalid_response", async () => {
     const f = await fake((req, res) => send(res, 200, { results: [result("x@acme.example")], count: 1 }));
     const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emailsOf(2)).catch((e) => e);
