@@ -42,7 +42,7 @@ export type Account = {
   trial_end: string | null;
   billing_cycle_anchor: string | null;
   limits: Limits;
-  /** Free-tier monthly-quota count for the current UTC month. */
+  /** Calls used in the current UTC month, the same number as calls_used of GET /v1/management/usage/summary: free, monthly-quota units delivered and held; builder and scale, billable verifications. */
   usage_this_month: number;
 };
 
