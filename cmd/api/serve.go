@@ -54,7 +54,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
 	}
-	log.Info("api listening", "addr", httpSrv.Addr(), "ops", in.OpsAddr(), "dev", cfg.Dev)
+	// The start line names where people go (docs/operations.md, "Logs"): the dashboard, the
+	// API reference and the error reference, at the public URL customers are given.
+	log.Info("api listening", "addr", httpSrv.Addr(), "ops", in.OpsAddr(), "dev", cfg.Dev,
+		"dashboard", cfg.PublicURL+"/dashboard/", "openapi", cfg.PublicURL+"/openapi.json", "errors", cfg.PublicURL+"/docs/errors")
 	if cfg.Dev {
 		if err := devBanner(ctx, store, cfg, httpSrv.Addr(), demo != nil, stdout); err != nil {
 			return err
@@ -117,7 +120,8 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	if demo {
 		writeDemoAddresses(w)
 	}
-	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up; its playground verifies with your keys)\n", base)
+	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up; its playground verifies with your keys; %s/ leads there)\n", base, base)
+	fmt.Fprintf(w, "API reference: %s/openapi.json, errors: %s/docs/errors\n", base, base)
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
 }
