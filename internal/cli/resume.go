@@ -206,6 +206,9 @@ func (e env) resultsTable(ctx context.Context, c *client.Client, id, emailCol st
 	r := csv.NewReader(rc)
 	r.FieldsPerRecord = -1
 	header, err := r.Read()
+	if len(header) > 0 {
+		header[0] = strings.TrimPrefix(header[0], "\ufeff") // a spreadsheet's byte-order mark
+	}
 	n := len(header) - len(resultColumns)
 	if err != nil || n < 1 || !slices.Equal(header[n:], resultColumns) {
 		rc.Close()

@@ -58,7 +58,16 @@ func (e env) verify(ctx context.Context, args []string) error {
 	if *file != "" {
 		return e.verifyFile(ctx, c, *file, *column, *out, *resume)
 	}
-	results, err := c.VerifyBatch(ctx, addresses)
+	var opts client.BatchOptions
+	if isTerminal(e.stderr) {
+		// A person waits at the plan's pace: say how far it is and when a rate-limit wait ends
+		// (docs/clients.md, "CLI"); the hint to use --file comes once, with a long wait.
+		opts.Progress = func(p client.BatchProgress) { e.batchProgress(p) }
+	}
+	results, err := c.VerifyBatchWith(ctx, addresses, opts)
+	if opts.Progress != nil {
+		fmt.Fprint(e.stderr, "\r\033[K")
+	}
 	if err != nil && len(results) > 0 {
 		// The results before the failed request are printed (and charged): say so, in the
 		// input's numbering rather than the client's slice of it.
@@ -101,4 +110,18 @@ func replyCell(rep *client.SMTPReply) string {
 		cell += " " + safetext.Escape(rep.Text)
 	}
 	return cell
+}
+
+// batchProgress draws `verify ADDRESS…`'s progress on a terminal's standard error: one line,
+// redrawn; a long wait for the rate limit also prints the hint to use a bulk list (--file).
+func (e env) batchProgress(p client.BatchProgress) {
+	line := fmt.Sprintf("verified %d of %d", p.Done, p.Total)
+	if !p.WaitingUntil.IsZero() {
+		line += fmt.Sprintf("; rate limit: waiting until %s", p.WaitingUntil.Local().Format("15:04:05"))
+	}
+	if p.Hint != "" {
+		fmt.Fprintf(e.stderr, "\r\033[K%s\n  (mailvet verify --file LIST is a bulk list: not held to the per-minute limit)\n",
+			strings.TrimPrefix(p.Hint, "mailvet: "))
+	}
+	fmt.Fprint(e.stderr, "\r\033[K"+line)
 }
