@@ -25,6 +25,12 @@ func Used(quota, billable, held int, free bool) int {
 	return billable
 }
 
+// QuotaUsed is the free tier's count for now's UTC month: MonthUsed of a free account, the
+// monthly-quota units admission counts.
+func QuotaUsed(ctx context.Context, db DB, accountID string, now time.Time) (int, error) {
+	return MonthUsed(ctx, db, accountID, true, now)
+}
+
 // MonthUsed is Used for now's UTC month of account (account.usage_this_month).
 func MonthUsed(ctx context.Context, db DB, accountID string, free bool, now time.Time) (int, error) {
 	quota, billable, held, err := month(ctx, db, accountID, MonthStart(now))
