@@ -12,7 +12,7 @@ NATS_SERVER_VERSION := v2.15.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-go test-ts check-devdb cluster-test chromium lint fmt bench load migrate tools clean data
+.PHONY: all build run demo test test-go test-ts check-devdb cluster-test chromium lint fmt bench load migrate tools clean data release release-check
 
 # Runs a command with DATABASE_URL set: the caller's, the default server when it answers, else a
 # private cluster in .data/pg started for the command and stopped after it (docs/operations.md,
@@ -36,6 +36,7 @@ demo: build
 ## test: every test, against the real Postgres (DATABASE_URL) and embedded NATS servers
 test: tools chromium
 	$(DEVDB) $(MAKE) --no-print-directory test-go test-ts
+	$(MAKE) --no-print-directory release-check
 
 test-go:
 	$(DEVDB) env PATH="$(TOOLS):$$PATH" go test $(GO_TEST_FLAGS) ./...
@@ -62,6 +63,31 @@ test-ts: $(TS_CLIENT)/node_modules/.package-lock.json
 $(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json $(TS_CLIENT)/package.json
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 	@touch $@
+
+## release: what a self-hosting customer installs, in dist/ (docs/clients.md, "Installing"): the
+## TypeScript client's npm tarball (npm pack: mailvet-client-VERSION.tgz) and the mailvet CLI for
+## linux and darwin on amd64 and arm64 (mailvet-VERSION-OS-ARCH, static), with SHA256SUMS.
+## VERSION is the clients' version (client.Version, package.json's version; release-check
+## checks that they agree).
+RELEASE_VERSION := $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' client/client.go)
+RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release: $(TS_CLIENT)/node_modules/.package-lock.json
+	rm -rf dist && mkdir -p dist
+	cd $(TS_CLIENT) && npm pack --silent --pack-destination ../../dist >/dev/null
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		echo "go build mailvet for $$p"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -ldflags=-s \
+			-o dist/mailvet-$(RELEASE_VERSION)-$${p%/*}-$${p#*/} ./cmd/mailvet; \
+	done
+	cd dist && sha256sum * > SHA256SUMS
+	@echo "dist/:"; ls -l dist
+
+## release-check: `make release`, then what it made installs as docs/clients.md says: the tarball
+## into a scratch npm project (offline) where it imports, the checksums, the linux CLI runs
+## --version, and the Go client builds in a scratch module through a replace of a clone
+## (scripts/release-check.sh; `make test` runs it). About a minute with Go's build cache warm.
+release-check: release
+	scripts/release-check.sh
 
 lint: $(TOOLS)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
@@ -118,4 +144,4 @@ $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 clean:
-	rm -rf bin .tools .data
+	rm -rf bin dist .tools .data

@@ -259,6 +259,9 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 			// than a deadline error would.
 			return nil, apiErr
 		}
+		if hook, ok := ctx.Value(waitHook{}).(func(time.Time, *Error)); ok {
+			hook(time.Now().Add(wait), apiErr) // VerifyBatchWith's progress
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -53,13 +53,16 @@ type Error struct {
 	RequestID string
 
 	// Extras of rate_limit_exceeded (Limit, Window, ResetAt), monthly_quota_exceeded (Limit,
-	// Used, ResetAt) and payment_required (HardCapEUR, CurrentOverageEUR); zero when absent.
+	// Used, ResetAt) and payment_required (HardCapEUR, CurrentOverageEUR, Room, ResetAt); zero
+	// when absent. Room is how many more emails the spend cap allows this month: a request of at
+	// most Room emails passes it.
 	Limit             int
 	Used              int
 	Window            string
 	ResetAt           time.Time
 	HardCapEUR        *float64 // nil when absent or null
 	CurrentOverageEUR float64
+	Room              int
 
 	// Line, on a list upload refused with invalid_request, is the file's line that could not be
 	// read (docs/lists.md, "Bad input"); 0 when the error is not about one line.
@@ -96,6 +99,7 @@ type envelope struct {
 	ResetAt           time.Time `json:"reset_at"`
 	HardCapEUR        *float64  `json:"hard_cap_eur"`
 	CurrentOverageEUR float64   `json:"current_overage_eur"`
+	Room              int       `json:"room"`
 	Emails            []string  `json:"emails"`
 	Line              int       `json:"line"`
 }
@@ -109,7 +113,7 @@ func decodeEnvelope(raw []byte, status int) (*Error, bool) {
 	}
 	return &Error{Status: status, Code: env.Code, Message: env.Message, Action: env.Action, Docs: env.Docs,
 		Limit: env.Limit, Used: env.Used, Window: env.Window, ResetAt: env.ResetAt, HardCapEUR: env.HardCapEUR,
-		CurrentOverageEUR: env.CurrentOverageEUR, Emails: env.Emails, Line: env.Line, Fields: fields}, true
+		CurrentOverageEUR: env.CurrentOverageEUR, Room: env.Room, Emails: env.Emails, Line: env.Line, Fields: fields}, true
 }
 
 // readError turns a response with an unexpected status into an *Error.

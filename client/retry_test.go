@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,11 +257,12 @@ func TestErrorWithoutEnvelope(t *testing.T) {
 func TestPaymentRequiredExtras(t *testing.T) {
 	t.Parallel()
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 402, `{"error":"payment_required","message":"m","action":"a","docs":"d","hard_cap_eur":250,"current_overage_eur":249.5,"future_field":"x"}`)
+		writeJSON(w, 402, `{"error":"payment_required","message":"m","action":"a","docs":"d","hard_cap_eur":250,"current_overage_eur":249.5,"room":125,"reset_at":"2026-12-01T00:00:00Z","future_field":"x"}`)
 	})
 	_, err := client.New("k", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true)).Verify(context.Background(), "a@b.example")
 	var e *client.Error
-	if !errors.As(err, &e) || e.HardCapEUR == nil || *e.HardCapEUR != 250 || e.CurrentOverageEUR != 249.5 || e.Fields["future_field"] != "x" {
+	if !errors.As(err, &e) || e.HardCapEUR == nil || *e.HardCapEUR != 250 || e.CurrentOverageEUR != 249.5 || e.Room != 125 ||
+		!e.ResetAt.Equal(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) || e.Fields["future_field"] != "x" {
 		t.Fatalf("err = %#v", err)
 	}
 }
@@ -522,5 +525,69 @@ func TestBatchErrorNamesThePartOfTheInput(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "emails[100:120]") {
 		t.Fatalf("the error does not say which part of the input failed: %v", err)
+	}
+}
+
+// VerifyBatchWith reports its progress after each request and before each wait for the rate
+// limit, with when the wait ends; the first wait that leaves more than a minute's worth of the
+// limit carries the hint to use a bulk list. Without a callback the hint goes to the standard
+// logger, once (issue 32: a free tier's batch waited 11 minutes without a word).
+func TestVerifyBatchProgress(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Emails []string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		n++
+		i := n
+		mu.Unlock()
+		// The 3rd and 6th requests (the 2nd chunk of 10 of each call) wait for the next window.
+		if len(req.Emails) > 10 || i == 3 || i == 8 {
+			rateLimited(w, time.Now().Add(time.Second))
+			return
+		}
+		var out []string
+		for _, e := range req.Emails {
+			out = append(out, strings.Replace(deliverable, "ann@acme.example", e, 1))
+		}
+		writeJSON(w, 200, `{"results":[`+strings.Join(out, ",")+`],"count":`+fmt.Sprint(len(out))+`}`)
+	}))
+	t.Cleanup(srv.Close)
+	emails := make([]string, 30)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%02d@acme.example", i)
+	}
+	c := client.New("k", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	var got []client.BatchProgress
+	results, err := c.VerifyBatchWith(context.Background(), emails, client.BatchOptions{Progress: func(p client.BatchProgress) { got = append(got, p) }})
+	if err != nil || len(results) != 30 {
+		t.Fatalf("%d results, %v", len(results), err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("progress %+v, want 4 readings", got)
+	}
+	for i, want := range []struct {
+		done    int
+		waiting bool
+	}{{10, false}, {10, true}, {20, false}, {30, false}} {
+		p := got[i]
+		if p.Done != want.done || p.Total != 30 || p.WaitingUntil.IsZero() == want.waiting {
+			t.Errorf("reading %d: %+v, want done %d, waiting %v", i, p, want.done, want.waiting)
+		}
+	}
+	if w := got[1]; w.RateLimit != 10 || time.Until(w.WaitingUntil) > 2*time.Second ||
+		!strings.Contains(w.Hint, "20 addresses are left") || !strings.Contains(w.Hint, "about 2 minutes") || !strings.Contains(w.Hint, "UploadList") {
+		t.Errorf("the wait: %+v", w)
+	}
+	// No callback: the hint is logged once.
+	var logged strings.Builder
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+	if _, err := c.VerifyBatch(context.Background(), emails); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(logged.String(), "bulk list") != 1 {
+		t.Errorf("logged %q, want the hint once", logged.String())
 	}
 }

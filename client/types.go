@@ -177,7 +177,8 @@ type Account struct {
 	TrialEnd           *time.Time `json:"trial_end"`
 	BillingCycleAnchor *time.Time `json:"billing_cycle_anchor"`
 	Limits             Limits     `json:"limits"`
-	UsageThisMonth     int        `json:"usage_this_month"`
+	// UsageThisMonth is UsageSummary.CallsUsed: free, quota units used; paid, billable verifications.
+	UsageThisMonth int `json:"usage_this_month"`
 }
 
 // Key is a standard key as listed: never the key itself, only its masked Prefix.

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Verify verifies one address synchronously (POST /v1/email/verify).
@@ -46,8 +48,63 @@ func (c *Client) Job(ctx context.Context, id string) (Job, error) {
 // verified (and charged) are returned with it: emails[:len(results)]. The error names the part of
 // emails the failed request carried, since a field the API names in it (emails[1]) counts from
 // that request's first address; errors.As still finds the *Error.
+//
+// At the plan's pace a long list takes long (a free tier's 10 a minute: 110 addresses, 11
+// minutes): VerifyBatchWith reports progress and the waits, and large inputs belong in a bulk
+// list (UploadList), which is not held to the per-minute limit (docs/lists.md, "Metering").
 func (c *Client) VerifyBatch(ctx context.Context, emails []string) ([]Result, error) {
+	return c.VerifyBatchWith(ctx, emails, BatchOptions{})
+}
+
+// BatchOptions are VerifyBatchWith's options.
+type BatchOptions struct {
+	// Progress, if not nil, is called after each request is answered and before each wait for
+	// the rate limit, on the calling goroutine. Without it, a wait that leaves more than a
+	// minute's worth of the rate limit to go is told once on the standard logger (log.Printf),
+	// with the hint to use a bulk list.
+	Progress func(BatchProgress)
+}
+
+// BatchProgress is a reading of VerifyBatchWith's progress.
+type BatchProgress struct {
+	Done  int // addresses verified so far (and charged)
+	Total int // addresses in the call
+	// WaitingUntil is when a request refused for the per-minute rate limit (or answered 503 with
+	// Retry-After) is sent again; zero when not waiting. RateLimit is the limit a rate-limit
+	// refusal named (emails a minute).
+	WaitingUntil time.Time
+	RateLimit    int
+	// Hint is set on the first wait that leaves more than a minute's worth of the rate limit to
+	// go: how long the rest will take at this pace, and that a bulk list (UploadList) verifies
+	// large inputs without the per-minute limit (docs/lists.md). Empty otherwise.
+	Hint string
+}
+
+// waitHook is the context value through which call reports its waits before a retry.
+type waitHook struct{}
+
+// VerifyBatchWith is VerifyBatch with options: a progress callback.
+func (c *Client) VerifyBatchWith(ctx context.Context, emails []string, opts BatchOptions) ([]Result, error) {
 	results := make([]Result, 0, len(emails))
+	report := opts.Progress
+	hinted := false
+	ctx = context.WithValue(ctx, waitHook{}, func(until time.Time, e *Error) {
+		p := BatchProgress{Done: len(results), Total: len(emails), WaitingUntil: until, RateLimit: e.Limit}
+		if e.Code == CodeRateLimitExceeded && e.Limit > 0 && !hinted {
+			left := len(emails) - len(results)
+			if minutes := (left + e.Limit - 1) / e.Limit; minutes > 1 {
+				hinted = true
+				p.Hint = fmt.Sprintf("mailvet: VerifyBatch: %d addresses are left at the plan's rate limit of %d a minute: about %d minutes; "+
+					"for large inputs upload a bulk list instead (Client.UploadList, docs/lists.md), which is not held to the per-minute limit", left, e.Limit, minutes)
+				if report == nil {
+					log.Print(p.Hint)
+				}
+			}
+		}
+		if report != nil {
+			report(p)
+		}
+	})
 	err := c.chunked(emails, BatchChunkSize, func(chunk []string) error {
 		var br struct {
 			Results []Result `json:"results"`
@@ -63,6 +120,9 @@ func (c *Client) VerifyBatch(ctx context.Context, emails []string) ([]Result, er
 			return fmt.Errorf("mailvet: batch of %d answered %d results", len(chunk), len(br.Results))
 		}
 		results = append(results, br.Results...)
+		if report != nil {
+			report(BatchProgress{Done: len(results), Total: len(emails)})
+		}
 		return nil
 	})
 	return results, err

@@ -183,7 +183,8 @@ func TestDevModeBootstrapsEverything(t *testing.T) {
 	t.Chdir(t.TempDir())
 	out := serveUntilStopped(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
 	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") ||
-		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) {
+		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^API reference: http://localhost:\d+/openapi.json, errors: http://localhost:\d+/docs/errors$`).MatchString(out) {
 		t.Errorf("dev banner missing: %q", out)
 	}
 	// Without MAILVET_SECRETS_KEY, dev mode seals under a key it keeps in .data/ (git-ignored).

@@ -64,7 +64,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err != nil {
 		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
 	}
-	log.Info("api listening", "addr", httpSrv.Addr(), "ops", in.OpsAddr(), "dev", cfg.Dev)
+	// The start line names where people go (docs/operations.md, "Logs"): the dashboard, the
+	// API reference and the error reference, at the public URL customers are given.
+	log.Info("api listening", "addr", httpSrv.Addr(), "ops", in.OpsAddr(), "dev", cfg.Dev,
+		"dashboard", cfg.PublicURL+"/dashboard/", "openapi", cfg.PublicURL+"/openapi.json", "errors", cfg.PublicURL+"/docs/errors")
 	if cfg.Dev {
 		if err := devBanner(ctx, store, cfg, httpSrv.Addr(), demo != nil, stdout); err != nil {
 			return err
@@ -160,7 +163,8 @@ func devBanner(ctx context.Context, store *account.Store, cfg config.Config, add
 	if cfg.Mail.Addr != "" {
 		confirm = "open the confirmation link mailed to you"
 	}
-	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up, then %s; its playground verifies with your keys)\n", base, confirm)
+	fmt.Fprintf(w, "Dashboard: %s/dashboard/ (sign up, then %s; its playground verifies with your keys; %s/ leads there)\n", base, confirm, base)
+	fmt.Fprintf(w, "API reference: %s/openapi.json, errors: %s/docs/errors\n", base, base)
 	fmt.Fprintf(w, "Mailvet is running on %s (try /healthz). Ctrl-C stops it.\n", base)
 	return nil
 }

@@ -50,7 +50,8 @@ func (s *Server) getAccount(c echo.Context) error {
 		return err
 	}
 	limits := s.cfg.Plans.Of(a.Tier)
-	used, err := usage.QuotaUsed(ctx, s.pool, a.ID, s.now())
+	// The same count as the usage summary's calls_used, on every tier (usage.Used).
+	used, err := usage.MonthUsed(ctx, s.pool, a.ID, a.Tier == plan.Free, s.now())
 	if err != nil {
 		return datastoreError(err)
 	}

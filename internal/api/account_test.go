@@ -44,10 +44,21 @@ func TestGetAccount(t *testing.T) {
 		cancel_at_period_end = true, canceled_at = '2026-11-20T10:00:00.123Z', cancel_at = '2026-12-01T00:00:00Z',
 		trial_start = '2026-11-01T00:00:00Z', trial_end = '2026-11-15T00:00:00Z', billing_cycle_anchor = '2026-11-01T00:00:00Z'
 		WHERE id = $1`, paid.ID)
+	// A paid account that was free earlier in the month: 448 quota units from its free days, 3,596
+	// billable verifications. usage_this_month is the summary's calls_used, the billable count
+	// (issue 32: the account said 448 and the summary 3,596).
+	usagetest.SetMonth(t, b.pool, paid.ID, now, 448, 3596)
 	r = b.call(http.MethodGet, "/v1/management/account", paidKey, nil).want(t, 200, "")
 	if r.body["tier"] != "builder" || r.body["subscription_status"] != "trialing" || r.body["cancel_at_period_end"] != true ||
-		r.body["usage_this_month"] != float64(0) {
+		r.body["usage_this_month"] != float64(3596) {
 		t.Errorf("paid account: %s", r.raw)
+	}
+	for _, acct := range []struct{ key, tier string }{{freeKey, "free"}, {paidKey, "builder"}} {
+		account := b.call(http.MethodGet, "/v1/management/account", acct.key, nil).want(t, 200, "").body["usage_this_month"]
+		summary := b.call(http.MethodGet, "/v1/management/usage/summary", acct.key, nil).want(t, 200, "").body["calls_used"]
+		if account != summary {
+			t.Errorf("%s: usage_this_month %v, summary calls_used %v: one definition, one number", acct.tier, account, summary)
+		}
 	}
 	for _, f := range []string{"current_period_end", "canceled_at", "cancel_at", "trial_start", "trial_end", "billing_cycle_anchor"} {
 		isoUTC(t, r.body[f])

@@ -49,7 +49,9 @@ code{font:.875em ui-monospace,SFMono-Regular,Menlo,monospace;background:#f6f8fa;
 pre{background:#f6f8fa;padding:1rem;overflow:auto;border-radius:6px}pre code{padding:0;background:none}
 table{border-collapse:collapse;margin:1rem 0;display:block;overflow:auto}
 th,td{border:1px solid #d0d7de;padding:.35rem .7rem;text-align:left;vertical-align:top}
-a{color:#0969da}`
+a{color:#0969da}
+p,li,h1,h2,h3{overflow-wrap:anywhere}
+@media (max-width:560px){main{padding:.75rem .75rem 3rem}}`
 
 func htmlPage(title, body string) string {
 	return "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n" +

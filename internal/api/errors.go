@@ -362,10 +362,21 @@ func admissionEnvelope(err error) *Error {
 		}
 		return e
 	case errors.As(err, &sc):
-		e := Errorf(http.StatusPaymentRequired, CodePaymentRequired,
-			"Raise or remove the hard spend cap in the billing settings, or send fewer emails in this period.",
-			"This request could take the period's overage past the hard spend cap.")
-		e.Extra = map[string]any{"hard_cap_eur": sc.HardCapEUR, "current_overage_eur": sc.CurrentOverageEUR}
+		// The numbers the customer needs to act without a second call (docs/errors.md,
+		// "payment_required"): the cap, the overage so far, and the room the cap still leaves.
+		cp := 0.0
+		if sc.HardCapEUR != nil {
+			cp = *sc.HardCapEUR
+		}
+		msg := fmt.Sprintf("This request of %d emails could take this month's overage past the hard spend cap of EUR %.2f (EUR %.2f so far); the cap leaves room for %d more emails.",
+			sc.Asked, cp, sc.CurrentOverageEUR, sc.Room)
+		action := "Raise or remove the hard spend cap in the billing settings, or wait until reset_at (the start of the next UTC month)."
+		if sc.Room > 0 {
+			action = fmt.Sprintf("Send at most %d emails until reset_at (the start of the next UTC month), or raise or remove the hard spend cap in the billing settings.", sc.Room)
+		}
+		e := Errorf(http.StatusPaymentRequired, CodePaymentRequired, action, "%s", msg)
+		e.Extra = map[string]any{"hard_cap_eur": sc.HardCapEUR, "current_overage_eur": sc.CurrentOverageEUR,
+			"room": sc.Room, "reset_at": isoTime(sc.Reset)}
 		return e
 	case errors.Is(err, usage.ErrQuotaCheck):
 		e := Errorf(http.StatusServiceUnavailable, CodeQuotaCheckFailed,

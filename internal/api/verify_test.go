@@ -31,6 +31,7 @@ import (
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/testkit/wait"
+	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 	"github.com/mailvet/mailvet/internal/verify"
 	"github.com/mailvet/mailvet/internal/verifyworker"
@@ -459,7 +460,27 @@ func TestSpendCap(t *testing.T) {
 	if r.body["hard_cap_eur"] != 0.01 || r.body["current_overage_eur"] != float64(0) {
 		t.Errorf("body %v", r.body)
 	}
-	if n := b.rows(acct, usagetest.Refused("payment_required")); n != 1 {
+	// The room left under the cap, and the numbers in the message and the action (issue: a 402
+	// that did not say how much more would pass): 0.01 EUR allows 2 emails at 0.004 beyond the
+	// included 5,000, less those the batch before billed.
+	c := usagetest.Of(t, b.pool, acct)
+	room := float64(5000 + 2 - c.Billable - c.Held)
+	if r.body["room"] != room || r.body["reset_at"] != usage.MonthStart(time.Now()).AddDate(0, 1, 0).Format(time.RFC3339) {
+		t.Errorf("room and reset_at: %v, want room %v (counts %+v)", r.body, room, c)
+	}
+	if msg := r.body["message"].(string); !strings.Contains(msg, "EUR 0.01") || !strings.Contains(msg, fmt.Sprintf("room for %v more", room)) {
+		t.Errorf("message %q", msg)
+	}
+	// A cap with room for some but not all: the action says how many to send.
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 0.02 WHERE id = $1`, acct) // the cap is kept to the cent
+	emails := []string{"a@x", "b@x", "c@x", "d@x", "e@x", "f@x"}
+	r = b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).
+		want(t, http.StatusPaymentRequired, CodePaymentRequired)
+	room += 3
+	if r.body["room"] != room || !strings.Contains(r.body["action"].(string), fmt.Sprintf("Send at most %v emails", room)) {
+		t.Errorf("room %v, want %v; action %q", r.body["room"], room, r.body["action"])
+	}
+	if n := b.rows(acct, usagetest.Refused("payment_required")); n != 2 {
 		t.Errorf("payment_required rows %d", n)
 	}
 }

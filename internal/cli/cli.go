@@ -31,11 +31,12 @@ const helpText = `mailvet — verify email addresses with the Mailvet API
 Usage:
   mailvet verify [--json] ADDRESS...
         verify addresses; a table on a terminal, one JSON result a line (NDJSON) otherwise
-  mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv]
+  mailvet verify --file LIST.csv [--column NAME] [--out RESULTS.csv [--resume]]
         verify a file as a bulk list (--file - reads standard input): it is uploaded as it is,
         streamed, and the results CSV (standard output unless --out) has the input's columns
         followed by the result's; cells starting with = + - @ get an apostrophe (a spreadsheet
-        would run them as formulas)
+        would run them as formulas). --resume finishes an earlier run of the same file into the
+        same --out (interrupted, canceled): only what it did not verify is verified and billed
   mailvet lists [list] [--limit N] [--cursor C] [--json]
                                           the account's bulk lists, newest first
   mailvet lists show ID [--json]          a list's state, counts and progress
@@ -244,25 +245,57 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// describe is an error for a person: what was being done (the list it was about, the file), the
-// API's message and what to do about it.
+// describe is an error for a person (docs/clients.md, "Errors"): what was being done (the list it
+// was about, the file), then the API's message and, on a line of its own, what to do about it, in
+// the API's words; the code, status and request id come last, for a support request. The
+// client's own wrapping (which method, which slice of the input) is for programs and is left
+// out: a person reads the message and the action.
 func describe(err error) string {
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
-		s := fmt.Sprintf("%s (HTTP %d): %s", apiErr.Code, apiErr.Status, apiErr.Message)
-		// The context wrapped around the API's error: "list 01…: waiting for it to finish: ".
-		if outer, ok := strings.CutSuffix(err.Error(), apiErr.Error()); ok && outer != "" {
-			s = unprefixed(outer) + s
+		s := apiErr.Message
+		// The context wrapped around the API's error: "list 01…: ".
+		if outer, ok := strings.CutSuffix(err.Error(), apiErr.Error()); ok {
+			s = ownContext(outer) + s
 		}
 		if apiErr.Action != "" {
-			s += "\n  " + apiErr.Action
+			s += "\n  What to do: " + apiErr.Action
 		}
+		details := fmt.Sprintf("%s (HTTP %d)", apiErr.Code, apiErr.Status)
 		if apiErr.RequestID != "" {
-			s += "\n  request id: " + apiErr.RequestID
+			details += ", request id " + apiErr.RequestID
 		}
-		return s
+		if apiErr.Docs != "" {
+			details += ", " + apiErr.Docs
+		}
+		return s + "\n  Details: " + details
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// A request that got no answer: where it went, and the network's reason.
+		ctx := ""
+		if outer, ok := strings.CutSuffix(err.Error(), ue.Error()); ok {
+			ctx = ownContext(outer)
+		}
+		where := ue.URL
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			where = u.Scheme + "://" + u.Host
+		}
+		if ue.Timeout() {
+			return fmt.Sprintf("%sthe API at %s did not answer in time: %v\n  What to do: check MAILVET_URL and that the API is running, then run the command again.", ctx, where, ue.Err)
+		}
+		return fmt.Sprintf("%scould not reach the API at %s: %v\n  What to do: check MAILVET_URL and that the API is running, then run the command again.", ctx, where, ue.Err)
 	}
 	return unprefixed(err.Error())
+}
+
+// ownContext is the part of outer (the text wrapped around an error) that the CLI wrote itself:
+// everything before the first "mailvet: ", with which each of the client's own wrappers begins.
+func ownContext(outer string) string {
+	if i := strings.Index(outer, "mailvet: "); i >= 0 {
+		outer = outer[:i]
+	}
+	return outer
 }
 
 // unprefixed drops the "mailvet: " each layer of the client starts its text with: the caller

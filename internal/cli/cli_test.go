@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,8 +349,9 @@ func TestAgainstServer(t *testing.T) {
 		if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
 			t.Errorf("a failed command changed the --out file: %d bytes, was %d", len(after), len(before))
 		}
-		if entries, _ := os.ReadDir(dir); len(entries) != 2 {
-			t.Errorf("%d files in the folder, want list.csv and results.csv: %v", len(entries), entries)
+		// No temporary file is left; the run's state for --resume is (docs/clients.md, "Resuming").
+		if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+			t.Errorf("%d files in the folder, want list.csv, results.csv and .results.csv.mailvet-resume: %v", len(entries), entries)
 		}
 		// An unwritable --out is refused before anything is uploaded.
 		if code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", filepath.Join(dir, "no", "such", "dir.csv")); code != ExitError || !strings.Contains(stderr, "dir.csv") {
@@ -380,6 +382,36 @@ func TestAgainstServer(t *testing.T) {
 		}
 		if code, _, stderr := run(t, std, "", "verify", "--file", filepath.Join(dir, "missing.csv")); code != ExitError || !strings.Contains(stderr, "missing.csv") {
 			t.Errorf("missing file: exit %d, %s", code, stderr)
+		}
+	})
+
+	t.Run("resume", func(t *testing.T) {
+		// A finished run is not billed again: --resume downloads its list (issue 32).
+		dir := t.TempDir()
+		src, out := filepath.Join(dir, "again.txt"), filepath.Join(dir, "again.csv")
+		if err := os.WriteFile(src, []byte("ann@acme.example\nzoe@acme.example\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", out); code != ExitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		before, _ := os.ReadFile(out)
+		mc := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL))
+		used, err := mc.UsageSummary(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, stdout, _ := run(t, std, "", "lists", "--limit", "100")
+		code, _, stderr := run(t, std, "", "verify", "--file", src, "--out", out, "--resume")
+		after, _ := os.ReadFile(out)
+		if code != ExitOK || string(after) != string(before) || !strings.Contains(stderr, "nothing is verified or billed again") {
+			t.Fatalf("resume: exit %d, %s\n%s\nwant\n%s", code, stderr, after, before)
+		}
+		if _, again, _ := run(t, std, "", "lists", "--limit", "100"); again != stdout {
+			t.Errorf("--resume of a completed run uploaded a list:\n%s\nbefore\n%s", again, stdout)
+		}
+		if now, err := mc.UsageSummary(context.Background()); err != nil || now.CallsUsed != used.CallsUsed {
+			t.Errorf("calls used %d after the resume, %d before (%v)", now.CallsUsed, used.CallsUsed, err)
 		}
 	})
 
@@ -457,7 +489,7 @@ func TestAgainstServer(t *testing.T) {
 		// The API's refusal is exit 1 with its message and action.
 		code, _, stderr = run(t, mgmt, "", "keys", "revoke", k.ID)
 		if code != ExitError || !strings.Contains(stderr, "key_not_found (HTTP 404)") || !strings.Contains(stderr, "GET /v1/management/keys") ||
-			!strings.Contains(stderr, "\n  request id: ") {
+			!strings.Contains(stderr, ", request id ") {
 			t.Errorf("revoke twice: exit %d, %s", code, stderr)
 		}
 		code, stdout, _ = run(t, mgmt, "", "usage")
@@ -566,5 +598,70 @@ func TestFailureNamesTheListAndTheFile(t *testing.T) {
 	code, _, stderr = run(t, env, "", "verify", "--file", bad)
 	if code != ExitError || !strings.Contains(stderr, bad+": ") || !strings.Contains(stderr, "invalid_request (HTTP 400)") {
 		t.Errorf("refused upload: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// An error of the API is printed for a person: its message, then its action, then the code,
+// status and request id for a support request; never the client's internals (which method,
+// which slice of the input; the issue's "VerifyBatch: the request with emails[0:1] …").
+func TestErrorsInPlainWords(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "req-42")
+		var body struct {
+			Emails []string `json:"emails"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if n > 1 {
+			w.WriteHeader(http.StatusPaymentRequired)
+			fmt.Fprint(w, `{"error":"payment_required","message":"This request of 50 emails could take this month's overage past the hard spend cap of EUR 10.00 (EUR 9.99 so far); the cap leaves room for 2 more emails.","action":"Send at most 2 emails until reset_at (the start of the next UTC month), or raise or remove the hard spend cap in the billing settings.","docs":"http://x/docs/errors#payment_required","hard_cap_eur":10,"current_overage_eur":9.99,"room":2,"reset_at":"2026-12-01T00:00:00Z"}`)
+			return
+		}
+		results := make([]string, len(body.Emails))
+		for i, e := range body.Emails {
+			results[i] = fmt.Sprintf(`{"email":%q,"status":"deliverable","reason":"accepted"}`, e)
+		}
+		fmt.Fprintf(w, `{"results":[%s],"count":%d}`, strings.Join(results, ","), len(results))
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": srv.URL}
+	addrs := make([]string, 60) // two requests: the first answered, the second refused
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("u%d@acme.example", i)
+	}
+	code, stdout, stderr := run(t, env, "", append([]string{"verify"}, addrs...)...)
+	if code != ExitError {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	want := "mailvet: 50 of 60 addresses were verified (their results are printed) before: This request of 50 emails could take" +
+		" this month's overage past the hard spend cap of EUR 10.00 (EUR 9.99 so far); the cap leaves room for 2 more emails.\n" +
+		"  What to do: Send at most 2 emails until reset_at (the start of the next UTC month), or raise or remove the hard spend cap in the billing settings.\n" +
+		"  Details: payment_required (HTTP 402), request id req-42, http://x/docs/errors#payment_required\n"
+	if stderr != want {
+		t.Errorf("stderr\n%s\nwant\n%s", stderr, want)
+	}
+	for _, internal := range []string{"VerifyBatch", "emails[", "POST ", "mailvet: mailvet"} {
+		if strings.Contains(stderr, internal) {
+			t.Errorf("stderr shows the client's internals (%q): %s", internal, stderr)
+		}
+	}
+	if n := strings.Count(stdout, "\n"); n != 50 {
+		t.Errorf("%d result lines printed, want the 50 verified", n)
+	}
+	// A single address refused at once: the message and the action only.
+	calls.Store(1)
+	_, _, stderr = run(t, env, "", "verify", "ann@acme.example")
+	if !strings.HasPrefix(stderr, "mailvet: This request of 50 emails") || strings.Contains(stderr, "were verified") {
+		t.Errorf("one address: %q", stderr)
+	}
+	// No answer at all: where the request went and what to check, in plain words.
+	env["MAILVET_URL"] = "http://127.0.0.1:1"
+	_, _, stderr = run(t, env, "", "verify", "ann@acme.example")
+	if !strings.HasPrefix(stderr, "mailvet: could not reach the API at http://127.0.0.1:1: ") || !strings.Contains(stderr, "What to do: check MAILVET_URL") ||
+		strings.Contains(stderr, "VerifyBatch") || strings.Contains(stderr, "emails[") {
+		t.Errorf("unreachable: %q", stderr)
 	}
 }

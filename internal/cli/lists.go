@@ -25,8 +25,18 @@ const listPoll = 500 * time.Millisecond
 
 // verifyFile verifies a file through a bulk list (docs/lists.md): it uploads the file as it is,
 // streamed, follows the list's progress, then downloads the results CSV (the input's columns,
-// then the result's) to outPath, or standard output.
-func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, outPath string) error {
+// then the result's) to outPath, or standard output. With outPath a file's run is remembered
+// beside it (resume.go), so that a re-run with resume verifies and bills only what no earlier
+// run verified (docs/clients.md, "Resuming").
+func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, outPath string, resume bool) error {
+	// The input's digest names the run: a changed file is a new one, never a resumed one.
+	sum := ""
+	if outPath != "" && path != "-" {
+		var err error
+		if sum, err = fileSHA256(path); err != nil {
+			return err
+		}
+	}
 	var in io.Reader = e.stdin
 	if path != "-" {
 		f, err := os.Open(path)
@@ -51,6 +61,18 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 		defer outF.discard()
 		out = outF
 	}
+	start := time.Now()
+	if resume {
+		st, ok := loadState(outPath)
+		if ok && st.Input == sum && st.Column == column {
+			handled, err := e.resumeRun(ctx, c, &st, outPath, outF)
+			if handled {
+				return err
+			}
+		} else {
+			fmt.Fprintf(e.stderr, "mailvet: no earlier run of %s into %s to resume: verifying the whole file\n", path, outPath)
+		}
+	}
 	name := "mailvet-cli"
 	if n := listname.FromFile(path); path != "-" && n != "" {
 		name = n // a file name may hold what the API refuses in a name, such as a line break
@@ -59,23 +81,15 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	prog := newProgress(e.stderr, isTerminal(e.stderr))
-	id := l.ID // WaitList answers a zero List when its first poll fails: keep the upload's id
-	l, err = c.WaitList(ctx, id, listPoll, prog.update)
-	prog.finish()
-	if err != nil {
-		if ctx.Err() != nil {
-			// Interrupted: stop the list, so that what was not verified is not billed.
-			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if _, cerr := c.CancelList(stop, id); cerr == nil {
-				// The interrupt is the user's own: no "context canceled" to puzzle over.
-				return fmt.Errorf("interrupted: list %s canceled; `mailvet lists results %s` has what was verified", id, id)
-			}
-		}
-		return fmt.Errorf("list %s: %w", id, err)
+	saved := false
+	if sum != "" {
+		saved = saveState(outPath, resumeState{Input: sum, Column: column, Base: l.ID}) == nil
 	}
-	if err := finalState(l); err != nil {
+	l, err = e.waitList(ctx, c, l.ID, saved)
+	if err != nil {
+		return err
+	}
+	if err := finalState(l, saved); err != nil {
 		return err
 	}
 	if err := e.download(ctx, c, l.ID, client.ResultsOptions{}, out); err != nil {
@@ -88,19 +102,51 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	}
 	if isTerminal(e.stderr) {
 		fmt.Fprintf(e.stderr, "%d rows (%d unique addresses) verified in %s; list %s\n", l.Rows, l.Unique,
-			prog.elapsed().Round(time.Second), l.ID)
+			time.Since(start).Round(time.Second), l.ID)
 	}
 	return nil
 }
 
+// resumeHint is what an interrupted or canceled run says when its state is saved.
+const resumeHint = "; run the same command with --resume to verify the rest without paying again for what was verified"
+
+// waitList follows list id's progress on standard error until it ends. Interrupted, it cancels
+// the list, so that what was not verified is not billed.
+func (e env) waitList(ctx context.Context, c *client.Client, id string, resumable bool) (client.List, error) {
+	prog := newProgress(e.stderr, isTerminal(e.stderr))
+	// WaitList answers a zero List when its first poll fails: errors name the id it was given.
+	l, err := c.WaitList(ctx, id, listPoll, prog.update)
+	prog.finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, cerr := c.CancelList(stop, id); cerr == nil {
+				// The interrupt is the user's own: no "context canceled" to puzzle over.
+				hint := ""
+				if resumable {
+					hint = resumeHint
+				}
+				return l, fmt.Errorf("interrupted: list %s canceled; `mailvet lists results %s` has what was verified%s", id, id, hint)
+			}
+		}
+		return l, fmt.Errorf("list %s: %w", id, err)
+	}
+	return l, nil
+}
+
 // finalState is the error of a list that ended without completing (docs/clients.md, "Exit
 // codes": exit 1).
-func finalState(l client.List) error {
+func finalState(l client.List, resumable bool) error {
+	hint := ""
+	if resumable {
+		hint = resumeHint
+	}
 	switch l.State {
 	case client.ListFailed:
-		return fmt.Errorf("list %s failed: %s", l.ID, l.Error)
+		return fmt.Errorf("list %s failed: %s%s", l.ID, l.Error, hint)
 	case client.ListCanceled:
-		return fmt.Errorf("list %s was canceled after %d of %d addresses; `mailvet lists results %s` has what was verified", l.ID, l.Verified, l.Unique, l.ID)
+		return fmt.Errorf("list %s was canceled after %d of %d addresses; `mailvet lists results %s` has what was verified%s", l.ID, l.Verified, l.Unique, l.ID, hint)
 	}
 	return nil
 }

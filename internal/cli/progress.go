@@ -18,17 +18,13 @@ type progress struct {
 	total   int
 	rate    float64
 	eta     *int
-	start   time.Time
 	now     func() time.Time
 }
 
 func newProgress(w io.Writer, enabled bool) *progress {
 	p := &progress{w: w, enabled: enabled, now: time.Now}
-	p.start = p.now()
 	return p
 }
-
-func (p *progress) elapsed() time.Duration { return p.now().Sub(p.start) }
 
 // update redraws the bar from a reading of the list.
 func (p *progress) update(l client.List) {

@@ -24,6 +24,7 @@ func (e env) verify(ctx context.Context, args []string) error {
 	column := fs.String("column", "", "the CSV column with the addresses")
 	out := fs.String("out", "", "where to write the CSV results (default standard output)")
 	asJSON := fs.Bool("json", false, "NDJSON output even on a terminal")
+	resume := fs.Bool("resume", false, "with --file and --out: finish an earlier run of the same file, verifying (and billing) only what it did not")
 	addresses, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -33,8 +34,10 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return usagef("verify: give addresses or --file LIST.csv")
 	case *file != "" && len(addresses) > 0:
 		return usagef("verify: give addresses or --file, not both")
-	case *file == "" && (*column != "" || *out != ""):
-		return usagef("verify: --column and --out go with --file")
+	case *file == "" && (*column != "" || *out != "" || *resume):
+		return usagef("verify: --column, --out and --resume go with --file")
+	case *resume && (*out == "" || *file == "-"):
+		return usagef("verify: --resume needs --out and a file (not -): the earlier run is remembered beside --out")
 	}
 	// The API would refuse these too, but only with the batch that carries them, after the ones
 	// before it were verified and charged.
@@ -53,9 +56,23 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return err
 	}
 	if *file != "" {
-		return e.verifyFile(ctx, c, *file, *column, *out)
+		return e.verifyFile(ctx, c, *file, *column, *out, *resume)
 	}
-	results, err := c.VerifyBatch(ctx, addresses)
+	var opts client.BatchOptions
+	if isTerminal(e.stderr) {
+		// A person waits at the plan's pace: say how far it is and when a rate-limit wait ends
+		// (docs/clients.md, "CLI"); the hint to use --file comes once, with a long wait.
+		opts.Progress = func(p client.BatchProgress) { e.batchProgress(p) }
+	}
+	results, err := c.VerifyBatchWith(ctx, addresses, opts)
+	if opts.Progress != nil {
+		fmt.Fprint(e.stderr, "\r\033[K")
+	}
+	if err != nil && len(results) > 0 {
+		// The results before the failed request are printed (and charged): say so, in the
+		// input's numbering rather than the client's slice of it.
+		err = fmt.Errorf("%d of %d addresses were verified (their results are printed) before: %w", len(results), len(addresses), err)
+	}
 	if !*asJSON && isTerminal(e.stdout) {
 		writeResultTable(e.stdout, results)
 	} else {
@@ -93,4 +110,18 @@ func replyCell(rep *client.SMTPReply) string {
 		cell += " " + safetext.Escape(rep.Text)
 	}
 	return cell
+}
+
+// batchProgress draws `verify ADDRESS…`'s progress on a terminal's standard error: one line,
+// redrawn; a long wait for the rate limit also prints the hint to use a bulk list (--file).
+func (e env) batchProgress(p client.BatchProgress) {
+	line := fmt.Sprintf("verified %d of %d", p.Done, p.Total)
+	if !p.WaitingUntil.IsZero() {
+		line += fmt.Sprintf("; rate limit: waiting until %s", p.WaitingUntil.Local().Format("15:04:05"))
+	}
+	if p.Hint != "" {
+		fmt.Fprintf(e.stderr, "\r\033[K%s\n  (mailvet verify --file LIST is a bulk list: not held to the per-minute limit)\n",
+			strings.TrimPrefix(p.Hint, "mailvet: "))
+	}
+	fmt.Fprint(e.stderr, "\r\033[K"+line)
 }

@@ -2,10 +2,13 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
 
 // slowAPI answers like fakeAPI, a while later: a request in flight for as long as a person
@@ -169,5 +173,81 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 		mu.Lock()
 		t.Errorf("the browser's icon requests: want favicon.svg and no /favicon.ico, got %v", paths)
 		mu.Unlock()
+	}
+}
+
+// longListsAPI answers the lists page with lists whose names and numbers are as long as they get,
+// and everything else as fakeAPI does.
+type longListsAPI struct{ *fakeAPI }
+
+func (l longListsAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists" {
+		w.Header().Set("Content-Type", "application/json")
+		var lists []string
+		for i, name := range []string{"customers-export-2026-11-28-final-final-v2-with-all-the-columns.csv", "leads", ""} {
+			lists = append(lists, fmt.Sprintf(`{"id":"0199a1b2-0000-7000-8000-00000000000%d","name":%q,"state":"running","format":"csv",`+
+				`"rows":1000000,"unique":987654,"verified":123456,"progress":0.125,"created_at":"2026-11-23T08:41:00Z"}`, i, name))
+		}
+		_, _ = io.WriteString(w, `{"lists":[`+strings.Join(lists, ",")+`],"next_cursor":null}`)
+		return
+	}
+	l.fakeAPI.ServeAs(w, r, p)
+}
+
+// At a phone's width (375 px) no dashboard page is wider than the screen: the lists and the
+// delivery attempts stack each row, every cell named by its column, instead of hiding columns
+// past the edge (issue 32); long names, URLs and errors wrap.
+func TestPhoneWidthNothingOverflows(t *testing.T) {
+	bin := chromiumtest.Path(t)
+	f := newFixture(t, nil)
+	f.h.api = longListsAPI{f.api}
+	ctx := chromiumtest.Start(t, bin, 60*time.Second)
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	run("sign up", chromedp.EmulateViewport(375, 800), chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
+		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+	acct := f.accountOf(t, "ann@example.com")
+	run("create a key", chromedp.Navigate(f.srv.URL+"/dashboard/keys"),
+		chromedp.SendKeys(chromedp.CSS("#label"), "production"), chromedp.Click(chromedp.CSS("#create-key")),
+		chromedp.WaitVisible(chromedp.CSS("#new-key")))
+	const job, delivery = "0b6f7d8e-1111-4c3e-9a55-000000000009", "0b6f7d8e-2222-4c3e-9a55-000000000009"
+	pgtest.Exec(t, f.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'x@acme.example', $3, 'completed')`,
+		job, acct, "https://hooks.customer-with-a-long-name.example/mailvet/webhooks/verification-results?tenant=4242")
+	pgtest.Exec(t, f.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts, finished_at) VALUES ($1, $2, $3, $4, '{}', 'failed', 2, now())`,
+		delivery, job, acct, "https://hooks.customer-with-a-long-name.example/mailvet/webhooks/verification-results?tenant=4242")
+	for i, e := range []string{"dial tcp 203.0.113.7:443: connect: connection timed out after 10s waiting for the receiver", "HTTP 500"} {
+		pgtest.Exec(t, f.pool, `INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, http_status, error) VALUES ($1, $2, now(), 10000, NULL, $3)`,
+			delivery, i+1, e)
+	}
+	for _, path := range []string{"/dashboard/", "/dashboard/lists", "/dashboard/deliveries", "/dashboard/keys", "/dashboard/settings", "/dashboard/billing", "/dashboard/playground"} {
+		run(path, chromedp.Navigate(f.srv.URL+path), chromedp.WaitVisible(chromedp.CSS("main")))
+		over, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+			const w = document.documentElement.clientWidth;
+			if (document.documentElement.scrollWidth > w || document.body.scrollWidth > w) return "the page is " + document.documentElement.scrollWidth + " px wide";
+			const wide = [...document.querySelectorAll("main *")].find(e => e.getBoundingClientRect().right > w + 0.5 && !e.closest(".scroll, pre"));
+			if (wide) return wide.tagName + (wide.id ? "#" + wide.id : "") + " ends at " + wide.getBoundingClientRect().right + " px";
+			const scrolls = [...document.querySelectorAll(".scroll")].find(s => s.scrollWidth > s.clientWidth);
+			return scrolls ? "a table scrolls sideways: " + scrolls.firstElementChild.outerHTML.slice(0, 80) : "";
+		})()`))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if over != "" {
+			t.Errorf("%s at 375 px: %s", path, over)
+		}
+	}
+	// Every stacked cell names its column.
+	run("deliveries", chromedp.Navigate(f.srv.URL+"/dashboard/deliveries"), chromedp.WaitVisible(chromedp.CSS("main")))
+	labels, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("table.stack tbody tr:first-child td")].map(td => getComputedStyle(td, "::before").content)`))
+	if err != nil || len(labels) != 5 || labels[0] != `"Attempt"` || labels[4] != `"Error"` {
+		t.Errorf("the delivery attempts' cell labels at 375 px: %q %v", labels, err)
 	}
 }

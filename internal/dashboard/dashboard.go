@@ -227,13 +227,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			io.Closer
 		}{httpbody.Idle(w, r.Body), r.Body}
 	} else {
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 	}
 	h.mux.ServeHTTP(w, r)
 }
-
-// maxFormBytes bounds a form body; the largest form (a password change) needs well under 4 KB.
-const maxFormBytes = 16 << 10
 
 // staticFiles lets browsers cache the embedded assets for an hour; they change only with a
 // release, and the pages that name them are never cached.

@@ -677,9 +677,12 @@ func TestListUploadRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("URL-encoded upload form: %d", resp.StatusCode)
 	}
-	long := [][2]string{{"csrf", csrf}, {"name", strings.Repeat("n", maxFieldBytes+1)}, {"file", "list.csv"}}
-	if resp, _ := b.uploadParts(long, "email\na@b.example\n"); resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("upload with a field over %d bytes: %d", maxFieldBytes, resp.StatusCode)
+	// A field far too long: the form comes back naming it, with the other fields kept
+	// (TestFormWithAFieldFarTooLong); nothing is uploaded.
+	long := [][2]string{{"csrf", csrf}, {"column", "Email"}, {"name", strings.Repeat("n", maxFieldBytes+1)}, {"file", "list.csv"}}
+	if resp, body := b.uploadParts(long, "email\na@b.example\n"); resp.StatusCode != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, `The field &#34;Name&#34; was 1,025 bytes long`) {
+		t.Errorf("upload with a field over %d bytes: %d\n%s", maxFieldBytes, resp.StatusCode, body)
 	}
 	if n := f.api.uploads.Load(); n != 0 {
 		t.Fatalf("%d uploads reached the API", n)
@@ -797,5 +800,52 @@ func TestUpgradeReusesTheOpenCheckout(t *testing.T) {
 	now = now.Add(account.CheckoutWindow)
 	if resp, _ := upgrade("scale"); resp.StatusCode != http.StatusSeeOther || fc.sessions != 2 {
 		t.Fatalf("after the session expired: %d, %d sessions", resp.StatusCode, fc.sessions)
+	}
+}
+
+// A form with one field far too long (1 MB pasted into it) comes back with a message naming that
+// field and the other fields as they were, instead of a "could not be read" page that loses them
+// all (issue 32): the playground, the list upload and the sign-up form.
+func TestFormWithAFieldFarTooLong(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	for _, label := range []string{"first", "second"} {
+		b.post("/dashboard/keys", url.Values{"label": {label}, "csrf": {b.csrf("/dashboard/keys")}})
+	}
+	var second string
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE label = 'second'`).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	mb := strings.Repeat("x", 1<<20)
+	resp, body := b.post("/dashboard/playground", url.Values{"csrf": {b.csrf("/dashboard/playground")}, "key_id": {second}, "email": {mb}})
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, `The field &#34;Email&#34; was 1,048,576 bytes long`) ||
+		!strings.Contains(body, `value="`+second+`" selected`) {
+		t.Errorf("playground: %d\n%s", resp.StatusCode, body)
+	}
+	if n := f.api.calls.Load(); n != 0 {
+		t.Errorf("%d verify requests reached the API", n)
+	}
+	csrf := b.csrf("/dashboard/lists")
+	resp, body = b.uploadParts([][2]string{{"csrf", csrf}, {"key_id", second}, {"format", "text"}, {"column", "mail"}, {"name", mb}, {"file", "l.txt"}}, "a@b.example\n")
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, `The field &#34;Name&#34; was 1,048,576 bytes long`) ||
+		!strings.Contains(body, `value="`+second+`" selected`) || !strings.Contains(body, `value="text" selected`) || !strings.Contains(body, `value="mail"`) ||
+		!strings.Contains(body, "Choose the file again") {
+		t.Errorf("upload: %d\n%s", resp.StatusCode, body)
+	}
+	if n := f.api.uploads.Load(); n != 0 {
+		t.Errorf("%d uploads reached the API", n)
+	}
+	anon := f.browser(t)
+	resp, body = anon.post("/dashboard/signup", url.Values{"csrf": {anon.csrf("/dashboard/signup")}, "email": {"bob@example.com"},
+		"password": {mb}, "password_confirm": {testPassword}})
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, `The field &#34;Password&#34; was 1,048,576 bytes long`) ||
+		!strings.Contains(body, `value="bob@example.com"`) {
+		t.Errorf("sign-up: %d\n%s", resp.StatusCode, body)
+	}
+	// A body over the bound no form comes near is still refused whole.
+	resp, _ = b.post("/dashboard/playground", url.Values{"csrf": {b.csrf("/dashboard/playground")}, "email": {strings.Repeat("x", maxFormBody)}})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a body over %d bytes: %d", maxFormBody, resp.StatusCode)
 	}
 }

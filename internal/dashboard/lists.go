@@ -195,33 +195,43 @@ func formatOf(choice, filename string) (string, bool) {
 // readUploadForm reads the upload form's fields up to its file, and returns the file unread (nil
 // when the form has none). The page puts the file input last, and browsers send a form's fields
 // in page order, so the fields (the CSRF token first) are known before any of the file is read.
-func readUploadForm(r *http.Request) (url.Values, *multipart.Part, error) {
+// A field over maxFieldBytes is read to its end (the body's bound holds) but not kept: long
+// names the first such field with its length, so that the page can say which one it was and
+// keep the others (docs/dashboard.md, "Forms").
+func readUploadForm(r *http.Request) (form url.Values, file *multipart.Part, long *longField, err error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	form := url.Values{}
+	form = url.Values{}
 	for range maxUploadFields {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
-			return form, nil, nil
+			return form, nil, long, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if part.FormName() == "file" {
-			return form, part, nil
+			return form, part, long, nil
 		}
 		v, err := io.ReadAll(io.LimitReader(part, maxFieldBytes+1))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if len(v) > maxFieldBytes {
-			return nil, nil, fmt.Errorf("form field %q over %d bytes", part.FormName(), maxFieldBytes)
+			rest, err := io.Copy(io.Discard, part)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if long == nil {
+				long = &longField{part.FormName(), len(v) + int(rest)}
+			}
+			continue
 		}
 		form.Add(part.FormName(), string(v))
 	}
-	return nil, nil, fmt.Errorf("more than %d form fields before the file", maxUploadFields)
+	return nil, nil, nil, fmt.Errorf("more than %d form fields before the file", maxUploadFields)
 }
 
 // uploadList streams the chosen file to POST /v1/email/lists with the chosen key, as it
@@ -231,7 +241,7 @@ func readUploadForm(r *http.Request) (url.Values, *multipart.Part, error) {
 // gets the page instead of a connection reset.
 func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	form, file, err := readUploadForm(r)
+	form, file, long, err := readUploadForm(r)
 	if err != nil {
 		discardBody(w, r)
 		h.badForm(w, r, s)
@@ -246,6 +256,12 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 	refuse := func(status int, msg string) {
 		discardBody(w, r)
 		h.listsAnswer(w, r, s, status, msg, d)
+	}
+	if long != nil {
+		// Nothing is uploaded; the form comes back with the other fields as they were (a file
+		// input cannot be filled in again by a page: the message says to choose it again).
+		refuse(http.StatusUnprocessableEntity, tooLongText(long.name, long.n)+" Choose the file again.")
+		return
 	}
 	p, _, ok, err := h.principal(ctx, s, d.KeyID)
 	if err != nil {

@@ -1,8 +1,10 @@
 package dashboard
 
 import (
+	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/mailvet/mailvet/internal/account"
@@ -20,6 +22,11 @@ type overviewData struct {
 	Percent float64 // of the included volume used, capped at 100 for the bar
 	Chart   chart
 	Period  string // the month, with its last day included (periodText)
+	// InPeriod is the chart's billable verifications on the days of Period; Reconcile says in
+	// words why the month's count above the chart may differ from it (issue 32: the two
+	// numbers disagreed without a word). Empty when they agree.
+	InPeriod  int
+	Reconcile string
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -48,10 +55,45 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	d := overviewData{Account: a, Status: subscriptionStatus(a), Limits: limits, Free: free, Summary: sum, Chart: newChart(days),
 		Period: periodText(sum.Period.Start, sum.Period.End)}
+	d.InPeriod, d.Reconcile = reconcile(sum, days, free)
 	if sum.CallsIncluded > 0 {
 		d.Percent = math.Min(100, math.Round(float64(sum.CallsUsed)/float64(sum.CallsIncluded)*1000)/10)
 	}
 	h.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview", Session: s, Data: d, Notice: notice(r)})
+}
+
+// reconcile sums the chart's days that fall in the summary's period and explains, when it is not
+// the month's count, why (docs/dashboard.md, "What a customer can do"): on the free tier the
+// count is of quota units, which also take addresses that failed the syntax check (not billable)
+// and those still being verified; the chart counts billable verifications once they are
+// delivered; and the 30 days of the chart can start after the first of the month.
+func reconcile(sum usage.Summary, days []usage.Day, free bool) (int, string) {
+	in := 0
+	first := sum.Period.Start.Format(time.DateOnly)
+	covered := false
+	for _, d := range days {
+		if d.Date >= first && d.Date < sum.Period.End.Format(time.DateOnly) {
+			in += d.Calls
+		}
+		covered = covered || d.Date == first
+	}
+	if in == sum.CallsUsed {
+		return in, ""
+	}
+	var why []string
+	if free {
+		why = append(why, "the monthly quota counts every address checked, those that failed the syntax check (not billable) and those still being verified included")
+	}
+	if !covered && len(days) > 0 {
+		why = append(why, "the chart's 30 days start after the first of the month")
+	}
+	if len(why) == 0 {
+		// Paid tiers count the same billable verifications in both; the month's and the day's
+		// counts are written in one transaction, so only a page read between two can see this.
+		why = append(why, "a verification finished while the page was being read; reload it")
+	}
+	return in, fmt.Sprintf("The chart's days in this month add up to %s billable verifications, the count above is %s: %s.",
+		num(in), num(sum.CallsUsed), strings.Join(why, "; "))
 }
 
 // periodText shows a usage period by the days it includes: its end is exclusive, the first

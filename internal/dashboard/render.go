@@ -91,6 +91,11 @@ func parsePages() map[string]*template.Template {
 // render writes page with v. It renders into a buffer first, so a template failure becomes a
 // clean 500 instead of half a page.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v *view) {
+	if lf, ok := r.Context().Value(longFieldKey{}).(longField); ok && status >= 400 && status < 500 {
+		// A form refused with a field far too long in it: that field is what to fix, whatever
+		// check refused it (docs/dashboard.md, "Forms"); the page keeps the other fields.
+		v.Error = tooLongText(lf.name, lf.n)
+	}
 	var buf bytes.Buffer
 	if err := h.pages[page].ExecuteTemplate(&buf, "layout", v); err != nil {
 		h.log.Error("dashboard: render", "page", page, "err", err)

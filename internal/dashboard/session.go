@@ -7,9 +7,11 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -191,7 +193,7 @@ func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *htt
 			return
 		}
 		if r.Method == http.MethodPost && readForm {
-			if err := parseForm(r); err != nil {
+			if r, err = parseForm(r); err != nil {
 				h.badForm(w, r, s)
 				return
 			}
@@ -369,7 +371,8 @@ func (h *Handler) public(next func(http.ResponseWriter, *http.Request, string)) 
 			token = c.Value
 		}
 		if r.Method == http.MethodPost {
-			if err := r.ParseForm(); err != nil {
+			var err error
+			if r, err = parseForm(r); err != nil {
 				h.badForm(w, r, nil)
 				return
 			}
@@ -424,11 +427,41 @@ func (h *Handler) failure(w http.ResponseWriter, r *http.Request, s *session, er
 		Error: "Something went wrong on our side. Try again in a moment."})
 }
 
-// parseForm reads a URL-encoded POST form (the body is already bounded by ServeHTTP). Only the
-// list upload is multipart, and it reads its own body (readUploadForm).
-func parseForm(r *http.Request) error {
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
-		return errors.New("a multipart form where none is expected")
+// parseForm reads a URL-encoded POST form (the body is already bounded by ServeHTTP) into
+// r.PostForm and r.Form, keeping what is sent of a field far too long (readURLEncoded), and
+// answers the request carrying the name of such a field for render (longField). Only the list
+// upload is multipart, and it reads its own body (readUploadForm).
+func parseForm(r *http.Request) (*http.Request, error) {
+	ct := r.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "multipart/form-data") {
+		return r, errors.New("a multipart form where none is expected")
 	}
-	return r.ParseForm()
+	if mt, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/x-www-form-urlencoded" {
+		return r, r.ParseForm() // no body to read as a form: the query only
+	}
+	form, long, err := readURLEncoded(r.Body)
+	if err != nil {
+		return r, err
+	}
+	r.PostForm = form
+	r.Form = url.Values{}
+	for k, vs := range form {
+		r.Form[k] = append(r.Form[k], vs...)
+	}
+	for k, vs := range r.URL.Query() {
+		r.Form[k] = append(r.Form[k], vs...)
+	}
+	for _, name := range slices.Sorted(maps.Keys(long)) {
+		// The first field in name order: one message, and the same one for the same form.
+		return r.WithContext(context.WithValue(r.Context(), longFieldKey{}, longField{name, long[name]})), nil
+	}
+	return r, nil
+}
+
+// longFieldKey is the request context's key of the field parseForm found far too long.
+type longFieldKey struct{}
+
+type longField struct {
+	name string
+	n    int
 }

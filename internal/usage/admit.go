@@ -83,6 +83,11 @@ func (e *QuotaExceeded) Error() string {
 type SpendCapExceeded struct {
 	HardCapEUR        *float64
 	CurrentOverageEUR float64
+	// Asked is the emails of the refused request; Room how many the cap still allows now, all
+	// assumed billable (docs/errors.md, "payment_required"): a request of at most Room passes.
+	Asked int
+	Room  int
+	Reset time.Time // start of the next UTC month, when the period's overage starts again at 0
 }
 
 func (e *SpendCapExceeded) Error() string { return "hard spend cap would be exceeded" }
@@ -196,7 +201,9 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 	case r.Free && !a.ok:
 		return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: a.quota + a.held, Asked: r.Units, Reset: d.Month.AddDate(0, 1, 0)}
 	case !a.ok:
-		return d, &SpendCapExceeded{HardCapEUR: a.capEUR, CurrentOverageEUR: overageEUR(a.billable, r.MonthlyCalls, r.OverageEUR)}
+		// On a refusal the month's counts are as they were without this request's hold.
+		return d, &SpendCapExceeded{HardCapEUR: a.capEUR, CurrentOverageEUR: overageEUR(a.billable, r.MonthlyCalls, r.OverageEUR),
+			Asked: r.Units, Room: capRoom(a.capEUR, a.billable+a.held, r.MonthlyCalls, r.OverageEUR), Reset: d.Month.AddDate(0, 1, 0)}
 	case r.Free:
 		d.Room = min(d.Remaining, max(0, r.MonthlyCalls-a.quota-a.held))
 	default:

@@ -179,10 +179,10 @@ func TestResultsAreBilledInTheMonthOfTheirHold(t *testing.T) {
 	if err := usage.Bill(ctx, pool, d.Hold, []usage.Row{row}, true); err != nil {
 		t.Fatal(err)
 	}
-	if used, _ := usage.QuotaUsed(ctx, pool, acct, r.Now); used != 1 {
+	if used, _ := usage.MonthUsed(ctx, pool, acct, true, r.Now); used != 1 {
 		t.Fatalf("November used %d, want 1", used)
 	}
-	if used, _ := usage.QuotaUsed(ctx, pool, acct, row.OccurredAt); used != 0 {
+	if used, _ := usage.MonthUsed(ctx, pool, acct, true, row.OccurredAt); used != 0 {
 		t.Fatalf("December used %d, want 0", used)
 	}
 }

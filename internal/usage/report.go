@@ -12,12 +12,29 @@ func month(ctx context.Context, db DB, account string, start time.Time) (quota, 
 	return quota, billable, held, err
 }
 
-// QuotaUsed is the free-tier monthly-quota count for now's UTC month (account.usage_this_month):
-// the units of results delivered and those held by requests, lists and jobs still running, as
-// admission counts them.
+// Used is the one count of "calls used this month" (docs/api.md, "Metering"): the usage
+// summary's calls_used and the account's usage_this_month are both this number, so that no two
+// views of the account disagree. The free tier counts monthly-quota units delivered and held by
+// requests, lists and jobs still running, as admission does; paid tiers count billable
+// verifications, what the overage is billed on (quota units do not grow there: a paid account
+// that was free earlier in the month would otherwise show the units of its free days).
+func Used(quota, billable, held int, free bool) int {
+	if free {
+		return quota + held
+	}
+	return billable
+}
+
+// QuotaUsed is the free tier's count for now's UTC month: MonthUsed of a free account, the
+// monthly-quota units admission counts.
 func QuotaUsed(ctx context.Context, db DB, accountID string, now time.Time) (int, error) {
-	quota, _, held, err := month(ctx, db, accountID, MonthStart(now))
-	return quota + held, err
+	return MonthUsed(ctx, db, accountID, true, now)
+}
+
+// MonthUsed is Used for now's UTC month of account (account.usage_this_month).
+func MonthUsed(ctx context.Context, db DB, accountID string, free bool, now time.Time) (int, error) {
+	quota, billable, held, err := month(ctx, db, accountID, MonthStart(now))
+	return Used(quota, billable, held, free), err
 }
 
 // pruneTimeout bounds PruneRateWindows. It is background work, and a minute's windows of every
@@ -80,9 +97,10 @@ type Summary struct {
 	Tier             string  `json:"tier"`
 }
 
-// Summarize builds the usage summary. The free tier counts monthly-quota units delivered or held,
-// exactly as verify admission and account.usage_this_month do (docs/api.md, "Metering"); paid
-// tiers count billable verifications, as GET /usage does (rule 4).
+// Summarize builds the usage summary. calls_used is Used: the free tier counts monthly-quota
+// units delivered or held, exactly as verify admission does (docs/api.md, "Metering"); paid
+// tiers count billable verifications, as GET /usage does (rule 4). account.usage_this_month is
+// the same number.
 func Summarize(ctx context.Context, db DB, accountID string, tier string, free bool, included int, overagePrice float64, now time.Time) (Summary, error) {
 	start := MonthStart(now)
 	s := Summary{Period: Period{Start: start, End: start.AddDate(0, 1, 0)}, CallsIncluded: included, Tier: tier}
@@ -90,10 +108,7 @@ func Summarize(ctx context.Context, db DB, accountID string, tier string, free b
 	if err != nil {
 		return s, err
 	}
-	s.CallsUsed = billable
-	if free {
-		s.CallsUsed = quota + held
-	}
+	s.CallsUsed = Used(quota, billable, held, free)
 	s.CallsRemaining = max(0, included-s.CallsUsed)
 	s.OverageCalls = max(0, s.CallsUsed-included)
 	if !free {

@@ -63,7 +63,7 @@ func TestRateLimitWindow(t *testing.T) {
 		t.Fatalf("next window: %+v %v", d, err)
 	}
 	// Quota units are not taken by a rate-limited request.
-	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 18 {
+	if used, _ := usage.MonthUsed(ctx, pool, acct, true, now); used != 18 {
 		t.Errorf("quota used %d, want 18", used)
 	}
 }
@@ -104,7 +104,7 @@ func TestQuotaAdmissionIsAtomicAcrossReplicas(t *testing.T) {
 	if admitted.Load() != 5 || refused.Load() != 15 {
 		t.Fatalf("admitted %d refused %d, want 5 and 15", admitted.Load(), refused.Load())
 	}
-	if used, _ := usage.QuotaUsed(ctx, replicas[1], acct, now); used != 500 {
+	if used, _ := usage.MonthUsed(ctx, replicas[1], acct, true, now); used != 500 {
 		t.Errorf("used %d, want 500", used)
 	}
 }
@@ -128,7 +128,7 @@ func TestQuotaExceededAndRelease(t *testing.T) {
 	if err := usage.Bill(ctx, pool, d.Hold, nil, true); err != nil {
 		t.Fatal(err)
 	}
-	if used, _ := usage.QuotaUsed(ctx, pool, acct, now); used != 0 {
+	if used, _ := usage.MonthUsed(ctx, pool, acct, true, now); used != 0 {
 		t.Errorf("after release: %d", used)
 	}
 	if c := usagetest.Of(t, pool, acct); c != (usagetest.Counts{}) {
@@ -265,7 +265,7 @@ func TestPruneRateWindows(t *testing.T) {
 	}
 }
 
-func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
+func TestMonthUsedReadsTheCurrentUTCMonth(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t)
 	acct := newAccount(t, pool, "free")
@@ -285,10 +285,19 @@ func TestQuotaUsedReadsTheCurrentUTCMonth(t *testing.T) {
 		{"month without a row", time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), 0},
 	}
 	for _, tt := range tests {
-		got, err := usage.QuotaUsed(ctx, pool, acct, tt.now)
+		got, err := usage.MonthUsed(ctx, pool, acct, true, tt.now)
 		if err != nil || got != tt.want {
-			t.Errorf("%s: QuotaUsed = %d, %v; want %d", tt.name, got, err, tt.want)
+			t.Errorf("%s: MonthUsed = %d, %v; want %d", tt.name, got, err, tt.want)
 		}
+	}
+	// Paid tiers count billable verifications, not the quota units of the month's free days:
+	// the usage summary's calls_used, one definition (docs/api.md, "Metering").
+	usagetest.SetMonth(t, pool, acct, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), 448, 3596)
+	if got, err := usage.MonthUsed(ctx, pool, acct, false, time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)); err != nil || got != 3596 {
+		t.Errorf("paid: MonthUsed = %d, %v; want the 3,596 billable", got, err)
+	}
+	if got, _ := usage.MonthUsed(ctx, pool, acct, true, time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)); got != 448 {
+		t.Errorf("free: MonthUsed = %d, want the 448 quota units", got)
 	}
 }
 

@@ -62,6 +62,37 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/** A reading of {@link Mailvet.verifyBatch}'s progress. */
+export interface BatchProgress {
+  /** Addresses verified so far (and charged). */
+  done: number;
+  /** Addresses in the call. */
+  total: number;
+  /**
+   * Set while a request refused for the per-minute rate limit (or answered 503 with Retry-After)
+   * waits to be sent again: when it will be.
+   */
+  waitingUntil?: Date;
+  /** The per-minute limit a rate-limit refusal named. */
+  rateLimit?: number;
+  /**
+   * Set on the first wait that leaves more than a minute's worth of the rate limit to go: how long
+   * the rest takes at this pace, and that a bulk list (`lists.upload`) verifies large inputs
+   * without the per-minute limit (docs/lists.md).
+   */
+  hint?: string;
+}
+
+/** The options of {@link Mailvet.verifyBatch}. */
+export interface BatchOptions extends CallOptions {
+  /**
+   * Called after each request is answered and before each wait for the rate limit. Without it, a
+   * wait that leaves more than a minute's worth of the rate limit to go is told once with
+   * `console.warn`, with the hint to use a bulk list.
+   */
+  onProgress?: (progress: BatchProgress) => void;
+}
+
 /** The options of {@link Mailvet.verifyAsync}. */
 /** The options of `keys.create`. */
 export interface CreateKeyOptions extends CallOptions {
@@ -156,6 +187,8 @@ interface Call extends CallOptions {
    * (docs/api.md, "Idempotency").
    */
   idempotent?: boolean;
+  /** Called before a wait for a retry, with when it ends and the error that caused it. */
+  onWait?: (until: Date, err: MailvetError) => void;
 }
 
 interface Deadline {
@@ -232,15 +265,36 @@ export class Mailvet {
    * request after the other, and returns one result per address in input order. An error stops
    * the batch and is thrown, carrying in `results` the results already verified (and charged);
    * with `retryOnRateLimit`, a 429 in the middle is waited out and the batch goes on.
+   *
+   * At the plan's pace a long list takes long (a free tier's 10 a minute: 110 addresses, 11
+   * minutes): `onProgress` reports each answer and each wait, and large inputs belong in a bulk
+   * list ({@link Mailvet.lists}`.upload`), which is not held to the per-minute limit.
    */
-  async verifyBatch(emails: readonly string[], options: CallOptions = {}): Promise<VerifyResult[]> {
+  async verifyBatch(emails: readonly string[], options: BatchOptions = {}): Promise<VerifyResult[]> {
+    const { onProgress, ...callOptions } = options;
     const results: VerifyResult[] = [];
     let size = batchChunkSize;
+    let hinted = false;
+    const onWait = (until: Date, err: MailvetError): void => {
+      const p: BatchProgress = { done: results.length, total: emails.length, waitingUntil: until };
+      if (err.limit !== undefined) p.rateLimit = err.limit;
+      if (err.error === "rate_limit_exceeded" && err.limit !== undefined && err.limit > 0 && !hinted) {
+        const left = emails.length - results.length;
+        const minutes = Math.ceil(left / err.limit);
+        if (minutes > 1) {
+          hinted = true;
+          p.hint = `Mailvet: verifyBatch: ${left} addresses are left at the plan's rate limit of ${err.limit} a minute: about ${minutes} minutes; ` +
+            "for large inputs upload a bulk list instead (mailvet.lists.upload, docs/lists.md), which is not held to the per-minute limit";
+          if (onProgress === undefined) console.warn(p.hint);
+        }
+      }
+      onProgress?.(p);
+    };
     for (let i = 0; i < emails.length; ) {
       const chunk = emails.slice(i, i + size);
       let answer: BatchResult;
       try {
-        answer = await this.#json<BatchResult>({ ...options, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length });
+        answer = await this.#json<BatchResult>({ ...callOptions, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length, onWait });
       } catch (err) {
         const smaller = this.#splitSize(err, chunk.length);
         if (smaller === undefined) {
@@ -255,6 +309,7 @@ export class Mailvet {
       }
       results.push(...answer.results);
       i += chunk.length;
+      onProgress?.({ done: results.length, total: emails.length });
     }
     return results;
   }
@@ -570,6 +625,7 @@ export class Mailvet {
       // An upload's body may be a stream, read once: it cannot be sent again.
       const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
       if (wait === undefined) throw err;
+      call.onWait?.(new Date(Date.now() + wait), err);
       await sleep(wait, call.signal);
     }
   }

@@ -17,7 +17,7 @@ export type ClientErrorCode = "timeout" | "network_error" | "http_error" | "inva
  *
  * Branch on `error`; show `message`; `action` says what to do and `docs` links the error's
  * section. The extra fields of some codes (`limit`, `used`, `reset_at`, `window`,
- * `hard_cap_eur`, `current_overage_eur`, `emails`, `line`) are copied onto the error, and the whole
+ * `hard_cap_eur`, `current_overage_eur`, `room`, `emails`, `line`) are copied onto the error, and the whole
  * envelope is in `body`.
  */
 export class MailvetError extends Error {
@@ -41,6 +41,8 @@ export class MailvetError extends Error {
   readonly hard_cap_eur?: number | null;
   /** The overage so far this month in EUR (payment_required). */
   readonly current_overage_eur?: number;
+  /** How many more emails the spend cap allows this month (payment_required): a request of at most this many passes it. */
+  readonly room?: number;
   /** The addresses that were not verified and not charged (a stream's error line): send them again. */
   readonly emails?: string[];
   /** The line of an uploaded file that could not be read (a list upload's invalid_request, docs/lists.md). */
@@ -75,6 +77,7 @@ export class MailvetError extends Error {
     if (typeof body.window === "string") this.window = body.window;
     if (typeof body.hard_cap_eur === "number" || body.hard_cap_eur === null) this.hard_cap_eur = body.hard_cap_eur;
     if (typeof body.current_overage_eur === "number") this.current_overage_eur = body.current_overage_eur;
+    if (typeof body.room === "number") this.room = body.room;
     if (typeof body.line === "number") this.line = body.line;
     if (Array.isArray(body.emails)) this.emails = body.emails.filter((e): e is string => typeof e === "string");
     if (extra.retryAfter !== undefined) this.retryAfter = extra.retryAfter;

@@ -4,7 +4,7 @@
 /** The version of internal/api/openapi.json these types were generated from. */
 export const apiVersion = "1.0.0";
 
-/** The one error envelope of every route. Some errors add fields (limit, used, reset_at, window, hard_cap_eur, current_overage_eur). */
+/** The one error envelope of every route. Some errors add fields (limit, used, reset_at, window, hard_cap_eur, current_overage_eur, room). */
 export type ApiError = {
   /** Stable machine code; clients branch on it. */
   error: string;
@@ -17,6 +17,7 @@ export type ApiError = {
   window?: string;
   hard_cap_eur?: number | null;
   current_overage_eur?: number;
+  room?: number;
   /** For an upload that cannot be read: the 1-based line of the file with the problem. */
   line?: number;
   [key: string]: unknown;
@@ -41,7 +42,7 @@ export type Account = {
   trial_end: string | null;
   billing_cycle_anchor: string | null;
   limits: Limits;
-  /** Free-tier monthly-quota count for the current UTC month. */
+  /** Calls used in the current UTC month, the same number as calls_used of GET /v1/management/usage/summary: free, monthly-quota units delivered and held; builder and scale, billable verifications. */
   usage_this_month: number;
 };
 
@@ -305,6 +306,10 @@ export type PaymentRequired = ApiError & {
   error?: "payment_required";
   hard_cap_eur: number | null;
   current_overage_eur: number;
+  /** How many more emails the cap allows this month, each assumed billable: a request of at most this many passes the cap. */
+  room: number;
+  /** Start of the next UTC month, when the month's overage starts again at zero. */
+  reset_at: string;
   [key: string]: unknown;
 };
 

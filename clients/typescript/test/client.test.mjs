@@ -121,7 +121,7 @@ describe("requests", () => {
 
 describe("errors", () => {
   test("an error envelope becomes a MailvetError with every field", async () => {
-    const f = await fake((req, res) => send(res, 402, envelope("payment_required", { hard_cap_eur: 25, current_overage_eur: 24.99 }), { "X-Request-Id": "req-1" }));
+    const f = await fake((req, res) => send(res, 402, envelope("payment_required", { hard_cap_eur: 25, current_overage_eur: 24.99, room: 3, reset_at: "2026-12-01T00:00:00Z" }), { "X-Request-Id": "req-1" }));
     const mv = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
     const err = await mv.verify("ann@acme.example").catch((e) => e);
     assert.ok(err instanceof MailvetError);
@@ -134,6 +134,8 @@ describe("errors", () => {
     assert.equal(err.docs, "http://localhost/docs/errors#payment_required");
     assert.equal(err.hard_cap_eur, 25);
     assert.equal(err.current_overage_eur, 24.99);
+    assert.equal(err.room, 3);
+    assert.equal(err.reset_at, "2026-12-01T00:00:00Z");
     assert.equal(err.requestId, "req-1");
     assert.equal(err.body.error, "payment_required");
     assert.equal(f.requests.length, 1, "a 402 is never retried");
@@ -402,6 +404,50 @@ describe("verifyBatch", () => {
     assert.deepEqual(out.map((r) => r.email), emails);
     assert.deepEqual(f.requests.map((r) => r.body.emails.length), [25, 10, 10, 5]);
     assert.ok(Date.now() - started < 2000, "no wait for a window that could never be enough");
+  });
+
+  test("onProgress reports each answer and each wait for the rate limit, with a hint to use a bulk list", async () => {
+    const f = await fake((req, res) => {
+      if (req.body.emails.length > 10 || req.index === 2) return rateLimited(res, 200, 10);
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const seen = [];
+    const warned = [];
+    const warn = console.warn;
+    console.warn = (...args) => warned.push(args.join(" "));
+    try {
+      const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(30), { onProgress: (p) => seen.push(p) });
+      assert.equal(out.length, 30);
+      assert.deepEqual(seen.map((p) => [p.done, p.total, p.waitingUntil !== undefined]), [[10, 30, false], [10, 30, true], [20, 30, false], [30, 30, false]]);
+      const wait = seen[1];
+      assert.equal(wait.rateLimit, 10);
+      assert.ok(wait.waitingUntil.getTime() - Date.now() < 2000);
+      assert.match(wait.hint, /20 addresses are left .* about 2 minutes.*bulk list/);
+      assert.deepEqual(warned, [], "with a callback nothing is printed");
+      // Without a callback the hint is printed once with console.warn.
+      await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(30));
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(warned.length, 0, "the second call's waits come after the fake's one refusal: no wait, no hint");
+  });
+
+  test("without onProgress a long wait is told once with console.warn", async () => {
+    const f = await fake((req, res) => {
+      if (req.body.emails.length > 10 || req.index === 2 || req.index === 4) return rateLimited(res, 100, 10);
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const warned = [];
+    const warn = console.warn;
+    console.warn = (...args) => warned.push(args.join(" "));
+    try {
+      const out = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyBatch(emailsOf(40));
+      assert.equal(out.length, 40);
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(warned.length, 1);
+    assert.match(warned[0], /30 addresses are left at the plan's rate limit of 10 a minute: about 3 minutes.*lists\.upload/);
   });
 
   test("an answer with the wrong number of results is an invalid_response", async () => {
