@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"github.com/mailvet/mailvet/internal/audit"
 	"net/http"
 	"strings"
 
@@ -33,7 +34,7 @@ func (s *Server) deleteAccount(c echo.Context) error {
 	if req.Confirm == nil || *req.Confirm != p.AccountID {
 		return InvalidRequest("Field confirm must be this account's id (account_id of GET /v1/management/account) to confirm its deletion.")
 	}
-	err := privacy.DeleteAccount(c.Request().Context(), s.pool, p.AccountID)
+	err := privacy.DeleteAccount(c.Request().Context(), s.pool, p.AccountID, s.auditEvent(c, audit.AccountDeleted, "account deleted with the management API"))
 	switch {
 	case errors.Is(err, privacy.ErrSubscriptionActive):
 		return Errorf(http.StatusConflict, CodeSubscriptionActive,

@@ -93,7 +93,7 @@ func TestAccountExportAndDeletionThroughTheAPI(t *testing.T) {
 		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
-		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" {
+		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" && h != "audit_events.account_id" {
 			t.Errorf("the deleted account's id is still in %s", h)
 		}
 	}
@@ -269,7 +269,7 @@ func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
 		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
-		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" {
+		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" && h != "audit_events.account_id" {
 			t.Errorf("the deleted account's id is still in %s", h)
 		}
 	}

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"errors"
+	"github.com/mailvet/mailvet/internal/audit"
 	"net/http"
 	"strings"
 
@@ -89,7 +90,10 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request, s *sessi
 		fail(http.StatusUnprocessableEntity, "The password is wrong.")
 		return
 	}
-	switch err := privacy.DeleteAccount(ctx, h.pool, s.AccountID); {
+	// The event names no email: the user's address goes with the account (docs/personal-data.md).
+	by := h.auditEvent(r, s.AccountID, "", audit.AccountDeleted, audit.Success, "account deleted in the dashboard")
+	by.ActorType, by.Actor = audit.ActorUser, "the account's dashboard user"
+	switch err := privacy.DeleteAccount(ctx, h.pool, s.AccountID, by); {
 	case errors.Is(err, privacy.ErrSubscriptionActive):
 		fail(http.StatusConflict, "Your account pays for a subscription. Cancel it on the Billing page; once it has ended and the plan is back to free, you can delete the account.")
 		return

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/mailvet/mailvet/internal/audit"
 	"strings"
 	"time"
 
@@ -45,7 +46,11 @@ const deleteTimeout = 30 * time.Second
 // its job, list or usage hold gone and writes nothing (job.Finish, list's Write and usage.Bill
 // skip what no longer exists); what a request admitted in the same instant still writes,
 // SweepDeleted removes for a day after the deletion.
-func DeleteAccount(ctx context.Context, db database.DB, id string) error {
+//
+// by is the deletion's audit event (docs/security.md, "Audit log"): the account's earlier events
+// go with its personal data (they name its users and client addresses), and this one, written in
+// the same transaction, is what stays, with the account's id and no email.
+func DeleteAccount(ctx context.Context, db database.DB, id string, by audit.Event) error {
 	if uuid.Validate(id) != nil {
 		return ErrNotFound
 	}
@@ -102,7 +107,15 @@ func DeleteAccount(ctx context.Context, db database.DB, id string) error {
 		_, err = tx.Exec(tctx, `UPDATE accounts SET email = NULL, checkout_url = NULL, checkout_tier = NULL,
 			checkout_expires_at = NULL, checkout_claimed_until = NULL, hard_cap_eur = NULL,
 			deleted_at = now(), erased_at = NULL, updated_at = now() WHERE id = $1`, id)
-		return err
+		if err != nil {
+			return err
+		}
+		// Once, here, not in eraseSmall, which the sweep repeats: the event below must stay.
+		if _, err := tx.Exec(tctx, `DELETE FROM audit_events WHERE account_id = $1`, id); err != nil {
+			return fmt.Errorf("delete account %s: audit events: %w", id, err)
+		}
+		by.AccountID, by.Kind, by.Outcome = id, audit.AccountDeleted, audit.Success
+		return audit.Record(tctx, tx, by)
 	})
 	if err != nil {
 		return err
@@ -131,6 +144,7 @@ func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 		{`DELETE FROM idempotency_keys WHERE account_id = $1`, "idempotency records"},
 		{`DELETE FROM dashboard_upload_tokens WHERE account_id = $1`, "upload tokens"},
 		{`DELETE FROM rate_windows WHERE account_id = $1`, "rate windows"},
+		{`DELETE FROM sandbox_rate_windows WHERE account_id = $1`, "sandbox rate windows"},
 		{`DELETE FROM usage_holds WHERE account_id = $1`, "usage holds"},
 	} {
 		tag, err := tx.Exec(ctx, q.sql, id)

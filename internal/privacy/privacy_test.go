@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mailvet/mailvet/internal/audit"
 	"strings"
 	"sync"
 	"testing"
@@ -98,7 +99,7 @@ func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
 	gone := seed(t, pool, "gone", time.Now())
 	kept := seed(t, pool, "kept", time.Now())
 
-	if err := DeleteAccount(ctx, pool, gone.id); err != nil {
+	if err := DeleteAccount(ctx, pool, gone.id, byTest); err != nil {
 		t.Fatalf("DeleteAccount: %v", err)
 	}
 	for _, needle := range append([]string{gone.email, "cus_gone"}, gone.addrs...) {
@@ -111,7 +112,7 @@ func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
 	}
 	// The id: only the tombstone and the billing counts keep it.
 	hits := findEverywhere(t, pool, gone.id)
-	allowed := map[string]bool{"accounts.id": true, "usage_monthly.account_id": true, "usage_daily.account_id": true}
+	allowed := map[string]bool{"accounts.id": true, "usage_monthly.account_id": true, "usage_daily.account_id": true, "audit_events.account_id": true}
 	for _, h := range hits {
 		if !allowed[h] {
 			t.Errorf("the deleted account's id is still in %s", h)
@@ -119,6 +120,12 @@ func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
 	}
 	if len(hits) != len(allowed) {
 		t.Errorf("the id is in %v; want exactly the tombstone and the billing counts", hits)
+	}
+	// What stays in the audit log is the deletion's one event, naming no person.
+	var kinds []string
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT array_agg(kind) FROM audit_events WHERE account_id = $1`, gone.id).Scan(&kinds), "audit")
+	if len(kinds) != 1 || kinds[0] != string(audit.AccountDeleted) {
+		t.Errorf("audit events left of the deleted account: %v, want one account_deleted", kinds)
 	}
 	var billable, held int
 	pgtest.Must(t, pool.QueryRow(ctx, `SELECT billable, held FROM usage_monthly WHERE account_id = $1`, gone.id).Scan(&billable, &held), "counts")
@@ -147,7 +154,7 @@ func TestDeleteAccountLeavesOnlyAnonymousBillingCounts(t *testing.T) {
 		t.Errorf("reading the deleted account: %v; want account.ErrNotFound", err)
 	}
 	// Deleting again: the account is not there any more.
-	if err := DeleteAccount(ctx, pool, gone.id); !errors.Is(err, ErrNotFound) {
+	if err := DeleteAccount(ctx, pool, gone.id, byTest); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second DeleteAccount: %v; want ErrNotFound", err)
 	}
 }
@@ -156,14 +163,14 @@ func TestDeleteAccountRefusesAPayingAccount(t *testing.T) {
 	pool := pgtest.New(t)
 	f := seed(t, pool, "paying", time.Now())
 	pgtest.Exec(t, pool, `UPDATE accounts SET tier = 'builder', subscription_status = 'active' WHERE id = $1`, f.id)
-	if err := DeleteAccount(ctx, pool, f.id); !errors.Is(err, ErrSubscriptionActive) {
+	if err := DeleteAccount(ctx, pool, f.id, byTest); !errors.Is(err, ErrSubscriptionActive) {
 		t.Fatalf("DeleteAccount of a paying account: %v; want ErrSubscriptionActive", err)
 	}
 	if hits := findEverywhere(t, pool, f.email); len(hits) == 0 {
 		t.Error("a refused deletion removed the account's data")
 	}
 	pgtest.Exec(t, pool, `UPDATE accounts SET subscription_status = 'canceled', tier = 'free' WHERE id = $1`, f.id)
-	if err := DeleteAccount(ctx, pool, f.id); err != nil {
+	if err := DeleteAccount(ctx, pool, f.id, byTest); err != nil {
 		t.Fatalf("DeleteAccount once the subscription ended: %v", err)
 	}
 }
@@ -173,7 +180,7 @@ func TestDeleteAccountRefusesAPayingAccount(t *testing.T) {
 func TestSweepDeletedRemovesWhatWorkInFlightWrote(t *testing.T) {
 	pool := pgtest.New(t)
 	f := seed(t, pool, "late", time.Now())
-	pgtest.Must(t, DeleteAccount(ctx, pool, f.id), "delete")
+	pgtest.Must(t, DeleteAccount(ctx, pool, f.id, byTest), "delete")
 	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, email_domain, snapshot)
 		VALUES ($1, 'late-row', 'verify', 'acme.example', jsonb_build_object('email', $2::text))`, f.id, f.addrs[0])
 	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url) VALUES (gen_random_uuid(), $1, $2, '')`, f.id, f.addrs[1])
@@ -198,7 +205,7 @@ func TestSweepDeletedRemovesWhatWorkInFlightWrote(t *testing.T) {
 func TestAnErasureCutShortIsFinishedByTheSweep(t *testing.T) {
 	pool := pgtest.New(t)
 	f := seed(t, pool, "cut", time.Now())
-	pgtest.Must(t, DeleteAccount(ctx, pool, f.id), "delete")
+	pgtest.Must(t, DeleteAccount(ctx, pool, f.id, byTest), "delete")
 	var erased *time.Time
 	pgtest.Must(t, pool.QueryRow(ctx, `SELECT erased_at FROM accounts WHERE id = $1`, f.id).Scan(&erased), "erased_at")
 	if erased == nil {
@@ -434,3 +441,6 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 		t.Errorf("second DeleteHistory: %+v, %v", d, err)
 	}
 }
+
+// byTest is the audit event of the tests' deletions: no person acted.
+var byTest = audit.Event{ActorType: audit.ActorSystem, Actor: "privacy test"}
