@@ -138,7 +138,7 @@ func (g *Guard) Middleware(rt Route) echo.MiddlewareFunc {
 				}
 				switch {
 				case cl.done != nil:
-					return g.replay(c, rt, sum, cl.done)
+					return g.replay(c, rt, sum, account, key, cl.done)
 				case cl.owner != uuid.Nil:
 					return g.run(c, next, rt, sum, account, key, cl.owner)
 				}
@@ -175,7 +175,7 @@ func requestHash(c echo.Context, rt Route) hash.Hash {
 
 // replay answers a retry of a completed request: the first response if the request is the same,
 // ErrKeyReused otherwise. sum is the retry's hash, nil when its body is still to be read.
-func (g *Guard) replay(c echo.Context, rt Route, sum []byte, r *record) error {
+func (g *Guard) replay(c echo.Context, rt Route, sum []byte, account, key string, r *record) error {
 	if sum == nil {
 		h := requestHash(c, rt)
 		if _, err := io.Copy(h, rt.Body(c)); err != nil {
@@ -183,7 +183,7 @@ func (g *Guard) replay(c echo.Context, rt Route, sum []byte, r *record) error {
 		}
 		sum = h.Sum(nil)
 	}
-	if !bytes.Equal(sum, r.hash) {
+	if !r.matches(account, key, sum) {
 		return ErrKeyReused
 	}
 	out := c.Response().Header()

@@ -293,8 +293,9 @@ func TestAbandonedKeyIsTakenOver(t *testing.T) {
 	}
 }
 
-// The table keeps neither the Idempotency-Key nor the response in the clear: a copy of the
-// database cannot read a kept key creation's answer, and a replay still gets it whole.
+// The table keeps neither the Idempotency-Key, the response nor the request's plain hash: a copy
+// of the database cannot read a kept key creation's answer nor test guesses of a request's
+// secret against its hash, and a replay still gets the answer whole.
 func TestKeptResponsesAreSealed(t *testing.T) {
 	t.Parallel()
 	h, acct := newHarness(t, false)
@@ -304,7 +305,8 @@ func TestKeptResponsesAreSealed(t *testing.T) {
 	err := h.guard.store.db.QueryRow(context.Background(),
 		`SELECT string_agg(k::text, ' ') FROM idempotency_keys k WHERE account_id = $1`, acct).Scan(&dump)
 	pgtest.Must(t, err, "dump")
-	for _, plain := range []string{key, "secret-body-42", first, fmt.Sprintf("%x", first)} {
+	sum := fmt.Sprintf("%x", requestHashOf(t, h, "secret-body-42"))
+	for _, plain := range []string{key, "secret-body-42", first, fmt.Sprintf("%x", first), sum} {
 		if strings.Contains(dump, plain) {
 			t.Fatalf("the row holds %q in the clear: %s", plain, dump)
 		}

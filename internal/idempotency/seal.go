@@ -3,6 +3,7 @@ package idempotency
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -70,4 +71,17 @@ func open(account, key string, sealed []byte) ([]byte, error) {
 		return nil, errSealed
 	}
 	return body, nil
+}
+
+// keyedHash is what is stored of a request's SHA-256: an HMAC of it under the same derived key.
+// The request can carry a secret (a list's Mailvet-Webhook-Secret header, an async verify's
+// webhook_secret); a plain hash of it in a copy of the database, beside the request's other
+// fields, would let a weak secret be guessed offline. Keyed, it is useless without the
+// Idempotency-Key, and a retry, which carries that key, still compares equal.
+func keyedHash(account, key string, sum []byte) []byte {
+	k := sealKeyOf(account, key)
+	m := hmac.New(sha256.New, k[:])
+	_, _ = m.Write([]byte("request:"))
+	_, _ = m.Write(sum)
+	return m.Sum(nil)
 }

@@ -1,7 +1,9 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,7 +46,10 @@ type claim struct {
 
 // record is a completed request: the hash of the request and the response to replay.
 type record struct {
+	// hash is keyedHash of the request's SHA-256 (a sealed row), or the plain SHA-256 (a row kept
+	// before sealing); matches compares a retry's SHA-256 with either.
 	hash   []byte
+	keyed  bool
 	status int
 	header http.Header
 	body   []byte
@@ -88,6 +93,7 @@ func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time
 		if r.body, err = open(account, key, r.body); err != nil {
 			return claim{}, err
 		}
+		r.keyed = true
 	}
 	if err := json.Unmarshal(header, &r.header); err != nil {
 		return claim{}, fmt.Errorf("read idempotency key: header: %w", err)
@@ -102,7 +108,7 @@ func (s *Store) complete(ctx context.Context, account, key string, owner uuid.UU
 		return err
 	}
 	_, err = s.db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true
-		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner, r.hash, r.status, header, seal(account, key, r.body))
+		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner, keyedHash(account, key, r.hash), r.status, header, seal(account, key, r.body))
 	if err != nil {
 		return fmt.Errorf("%w: complete: %w", ErrDatastore, err)
 	}
@@ -137,4 +143,13 @@ func Sweep(ctx context.Context, db database.DB, now time.Time) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// matches says whether sum, the SHA-256 of a retry with the key of account, is the request r
+// completed.
+func (r *record) matches(account, key string, sum []byte) bool {
+	if r.keyed {
+		return hmac.Equal(keyedHash(account, key, sum), r.hash)
+	}
+	return bytes.Equal(sum, r.hash)
 }
