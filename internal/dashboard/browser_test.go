@@ -212,7 +212,9 @@ func TestPhoneWidthNothingOverflows(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
 		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	run("confirm the email", append(confirmByMail(t, f.sink, f.srv.URL, "ann@example.com"),
+		chromedp.WaitVisible(chromedp.CSS("#tier")))...)
 	acct := f.accountOf(t, "ann@example.com")
 	run("create a key", chromedp.Navigate(f.srv.URL+"/dashboard/keys"),
 		chromedp.SendKeys(chromedp.CSS("#label"), "production"), chromedp.Click(chromedp.CSS("#create-key")),

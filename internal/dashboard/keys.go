@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/audit"
+	"github.com/mailvet/mailvet/internal/auth"
 )
 
 // keysData is the keys page. New is the key just created, shown this once. KeyToken and ProvToken

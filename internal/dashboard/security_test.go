@@ -282,7 +282,9 @@ func TestSecurityPageAtPhoneWidth(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#email"), "a.rather.long.address.for.a.phone@example.com"),
 		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	run("confirm the email", append(confirmByMail(t, f.sink, srv.URL, "a.rather.long.address.for.a.phone@example.com"),
+		chromedp.WaitVisible(chromedp.CSS("#tier")))...)
 	acct := f.accountOf(t, "a.rather.long.address.for.a.phone@example.com")
 	pgtest.Must(t, audit.Record(context.Background(), f.pool, audit.Event{AccountID: acct, ActorType: audit.ActorKey,
 		Actor: "sk_mgmt_abcd…wxyz", Kind: audit.KeyCreated, Outcome: audit.Success,
