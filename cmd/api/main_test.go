@@ -152,7 +152,7 @@ func TestServeAndStopCleanly(t *testing.T) {
 	// Outside dev mode a mail relay is part of the configuration (docs/operations.md, "Mail"); it
 	// is dialled only when the dashboard sends a link.
 	serveUntilStopped(t, nil, map[string]string{"DATABASE_URL": pgtest.URL(t), "NATS_URL": natstest.URL(t),
-		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+		"MAILVET_SECRETS_KEY":    "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 		"MAILVET_MAIL_SMTP_ADDR": "127.0.0.1:1", "MAILVET_MAIL_FROM": "noreply@mailvet.test"})
 }
 

@@ -8,8 +8,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/audit"
+	"github.com/mailvet/mailvet/internal/auth"
 )
 
 // keyJSON is a listed standard key (docs/api.md): never the raw key.

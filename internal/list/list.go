@@ -64,7 +64,7 @@ type List struct {
 	UpdatedAt        time.Time
 	ExpiresAt        *time.Time
 	Counts           []Count // by status and reason; filled by Get
-	HasWebhookSecret bool // given a secret; its delivery says so once the list's copy is erased
+	HasWebhookSecret bool    // given a secret; its delivery says so once the list's copy is erased
 	// Sandbox: uploaded with a sandbox key, answered by the sandbox and never billed
 	// (docs/sandbox.md).
 	Sandbox bool
