@@ -41,15 +41,6 @@ func bearer(h string) (string, bool) {
 func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			// A request the process makes to itself for the dashboard (ServeAs) carries its
-			// principal in the context, which no network request can set.
-			if p, ok := c.Request().Context().Value(inProcessPrincipal{}).(auth.Principal); ok {
-				if p.Kind != want {
-					return wrongKeyType(want)
-				}
-				c.Set(principalKey, p)
-				return next(c)
-			}
 			if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
 				// Which one would count is a guess, and a proxy may have added one: refuse both.
 				return Errorf(http.StatusUnauthorized, CodeInvalidAPIKey,

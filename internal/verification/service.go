@@ -18,8 +18,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verdict"
 )
@@ -75,6 +78,12 @@ type Config struct {
 	Log  *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Lists stores the bulk lists (lists.go); JS and Layout are where their chunks are published.
+	Lists      *list.Store
+	JS         jetstream.JetStream
+	Layout     queue.Layout
+	ListLimits ListLimits
+	Uploads    UploadLimits
 }
 
 // Service verifies requests. It is safe for concurrent use.
@@ -87,6 +96,12 @@ type Service struct {
 	now      func() time.Time
 	headroom *headroom
 
+	lists      *list.Store
+	js         jetstream.JetStream
+	layout     queue.Layout
+	listLimits ListLimits
+	uploads    uploadSlots // the uploads being received (lists.go)
+
 	// stopping is closed when the service begins to shut down (BeginShutdown): lists in flight
 	// then end properly instead of being cut.
 	stopping chan struct{}
@@ -96,7 +111,9 @@ type Service struct {
 // New returns a service.
 func New(c Config) *Service {
 	s := &Service{local: c.Local, fleet: c.Fleet, ledger: c.Ledger, pool: c.Pool, log: c.Log, now: c.Now,
-		headroom: newHeadroom(), stopping: make(chan struct{})}
+		headroom: newHeadroom(), stopping: make(chan struct{}),
+		lists: c.Lists, js: c.JS, layout: c.Layout, listLimits: c.ListLimits}
+	s.uploads.limits = c.Uploads
 	if s.now == nil {
 		s.now = time.Now
 	}
