@@ -251,8 +251,10 @@ func Upload(err error) *Problem {
 			"Retry after the number of seconds in Retry-After, or once an upload on its way has been answered; nothing was stored or charged.",
 			"The upload was not received: %v.", busy.Reason)
 		p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
-	case errors.As(err, &large):
+	case errors.As(err, &large) && large.Size > 0:
 		p = ListTooLarge("The file is %d bytes; the limit is %d bytes.", large.Size, large.Limit)
+	case errors.As(err, &large):
+		p = ListTooLarge("The file is larger than %d bytes; split it into several lists.", large.Limit)
 	case errors.As(err, &in):
 		p = Invalid("The file cannot be read: %s. Nothing was stored or charged.", in.Error())
 		if in.Line > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -173,12 +172,37 @@ type UploadBusyError struct {
 func (e *UploadBusyError) Error() string { return "upload refused: " + e.Reason.Error() }
 func (e *UploadBusyError) Unwrap() error { return e.Reason }
 
-// FileTooLargeError is an upload whose announced size is over the limit, refused before any of
-// it is read.
+// FileTooLargeError is an upload over the size limit: refused before any of it is read when its
+// announced Size is over, or cut once more than Limit bytes arrived (Size 0: not announced).
 type FileTooLargeError struct{ Size, Limit int64 }
 
 func (e *FileTooLargeError) Error() string {
-	return fmt.Sprintf("the file is %d bytes; the limit is %d bytes", e.Size, e.Limit)
+	if e.Size > 0 {
+		return fmt.Sprintf("the file is %d bytes; the limit is %d bytes", e.Size, e.Limit)
+	}
+	return fmt.Sprintf("the file is larger than %d bytes", e.Limit)
+}
+
+// limitedFile reads a file up to its limit, and fails with a FileTooLargeError at the first byte
+// past it, so that whatever the adapter, a file over the limit is never read whole.
+type limitedFile struct {
+	r           io.Reader
+	left, limit int64
+}
+
+func (l *limitedFile) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, &FileTooLargeError{Limit: l.limit}
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n - 1, &FileTooLargeError{Limit: l.limit}
+	}
+	return n, err
 }
 
 // ErrSpool marks a failure to write the temporary file (a full disk): the server's, not the
@@ -285,10 +309,8 @@ func (s *Service) UploadList(ctx context.Context, u ListUpload, file io.Reader) 
 		return list.List{}, busy
 	}
 	defer release()
-	// The whole file first, then Postgres: a slow client holds no database connection. The
-	// reader carries no response to tell, so the adapter's own MaxBytesReader (if any) has
-	// already told the HTTP server; this one only stops the read at the limit.
-	f, err := spool(http.MaxBytesReader(nil, io.NopCloser(file), limit))
+	// The whole file first, then Postgres: a slow client holds no database connection.
+	f, err := spool(&limitedFile{r: file, left: limit, limit: limit})
 	if err != nil {
 		return list.List{}, err
 	}

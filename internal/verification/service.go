@@ -1,8 +1,9 @@
 // Package verification runs a verify request from start to end, with no HTTP in it: the local
 // layers, admission, the worker fleet, billing what was delivered and giving back the rest
-// (docs/architecture.md, "Verification service"). The API's handlers are its adapters: they parse
-// a request, call the service, write what it returns, and map its typed errors to the error
-// envelope (internal/api/errors.go).
+// (docs/architecture.md, "Verification service"), and the bulk lists' uploads and actions
+// (lists.go). The API's handlers and the dashboard's pages are its adapters: they parse a request
+// or a form, call the service, write what it returns, and word its typed errors with the one
+// error mapping (internal/problem).
 package verification
 
 import (
