@@ -20,6 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
+	problems "github.com/mailvet/mailvet/internal/problem"
 	"github.com/mailvet/mailvet/internal/verification"
 )
 
@@ -154,7 +155,7 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 	}
 	ls, more, err := h.verify.Lists(ctx, p.AccountID, after, listsPageSize)
 	if err != nil {
-		if pr := h.problemOf(r, err); !h.unavailable(w, r, s, pr) {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
 			h.failure(w, r, s, fmt.Errorf("list lists: %w", err))
 		}
 		return
@@ -455,7 +456,7 @@ func (h *Handler) listAnswer(w http.ResponseWriter, r *http.Request, s *session,
 		return
 	}
 	if err != nil {
-		if pr := h.problemOf(r, err); !h.unavailable(w, r, s, pr) {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
 			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
 		}
 		return
@@ -516,7 +517,7 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	if err != nil {
-		if pr := h.problemOf(r, err); !h.unavailable(w, r, s, pr) {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
 			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
 		}
 		return
