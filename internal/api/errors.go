@@ -191,10 +191,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-// admissionEnvelope maps the refusals of verify admission (docs/errors.md), which carry extra
-// fields; nil for another error.
-func admissionEnvelope(err error) *Error { return fromProblem(problem.Admission(err)) }
-
 // unavailable is the 503 for a dependency that is down or saturated (problem.Unavailable).
 func unavailable(err error) *Error { return fromProblem(problem.Unavailable(err)) }
 
