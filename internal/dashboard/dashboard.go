@@ -20,10 +20,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/google/uuid"
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/httpbody"

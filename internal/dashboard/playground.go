@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
+
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/verification"
 )
@@ -99,6 +101,12 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	if strings.TrimSpace(d.Email) == "" || len(d.Email) > maxEmailLen {
 		respond(http.StatusUnprocessableEntity, "Enter an email address of at most 254 characters.")
+		return
+	}
+	// What the API's JSON decoder refuses before the service sees it (docs/api.md, "Conventions"):
+	// text that is not UTF-8, and a NUL, which Postgres would refuse in the usage row.
+	if !utf8.ValidString(d.Email) || strings.IndexByte(d.Email, 0) >= 0 {
+		respond(http.StatusUnprocessableEntity, "Enter the email address as plain text, without control characters.")
 		return
 	}
 	// The verification service's own request, as the API's POST /v1/email/verify makes it:
