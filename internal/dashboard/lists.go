@@ -29,7 +29,7 @@ import (
 // (internal/verification), so uploads share the API's limits, upload slots, admission and
 // billing, and refusals are worded from the one error mapping (internal/problem).
 
-// Bounds of the upload form besides its file, which the API holds to the list limits: its
+// Bounds of the upload form besides its file, which the service holds to the list limits: its
 // fields (key, name, format, column, CSRF token) are a few hundred bytes.
 const (
 	uploadSlack     = 64 << 10 // the fields and the multipart framing, over the file's limit
@@ -482,7 +482,7 @@ func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *sessio
 		Error: "There is no such list in your account. Finished lists are deleted when their results expire."})
 }
 
-// listTarget is the list a list route names and the principal its API calls run as; when it
+// listTarget is the list a list route names and the principal its service calls run as; when it
 // answers false it has already answered (no such list, or a failure).
 func (h *Handler) listTarget(w http.ResponseWriter, r *http.Request, s *session) (auth.Principal, uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
