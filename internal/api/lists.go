@@ -25,12 +25,12 @@ import (
 
 // Bounds of the list routes besides the configured size limits (docs/lists.md, "Limits").
 const (
-	// listExportBudget bounds the database work of one download of the largest list; an
-	// upload's is the verification service's (verification.ListImportBudget).
 	// listReceiveBudget bounds how long an upload's file may take to arrive (Server.uploadReceive):
 	// 100 MB at about 170 KB/s.
 	listReceiveBudget = 10 * time.Minute
-	listExportBudget  = 30 * time.Minute
+	// listExportBudget bounds the database work of one download of the largest list; an
+	// upload's is the verification service's (verification.ListImportBudget).
+	listExportBudget = 30 * time.Minute
 )
 
 // uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline do
