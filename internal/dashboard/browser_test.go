@@ -171,7 +171,7 @@ func TestPhoneWidthNothingOverflows(t *testing.T) {
 	// Lists whose names and numbers are as long as they get.
 	created := time.Date(2026, 11, 23, 8, 41, 0, 0, time.UTC)
 	for _, name := range []string{"customers-export-2026-11-28-final-final-v2-with-all-the-columns.csv", "leads", ""} {
-		f.svc.listed = append(f.svc.listed, list.List{ID: uuid.New(), Name: name, State: list.Running, Format: list.CSV,
+		f.svc.listed = append(f.svc.listed, list.List{ID: uuid.New(), Name: name, State: list.Running, Format: list.CSV, Columns: []string{"email"},
 			Rows: 1000000, Unique: 987654, Verified: 123456, CreatedAt: created})
 	}
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
@@ -185,7 +185,9 @@ func TestPhoneWidthNothingOverflows(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
 		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	// Confirmed, as by the mailed link (TestSignupConfirmAndCreateKeyInBrowser walks that).
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET email_unconfirmed = false WHERE id = $1`, f.accountOf(t, "ann@example.com"))
 	acct := f.accountOf(t, "ann@example.com")
 	run("create a key", chromedp.Navigate(f.srv.URL+"/dashboard/keys"),
 		chromedp.SendKeys(chromedp.CSS("#label"), "production"), chromedp.Click(chromedp.CSS("#create-key")),

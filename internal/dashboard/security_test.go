@@ -282,7 +282,9 @@ func TestSecurityPageAtPhoneWidth(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#email"), "a.rather.long.address.for.a.phone@example.com"),
 		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
 		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#tier")))
+		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	// Confirmed, as by the mailed link (TestSignupConfirmAndCreateKeyInBrowser walks that).
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET email_unconfirmed = false WHERE id = $1`, f.accountOf(t, "a.rather.long.address.for.a.phone@example.com"))
 	acct := f.accountOf(t, "a.rather.long.address.for.a.phone@example.com")
 	pgtest.Must(t, audit.Record(context.Background(), f.pool, audit.Event{AccountID: acct, ActorType: audit.ActorKey,
 		Actor: "sk_mgmt_abcd…wxyz", Kind: audit.KeyCreated, Outcome: audit.Success,
