@@ -88,6 +88,7 @@ var importRules = []importRule{
 	{"internal/dashboard", []string{"internal/api"}, "the dashboard calls the services the API calls, never the API"},
 	{"internal/sandbox", []string{"internal/usage", "internal/queue", "internal/job", "internal/list", "internal/webhook", "internal/config", "internal/verify"}, "the sandbox answers from its table and takes the syntax check from its caller: no I/O, no engine"},
 	{"internal/verification", append([]string{"internal/api", "internal/dashboard", "internal/config"}, engine...), "the verification service is called by the API and the dashboard, runs the engine's local layers through an interface, and takes its own Config"},
+	{"internal/problem", append([]string{"internal/api", "internal/dashboard", "internal/config"}, engine...), "the one error mapping is shared by the API and the dashboard, and maps the domain's errors, not the engine's"},
 }
 
 // outsideRule is a rule of architecture.md, "Dependencies", about packages outside the module:

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/problem"
 )
 
 // principalKey is where requireKey leaves the authenticated principal in the Echo context.
@@ -41,15 +42,6 @@ func bearer(h string) (string, bool) {
 func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			// A request the process makes to itself for the dashboard (ServeAs) carries its
-			// principal in the context, which no network request can set.
-			if p, ok := c.Request().Context().Value(inProcessPrincipal{}).(auth.Principal); ok {
-				if p.Kind != want {
-					return wrongKeyType(want)
-				}
-				c.Set(principalKey, p)
-				return next(c)
-			}
 			if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
 				// Which one would count is a guess, and a proxy may have added one: refuse both.
 				return Errorf(http.StatusUnauthorized, CodeInvalidAPIKey,
@@ -90,8 +82,8 @@ func (s *Server) requireKey(want auth.Kind) echo.MiddlewareFunc {
 
 // The answer to an account whose email is not confirmed (email_unconfirmed, docs/errors.md).
 const (
-	msgEmailUnconfirmed = "The account's email is not confirmed yet."
-	actionConfirmEmail  = "Open the confirmation link mailed to the account's email, or sign in to the dashboard to send it again."
+	msgEmailUnconfirmed = problem.MsgEmailUnconfirmed
+	actionConfirmEmail  = problem.ActionConfirmEmail
 )
 
 func wrongKeyType(want auth.Kind) *Error {

@@ -90,10 +90,16 @@ func elementIDs(t *testing.T, page []byte) map[string]string {
 // Code…, and the string literals passed as the code argument of Errorf.
 func errorCodes(t *testing.T) []string {
 	t.Helper()
+	// The API's own codes, and the one error mapping's (internal/problem).
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared, err := filepath.Glob("../problem/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, shared...)
 	var codes []string
 	add := func(lit ast.Expr) {
 		if bl, ok := lit.(*ast.BasicLit); ok && bl.Kind == token.STRING {

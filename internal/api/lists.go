@@ -3,10 +3,8 @@ package api
 import (
 	"context"
 	"errors"
-	"github.com/mailvet/mailvet/internal/sealed"
 	"mime"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,33 +15,28 @@ import (
 
 	"github.com/mailvet/mailvet/internal/clientaddr"
 	"github.com/mailvet/mailvet/internal/dashboard"
-	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/httpbody"
 	"github.com/mailvet/mailvet/internal/list"
-	"github.com/mailvet/mailvet/internal/listname"
-	"github.com/mailvet/mailvet/internal/plan"
-	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/problem"
 	"github.com/mailvet/mailvet/internal/verdict"
+	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // Bounds of the list routes besides the configured size limits (docs/lists.md, "Limits").
 const (
-	maxListLineBytes = 100 << 10 // one line of an uploaded file
-	maxColumnName    = 200
-	// listImportBudget and listExportBudget bound the database work of one upload or download of
-	// the largest list.
-	listImportBudget = 10 * time.Minute
 	// listReceiveBudget bounds how long an upload's file may take to arrive (Server.uploadReceive):
 	// 100 MB at about 170 KB/s.
 	listReceiveBudget = 10 * time.Minute
-	listExportBudget  = 30 * time.Minute
+	// listExportBudget bounds the database work of one download of the largest list; an
+	// upload's is the verification service's (verification.ListImportBudget).
+	listExportBudget = 30 * time.Minute
 )
 
 // uploadPath is the route whose body is a file: the JSON body guard and the 10 s body deadline do
-// not apply to it, nor to the dashboard's upload form, which streams its file to this route
-// (docs/lists.md, "Uploading"; docs/dashboard.md, "What a customer can do"). Both have an idle
-// deadline instead (httpbody) and the list limits.
+// not apply to it, nor to the dashboard's upload form, which hands its file to the same
+// verification service (docs/lists.md, "Uploading"; docs/dashboard.md, "What a customer can do").
+// Both have an idle deadline instead (httpbody) and the list limits.
 const uploadPath = "/v1/email/lists"
 
 func isUpload(c echo.Context) bool {
@@ -82,11 +75,8 @@ func (s *Server) uploadList(c echo.Context) error {
 		}
 	}
 	column, name := q.Get("column"), q.Get("name")
-	if err := boundedText("column", column, maxColumnName); err != nil {
+	if err := verification.CheckListFields(column, name); err != nil {
 		return err
-	}
-	if err := listname.Check(name); err != nil {
-		return InvalidRequest("Field name %v.", err)
 	}
 	hook := q.Get("webhook_url")
 	if alias := q.Get("callback_url"); hook == "" {
@@ -121,143 +111,49 @@ func (s *Server) uploadList(c echo.Context) error {
 			return InvalidRequest("Field webhook_secret must be at least %d characters and at most %d bytes.", minSecretLen, maxSecretLen)
 		}
 	}
-	if !s.dispatch.Up() {
-		return unavailable(queue.ErrUnavailable) // before reading the file: it could not run
-	}
-	limit := s.cfg.Lists.MaxBytes
-	if req.ContentLength > limit {
-		return listTooLarge("The file is %d bytes; the limit is %d bytes.", req.ContentLength, limit)
-	}
-	who := s.callerOf(c)
-	address := "unknown"
+	address := ""
 	if a, ok := clientaddr.Of(req, s.cfg.TrustedProxies); ok {
 		address = a.String()
 	}
-	release, err := s.uploads.take(who.account, address, who.tier == plan.Free)
-	if err != nil {
-		if !errors.Is(err, errAccountUploadBusy) && !errors.Is(err, errAddressUploadBusy) {
-			s.log.Warn("upload refused: no upload slot", "account", who.account, "address", address, "reason", err,
-				"holders", s.uploads.holding())
-		}
-		return uploadBusy(err)
+	// The file is read by the verification service (UploadList), bounded here as well by the
+	// connection's deadlines: the whole file must arrive within listReceiveBudget, at no less
+	// than the minimum rate once uploadRateGrace has passed.
+	limit := s.cfg.Lists.MaxBytes
+	body := httpbody.WithMinRate(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
+		time.Now().Add(s.uploadReceive), s.cfg.Uploads.MinRate, s.uploadRateGrace)
+	l, err := s.verify.UploadList(req.Context(), verification.ListUpload{Caller: s.verifyCaller(c), Format: format,
+		Column: column, Name: name, WebhookURL: hook, WebhookSecret: secret, Address: address, Size: req.ContentLength}, body)
+	var busy *verification.UploadBusyError
+	if errors.As(err, &busy) && busy.Holders != nil {
+		s.log.Warn("upload refused: no upload slot", "account", busy.Account, "address", busy.Address, "reason", busy.Reason,
+			"holders", busy.Holders)
 	}
-	defer release()
-	// The whole file first, then Postgres (spool.go): a slow client holds no database connection,
-	// and one slower than the minimum rate holds no slot for long.
-	file, err := spool(httpbody.WithMinRate(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
-		time.Now().Add(s.uploadReceive), s.uploads.limits.MinRate, s.uploadRateGrace))
-	if err != nil {
-		return s.uploadError(err)
-	}
-	defer file.Close()
-	rd, err := list.NewReader(file, format, column, list.Limits{MaxRows: s.cfg.Lists.MaxRows, MaxLineBytes: maxListLineBytes})
 	if err != nil {
 		return s.uploadError(err)
-	}
-	if secret != "" {
-		// Only the sealed value is stored (docs/reliability.md, "Webhook secrets at rest").
-		if secret, err = sealed.Or(s.cfg.Secrets).Seal(secret); err != nil {
-			return internalError()
-		}
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), listImportBudget)
-	defer cancel()
-	l, err := s.lists.Import(ctx, list.Upload{AccountID: who.account, KeyID: who.key, Tier: who.tier, Plan: who.plan,
-		Name: name, WebhookURL: hook, WebhookSecret: secret, Now: s.now(), Sandbox: who.sandbox}, rd)
-	if err != nil {
-		return s.uploadError(err)
-	}
-	// The list is stored and admitted: from here on the answer is 202, whatever fails, or the
-	// client would upload and be charged for it again. Starting it is best effort, as the sweep
-	// of the verifier workers starts (and publishes the chunks of) any list this does not. These
-	// are request-path statements: a context without the import's long deadline gives each the
-	// database's default one (about a second), so a Postgres that stopped answering does not
-	// hold the answer.
-	qctx := context.WithoutCancel(req.Context())
-	s.publishChunks(qctx, l.AccountID)
-	if got, err := s.lists.Get(qctx, who.account, l.ID); err == nil {
-		l = got
-	} else {
-		s.log.Warn("upload stored; its list could not be read back", "list_id", l.ID, "err", err)
 	}
 	c.Response().Header().Set(echo.HeaderLocation, uploadPath+"/"+l.ID.String())
 	return c.JSON(http.StatusAccepted, l.View(s.cfg.PublicURL, s.now()))
 }
 
-// publishChunks starts the account's queued lists and publishes the chunks they hand out.
-func (s *Server) publishChunks(ctx context.Context, account uuid.UUID, chunks ...list.Chunk) {
-	started, err := s.lists.Start(ctx, account)
-	if err != nil {
-		s.log.Warn("start lists", "account", account, "err", err)
-	}
-	if err := queue.PublishChunks(ctx, s.js, s.layout, time.Second, append(chunks, started...), nil); err != nil {
-		s.log.Warn("publish list chunks", "account", account, "err", err)
-	}
-}
-
-// uploadError maps what can go wrong while reading and storing an upload. The connection is
-// closed after a refusal: the rest of the file may still be on its way.
+// uploadError maps what can go wrong while reading and storing an upload (problem.Upload), but
+// the file arriving slower than the minimum rate, which only this route enforces. The connection
+// is closed after a refusal of the file: the rest of it may still be on its way.
 func (s *Server) uploadError(err error) error {
-	var (
-		in   *list.InputError
-		many *list.TooManyRowsError
-		big  *http.MaxBytesError
-	)
-	var e *Error
-	switch {
-	case errors.As(err, &in):
-		e = InvalidRequest("The file cannot be read: %s. Nothing was stored or charged.", in.Error())
-		if in.Line > 0 {
-			e.Extra = map[string]any{"line": in.Line}
-		}
-	case errors.As(err, &many):
-		e = listTooLarge("The file has more than %d rows; split it into several lists.", many.Limit)
-	case errors.As(err, &big):
-		e = listTooLarge("The file is larger than %d bytes; split it into several lists.", big.Limit)
-	case errors.Is(err, httpbody.ErrTooSlow):
-		e = Errorf(http.StatusRequestTimeout, CodeRequestTimeout,
+	if errors.Is(err, httpbody.ErrTooSlow) {
+		e := Errorf(http.StatusRequestTimeout, CodeRequestTimeout,
 			"Send the file on a faster connection, or split it into smaller lists; nothing was stored or charged.",
 			"The file arrived slower than %d bytes a second, the least this server accepts once an upload has run %s.",
-			s.uploads.limits.MinRate, s.uploadRateGrace)
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		e = requestTimeout()
-	case errors.Is(err, errSpool):
-		return unavailable(err)
-	case errors.Is(err, errUploadRead):
-		e = InvalidRequest("The upload's body could not be read (%s). Nothing was stored or charged.", bodyReadProblem(err))
-	default:
-		if admissionEnvelope(err) != nil {
-			return err // quota, spend cap, quota check: the one error mapping
-		}
-		return storeError(err)
+			s.cfg.Uploads.MinRate, s.uploadRateGrace)
+		e.Header = http.Header{"Connection": {"close"}}
+		return e
 	}
-	if e.Header == nil {
-		e.Header = http.Header{}
+	if e := fromProblem(problem.Upload(err)); e != nil {
+		return e
 	}
-	e.Header.Set("Connection", "close")
-	return e
+	return storeError(err) // admission's refusals, the store's errors: the one error mapping
 }
 
-// listTooLarge is the 413 of an upload over the limits. It closes the connection, as the rest of
-// the file may still be on its way.
-func listTooLarge(format string, args ...any) *Error {
-	e := Errorf(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-		"Split the file into several lists within the limits; nothing was stored or charged.", format, args...)
-	e.Header = http.Header{"Connection": {"close"}}
-	return e
-}
-
-func boundedText(field, v string, max int) error {
-	switch {
-	case !utf8.ValidString(v):
-		return InvalidRequest("Field %s is not valid UTF-8 text.", field)
-	case utf8.RuneCountInString(v) > max:
-		return InvalidRequest("Field %s is longer than %d characters.", field, max)
-	case strings.IndexByte(v, 0) >= 0:
-		return InvalidRequest("Field %s contains a NUL character.", field)
-	}
-	return nil
-}
+func boundedText(field, v string, max int) error { return verification.CheckText(field, v, max) }
 
 // listLists pages through the account's lists, newest first.
 func (s *Server) listLists(c echo.Context) error {
@@ -313,9 +209,9 @@ func (s *Server) ownList(c echo.Context) (list.List, error) {
 }
 
 // storeError is a list store's error for the one error mapping: a Postgres that did not answer
-// is the 503 the client retries, not a 500.
+// is the 503 the client retries, not a 500 (problem.OfList).
 func storeError(err error) error {
-	if err != nil && !errors.Is(err, list.ErrNotFound) && !errors.Is(err, list.ErrFinished) && database.Unreachable(err) {
+	if problem.ListStoreUnreachable(err) {
 		return datastoreUnavailable()
 	}
 	return err
@@ -328,12 +224,9 @@ func (s *Server) cancelList(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	l, started, err := s.lists.Cancel(ctx, s.callerOf(c).account, id)
+	l, err := s.verify.CancelList(ctx, s.callerOf(c).account, id)
 	if err != nil {
 		return storeError(err)
-	}
-	if len(started) > 0 {
-		s.publishChunks(ctx, l.AccountID, started...)
 	}
 	return c.JSON(http.StatusOK, l.View(s.cfg.PublicURL, s.now()))
 }
@@ -345,14 +238,8 @@ func (s *Server) deleteList(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	who := s.callerOf(c)
-	started, err := s.lists.Delete(ctx, who.account, id)
-	if err != nil {
+	if err := s.verify.DeleteList(ctx, s.callerOf(c).account, id); err != nil {
 		return storeError(err)
-	}
-	if len(started) > 0 {
-		account, _ := uuid.Parse(who.account)
-		s.publishChunks(ctx, account, started...)
 	}
 	return c.NoContent(http.StatusNoContent)
 }

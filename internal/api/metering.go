@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/usage"
 )
 
@@ -36,21 +37,33 @@ func (s *Server) logRejections(next echo.HandlerFunc) echo.HandlerFunc {
 		if env == nil {
 			return err
 		}
-		class, logged := loggedRejections[env.Code]
-		p, authenticated := c.Get(principalKey).(auth.Principal)
-		if authenticated && admissionRefusal[env.Code] {
-			s.refusals.WithLabelValues(env.Code).Inc()
-		}
-		// A sandbox key's refusals leave no usage row either: a sandbox key never writes to the
-		// usage log (docs/sandbox.md).
-		if route, verify := verifyRoutes[c.Path()]; logged && authenticated && verify && !p.Sandbox() {
-			s.rejections.Add(usage.Row{
-				ItemKey: usageKey(c) + ":rejected", AccountID: p.AccountID, KeyID: p.KeyID, OccurredAt: time.Now(),
-				Route: route, FailedCheck: env.Code, ErrorClass: class,
-			})
+		if p, authenticated := c.Get(principalKey).(auth.Principal); authenticated {
+			s.refused(p.AccountID, p.KeyID, verifyRoutes[c.Path()], env.Code, usageKey(c), p.Sandbox())
 		}
 		return err
 	}
+}
+
+// refused meters one refusal of an authenticated request: the admission refusal counter, and for
+// a verify request (route its usage log name, "" for another) the rejection row of the usage log.
+func (s *Server) refused(account, key, route, code, itemKey string, sandbox bool) {
+	if admissionRefusal[code] {
+		s.refusals.WithLabelValues(code).Inc()
+	}
+	// A sandbox key's refusals leave no usage row: a sandbox key never writes to the usage log
+	// (docs/sandbox.md).
+	if class, logged := loggedRejections[code]; logged && route != "" && !sandbox {
+		s.rejections.Add(usage.Row{
+			ItemKey: itemKey + ":rejected", AccountID: account, KeyID: key, OccurredAt: time.Now(),
+			Route: route, FailedCheck: code, ErrorClass: class,
+		})
+	}
+}
+
+// dashboardRefused meters a refusal of a request the dashboard made for a customer (its
+// playground, its list pages) as the API's own request would have been (docs/api.md, "Metering").
+func (s *Server) dashboardRefused(r dashboard.Refusal) {
+	s.refused(r.AccountID, r.KeyID, r.Route, r.Code, r.ItemKey, r.Sandbox)
 }
 
 // verifyRoutes are the routes whose refusals get a usage-log row (docs/errors.md, "Summary", its

@@ -89,7 +89,6 @@ type Server struct {
 
 	bodyTimeout time.Duration
 	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
-	uploads     uploadSlots   // the uploads being received (spool.go)
 	// uploadRateGrace is how long an upload runs before its minimum rate is checked (minRate).
 	uploadRateGrace time.Duration
 	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
@@ -135,10 +134,12 @@ func New(d Deps) *Server {
 		s.now = time.Now
 	}
 	s.verify = verification.New(verification.Config{Local: d.Local, Fleet: s.dispatch, Ledger: s.ledger, Pool: d.Pool, Log: d.Log, Now: s.now,
-		SandboxRatePerMin: d.Config.SandboxRatePerMin, PublishDelivery: s.publishDelivery, Secrets: d.Config.Secrets})
+		SandboxRatePerMin: d.Config.SandboxRatePerMin, PublishDelivery: s.publishDelivery, Secrets: d.Config.Secrets,
+		Lists: s.lists, JS: d.JS, Layout: d.Layout,
+		ListLimits: verification.ListLimits{MaxBytes: d.Config.Lists.MaxBytes, MaxRows: d.Config.Lists.MaxRows},
+		Uploads:    verification.UploadLimits{PerAddress: d.Config.Uploads.PerAddress, Free: d.Config.Uploads.Free}})
 	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
 	s.uploadIdle = httpbody.IdleTimeout
-	s.uploads.limits = d.Config.Uploads
 	s.uploadRateGrace = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget
 	s.bodyTimeout = d.BodyReadTimeout
@@ -154,7 +155,7 @@ func New(d Deps) *Server {
 		checkout = stripe
 	}
 	s.dashboard = dashboard.New(dashboard.Deps{Config: dashboardConfig(d.Config), Log: d.Log, Pool: d.Pool, JS: d.JS, Layout: d.Layout,
-		Portal: s.portal, Checkout: checkout, API: s, Mailer: d.Mailer, Now: s.now})
+		Portal: s.portal, Checkout: checkout, Verify: s.verify, Refused: s.dashboardRefused, Mailer: d.Mailer, Now: s.now})
 	s.accounts = account.NewStore(d.Pool)
 	s.events = billing.NewEvents(d.Pool, d.Config.StripePrices)
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{

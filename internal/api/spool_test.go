@@ -99,11 +99,7 @@ func TestSlowUploadsHoldNoDatabaseConnection(t *testing.T) {
 	for i := range n {
 		stalled = append(stalled, stalledUpload(t, addr, keys[i/maxUploadsPerAccount]))
 	}
-	receiving := func() int {
-		b.srv.uploads.mu.Lock()
-		defer b.srv.uploads.mu.Unlock()
-		return b.srv.uploads.total
-	}
+	receiving := b.srv.verify.Receiving
 	for deadline := time.Now().Add(10 * time.Second); receiving() < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d uploads on their way, want %d", receiving(), n)
@@ -263,11 +259,7 @@ func TestUploadSlotsCannotBeStarved(t *testing.T) {
 		a, _ := b.account(tier, "")
 		return b.standardKey(a.ID).Raw
 	}
-	receiving := func() int {
-		b.srv.uploads.mu.Lock()
-		defer b.srv.uploads.mu.Unlock()
-		return b.srv.uploads.total
-	}
+	receiving := b.srv.verify.Receiving
 	waitFor := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); receiving() != n; time.Sleep(10 * time.Millisecond) {

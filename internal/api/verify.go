@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/problem"
 	"github.com/mailvet/mailvet/internal/verification"
 )
 
@@ -101,10 +102,7 @@ func (s *Server) rateLimitHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 
 // secondsUntil is the whole seconds to wait until t, rounded up: a client that waits exactly
 // Retry-After (or RateLimit-Reset) seconds must find the window reset, not be refused again.
-func secondsUntil(t, now time.Time) int {
-	d := t.Sub(now)
-	return max(1, int((d+time.Second-1)/time.Second))
-}
+func secondsUntil(t, now time.Time) int { return problem.SecondsUntil(t, now) }
 
 // usageKey prefixes the usage-log item keys of one request. It is generated here, never taken
 // from the client's X-Request-ID: a client that reused one would otherwise have its later rows

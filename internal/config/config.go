@@ -170,7 +170,7 @@ func (c Config) CheckSignupMail() error {
 }
 
 // UploadLimits bound what list uploads on their way can hold of a replica (docs/lists.md,
-// "Limits"; internal/api, spool.go).
+// "Limits"; internal/verification, lists.go).
 type UploadLimits struct {
 	PerAddress int   // uploads at once from one client address (MAILVET_UPLOAD_SLOTS_PER_ADDRESS)
 	Free       int   // uploads at once of free-tier accounts together (MAILVET_UPLOAD_SLOTS_FREE)
@@ -311,7 +311,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 
 	c.Lists.MaxRows = e.intIn("MAILVET_LIST_MAX_ROWS", 1_000_000, 1, 10_000_000)
 	c.Lists.MaxBytes = int64(e.intIn("MAILVET_LIST_MAX_BYTES", 100<<20, 1024, 1<<30))
-	// A replica takes 8 uploads at once (internal/api, spool.go): an address may hold 2 of them,
+	// A replica takes 8 uploads at once (internal/verification, lists.go): an address may hold 2 of them,
 	// the free tier 4, and the rest stays for paying customers.
 	c.Uploads.PerAddress = e.intIn("MAILVET_UPLOAD_SLOTS_PER_ADDRESS", 2, 1, 8)
 	c.Uploads.Free = e.intIn("MAILVET_UPLOAD_SLOTS_FREE", 4, 0, 8)

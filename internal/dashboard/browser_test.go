@@ -2,36 +2,22 @@ package dashboard
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 
-	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
-
-// slowAPI answers like fakeAPI, a while later: a request in flight for as long as a person
-// takes to click twice.
-type slowAPI struct {
-	*fakeAPI
-	delay time.Duration
-}
-
-func (s slowAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	time.Sleep(s.delay)
-	s.fakeAPI.ServeAs(w, r, p)
-}
 
 // confirmByMail opens the confirmation link the sink received for email in the browser (on base,
 // the test server, rather than the link's MAILVET_PUBLIC_URL) and presses its button.
@@ -93,7 +79,7 @@ func TestSignupConfirmAndCreateKeyInBrowser(t *testing.T) {
 func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 	bin := chromiumtest.Path(t)
 	f := newFixture(t, nil)
-	f.h.api = slowAPI{f.api, 700 * time.Millisecond}
+	f.svc.delay = 700 * time.Millisecond // a request in flight for as long as a person takes to click twice
 	var mu sync.Mutex
 	var paths []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -146,19 +132,19 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 
 	// A real double click on Verify while the first request is in flight.
 	run("playground", chromedp.Navigate(srv.URL+"/dashboard/playground"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "a@b.example"))
+		chromedp.SendKeys(chromedp.CSS("#email"), "not-an-address")) // decided by the local layers: no worker needed
 	var box []float64
 	var err error
 	if box, err = chromedp.Run(ctx, chromedp.Evaluate[[]float64](
 		`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.querySelector("#verify").getBoundingClientRect())`)); err != nil {
 		t.Fatal(err)
 	}
-	before := f.api.calls.Load()
+	before := f.svc.calls.Load()
 	run("double click", chromedp.MouseClickXY(box[0], box[1]), chromedp.Sleep(80*time.Millisecond),
 		chromedp.MouseClickXY(box[0], box[1], chromedp.ClickCount(2)),
 		chromedp.WaitVisible(chromedp.CSS(`#result tr[data-field="status"]`)))
-	time.Sleep(time.Second) // a second request would have reached the API by now
-	if n := f.api.calls.Load() - before; n != 1 {
+	time.Sleep(time.Second) // a second request would have reached the service by now
+	if n := f.svc.calls.Load() - before; n != 1 {
 		t.Errorf("a double click sent %d verify requests, want 1", n)
 	}
 	if !eval(`[...document.querySelectorAll("#result th code")].every(c => c.getClientRects().length === 1 && c.offsetHeight < 30)`) {
@@ -176,31 +162,18 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 	}
 }
 
-// longListsAPI answers the lists page with lists whose names and numbers are as long as they get,
-// and everything else as fakeAPI does.
-type longListsAPI struct{ *fakeAPI }
-
-func (l longListsAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists" {
-		w.Header().Set("Content-Type", "application/json")
-		var lists []string
-		for i, name := range []string{"customers-export-2026-11-28-final-final-v2-with-all-the-columns.csv", "leads", ""} {
-			lists = append(lists, fmt.Sprintf(`{"id":"0199a1b2-0000-7000-8000-00000000000%d","name":%q,"state":"running","format":"csv",`+
-				`"rows":1000000,"unique":987654,"verified":123456,"progress":0.125,"created_at":"2026-11-23T08:41:00Z"}`, i, name))
-		}
-		_, _ = io.WriteString(w, `{"lists":[`+strings.Join(lists, ",")+`],"next_cursor":null}`)
-		return
-	}
-	l.fakeAPI.ServeAs(w, r, p)
-}
-
 // At a phone's width (375 px) no dashboard page is wider than the screen: the lists and the
 // delivery attempts stack each row, every cell named by its column, instead of hiding columns
 // past the edge (issue 32); long names, URLs and errors wrap.
 func TestPhoneWidthNothingOverflows(t *testing.T) {
 	bin := chromiumtest.Path(t)
 	f := newFixture(t, nil)
-	f.h.api = longListsAPI{f.api}
+	// Lists whose names and numbers are as long as they get.
+	created := time.Date(2026, 11, 23, 8, 41, 0, 0, time.UTC)
+	for _, name := range []string{"customers-export-2026-11-28-final-final-v2-with-all-the-columns.csv", "leads", ""} {
+		f.svc.listed = append(f.svc.listed, list.List{ID: uuid.New(), Name: name, State: list.Running, Format: list.CSV, Columns: []string{"email"},
+			Rows: 1000000, Unique: 987654, Verified: 123456, CreatedAt: created})
+	}
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
 	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()

@@ -10,10 +10,7 @@ import (
 // it and mapped as the API server maps it (internal/api, dashboardConfig).
 func testConfig(t *testing.T, env map[string]string) Config {
 	t.Helper()
-	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadConfig(t, env)
 	return Config{
 		PublicURL:      cfg.PublicURL,
 		TrustedProxies: cfg.TrustedProxies,
@@ -24,4 +21,14 @@ func testConfig(t *testing.T, env map[string]string) Config {
 		ConfirmTTL:     cfg.ConfirmTTL,
 		ResetTTL:       cfg.ResetTTL,
 	}
+}
+
+// loadConfig is the API process's configuration from env.
+func loadConfig(t *testing.T, env map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Load(config.RoleAPI, false, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

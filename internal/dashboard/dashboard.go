@@ -2,7 +2,9 @@
 // (docs/dashboard.md): sign-up and sign-in, the overview with usage, keys, the delivery log,
 // billing and the verify playground. Pages are server-rendered html/template with embedded
 // assets; every flow works with plain forms. Rules are never implemented twice: keys, usage,
-// deliveries and billing go through the same packages as the management API.
+// deliveries and billing go through the same packages as the management API, the playground and
+// the lists through the verification service the verify API adapts (internal/verification), and
+// refusals are worded from the one error mapping (internal/problem).
 package dashboard
 
 import (
@@ -19,16 +21,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/httpbody"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/mailer"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/verification"
 )
 
 //go:embed templates/*.html
@@ -41,7 +45,8 @@ var staticFS embed.FS
 const Prefix = "/dashboard"
 
 // UploadPath is the list upload form's route. Its body is a file of up to the list limits, not
-// a small form: the API lets it past its JSON body guard (docs/dashboard.md, "What a customer can do").
+// a small form: the API server that mounts the dashboard lets it past its JSON body guard
+// (docs/dashboard.md, "What a customer can do").
 const UploadPath = Prefix + "/lists"
 
 // Portal opens Stripe billing portal sessions (billing.Stripe).
@@ -56,10 +61,33 @@ type Checkout interface {
 	Sells(tier plan.Tier) bool
 }
 
-// API answers a request for a /v1/email/ route as if it came with principal p's key
-// (api.Server.ServeAs): the playground and the list pages go through the verify API itself.
-type API interface {
-	ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal)
+// Verification is the verification service (internal/verification, *verification.Service) as
+// the playground and the list pages call it: the one the API's verify and list routes adapt, so
+// that what the dashboard asks for is admitted, held, limited and billed exactly as the API's
+// (docs/architecture.md, "Verification service").
+type Verification interface {
+	One(ctx context.Context, req verification.Request, email string) (*verification.Answer, verification.Window, error)
+	UploadList(ctx context.Context, u verification.ListUpload, file io.Reader) (list.List, error)
+	Lists(ctx context.Context, account string, after *uuid.UUID, limit int) ([]list.List, bool, error)
+	List(ctx context.Context, account string, id uuid.UUID) (list.List, error)
+	CancelList(ctx context.Context, account string, id uuid.UUID) (list.List, error)
+	DeleteList(ctx context.Context, account string, id uuid.UUID) error
+	ExportList(ctx context.Context, l list.List, format list.Format, statuses []string, formulas list.Formulas, w io.Writer, flush func()) error
+}
+
+// Refusal is a request the dashboard made for a customer that the verification service refused,
+// for the API server's metering: the usage log's rejection row of a verify request and the
+// admission refusal counter (docs/api.md, "Metering"; docs/operations.md), as for the API's own.
+type Refusal struct {
+	AccountID, KeyID string
+	// Route is the usage log's name of a verify request ("verify"), "" for a list's.
+	Route string
+	// Code is the refusal's error code (docs/errors.md).
+	Code string
+	// ItemKey names the refusal's usage row, unique per request.
+	ItemKey string
+	// Sandbox is true for a sandbox key's request, which leaves no usage row (docs/sandbox.md).
+	Sandbox bool
 }
 
 // Config is what the dashboard takes from the process configuration (docs/operations.md,
@@ -105,10 +133,13 @@ type Deps struct {
 	Layout   queue.Layout        // the deployment's NATS names
 	Portal   Portal
 	Checkout Checkout
-	API      API
 	// Mailer sends the confirmation and password-reset links; nil: no relay is configured, so
 	// there is no password reset by email, and sign-ups cannot be confirmed.
 	Mailer Mailer
+	// Verify runs the playground's verifications and the list pages (verification.Service).
+	Verify Verification
+	// Refused, if set, is told of every refusal of Verify (Refusal).
+	Refused func(Refusal)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -122,13 +153,15 @@ type Handler struct {
 	layout   queue.Layout
 	portal   Portal
 	checkout Checkout
-	api      API
-	mailer   Mailer
-	mailing  sync.WaitGroup // mail on its way (sendInBackground)
-	now      func() time.Time
-	accounts *account.Store
-	pages    map[string]*template.Template
-	mux      *http.ServeMux
+	verify   Verification
+	// onRefusal is Deps.Refused.
+	onRefusal func(Refusal)
+	mailer    Mailer
+	mailing   sync.WaitGroup // mail on its way (sendInBackground)
+	now       func() time.Time
+	accounts  *account.Store
+	pages     map[string]*template.Template
+	mux       *http.ServeMux
 	// secureCookies: the public URL is https, so cookies are Secure even when TLS ends at a proxy.
 	secureCookies bool
 	hasher        hasher
@@ -138,7 +171,7 @@ type Handler struct {
 // New builds the dashboard handler.
 func New(d Deps) *Handler {
 	h := &Handler{cfg: d.Config, log: d.Log, pool: d.Pool, js: d.JS, layout: d.Layout, portal: d.Portal, checkout: d.Checkout,
-		api: d.API, mailer: d.Mailer, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
+		verify: d.Verify, onRefusal: d.Refused, mailer: d.Mailer, now: d.Now, accounts: account.NewStore(d.Pool), hasher: defaultHasher,
 		hashSlots:     make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		secureCookies: strings.HasPrefix(d.Config.PublicURL, "https://")}
 	if h.now == nil {
@@ -195,8 +228,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+UploadPath, h.signedInUpload(h.confirmed(h.uploadList)))
 	m.HandleFunc("GET "+Prefix+"/lists/{id}", confirmed(h.listPage))
 	m.HandleFunc("GET "+Prefix+"/lists/{id}/download", confirmed(h.downloadList))
-	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", confirmed(h.listAction(http.MethodPost, "/cancel", "list-canceled")))
-	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", confirmed(h.listAction(http.MethodDelete, "", "list-deleted")))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/cancel", confirmed(h.listAction(false, "list-canceled")))
+	m.HandleFunc("POST "+Prefix+"/lists/{id}/delete", confirmed(h.listAction(true, "list-deleted")))
 	m.HandleFunc("GET "+Prefix+"/security", confirmed(h.securityPage))
 	m.HandleFunc("GET "+Prefix+"/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST "+Prefix+"/settings/password", h.signedIn(h.changePassword))
@@ -218,8 +251,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
 	// Every input is bounded: forms are small, so anything larger is refused unread. A list
-	// upload streams its file to the API's upload route, which holds it to the list limits; its
-	// form's own fields and boundaries get uploadSlack on top, and the body an idle deadline.
+	// upload streams its file to the verification service, which holds it to the list limits;
+	// its form's own fields and boundaries get uploadSlack on top, and the body an idle deadline.
 	if r.Method == http.MethodPost && r.URL.Path == UploadPath {
 		r.Body = http.MaxBytesReader(w, r.Body, h.cfg.Lists.MaxBytes+uploadSlack)
 		r.Body = struct {

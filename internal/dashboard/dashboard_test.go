@@ -15,16 +15,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/mailer"
 	"github.com/mailvet/mailvet/internal/mailsink"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -32,74 +30,13 @@ import (
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
-// fakeAPI stands in for the verify API (api.Server.ServeAs, tested in internal/api); it records
-// the account each request acts as, and answers the playground's verify and the lists page.
-type fakeAPI struct {
-	calls    atomic.Int32
-	uploads  atomic.Int32
-	accounts chan string
-	// last is the principal of the last request.
-	last atomic.Pointer[auth.Principal]
-
-	mu     sync.Mutex
-	upload fakeUpload // the last upload, read to its end (or to the error that ended it)
-}
-
-type fakeUpload struct {
-	target, contentType string
-	bytes               int64
-	sum                 [sha256.Size]byte
-	err                 error
-}
-
-func (f *fakeAPI) lastUpload() fakeUpload {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.upload
-}
-
-func (f *fakeAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	f.calls.Add(1)
-	f.last.Store(&p)
-	select {
-	case f.accounts <- p.AccountID:
-	default:
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists" {
-		f.uploads.Add(1)
-		h := sha256.New()
-		n, err := io.Copy(h, r.Body)
-		up := fakeUpload{target: r.URL.String(), contentType: r.Header.Get("Content-Type"), bytes: n, err: err}
-		copy(up.sum[:], h.Sum(nil))
-		f.mu.Lock()
-		f.upload = up
-		f.mu.Unlock()
-		if err != nil {
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = io.WriteString(w, `{"error":"payload_too_large","message":"The file is too large.","action":"Split it.","docs":"x"}`)
-			return
-		}
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"id":"`+uuid.NewString()+`","state":"queued"}`)
-		return
-	}
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/verify":
-		_, _ = io.WriteString(w, `{"email":"a@b.example","status":"deliverable","valid":true}`)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists":
-		_, _ = io.WriteString(w, `{"lists":[],"next_cursor":null}`)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"error":"list_not_found","message":"No such list.","action":"Check the id.","docs":"x"}`)
-	}
-}
-
 type fixture struct {
 	pool *pgxpool.Pool
 	srv  *httptest.Server
 	h    *Handler
-	api  *fakeAPI
+	svc  *testService
+	// refusals are the refusals the dashboard reported for metering (Deps.Refused).
+	refusals chan Refusal
 	// sink is the fixture's mail relay: every mail the dashboard sends arrives here.
 	sink *mailsink.Sink
 }
@@ -109,8 +46,13 @@ func newFixture(t *testing.T, env map[string]string, adjust ...func(*Deps)) *fix
 	cfg := testConfig(t, env)
 	pool := pgtest.New(t)
 	sink, relay := testMail(t)
-	f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}, sink: sink}
-	d := Deps{Config: cfg, Pool: pool, API: f.api, Mailer: relay}
+	f := &fixture{pool: pool, svc: newTestService(t, loadConfig(t, env), pool), refusals: make(chan Refusal, 64), sink: sink}
+	d := Deps{Config: cfg, Pool: pool, Verify: f.svc, Mailer: relay, Refused: func(r Refusal) {
+		select {
+		case f.refusals <- r:
+		default:
+		}
+	}}
 	for _, a := range adjust {
 		a(&d)
 	}
@@ -520,8 +462,8 @@ func TestAccountIsolation(t *testing.T) {
 	if resp, body := bob.post("/dashboard/playground", url.Values{"csrf": {csrf}, "key_id": {annKey}, "email": {"a@b.example"}}); resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Errorf("Bob verifying with Ann's key: %d %s", resp.StatusCode, body)
 	}
-	if n := f.api.calls.Load(); n != 0 {
-		t.Errorf("the API was called %d times for another account's key", n)
+	if n := f.svc.calls.Load(); n != 0 {
+		t.Errorf("the service was called %d times for another account's key", n)
 	}
 	for _, path := range []string{"/dashboard/", "/dashboard/keys", "/dashboard/deliveries", "/dashboard/deliveries?state=failed",
 		"/dashboard/billing", "/dashboard/playground"} {
@@ -535,14 +477,14 @@ func TestAccountIsolation(t *testing.T) {
 			}
 		}
 	}
-	// Lists: an upload with Ann's key never reaches the API, and whatever list id Bob asks for,
-	// the API is asked as Bob's account (which answers 404 for Ann's lists: internal/api tests).
-	drain(f.api.accounts)
+	// Lists: an upload with Ann's key never reaches the service, and whatever list id Bob asks
+	// for, the service is asked as Bob's account, which has no such list.
+	drain(f.svc.accounts)
 	if resp, body := bob.upload(csrf, annKey, "list.csv", "email\na@b.example\n"); resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Errorf("Bob uploading with Ann's key: %d %s", resp.StatusCode, body)
 	}
-	if f.api.uploads.Load() != 0 {
-		t.Error("an upload with another account's key reached the API")
+	if f.svc.uploads.Load() != 0 {
+		t.Error("an upload with another account's key reached the service")
 	}
 	for _, path := range []string{"/dashboard/lists/" + delivery, "/dashboard/lists/" + delivery + "/download?format=csv"} {
 		if resp, _ := bob.get(path); resp.StatusCode != http.StatusNotFound {
@@ -554,9 +496,9 @@ func TestAccountIsolation(t *testing.T) {
 			t.Errorf("Bob POST %s: %d", path, resp.StatusCode)
 		}
 	}
-	for acct := range drain(f.api.accounts) {
+	for acct := range drain(f.svc.accounts) {
 		if acct != bobAcct {
-			t.Errorf("a request of Bob's went to the API as account %s", acct)
+			t.Errorf("a request of Bob's went to the service as account %s", acct)
 		}
 	}
 
@@ -575,8 +517,8 @@ func TestAccountIsolation(t *testing.T) {
 		t.Fatal("Ann does not see her own usage")
 	}
 	// Ann's playground runs as Ann's account and key.
-	ann.post("/dashboard/playground", url.Values{"csrf": {ann.csrf("/dashboard/playground")}, "key_id": {annKey}, "email": {"a@b.example"}})
-	if got := <-f.api.accounts; got != annAcct || got == bobAcct {
+	ann.post("/dashboard/playground", url.Values{"csrf": {ann.csrf("/dashboard/playground")}, "key_id": {annKey}, "email": {"not-an-address"}})
+	if got := <-f.svc.accounts; got != annAcct || got == bobAcct {
 		t.Fatalf("playground verified as %s, want %s", got, annAcct)
 	}
 }
@@ -656,8 +598,8 @@ func (b *browser) uploadParts(fields [][2]string, content string) (*http.Respons
 	return resp, string(body)
 }
 
-// An upload without the CSRF token, or whose file comes before it, never reaches the API, nor
-// does a form that is not multipart.
+// An upload without the CSRF token, or whose file comes before it, never reaches the service,
+// nor does a form that is not multipart.
 func TestListUploadRefused(t *testing.T) {
 	f := newFixture(t, nil)
 	b := f.browser(t)
@@ -684,21 +626,23 @@ func TestListUploadRefused(t *testing.T) {
 		!strings.Contains(body, `The field &#34;Name&#34; was 1,025 bytes long`) {
 		t.Errorf("upload with a field over %d bytes: %d\n%s", maxFieldBytes, resp.StatusCode, body)
 	}
-	if n := f.api.uploads.Load(); n != 0 {
-		t.Fatalf("%d uploads reached the API", n)
+	if n := f.svc.uploads.Load(); n != 0 {
+		t.Fatalf("%d uploads reached the service", n)
 	}
 }
 
 // A file larger than any form (here 3 MB, over the API's 2 MB JSON body guard) streams through
-// to the API's upload route intact, with the format and name chosen; one over the list limit is
-// cut at the limit plus the form's slack, never read whole.
+// to the verification service intact, with the format and name chosen, and is stored as a list;
+// one over the list limit is cut at the limit plus the form's slack, never read whole.
 func TestListUploadStreams(t *testing.T) {
 	f := newFixture(t, map[string]string{"MAILVET_LIST_MAX_BYTES": strconv.Itoa(4 << 20)})
 	b := f.browser(t)
 	b.signup("ann@example.com")
+	acct := f.accountOf(t, "ann@example.com")
+	pgtest.Exec(t, f.pool, `UPDATE accounts SET tier = 'builder' WHERE id = $1`, acct) // no monthly quota to refuse 3 MB of addresses
 	b.post("/dashboard/keys", url.Values{"label": {"lists"}, "csrf": {b.csrf("/dashboard/keys")}})
 	var key string
-	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE account_id = $1`, f.accountOf(t, "ann@example.com")).Scan(&key); err != nil {
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE account_id = $1`, acct).Scan(&key); err != nil {
 		t.Fatal(err)
 	}
 	csrf := b.csrf("/dashboard/lists")
@@ -713,31 +657,34 @@ func TestListUploadStreams(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/dashboard/lists/") {
 		t.Fatalf("3 MB upload: %d %s %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
-	up := f.api.lastUpload()
+	up := f.svc.lastUpload()
 	if up.err != nil || up.bytes != int64(len(content)) || up.sum != sha256.Sum256([]byte(content)) {
-		t.Fatalf("the API got %d bytes (err %v), want the %d sent, unchanged", up.bytes, up.err, len(content))
+		t.Fatalf("the service read %d bytes (err %v), want the %d sent, unchanged", up.bytes, up.err, len(content))
 	}
-	if up.contentType != "text/plain" || up.target != "/v1/email/lists?name=june" {
-		t.Fatalf("the API got %s as %q", up.target, up.contentType)
+	if up.req.Format != list.Text || up.req.Name != "june" || up.req.Caller.Account != acct || up.req.Caller.Key != key {
+		t.Fatalf("the service got the upload as %+v", up.req)
+	}
+	if _, body := b.get(resp.Header.Get("Location")); !strings.Contains(body, "june") {
+		t.Fatalf("the uploaded list's page:\n%s", body)
 	}
 
 	big := content + content // 6 MB against a 4 MB limit
 	resp, body = b.uploadParts(fields, big)
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too large") {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "larger than 4194304 bytes") {
 		t.Fatalf("6 MB upload against a 4 MB limit: %d %s", resp.StatusCode, body)
 	}
-	if up := f.api.lastUpload(); up.err == nil || up.bytes > 4<<20+uploadSlack {
-		t.Fatalf("the API read %d bytes of the 6 MB (err %v); the bound is %d", up.bytes, up.err, 4<<20+uploadSlack)
+	if up := f.svc.lastUpload(); up.err == nil || up.bytes > 4<<20+uploadSlack {
+		t.Fatalf("the service read %d bytes of the 6 MB (err %v); the bound is %d", up.bytes, up.err, 4<<20+uploadSlack)
 	}
 
 	// Without a name, the list is named after its file, as the CLI names one, minus what no name
 	// may hold.
 	unnamed := [][2]string{{"csrf", csrf}, {"key_id", key}, {"file", "C:\\leads\\May \u202eleads.csv"}}
-	if resp, body := b.uploadParts(unnamed, "a@b.example\n"); resp.StatusCode != http.StatusSeeOther {
+	if resp, body := b.uploadParts(unnamed, "email\na@b.example\n"); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("upload without a name: %d %s", resp.StatusCode, body)
 	}
-	if up := f.api.lastUpload(); up.target != "/v1/email/lists?name=May+leads.csv" {
-		t.Fatalf("upload without a name: the API got %s", up.target)
+	if up := f.svc.lastUpload(); up.req.Name != "May leads.csv" {
+		t.Fatalf("upload without a name: the service got name %q", up.req.Name)
 	}
 }
 
@@ -823,8 +770,8 @@ func TestFormWithAFieldFarTooLong(t *testing.T) {
 		!strings.Contains(body, `value="`+second+`" selected`) {
 		t.Errorf("playground: %d\n%s", resp.StatusCode, body)
 	}
-	if n := f.api.calls.Load(); n != 0 {
-		t.Errorf("%d verify requests reached the API", n)
+	if n := f.svc.calls.Load(); n != 0 {
+		t.Errorf("%d verifications reached the service", n)
 	}
 	csrf := b.csrf("/dashboard/lists")
 	resp, body = b.uploadParts([][2]string{{"csrf", csrf}, {"key_id", second}, {"format", "text"}, {"column", "mail"}, {"name", mb}, {"file", "l.txt"}}, "a@b.example\n")
@@ -833,8 +780,8 @@ func TestFormWithAFieldFarTooLong(t *testing.T) {
 		!strings.Contains(body, "Choose the file again") {
 		t.Errorf("upload: %d\n%s", resp.StatusCode, body)
 	}
-	if n := f.api.uploads.Load(); n != 0 {
-		t.Errorf("%d uploads reached the API", n)
+	if n := f.svc.uploads.Load(); n != 0 {
+		t.Errorf("%d uploads reached the service", n)
 	}
 	anon := f.browser(t)
 	resp, body = anon.post("/dashboard/signup", url.Values{"csrf": {anon.csrf("/dashboard/signup")}, "email": {"bob@example.com"},

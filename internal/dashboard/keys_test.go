@@ -252,7 +252,7 @@ func TestKeysPageSandboxMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, _ = b.post("/dashboard/playground", url.Values{"csrf": {b.csrf("/dashboard/playground")}, "key_id": {sandboxID}, "email": {"accepted@sandbox.mailvet.test"}})
-	if p := f.api.last.Load(); resp.StatusCode != http.StatusOK || p == nil || p.KeyID != sandboxID || !p.Sandbox() {
-		t.Errorf("the playground with the sandbox key: %d, principal %+v", resp.StatusCode, p)
+	if c := f.svc.last.Load(); resp.StatusCode != http.StatusOK || c == nil || c.Key != sandboxID || !c.Sandbox {
+		t.Errorf("the playground with the sandbox key: %d, caller %+v", resp.StatusCode, c)
 	}
 }

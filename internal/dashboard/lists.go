@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +18,18 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
+	problems "github.com/mailvet/mailvet/internal/problem"
+	"github.com/mailvet/mailvet/internal/verification"
 )
 
-// The list pages (docs/dashboard.md, "What a customer can do") are the bulk-list API
-// (docs/lists.md) behind forms: every call goes through the API's own routes with
-// api.Server.ServeAs.
+// The list pages (docs/dashboard.md, "What a customer can do") are the bulk lists (docs/lists.md)
+// behind forms: every call goes to the verification service the API's list routes adapt
+// (internal/verification), so uploads share the API's limits, upload slots, admission and
+// billing, and refusals are worded from the one error mapping (internal/problem).
 
-// Bounds of the upload form besides its file, which the API holds to the list limits: its
+// Bounds of the upload form besides its file, which the service holds to the list limits: its
 // fields (key, name, format, column, CSRF token) are a few hundred bytes.
 const (
 	uploadSlack     = 64 << 10 // the fields and the multipart framing, over the file's limit
@@ -34,26 +37,8 @@ const (
 	maxFieldBytes   = 1 << 10
 )
 
-// listView is the part of a list (docs/lists.md, "Progress") the pages show.
-type listView struct {
-	ID          string  `json:"id"`
-	Name        string  `json:"name"`
-	State       string  `json:"state"`
-	Format      string  `json:"format"`
-	EmailColumn string  `json:"email_column"`
-	Rows        int     `json:"rows"`
-	Unique      int     `json:"unique"`
-	Verified    int     `json:"verified"`
-	Progress    float64 `json:"progress"`
-	ETASeconds  *int    `json:"eta_seconds"`
-	Error       *string `json:"error"`
-	CreatedAt   string  `json:"created_at"`
-	FinishedAt  *string `json:"finished_at"`
-	ExpiresAt   *string `json:"expires_at"`
-	Counts      struct {
-		ByStatus map[string]int `json:"by_status"`
-	} `json:"counts"`
-}
+// listView is a list (docs/lists.md, "Progress") as the API shows it, with what the pages add.
+type listView struct{ list.View }
 
 // Percent is the progress for the progress bar, 0 to 100.
 func (l listView) Percent() float64 { return l.Progress * 100 }
@@ -91,7 +76,7 @@ func timeText(v string) string {
 }
 
 // Running says whether the list is still moving, so the page refreshes itself.
-func (l listView) Running() bool { return l.State == "queued" || l.State == "running" }
+func (l listView) Running() bool { return l.State == list.Queued || l.State == list.Running }
 
 // Statuses are the counts by status, in a stable order.
 func (l listView) Statuses() []statusCount {
@@ -134,6 +119,20 @@ func sizeText(n int64) string {
 	return fmt.Sprintf("%d KB", max(n>>10, 1))
 }
 
+// listsPageSize is how many lists a page of the lists page shows.
+const listsPageSize = 20
+
+// views are lists as the pages show them, at the API's clock.
+func (h *Handler) views(ls []list.List) []listView {
+	out := make([]listView, len(ls))
+	for i, l := range ls {
+		out[i] = h.view(l)
+	}
+	return out
+}
+
+func (h *Handler) view(l list.List) listView { return listView{l.View(h.cfg.PublicURL, h.now())} }
+
 func (h *Handler) listsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	h.listsAnswer(w, r, s, http.StatusOK, "", listsData{})
 }
@@ -148,36 +147,31 @@ func (h *Handler) listsAnswer(w http.ResponseWriter, r *http.Request, s *session
 	d.Keys = keys
 	d.Token, _ = randomToken()
 	d.MaxSize, d.MaxRows = sizeText(h.cfg.Lists.MaxBytes), h.cfg.Lists.MaxRows
-	target := "/v1/email/lists?limit=20"
+	var after *uuid.UUID
 	if c := r.URL.Query().Get("cursor"); c != "" {
-		if _, err := uuid.Parse(c); err == nil {
-			target += "&cursor=" + url.QueryEscape(c)
+		if id, err := uuid.Parse(c); err == nil {
+			after = &id
 		}
 	}
-	ans := h.call(ctx, p, http.MethodGet, target, "", nil)
-	var page struct {
-		Lists      []listView `json:"lists"`
-		NextCursor *string    `json:"next_cursor"`
-	}
-	if h.unavailable(w, r, s, ans) {
+	ls, more, err := h.verify.Lists(ctx, p.AccountID, after, listsPageSize)
+	if err != nil {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
+			h.failure(w, r, s, fmt.Errorf("list lists: %w", err))
+		}
 		return
 	}
-	if ans.status != http.StatusOK || json.Unmarshal(ans.body, &page) != nil {
-		h.failure(w, r, s, errors.New("list lists: "+ans.problemText()))
-		return
-	}
-	d.Lists = page.Lists
-	if page.NextCursor != nil {
-		d.Next = "?cursor=" + url.QueryEscape(*page.NextCursor)
+	d.Lists = h.views(ls)
+	if more {
+		d.Next = "?cursor=" + url.QueryEscape(ls[len(ls)-1].ID.String())
 	}
 	h.render(w, r, status, "lists", &view{Title: "Lists", Nav: "lists", Session: s, Data: d, Error: msg, Notice: notice(r)})
 }
 
-// uploadFormats maps the form's format choice to the API's Content-Type (docs/lists.md).
-var uploadFormats = map[string]string{"csv": "text/csv", "ndjson": "application/x-ndjson", "text": "text/plain"}
+// uploadFormats maps the form's format choice to the list format (docs/lists.md).
+var uploadFormats = map[string]list.Format{"csv": list.CSV, "ndjson": list.NDJSON, "text": list.Text}
 
 // formatOf picks the format: the form's choice, else the file name's extension.
-func formatOf(choice, filename string) (string, bool) {
+func formatOf(choice, filename string) (list.Format, bool) {
 	if ct, ok := uploadFormats[choice]; ok {
 		return ct, true
 	}
@@ -234,9 +228,9 @@ func readUploadForm(r *http.Request) (form url.Values, file *multipart.Part, lon
 	return nil, nil, nil, fmt.Errorf("more than %d form fields before the file", maxUploadFields)
 }
 
-// uploadList streams the chosen file to POST /v1/email/lists with the chosen key, as it
-// arrives: the dashboard never holds the file, and the API applies the list limits to it
-// (docs/lists.md, "Limits"), so a file as large as the API takes can be uploaded here too. A
+// uploadList hands the chosen file, as it arrives, to the verification service with the chosen
+// key, as the API's POST /v1/email/lists does: it applies the list limits to it (docs/lists.md,
+// "Limits"), so a file as large as the API takes can be uploaded here too. A
 // refusal reads the rest of the file first (discardBody), so that the browser, still sending,
 // gets the page instead of a connection reset.
 func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session) {
@@ -277,7 +271,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		refuse(http.StatusUnprocessableEntity, "Choose the file to upload.")
 		return
 	}
-	ct, ok := formatOf(d.Format, file.FileName())
+	format, ok := formatOf(d.Format, file.FileName())
 	if !ok {
 		refuse(http.StatusUnprocessableEntity, "Choose the file's format: CSV, NDJSON or one address a line.")
 		return
@@ -298,50 +292,43 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 		http.Redirect(w, r, Prefix+"/lists/"+claim.listID+"?done=uploaded", http.StatusSeeOther)
 		return
 	}
-	target := d
-	if target.Name == "" {
-		// Named after its file, as the CLI names an upload; only in the query, so that a refused
-		// form still shows the name field as the user left it.
-		target.Name = listname.FromBrowser(file.FileName())
+	name := d.Name
+	if name == "" {
+		// Named after its file, as the CLI names an upload; only in the request, so that a
+		// refused form still shows the name field as the user left it.
+		name = listname.FromBrowser(file.FileName())
 	}
-	ans := h.callFrom(ctx, r, p, http.MethodPost, uploadTarget(target), ct, file)
-	if ans.status != http.StatusAccepted {
+	// The upload slots count the browser's address, as the API counts its client's, so that
+	// what the slots bound per address is not one address shared by every dashboard user.
+	address := ""
+	if a, ok := clientAddr(r, h.cfg.TrustedProxies); ok {
+		address = a.String()
+	}
+	var l list.List
+	err = verification.CheckListFields(d.Column, name)
+	if err == nil {
+		l, err = h.verify.UploadList(ctx, verification.ListUpload{Caller: h.caller(p), Format: format, Column: d.Column,
+			Name: name, Address: address, Size: -1}, file)
+	}
+	if err != nil {
 		h.releaseUpload(ctx, claim)
-		status := ans.status
-		if status < 400 {
-			status = http.StatusBadGateway
+		var busy *verification.UploadBusyError
+		if errors.As(err, &busy) && busy.Holders != nil {
+			h.log.Warn("dashboard upload refused: no upload slot", "account", busy.Account, "address", busy.Address,
+				"reason", busy.Reason, "holders", busy.Holders)
 		}
-		passRetryAfter(w, ans)
-		refuse(status, ans.problemText())
+		pr := h.problemOf(r, err)
+		h.refused(p, "", pr)
+		passRetryAfter(w, pr)
+		refuse(refusalStatus(pr), problemText(pr))
 		return
 	}
-	var l listView
-	if err := json.Unmarshal(ans.body, &l); err != nil || uuid.Validate(l.ID) != nil {
-		h.releaseUpload(ctx, claim)
-		h.failure(w, r, s, errors.New("upload answer without a list id"))
-		return
-	}
-	h.recordUpload(ctx, claim, l.ID)
-	http.Redirect(w, r, Prefix+"/lists/"+l.ID+"?done=uploaded", http.StatusSeeOther)
-}
-
-// uploadTarget is the API's upload route with the form's name and column.
-func uploadTarget(d listsData) string {
-	q := url.Values{}
-	if d.Name != "" {
-		q.Set("name", d.Name)
-	}
-	if d.Column != "" {
-		q.Set("column", d.Column)
-	}
-	if len(q) == 0 {
-		return "/v1/email/lists"
-	}
-	return "/v1/email/lists?" + q.Encode()
+	h.recordUpload(ctx, claim, l.ID.String())
+	http.Redirect(w, r, Prefix+"/lists/"+l.ID.String()+"?done=uploaded", http.StatusSeeOther)
 }
 
 // The upload form's one-time token (migrations/00016): the page puts a fresh one in every form
-// it renders, and the upload claims it before it sends the file to the API.
+// it renders, and the upload claims it before it hands the file to the verification service.
 const uploadTokenField = "upload_token"
 
 // uploadWait bounds how long a second POST of a form waits for the first one's list, and
@@ -452,15 +439,10 @@ func (h *Handler) releaseUpload(ctx context.Context, c uploadClaim) {
 	}
 }
 
-// getList fetches the list id as the account sees it through the API: another account's list,
-// like a missing one, is the API's 404.
-func (h *Handler) getList(ctx context.Context, p auth.Principal, id uuid.UUID) (listView, answer) {
-	ans := h.call(ctx, p, http.MethodGet, "/v1/email/lists/"+id.String(), "", nil)
-	var l listView
-	if ans.status == http.StatusOK && json.Unmarshal(ans.body, &l) != nil {
-		ans.status = http.StatusBadGateway
-	}
-	return l, ans
+// getList reads list id as the account sees it: another account's list, like a missing one, is
+// list.ErrNotFound.
+func (h *Handler) getList(ctx context.Context, p auth.Principal, id uuid.UUID) (list.List, error) {
+	return h.verify.List(ctx, p.AccountID, id)
 }
 
 // listPageData is a list's page: the list, and whether it asks to confirm its deletion.
@@ -484,18 +466,18 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
 
 // listAnswer renders list id's page with status and msg, an error of an action on it.
 func (h *Handler) listAnswer(w http.ResponseWriter, r *http.Request, s *session, p auth.Principal, id uuid.UUID, status int, msg string, confirm bool) {
-	l, ans := h.getList(r.Context(), p, id)
-	if ans.status == http.StatusNotFound {
+	got, err := h.getList(r.Context(), p, id)
+	if errors.Is(err, list.ErrNotFound) {
 		h.listNotFound(w, r, s)
 		return
 	}
-	if h.unavailable(w, r, s, ans) {
+	if err != nil {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
+			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
+		}
 		return
 	}
-	if ans.status != http.StatusOK {
-		h.failure(w, r, s, errors.New("get list: "+ans.problemText()))
-		return
-	}
+	l := h.view(got)
 	title := l.Name
 	if title == "" {
 		title = "List " + l.ID[:8]
@@ -516,7 +498,7 @@ func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *sessio
 		Error: "There is no such list in your account. Finished lists are deleted when their results expire."})
 }
 
-// listTarget is the list a list route names and the principal its API calls run as; when it
+// listTarget is the list a list route names and the principal its service calls run as; when it
 // answers false it has already answered (no such list, or a failure).
 func (h *Handler) listTarget(w http.ResponseWriter, r *http.Request, s *session) (auth.Principal, uuid.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
@@ -532,9 +514,9 @@ func (h *Handler) listTarget(w http.ResponseWriter, r *http.Request, s *session)
 	return p, id, true
 }
 
-// downloadList streams the results from GET /v1/email/lists/{id}/results straight to the
-// browser, which saves them under the file name the API gives (Content-Disposition). The list is
-// looked up first, so a missing one gets a page instead of a JSON error file.
+// downloadList streams a list's results, as GET /v1/email/lists/{id}/results gives them, straight
+// to the browser, which saves them under the API's file name (Content-Disposition). The list is
+// looked up first, so a missing one gets a page instead of an error file.
 func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	p, id, ok := h.listTarget(w, r, s)
@@ -545,25 +527,52 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 	if format != "ndjson" {
 		format = "csv"
 	}
-	if _, ans := h.getList(ctx, p, id); ans.status != http.StatusOK {
+	l, err := h.getList(ctx, p, id)
+	if errors.Is(err, list.ErrNotFound) {
 		h.listNotFound(w, r, s)
 		return
 	}
-	// A person downloads the file to open it, most often in a spreadsheet: formula cells are
-	// always escaped (docs/lists.md, "Formula cells"), asked for explicitly rather than left to
-	// the API's default.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/email/lists/"+id.String()+"/results?format="+format+"&escape_formulas=true", nil)
 	if err != nil {
-		h.failure(w, r, s, err)
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
+			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
+		}
 		return
 	}
-	h.api.ServeAs(w, req, p)
+	// A person downloads the file to open it, most often in a spreadsheet: formula cells are
+	// always escaped (docs/lists.md, "Formula cells"). The file is the API's results download,
+	// headers included (internal/api, listResults).
+	ctx, cancel := context.WithTimeout(ctx, listExportBudget)
+	defer cancel()
+	out, name := list.CSV, "mailvet-list-"+l.ID.String()
+	hd := w.Header()
+	if format == "ndjson" {
+		out = list.NDJSON
+		hd.Set("Content-Type", "application/x-ndjson")
+		hd.Set("Content-Disposition", `attachment; filename="`+name+`.ndjson"`)
+	} else {
+		hd.Set("Content-Type", "text/csv; charset=utf-8")
+		hd.Set("Content-Disposition", `attachment; filename="`+name+`.csv"`)
+	}
+	hd.Set("Mailvet-List-State", string(l.State))
+	w.WriteHeader(http.StatusOK)
+	flush := func() { _ = http.NewResponseController(w).Flush() }
+	if err := h.verify.ExportList(ctx, l, out, nil, list.EscapeFormulas, w, flush); err != nil {
+		// The status line is gone: end the response without its terminating chunk, so that the
+		// browser sees an incomplete download instead of a file that looks whole.
+		h.log.Error("dashboard: list results", "list_id", l.ID, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
-// listAction cancels or deletes a list through the API. A deletion must be confirmed: a POST
-// without the confirmation form's field goes to the page that asks, so no single click deletes.
-// A refusal (a list that finished meanwhile, in another tab) is shown on the list's page.
-func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWriter, *http.Request, *session) {
+// listExportBudget bounds the database work of one download of the largest list, as the API's
+// (internal/api, listExportBudget).
+const listExportBudget = 30 * time.Minute
+
+// listAction cancels a list (remove false) or deletes it (remove true), as the API's routes do.
+// A deletion must be confirmed: a POST without the confirmation form's field goes to the page
+// that asks, so no single click deletes. A refusal (a list that finished meanwhile, in another
+// tab) is shown on the list's page.
+func (h *Handler) listAction(remove bool, done string) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, s *session) {
 		ctx := r.Context()
 		p, id, ok := h.listTarget(w, r, s)
@@ -571,27 +580,38 @@ func (h *Handler) listAction(method, suffix, done string) func(http.ResponseWrit
 			return
 		}
 		page := Prefix + "/lists/" + id.String()
-		if method == http.MethodDelete && r.PostForm.Get("confirm") != "yes" {
+		if remove && r.PostForm.Get("confirm") != "yes" {
 			// Another account's list, like a missing one, is not found at this step either.
-			if _, ans := h.getList(ctx, p, id); ans.status == http.StatusNotFound {
+			if _, err := h.getList(ctx, p, id); errors.Is(err, list.ErrNotFound) {
 				h.listNotFound(w, r, s)
 				return
 			}
 			http.Redirect(w, r, page+"?confirm=delete", http.StatusSeeOther)
 			return
 		}
-		ans := h.call(ctx, p, method, "/v1/email/lists/"+id.String()+suffix, "", nil)
-		switch {
-		case ans.status == http.StatusNotFound:
-			h.listNotFound(w, r, s)
-		case h.unavailable(w, r, s, ans):
-		case ans.status >= 400:
-			passRetryAfter(w, ans)
-			h.listAnswer(w, r, s, p, id, ans.status, ans.problemText(), false)
-		case suffix == "":
-			http.Redirect(w, r, Prefix+"/lists?done="+done, http.StatusSeeOther)
-		default:
-			http.Redirect(w, r, page+"?done="+done, http.StatusSeeOther)
+		var err error
+		if remove {
+			err = h.verify.DeleteList(ctx, p.AccountID, id)
+		} else {
+			_, err = h.verify.CancelList(ctx, p.AccountID, id)
 		}
+		if errors.Is(err, list.ErrNotFound) {
+			h.listNotFound(w, r, s)
+			return
+		}
+		if err != nil {
+			pr := h.problemOf(r, err)
+			if h.unavailable(w, r, s, pr) {
+				return
+			}
+			passRetryAfter(w, pr)
+			h.listAnswer(w, r, s, p, id, refusalStatus(pr), problemText(pr), false)
+			return
+		}
+		if remove {
+			http.Redirect(w, r, Prefix+"/lists?done="+done, http.StatusSeeOther)
+			return
+		}
+		http.Redirect(w, r, page+"?done="+done, http.StatusSeeOther)
 	}
 }

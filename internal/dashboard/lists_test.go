@@ -4,72 +4,57 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/account"
-	"github.com/mailvet/mailvet/internal/auth"
-	"github.com/mailvet/mailvet/internal/plan"
-	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-)
+	"github.com/google/uuid"
 
-// listsAPI is fakeAPI with one list: its page, its cancel (refused: it has finished) and its
-// deletion, counted; an upload can be made to take a while, as a real one does.
-type listsAPI struct {
-	*fakeAPI
-	uploadDelay time.Duration
-	cancels     atomic.Int32
-	deletes     atomic.Int32
-}
+	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage"
+	"github.com/mailvet/mailvet/internal/verification"
+)
 
 const (
-	testListID   = "0b6f7d8e-3333-4c3e-9a55-0000000000c1"
-	textListID   = "0b6f7d8e-3333-4c3e-9a55-0000000000c2" // testListJSON, uploaded as text
-	testListJSON = `{"id":"` + testListID + `","name":"june","state":"running","format":"csv","email_column":"email",
-		"rows":12000,"unique":10000,"verified":100,"progress":0.01,"eta_seconds":7500,"error":null,
-		"created_at":"2026-11-23T08:41:33Z","finished_at":null,"expires_at":"2026-12-23T08:41:33.123456Z",
-		"counts":{"by_status":{"deliverable":100}}}`
+	testListID = "0b6f7d8e-3333-4c3e-9a55-0000000000c1"
+	textListID = "0b6f7d8e-3333-4c3e-9a55-0000000000c2" // testList, uploaded as text
 )
 
-func (f *listsAPI) ServeAs(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	w.Header().Set("Content-Type", "application/json")
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists":
-		time.Sleep(f.uploadDelay)
-		f.fakeAPI.ServeAs(w, r, p)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists/"+testListID:
-		_, _ = io.WriteString(w, testListJSON)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/email/lists/"+textListID:
-		_, _ = io.WriteString(w, strings.NewReplacer(testListID, textListID, `"format":"csv"`, `"format":"text"`).Replace(testListJSON))
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists/"+testListID+"/cancel":
-		f.cancels.Add(1)
-		w.WriteHeader(http.StatusConflict)
-		_, _ = io.WriteString(w, `{"error":"list_finished","message":"The list has already finished.",`+
-			`"action":"Nothing to cancel: download its results, or delete it with DELETE /v1/email/lists/{id}.","docs":"x"}`)
-	case r.Method == http.MethodDelete && r.URL.Path == "/v1/email/lists/"+testListID:
-		f.deletes.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		f.fakeAPI.ServeAs(w, r, p)
-	}
+// testList is a running list of 10,000 unique addresses, 100 of them verified at 1.3 a second,
+// created at 08:41:33 and kept until a month later (to the microsecond, as Postgres keeps times).
+func testList(id string, format list.Format) list.List {
+	created := time.Date(2026, 11, 23, 8, 41, 33, 0, time.UTC)
+	started := time.Now().Add(-76923 * time.Millisecond) // 100 / 1.3 s
+	expires := time.Date(2026, 12, 23, 8, 41, 33, 123456000, time.UTC)
+	return list.List{ID: uuid.MustParse(id), Name: "june", Format: format, Columns: []string{"email"}, State: list.Running,
+		Rows: 12000, Unique: 10000, Verified: 100, CreatedAt: created, StartedAt: &started, ExpiresAt: &expires,
+		Counts: []list.Count{{Status: "deliverable", Reason: "accepted", N: 100}}}
 }
 
-// listsFixture is a signed-in browser with a standard key, against listsAPI.
-func listsFixture(t *testing.T, env map[string]string) (*fixture, *listsAPI, *browser, string) {
+// listsFixture is a signed-in browser with a standard key, against the service with the two test
+// lists.
+func listsFixture(t *testing.T, env map[string]string) (*fixture, *testService, *browser, string) {
 	t.Helper()
 	f := newFixture(t, env)
-	api := &listsAPI{fakeAPI: f.api}
-	f.h.api = api
+	f.svc.fixed = map[uuid.UUID]list.List{
+		uuid.MustParse(testListID): testList(testListID, list.CSV),
+		uuid.MustParse(textListID): testList(textListID, list.Text),
+	}
 	b := f.browser(t)
 	b.signup("ann@example.com")
 	k, err := account.NewStore(f.pool).CreateStandardKey(context.Background(), f.accountOf(t, "ann@example.com"), "lists",
@@ -77,7 +62,7 @@ func listsFixture(t *testing.T, env map[string]string) (*fixture, *listsAPI, *br
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, api, b, k.ID
+	return f, f.svc, b, k.ID
 }
 
 var uploadTokenRE = regexp.MustCompile(`name="upload_token" value="([^"]+)"`)
@@ -86,7 +71,7 @@ var uploadTokenRE = regexp.MustCompile(`name="upload_token" value="([^"]+)"`)
 // bill) the file once: both end on the list the first created, and so does a third, later one.
 func TestUploadFormIsIdempotent(t *testing.T) {
 	f, api, b, key := listsFixture(t, nil)
-	api.uploadDelay = 300 * time.Millisecond // the second arrives while the first is on its way
+	api.delay = 300 * time.Millisecond // the second arrives while the first is on its way
 	_, page := b.get("/dashboard/lists")
 	token := uploadTokenRE.FindStringSubmatch(page)
 	if token == nil {
@@ -115,8 +100,8 @@ func TestUploadFormIsIdempotent(t *testing.T) {
 	if resp.Header.Get("Location") != locations[0] {
 		t.Fatalf("a later POST of the form went to %q, want %q", resp.Header.Get("Location"), locations[0])
 	}
-	if n := f.api.uploads.Load(); n != 1 {
-		t.Fatalf("the API got %d uploads of one form, want 1", n)
+	if n := f.svc.uploads.Load(); n != 1 {
+		t.Fatalf("the service got %d uploads of one form, want 1", n)
 	}
 	// A newly rendered form is a new upload.
 	_, page = b.get("/dashboard/lists")
@@ -124,8 +109,8 @@ func TestUploadFormIsIdempotent(t *testing.T) {
 	if resp, _ := b.uploadParts(fields, "email\nann@acme.example\n"); resp.Header.Get("Location") == locations[0] {
 		t.Fatal("a new form went to the previous form's list")
 	}
-	if n := f.api.uploads.Load(); n != 2 {
-		t.Fatalf("the API got %d uploads of two forms, want 2", n)
+	if n := f.svc.uploads.Load(); n != 2 {
+		t.Fatalf("the service got %d uploads of two forms, want 2", n)
 	}
 
 	// A claim left by an upload that died on the way (its replica killed: no list, no release)
@@ -138,8 +123,8 @@ func TestUploadFormIsIdempotent(t *testing.T) {
 		!strings.HasPrefix(resp.Header.Get("Location"), "/dashboard/lists/") {
 		t.Fatalf("a POST of a form whose first upload died: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
-	if n := f.api.uploads.Load(); n != 3 {
-		t.Fatalf("the API got %d uploads, want 3", n)
+	if n := f.svc.uploads.Load(); n != 3 {
+		t.Fatalf("the service got %d uploads, want 3", n)
 	}
 }
 
@@ -221,51 +206,42 @@ func TestUploadAfterSignoutRedirects(t *testing.T) {
 	if _, err := send(""); err == nil {
 		t.Fatal("an 8 MB upload without a session cookie was read to its end")
 	}
-	if n := f.api.uploads.Load(); n != 0 {
-		t.Fatalf("%d uploads reached the API", n)
+	if n := f.svc.uploads.Load(); n != 0 {
+		t.Fatalf("%d uploads reached the service", n)
 	}
 }
 
-// The API's refusals are worded for the dashboard: its message about the request, and what to
-// click or wait for instead of routes, fields and headers.
+// The one error mapping's refusals are worded for the dashboard: their message about the
+// request, and what to click or wait for instead of the API's routes, fields and headers.
 func TestProblemTextIsForTheDashboard(t *testing.T) {
-	hdr := func(kv ...string) http.Header {
-		h := http.Header{}
-		for i := 0; i < len(kv); i += 2 {
-			h.Set(kv[i], kv[i+1])
-		}
-		return h
-	}
+	reset := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	cases := []struct {
-		name   string
-		header http.Header
-		body   string
-		want   string
+		name string
+		err  error
+		want string
 	}{
-		{"rate limit", hdr("Retry-After", "42"),
-			`{"error":"rate_limit_exceeded","message":"Rate limit of 10 emails per minute exceeded for this account.","action":"Wait until reset_at (the Retry-After header gives the seconds), then retry; do not retry in a tight loop.","limit":10,"reset_at":"2026-11-23T08:42:00Z"}`,
+		{"rate limit", &usage.RateLimited{Limit: 10, Used: 10, Asked: 1, Reset: time.Now().Add(41500 * time.Millisecond)},
 			"Rate limit of 10 emails per minute exceeded for this account. Try again in 42 s."},
-		{"quota reached", hdr("Retry-After", "600000"),
-			`{"error":"monthly_quota_exceeded","message":"Monthly quota of 500 verifications reached (500 used).","action":"Wait until reset_at (the start of the next UTC month) or upgrade to a paid plan.","limit":500,"used":500,"reset_at":"2026-12-01T00:00:00Z"}`,
+		{"larger than a minute", &usage.RateLimited{Limit: 10, Used: 0, Asked: 25, Reset: time.Now().Add(time.Minute)},
+			"Rate limit of 10 emails per minute exceeded for this account. Send at most 10 addresses at a time."},
+		{"quota reached", &usage.QuotaExceeded{Limit: 500, Used: 500, Asked: 1, Reset: reset},
 			"Monthly quota of 500 verifications reached (500 used). Wait until the quota renews on 2026-12-01 00:00 UTC, or upgrade on the Billing page."},
-		{"quota short", nil,
-			`{"error":"monthly_quota_exceeded","message":"This request needs 900 verifications; 400 of the monthly quota of 500 are left (100 used).","action":"Send at most 400 emails until reset_at (the start of the next UTC month), or upgrade to a paid plan.","limit":500,"used":100,"reset_at":"2026-12-01T00:00:00Z"}`,
-			"This request needs 900 verifications; 400 of the monthly quota of 500 are left (100 used). Verify at most 400 more addresses, wait until the quota renews on 2026-12-01 00:00 UTC, or upgrade on the Billing page."},
-		{"bad file", nil,
-			`{"error":"invalid_request","message":"The file cannot be read: line 3: no email column. Nothing was stored or charged.","action":"Fix the request as the message says and send it again; see the API reference for the request shape.","line":3}`,
+		{"larger than the quota", &usage.QuotaExceeded{Limit: 500, Used: 100, Asked: 900, Reset: reset},
+			"This request needs 900 verifications, more than the whole monthly quota of 500. Split it into lists of at most 500 addresses, or upgrade on the Billing page."},
+		{"quota left", &usage.QuotaExceeded{Limit: 500, Used: 100, Asked: 450, Reset: reset},
+			"This request needs 450 verifications; 400 of the monthly quota of 500 are left (100 used). Verify at most 400 more addresses, wait until the quota renews on 2026-12-01 00:00 UTC, or upgrade on the Billing page."},
+		{"bad file", &list.InputError{Line: 3, Msg: "no email column"},
 			"The file cannot be read: line 3: no email column. Nothing was stored or charged. Correct it and try again."},
-		{"finished", nil,
-			`{"error":"list_finished","message":"The list has already finished.","action":"Nothing to cancel: download its results, or delete it with DELETE /v1/email/lists/{id}."}`,
+		{"finished", list.ErrFinished,
 			"The list has already finished. There is nothing to cancel: download its results, or delete it."},
-		{"outage", hdr("Retry-After", "2"),
-			`{"error":"service_unavailable","message":"Verification is temporarily unavailable: no verifier worker is running.","action":"Retry after the number of seconds in Retry-After; nothing was charged for this request."}`,
+		{"outage", &verification.UnavailableError{Cause: queue.ErrNoWorkers},
 			"Verification is temporarily unavailable: no verifier worker is running. Try again in 2 s; nothing was charged."},
-		{"unknown code", nil, `{"error":"something_new","message":"Something new happened.","action":"Call GET /v1/x."}`,
-			"Something new happened."},
-		{"not an envelope", nil, `oops`, "The request did not complete. Try again in a moment."},
+		{"unknown", errors.New("something new"), "Internal server error. Try again in a moment; if it keeps failing, contact support."},
 	}
+	h := &Handler{log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest(http.MethodPost, "/dashboard/lists", nil)
 	for _, c := range cases {
-		if got := (answer{status: 400, header: c.header, body: []byte(c.body)}).problemText(); got != c.want {
+		if got := problemText(h.problemOf(r, c.err)); got != c.want {
 			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
@@ -284,7 +260,8 @@ func TestListPageWording(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("list page: %d\n%s", resp.StatusCode, body)
 	}
-	for _, want := range []string{"<dd>2026-11-23 08:41 UTC</dd>", "<dd>2026-12-23 08:41 UTC</dd>", "about 2 h 5 min left"} {
+	// 9,900 addresses left at 1.3 a second: 7,616 s.
+	for _, want := range []string{"<dd>2026-11-23 08:41 UTC</dd>", "<dd>2026-12-23 08:41 UTC</dd>", "about 2 h 7 min left"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the list page lacks %q", want)
 		}
@@ -305,7 +282,7 @@ func TestListPageWording(t *testing.T) {
 		t.Fatalf("cancel of a finished list: %d\n%s", resp.StatusCode, body)
 	}
 	if api.cancels.Load() != 1 {
-		t.Fatalf("%d cancels reached the API", api.cancels.Load())
+		t.Fatalf("%d cancels reached the service", api.cancels.Load())
 	}
 }
 

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/billing"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
+	"github.com/mailvet/mailvet/internal/verification"
 )
 
 // wantUnavailable checks a page refused for an outage: 503, Retry-After 2, the page's words, and
@@ -50,8 +50,8 @@ func TestPostgresOutageAnswers503(t *testing.T) {
 			dbURL, proxy := pgtest.Proxied(t, pgtest.URL(t))
 			pool := pgtest.Pool(t, dbURL)
 			sink, relay := testMail(t)
-			f := &fixture{pool: pool, api: &fakeAPI{accounts: make(chan string, 64)}, sink: sink}
-			f.h = New(Deps{Config: cfg, Pool: pool, API: f.api, Mailer: relay})
+			f := &fixture{pool: pool, svc: newTestService(t, loadConfig(t, nil), pool), sink: sink}
+			f.h = New(Deps{Config: cfg, Pool: pool, Verify: f.svc, Mailer: relay})
 			t.Cleanup(f.h.WaitMail)
 			f.h.hasher = hasher{time: 1, memoryKiB: 64, threads: 1}
 			f.srv = httptest.NewServer(f.h)
@@ -154,24 +154,12 @@ func TestStripeOutageAnswers503(t *testing.T) {
 	}
 }
 
-// unavailableAPI answers every request the way the verify API does when its fleet is down.
-type unavailableAPI struct{}
-
-func (unavailableAPI) ServeAs(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", "2")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = io.WriteString(w, `{"error":"service_unavailable","message":"Verification is temporarily unavailable: no verifier worker is running.","action":"Retry after the number of seconds in Retry-After; nothing was charged for this request.","docs":"x"}`)
-}
-
-// The playground and the list actions pass the API's 503 on with its Retry-After.
+// The playground and the list pages pass the verification service's 503 (its fleet down) on
+// with the Retry-After and words the API gives it.
 func TestAPIUnavailablePassesRetryAfter(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
-	f.h.api = unavailableAPI{}
+	f.svc.down = &verification.UnavailableError{Cause: queue.ErrNoWorkers}
 	b := f.browser(t)
 	b.signup("ann@example.com")
 	csrf := b.csrf("/dashboard/keys")

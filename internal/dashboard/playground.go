@@ -6,8 +6,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/verification"
 )
 
 // playgroundData is the playground page: the form, and the last answer.
@@ -75,8 +80,9 @@ func (h *Handler) playgroundPage(w http.ResponseWriter, r *http.Request, s *sess
 		Data: playgroundData{Keys: keys}})
 }
 
-// playground verifies one address with a key of the account. The key is looked up among the
-// account's own active standard keys, so another account's key id is just "no such key".
+// playground verifies one address with a key of the account, through the verification service
+// as the API's verify route does. The key is looked up among the account's own active standard
+// keys, so another account's key id is just "no such key".
 func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	d := playgroundData{KeyID: r.PostForm.Get("key_id"), Email: r.PostForm.Get("email")}
@@ -97,19 +103,31 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 		respond(http.StatusUnprocessableEntity, "Enter an email address of at most 254 characters.")
 		return
 	}
-	body, _ := json.Marshal(map[string]string{"email": d.Email})
-	ans := h.call(ctx, p, http.MethodPost, "/v1/email/verify", "application/json", bytes.NewReader(body))
-	if ans.status != http.StatusOK {
-		status := ans.status
-		if status < 400 {
-			status = http.StatusBadGateway
-		}
-		passRetryAfter(w, ans)
-		respond(status, ans.problemText())
+	// What the API's JSON decoder refuses before the service sees it (docs/api.md, "Conventions"):
+	// text that is not UTF-8, and a NUL, which Postgres would refuse in the usage row.
+	if !utf8.ValidString(d.Email) || strings.IndexByte(d.Email, 0) >= 0 {
+		respond(http.StatusUnprocessableEntity, "Enter the email address as plain text, without control characters.")
+		return
+	}
+	// The verification service's own request, as the API's POST /v1/email/verify makes it:
+	// admitted against the account's rate limit and quota, held, and billed once the result is on
+	// the page (docs/architecture.md, "Metering and admission").
+	ans, _, err := h.verify.One(ctx, verification.Request{Caller: h.caller(p), Key: uuid.NewString(), Start: time.Now()}, d.Email)
+	if err != nil {
+		pr := h.problemOf(r, err)
+		h.refused(p, "verify", pr)
+		passRetryAfter(w, pr)
+		respond(refusalStatus(pr), problemText(pr))
+		return
+	}
+	defer ans.Close()                         // a result that did not reach the page is not billed
+	body, err := json.Marshal(ans.Results[0]) // the API's answer, field for field
+	if err != nil {
+		h.failure(w, r, s, err)
 		return
 	}
 	var res map[string]json.RawMessage
-	if err := json.Unmarshal(ans.body, &res); err != nil {
+	if err := json.Unmarshal(body, &res); err != nil {
 		h.failure(w, r, s, err)
 		return
 	}
@@ -119,8 +137,9 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 		}
 	}
 	var pretty bytes.Buffer
-	if json.Indent(&pretty, ans.body, "", "  ") == nil {
+	if json.Indent(&pretty, body, "", "  ") == nil {
 		d.Raw = pretty.String()
 	}
 	h.render(w, r, http.StatusOK, "playground", &view{Title: "Playground", Nav: "playground", Session: s, Data: d})
+	ans.Deliver()
 }

@@ -17,7 +17,7 @@ import (
 const IdleTimeout = 30 * time.Second
 
 // Idle returns r, reading which first extends the read deadline of w's connection by
-// IdleTimeout. Where w cannot set deadlines (an in-process call), r is read as it is: whoever
+// IdleTimeout. Where w cannot set deadlines (a test's recorder), r is read as it is: whoever
 // holds the connection applies the deadline.
 func Idle(w http.ResponseWriter, r io.Reader) io.Reader { return IdleFor(w, r, IdleTimeout) }
 
@@ -80,7 +80,7 @@ func (d *idle) Read(p []byte) (int, error) {
 		if errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(earned) {
 			return n, fmt.Errorf("%w: %w", ErrTooSlow, err)
 		}
-		// Where deadlines cannot be set (an in-process call), the rate is checked as bytes arrive.
+		// Where deadlines cannot be set (a test's recorder), the rate is checked as bytes arrive.
 		if err == nil && time.Now().After(earned) && d.got < d.owed(time.Now()) {
 			return n, ErrTooSlow
 		}

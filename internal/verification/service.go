@@ -1,8 +1,9 @@
 // Package verification runs a verify request from start to end, with no HTTP in it: the local
 // layers, admission, the worker fleet, billing what was delivered and giving back the rest
-// (docs/architecture.md, "Verification service"). The API's handlers are its adapters: they parse
-// a request, call the service, write what it returns, and map its typed errors to the error
-// envelope (internal/api/errors.go).
+// (docs/architecture.md, "Verification service"), and the bulk lists' uploads and actions
+// (lists.go). The API's handlers and the dashboard's pages are its adapters: they parse a request
+// or a form, call the service, write what it returns, and word its typed errors with the one
+// error mapping (internal/problem).
 package verification
 
 import (
@@ -19,8 +20,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/usage"
 	"github.com/mailvet/mailvet/internal/verdict"
 )
@@ -85,6 +89,12 @@ type Config struct {
 	// Secrets seal the jobs' webhook secrets before they are stored (config.Config.Secrets;
 	// docs/operations.md, "Secrets at rest"); nil means sealed.Process().
 	Secrets *sealed.Keys
+	// Lists stores the bulk lists (lists.go); JS and Layout are where their chunks are published.
+	Lists      *list.Store
+	JS         jetstream.JetStream
+	Layout     queue.Layout
+	ListLimits ListLimits
+	Uploads    UploadLimits
 }
 
 // Service verifies requests. It is safe for concurrent use.
@@ -101,6 +111,12 @@ type Service struct {
 	sandboxRate     int
 	publishDelivery func(context.Context, uuid.UUID) error
 
+	lists      *list.Store
+	js         jetstream.JetStream
+	layout     queue.Layout
+	listLimits ListLimits
+	uploads    uploadSlots // the uploads being received (lists.go)
+
 	// stopping is closed when the service begins to shut down (BeginShutdown): lists in flight
 	// then end properly instead of being cut.
 	stopping chan struct{}
@@ -110,10 +126,12 @@ type Service struct {
 // New returns a service.
 func New(c Config) *Service {
 	s := &Service{local: c.Local, fleet: c.Fleet, ledger: c.Ledger, pool: c.Pool, log: c.Log, now: c.Now,
-		headroom: newHeadroom(), secrets: sealed.Or(c.Secrets), stopping: make(chan struct{}), sandboxRate: c.SandboxRatePerMin, publishDelivery: c.PublishDelivery}
+		headroom: newHeadroom(), secrets: sealed.Or(c.Secrets), stopping: make(chan struct{}), sandboxRate: c.SandboxRatePerMin, publishDelivery: c.PublishDelivery,
+		lists: c.Lists, js: c.JS, layout: c.Layout, listLimits: c.ListLimits}
 	if s.sandboxRate <= 0 {
 		s.sandboxRate = DefaultSandboxRatePerMin
 	}
+	s.uploads.limits = c.Uploads
 	if s.now == nil {
 		s.now = time.Now
 	}
