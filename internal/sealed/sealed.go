@@ -1,4 +1,4 @@
-// Package sealed encrypts the secrets Mailvet must keep but never show, today the webhook secrets
+// Package sealed encrypts the secrets Mailvet must keep but never show: the webhook secrets
 // of jobs, lists and deliveries, so that a copy of the database alone cannot sign a callback
 // (docs/operations.md, "Secrets at rest"; docs/reliability.md, "Webhook secrets at rest").
 //
