@@ -254,18 +254,23 @@ func (h *Handler) badLink(w http.ResponseWriter, r *http.Request, purpose string
 // confirmPage asks for a click before it confirms: mail scanners open links, and a GET that
 // confirmed would let one confirm an account its mailbox's owner never made.
 func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request, csrf string) {
+	h.linkPage(w, r, csrf, purposeConfirm, "confirm-email", "Confirm your email")
+}
+
+// linkPage is the page a mailed link of purpose opens: its form (page, with the token) while the
+// link is valid, the expired-link page otherwise.
+func (h *Handler) linkPage(w http.ResponseWriter, r *http.Request, csrf, purpose, page, title string) {
 	raw := r.URL.Query().Get("token")
-	u, err := h.validToken(r.Context(), raw, purposeConfirm)
+	u, err := h.validToken(r.Context(), raw, purpose)
 	if errors.Is(err, errBadToken) {
-		h.badLink(w, r, purposeConfirm)
+		h.badLink(w, r, purpose)
 		return
 	}
 	if err != nil {
 		h.failure(w, r, nil, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "confirm-email", &view{Title: "Confirm your email", CSRF: csrf,
-		Data: tokenForm{Token: raw, Email: u.Email}})
+	h.render(w, r, http.StatusOK, page, &view{Title: title, CSRF: csrf, Data: tokenForm{Token: raw, Email: u.Email}})
 }
 
 // confirm uses a confirmation link: the account is confirmed. A browser signed in as its user
@@ -382,17 +387,7 @@ func (h *Handler) mailReset(ctx context.Context, email string) error {
 }
 
 func (h *Handler) resetPage(w http.ResponseWriter, r *http.Request, csrf string) {
-	raw := r.URL.Query().Get("token")
-	u, err := h.validToken(r.Context(), raw, purposeReset)
-	if errors.Is(err, errBadToken) {
-		h.badLink(w, r, purposeReset)
-		return
-	}
-	if err != nil {
-		h.failure(w, r, nil, err)
-		return
-	}
-	h.render(w, r, http.StatusOK, "reset", &view{Title: "Choose a new password", CSRF: csrf, Data: tokenForm{Token: raw, Email: u.Email}})
+	h.linkPage(w, r, csrf, purposeReset, "reset", "Choose a new password")
 }
 
 // reset sets a new password with a reset link: checked by the rules of every password form, then,
