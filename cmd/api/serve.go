@@ -128,8 +128,11 @@ const devMailFrom = "mailvet@localhost"
 // checked at start-up by config.CheckSignupMail) and there is no password reset by email.
 func mailRelay(cfg config.Config, log *slog.Logger) (dashboard.Mailer, func(), error) {
 	if cfg.Mail.Addr != "" {
+		if cfg.Mail.AllowPlaintext {
+			log.Warn("MAILVET_MAIL_ALLOW_PLAINTEXT=true: a relay without STARTTLS gets sign-in links in clear")
+		}
 		return mailer.New(mailer.Config{Addr: cfg.Mail.Addr, From: cfg.Mail.From, Username: cfg.Mail.Username,
-			Password: cfg.Mail.Password}), func() {}, nil
+			Password: cfg.Mail.Password, AllowPlaintext: cfg.Mail.AllowPlaintext}), func() {}, nil
 	}
 	if !cfg.Dev {
 		return nil, func() {}, nil

@@ -144,6 +144,9 @@ type Mail struct {
 	From     string // MAILVET_MAIL_FROM
 	Username string // MAILVET_MAIL_USERNAME; empty: no AUTH
 	Password string // MAILVET_MAIL_PASSWORD; never logged
+	// AllowPlaintext (MAILVET_MAIL_ALLOW_PLAINTEXT) lets a relay off loopback without STARTTLS
+	// have the links in clear.
+	AllowPlaintext bool
 }
 
 // The values of MAILVET_DASHBOARD_SIGNUP.
@@ -367,7 +370,8 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		e.fail("MAILVET_DASHBOARD_SIGNUP", fmt.Errorf("%q: use %q, %q or %q", c.Signup, SignupConfirm, SignupUnconfirmed, SignupOff))
 	}
 	c.Mail = Mail{Addr: e.str("MAILVET_MAIL_SMTP_ADDR", ""), From: e.str("MAILVET_MAIL_FROM", ""),
-		Username: e.str("MAILVET_MAIL_USERNAME", ""), Password: e.str("MAILVET_MAIL_PASSWORD", "")}
+		Username: e.str("MAILVET_MAIL_USERNAME", ""), Password: e.str("MAILVET_MAIL_PASSWORD", ""),
+		AllowPlaintext: e.boolean("MAILVET_MAIL_ALLOW_PLAINTEXT", false)}
 	if c.Mail.Addr != "" {
 		e.check("MAILVET_MAIL_SMTP_ADDR", validHostPort(c.Mail.Addr))
 		if c.Mail.From == "" {

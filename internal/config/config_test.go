@@ -135,6 +135,7 @@ func TestLoadOverrides(t *testing.T) {
 		"MAILVET_GREYLIST_WINDOW":               "1h30m",
 		"MAILVET_ADMISSION_WINDOW":              "0",
 		"MAILVET_AUDIT_RETENTION":               "2160h",
+		"MAILVET_MAIL_ALLOW_PLAINTEXT":          "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +163,9 @@ func TestLoadOverrides(t *testing.T) {
 	}
 	if c.AuditRetention != 90*24*time.Hour {
 		t.Errorf("audit retention %v", c.AuditRetention)
+	}
+	if !c.Mail.AllowPlaintext {
+		t.Error("MAILVET_MAIL_ALLOW_PLAINTEXT=true not read")
 	}
 }
 
@@ -205,6 +209,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_PUBLIC_URL":            "ftp://x",
 		"MAILVET_DISPOSABLE_EXTRA_FILE": "/nonexistent/extra.txt",
 		"MAILVET_AUDIT_RETENTION":       "1h",
+		"MAILVET_MAIL_ALLOW_PLAINTEXT":  "sometimes",
 	}
 	_, err := Load(RoleAPI, false, envOf(bad))
 	if err == nil {

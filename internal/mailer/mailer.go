@@ -30,6 +30,10 @@ type Config struct {
 	RootCAs *x509.CertPool
 	// HELO is the name given in EHLO; empty means the host name.
 	HELO string
+	// AllowPlaintext lets a relay that is not on loopback and offers no STARTTLS have the message
+	// in clear (MAILVET_MAIL_ALLOW_PLAINTEXT). The message is a sign-in credential — a confirmation
+	// or password-reset link — so without it such a relay gets nothing.
+	AllowPlaintext bool
 }
 
 // Message is one mail: a plain-text body of lines.
@@ -46,6 +50,9 @@ const sendTimeout = 30 * time.Second
 // Relay sends mail through one SMTP relay.
 type Relay struct {
 	cfg Config
+	// onLoopback decides whether a relay host is on this machine (loopback); tests that can only
+	// run relays on loopback replace it to see how a remote relay is treated.
+	onLoopback func(host string) bool
 }
 
 // New returns a Relay for cfg.
@@ -56,15 +63,20 @@ func New(cfg Config) *Relay {
 			cfg.HELO = "localhost"
 		}
 	}
-	return &Relay{cfg: cfg}
+	return &Relay{cfg: cfg, onLoopback: loopback}
 }
 
 // ErrCredentialsInClear is Send's refusal to authenticate on a connection that is neither TLS nor
 // to a loopback relay: the password would cross the network in clear.
 var ErrCredentialsInClear = errors.New("mailer: the relay offers no STARTTLS and is not on loopback; refusing to send the password in clear")
 
+// ErrPlaintextRelay is Send's refusal to hand a message to a relay that is not on loopback and
+// offers no STARTTLS: the link in it signs its holder in, and would cross the network in clear.
+var ErrPlaintextRelay = errors.New("mailer: the relay offers no STARTTLS and is not on loopback; refusing to send a sign-in link in clear (MAILVET_MAIL_ALLOW_PLAINTEXT=true allows it)")
+
 // Send delivers m to the relay. STARTTLS is used whenever the relay offers it, and a failed TLS
 // handshake (an untrusted certificate) fails the send rather than falling back to clear text.
+// Without TLS, only a relay on loopback gets the message (or any relay, with AllowPlaintext), and
 // AUTH, when a username is configured, is sent only over TLS or to a relay on loopback.
 func (r *Relay) Send(ctx context.Context, m Message) error {
 	if bad(m.To) || bad(m.Subject) || bad(r.cfg.From) {
@@ -101,8 +113,12 @@ func (r *Relay) Send(ctx context.Context, m Message) error {
 		}
 		secure = true
 	}
+	local := r.onLoopback(host)
+	if !secure && !local && !r.cfg.AllowPlaintext {
+		return ErrPlaintextRelay
+	}
 	if r.cfg.Username != "" {
-		if !secure && !loopback(host) {
+		if !secure && !local {
 			return ErrCredentialsInClear
 		}
 		if err := c.Auth(plainAuth{user: r.cfg.Username, password: r.cfg.Password, host: host}); err != nil {

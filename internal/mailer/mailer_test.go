@@ -87,6 +87,37 @@ func TestCredentialsOnlyOverTLSOrLoopback(t *testing.T) {
 	}
 }
 
+// A relay that is not on loopback and offers no STARTTLS gets no message unless the operator
+// allows it in clear; with that, it still gets no password. (The relays here are on loopback, so
+// the test has the Relay treat them as remote.)
+func TestRemoteRelayWithoutTLS(t *testing.T) {
+	s := startSink(t, mailsink.Options{})
+	remote := func(string) bool { return false }
+	msg := Message{To: "d@example.com", Subject: "Reset your password", Body: "b"}
+
+	r := New(Config{Addr: s.Addr(), From: "noreply@mailvet.example"})
+	r.onLoopback = remote
+	if err := r.Send(t.Context(), msg); !errors.Is(err, ErrPlaintextRelay) {
+		t.Fatalf("send to a remote relay without TLS: %v, want ErrPlaintextRelay", err)
+	}
+
+	r = New(Config{Addr: s.Addr(), From: "noreply@mailvet.example", AllowPlaintext: true})
+	r.onLoopback = remote
+	if err := r.Send(t.Context(), msg); err != nil {
+		t.Fatalf("send in clear, allowed: %v", err)
+	}
+	if m := next(t, s, "d@example.com"); m.TLS || m.Subject != msg.Subject {
+		t.Fatalf("got %+v", m)
+	}
+
+	authed := startSink(t, mailsink.Options{Auth: func(u, p string) bool { return true }})
+	r = New(Config{Addr: authed.Addr(), From: "noreply@mailvet.example", AllowPlaintext: true, Username: "u", Password: "p"})
+	r.onLoopback = remote
+	if err := r.Send(t.Context(), msg); !errors.Is(err, ErrCredentialsInClear) {
+		t.Fatalf("AUTH to a remote relay in clear: %v, want ErrCredentialsInClear", err)
+	}
+}
+
 // A line break in the recipient or subject could add headers: refused before connecting.
 func TestHeaderInjectionRefused(t *testing.T) {
 	r := New(Config{Addr: "127.0.0.1:1", From: "noreply@mailvet.example"})
