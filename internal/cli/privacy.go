@@ -217,13 +217,14 @@ func (e env) audit(ctx context.Context, args []string) error {
 	if *asJSON || !isTerminal(e.stdout) {
 		return json.NewEncoder(e.stdout).Encode(p)
 	}
-	writeAudit(e.stdout, p)
+	writeAudit(e.stdout, p, *limit)
 	return nil
 }
 
-// writeAudit shows a page of events for a person. Actor and detail are shown inertly: an email
-// typed at sign-in is anyone's text.
-func writeAudit(w io.Writer, p client.AuditPage) {
+// writeAudit shows a page of events for a person, then the command for the next page (of the
+// same size, limit; 0 for the API's default). Actor and detail are shown inertly: an email typed
+// at sign-in is anyone's text.
+func writeAudit(w io.Writer, p client.AuditPage, limit int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tKIND\tOUTCOME\tACTOR\tCLIENT\tDETAIL")
 	for _, ev := range p.Events {
@@ -235,7 +236,10 @@ func writeAudit(w io.Writer, p client.AuditPage) {
 			safetext.Escape(ev.Actor), ip, safetext.Escape(ev.Detail))
 	}
 	tw.Flush()
-	if p.NextCursor != "" {
+	switch {
+	case p.NextCursor != "" && limit != 0:
+		fmt.Fprintf(w, "more: mailvet audit --limit %d --cursor %s\n", limit, p.NextCursor)
+	case p.NextCursor != "":
 		fmt.Fprintf(w, "more: mailvet audit --cursor %s\n", p.NextCursor)
 	}
 }

@@ -235,17 +235,23 @@ func TestAuditTable(t *testing.T) {
 	t.Parallel()
 	ip := "192.0.2.7"
 	var out bytes.Buffer
-	writeAudit(&out, client.AuditPage{NextCursor: "c2", Events: []client.AuditEvent{
+	page := client.AuditPage{NextCursor: "c2", Events: []client.AuditEvent{
 		{At: time.Date(2026, 11, 29, 6, 40, 0, 0, time.UTC), Kind: "signin", Outcome: "failure", ActorType: "dashboard_user",
 			Actor: "ann@acme.example\x1b[31m", ClientIP: &ip, Detail: "wrong password"},
 		{At: time.Date(2026, 11, 29, 6, 39, 0, 0, time.UTC), Kind: "plan_changed", Outcome: "success", ActorType: "system",
 			Actor: "stripe", Detail: "plan free → builder"},
-	}})
+	}}
+	writeAudit(&out, page, 0)
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "AT") || strings.Contains(out.String(), "\x1b") ||
 		!strings.Contains(lines[1], `ann@acme.example\u001b[31m`) || !strings.Contains(lines[1], "192.0.2.7") ||
 		!strings.Contains(lines[2], "stripe") || !strings.Contains(lines[2], " - ") || lines[3] != "more: mailvet audit --cursor c2" {
 		t.Fatalf("audit table:\n%s", out.String())
+	}
+	out.Reset()
+	writeAudit(&out, page, 2)
+	if !strings.HasSuffix(out.String(), "\nmore: mailvet audit --limit 2 --cursor c2\n") {
+		t.Errorf("the next page keeps the page size:\n%s", out.String())
 	}
 	if got := count(0, "delivery") + ", " + count(1, "job") + ", " + count(3, "list row"); got != "0 deliveries, 1 job, 3 list rows" {
 		t.Errorf("count: %q", got)
