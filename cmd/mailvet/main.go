@@ -1,5 +1,6 @@
 // Command mailvet is Mailvet's command-line client: it verifies addresses and CSV lists through
-// the API and manages keys and usage (docs/clients.md, "CLI"). The logic is in internal/cli.
+// the API, manages keys and usage, and exports or deletes the account's data and reads its audit
+// log (docs/clients.md, "CLI"). The logic is in internal/cli.
 package main
 
 import (

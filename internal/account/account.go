@@ -190,6 +190,32 @@ func (s *Store) SetSpendCap(ctx context.Context, id string, eur *float64) error 
 	return s.update(ctx, id, `hard_cap_eur = $2`, eur)
 }
 
+// ConfirmEmail marks the account's email confirmed by hand, as opening the link mailed at
+// sign-up does (docs/dashboard.md, "Email confirmation"; docs/operations.md, "bin/api admin"), and
+// reports whether it was unconfirmed: false means it already was confirmed and nothing changed.
+// ErrNotFound for no such account. Run in a transaction (InTx), the row stays locked until the
+// change's audit event is written with it.
+func (s *Store) ConfirmEmail(ctx context.Context, id string) (changed bool, err error) {
+	if uuid.Validate(id) != nil {
+		return false, ErrNotFound
+	}
+	var unconfirmed bool
+	err = s.pool.QueryRow(ctx, `SELECT email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, id).Scan(&unconfirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, ErrNotFound
+	}
+	if err != nil {
+		return false, datastore("read account", err)
+	}
+	if !unconfirmed {
+		return false, nil
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE accounts SET email_unconfirmed = false, updated_at = now() WHERE id = $1`, id); err != nil {
+		return false, datastore("confirm email", err)
+	}
+	return true, nil
+}
+
 func (s *Store) update(ctx context.Context, id, set string, arg any) error {
 	if uuid.Validate(id) != nil {
 		return ErrNotFound

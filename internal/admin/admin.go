@@ -1,5 +1,6 @@
 // Package admin implements the operator commands of `api admin …` (docs/operations.md, "bin/api admin"), the dashboard's
-// bootstrap: create accounts, issue and revoke provisioning keys, set tiers and spend caps. Each
+// bootstrap: create accounts, issue and revoke provisioning keys, set tiers and spend caps,
+// confirm an account's email by hand. Each
 // command prints exactly one JSON object on stdout, the result or an error object, so that
 // scripts can parse stdout in both cases. Help (`api admin help`, `-h`) is text for people.
 package admin

@@ -225,7 +225,7 @@ func TestHelpListsCommandsAndFlags(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 		for _, want := range []string{"usage: api admin COMMAND", "create-account", "create-provisioning-key",
-			"revoke-provisioning-key", "set-tier", "set-spend-cap", "--tier free|builder|scale", "--email ADDRESS",
+			"revoke-provisioning-key", "set-tier", "set-spend-cap", "confirm-email", "--tier free|builder|scale", "--email ADDRESS",
 			"--stripe-customer cus_…", "--account ID", "--customer cus_…", "--eur N", "--none"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%v: help lacks %q:\n%s", args, want, out.String())

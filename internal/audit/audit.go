@@ -54,11 +54,12 @@ const (
 	SpendCapChanged Kind = "spend_cap_changed"
 	PlanChanged     Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
 	AccountDeleted  Kind = "account_deleted"
+	EmailConfirmed  Kind = "email_confirmed" // an operator confirmed the account's email by hand (api admin confirm-email)
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, PlanChanged, AccountDeleted}
+	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

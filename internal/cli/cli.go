@@ -1,5 +1,5 @@
 // Package cli is the `mailvet` command (cmd/mailvet): verification of addresses and of files as
-// bulk lists, the lists themselves, keys and usage, all through the public Go client
+// bulk lists, the lists themselves, keys and usage, the account's personal data and audit log, all through the public Go client
 // (github.com/mailvet/mailvet/client), so the CLI can do nothing a client program could not.
 // docs/clients.md, "CLI", is its manual.
 package cli
@@ -52,13 +52,27 @@ Usage:
                                           --sandbox: a sandbox key (sk_test_…, docs/sandbox.md)
   mailvet keys revoke ID                  revoke a standard key
   mailvet usage [--json]                  this month's usage and the last 30 days
+  mailvet account show [--json]           the account: its id, tier, subscription, usage
+  mailvet account export [--out FILE]     everything the account stores, as one JSON document
+                                          (docs/personal-data.md); --out is written whole or not at all
+  mailvet account delete --confirm ACCOUNT_ID [--json]
+                                          delete the account and everything stored for it; it
+                                          cannot be undone, and every key stops working. ACCOUNT_ID
+                                          is the id account show prints; a paying account is
+                                          refused (cancel the subscription first)
+  mailvet history delete EMAIL [--json]   delete what the account stores of one address (results,
+                                          finished jobs and deliveries, finished lists' rows) and
+                                          print how many of each; takes a standard key
+  mailvet audit [--limit N] [--cursor C] [--json]
+                                          the account's audit log (sign-ins, keys, plan and spend
+                                          cap changes), newest first
   mailvet version                         the version
   mailvet help                            this text
   mailvet COMMAND -h                      one command's usage and flags (also --help)
 
 Environment:
-  MAILVET_API_KEY   the API key: a standard key (sk_live_…, or sandbox sk_test_…) for verify, a provisioning key
-                    (sk_mgmt_…) for keys and usage
+  MAILVET_API_KEY   the API key: a standard key (sk_live_…, or sandbox sk_test_…) for verify, lists and
+                    history delete; a provisioning key (sk_mgmt_…) for keys, usage, account and audit
   MAILVET_URL       the API's base URL (default http://localhost:8080)
 
 A file is read as CSV with a header row; the API picks the address column (--column, else the
@@ -88,7 +102,7 @@ func usagef(format string, args ...any) error {
 // helpRequest is a command's -h or --help: Run prints that command's usage on standard output
 // and exits ExitOK, as `mailvet help` does for the whole tool.
 type helpRequest struct {
-	command string        // the first word of the command line: verify, keys, lists, usage
+	command string        // the first word of the command line: verify, keys, lists, usage, …
 	flags   *flag.FlagSet // its flags, listed under the usage
 }
 
@@ -180,6 +194,12 @@ func (e env) dispatch(ctx context.Context, args []string) error {
 		return e.usage(ctx, rest)
 	case "lists":
 		return e.lists(ctx, rest)
+	case "account":
+		return e.account(ctx, rest)
+	case "history":
+		return e.history(ctx, rest)
+	case "audit":
+		return e.audit(ctx, rest)
 	default:
 		return usagef("unknown command %q", cmd)
 	}
@@ -202,7 +222,7 @@ func (e env) version(args []string) error {
 func (e env) client() (*client.Client, error) {
 	key := strings.TrimSpace(e.getenv("MAILVET_API_KEY"))
 	if key == "" {
-		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… or sandbox sk_test_… to verify, sk_mgmt_… for keys and usage)")
+		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… or sandbox sk_test_… to verify and for lists and history, sk_mgmt_… for keys, usage, account and audit)")
 	}
 	base := strings.TrimSpace(e.getenv("MAILVET_URL"))
 	if base == "" {

@@ -100,6 +100,7 @@ var kindText = map[audit.Kind]string{
 	audit.SpendCapChanged: "Spend cap changed",
 	audit.PlanChanged:     "Plan changed",
 	audit.AccountDeleted:  "Account deleted",
+	audit.EmailConfirmed:  "Email confirmed",
 }
 
 // securityPageSize is how many events a page shows.

@@ -5,6 +5,8 @@ import type {
   Account,
   AccountExport,
   AsyncAccepted,
+  AuditEvent,
+  AuditPage,
   BatchResult,
   BillingPortalResponse,
   CreatedKey,
@@ -111,6 +113,14 @@ export interface VerifyAsyncOptions extends CallOptions {
 export interface DeliveryFilter {
   status?: Delivery["state"];
   /** Page size, 1–100 (default 20). */
+  limit?: number;
+  /** The `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** The paging of {@link Mailvet.audit}`.list`, as the Go client's AuditQuery. */
+export interface AuditQuery {
+  /** Page size, 1–200 (default 50). */
   limit?: number;
   /** The `next_cursor` of the previous page. */
   cursor?: string;
@@ -430,6 +440,25 @@ export class Mailvet {
   };
 
   /**
+   * The account's audit log of security events (GET /v1/management/audit; docs/security.md,
+   * "Audit log"): sign-ins, key and password changes, plan and spend-cap changes, newest first.
+   * The Go client's AuditEvents.
+   */
+  readonly audit = {
+    /** One page of events, newest first; pass its `next_cursor` as `cursor` for the next. */
+    list: (query: AuditQuery = {}, options: CallOptions = {}): Promise<AuditPage> => {
+      const q = new URLSearchParams();
+      if (query.limit !== undefined) q.set("limit", String(query.limit));
+      if (query.cursor !== undefined) q.set("cursor", query.cursor);
+      const qs = q.toString();
+      return this.#json<AuditPage>({ ...options, method: "GET", path: "/v1/management/audit" + (qs ? "?" + qs : ""), key: "provisioning" });
+    },
+    /** Every event, newest first, fetching pages (of `limit`) as the loop needs them. */
+    all: (query: Omit<AuditQuery, "cursor"> = {}, options: CallOptions = {}): AsyncGenerator<AuditEvent, void, undefined> =>
+      this.#allAudit(query, options),
+  };
+
+  /**
    * Bulk lists (docs/lists.md): upload a file, follow its progress, download its rows with their
    * results. The list routes take the standard key.
    */
@@ -542,6 +571,15 @@ export class Mailvet {
     do {
       const page: DeliveryPage = await this.deliveries.list(cursor === undefined ? filter : { ...filter, cursor }, options);
       yield* page.deliveries;
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+
+  async *#allAudit(query: Omit<AuditQuery, "cursor">, options: CallOptions): AsyncGenerator<AuditEvent, void, undefined> {
+    let cursor: string | undefined;
+    do {
+      const page: AuditPage = await this.audit.list(cursor === undefined ? query : { ...query, cursor }, options);
+      yield* page.events;
       cursor = page.next_cursor;
     } while (cursor);
   }

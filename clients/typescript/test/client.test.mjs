@@ -89,6 +89,25 @@ describe("requests", () => {
     for (const r of f.requests) assert.equal(r.headers.authorization, "Bearer sk_mgmt_test");
   });
 
+  test("audit.list and audit.all page GET /v1/management/audit with the provisioning key", async () => {
+    const f = await fake((req, res) => {
+      const cursor = new URL(req.path, "http://x").searchParams.get("cursor");
+      send(res, 200, cursor ? { events: [{ id: "e2", kind: "signin" }] } : { events: [{ id: "e1", kind: "key_created" }], next_cursor: "c 1" });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    const page = await mv.audit.list({ limit: 1 });
+    assert.deepEqual(page, { events: [{ id: "e1", kind: "key_created" }], next_cursor: "c 1" });
+    assert.deepEqual((await mv.audit.list({ cursor: page.next_cursor })).events.map((e) => e.id), ["e2"]);
+    const all = [];
+    for await (const e of mv.audit.all({ limit: 1 })) all.push(e.id);
+    assert.deepEqual(all, ["e1", "e2"]);
+    assert.deepEqual(f.requests.map((r) => `${r.method} ${r.path}`), [
+      "GET /v1/management/audit?limit=1", "GET /v1/management/audit?cursor=c+1",
+      "GET /v1/management/audit?limit=1", "GET /v1/management/audit?limit=1&cursor=c+1",
+    ]);
+    for (const r of f.requests) assert.equal(r.headers.authorization, "Bearer sk_mgmt_test");
+  });
+
   test("deleteAccount, exportAccount and deleteHistory send their key, method, path and body", async () => {
     const f = await fake((req, res) => {
       if (req.path === "/v1/management/account" && req.method === "DELETE") return send(res, 204);

@@ -223,6 +223,32 @@ describe("against bin/api -dev -demo", () => {
     assert.equal(portal.error, "no_billing_customer", "the demo account has no Stripe customer");
   });
 
+  test("audit: a key created and revoked is in the audit log, newest first, a page at a time", async () => {
+    const mv = client();
+    const created = await mv.keys.create("ts-audit");
+    await mv.keys.revoke(created.id);
+    const first = await mv.audit.list({ limit: 1 });
+    assert.equal(first.events.length, 1);
+    assert.ok(first.next_cursor, "more events follow");
+    const [revoked] = first.events;
+    assert.equal(revoked.kind, "key_revoked");
+    assert.match(revoked.detail, /ts-audit/);
+    assert.equal(revoked.outcome, "success");
+    assert.equal(revoked.actor_type, "api_key");
+    assert.ok(!revoked.actor.includes(provisioningKey), "an actor is a key's display form, never the key");
+    const second = await mv.audit.list({ limit: 1, cursor: first.next_cursor });
+    assert.equal(second.events[0].kind, "key_created");
+    assert.match(second.events[0].detail, /ts-audit/);
+    const all = [];
+    for await (const e of mv.audit.all({ limit: 2 })) all.push(e.id);
+    assert.deepEqual(all.slice(0, 2), [revoked.id, second.events[0].id]);
+    assert.equal(new Set(all).size, all.length, "no event twice across pages");
+    const tooMany = await mv.audit.list({ limit: 500 }).catch((e) => e);
+    assert.ok(tooMany instanceof MailvetError && tooMany.status === 400 && tooMany.error === "invalid_request", String(tooMany));
+    const wrongKey = await new Mailvet({ baseUrl: base, provisioningKey: apiKey }).audit.list().catch((e) => e);
+    assert.ok(wrongKey instanceof MailvetError && wrongKey.error === "wrong_key_type", String(wrongKey));
+  });
+
   test("a sandbox key answers the magic addresses of docs/sandbox.md, marked sandbox, and bills nothing", async () => {
     const mv = client();
     // Usage rows of the earlier tests are written behind their responses: wait until it settles.

@@ -69,6 +69,9 @@ type Server struct {
 	ProvisioningKey string // sk_mgmt_… of the demo account
 	StandardKey     string // sk_live_… of the demo account
 	Banner          string // what the binary printed on stdout at start-up
+	// DatabaseURL is the server's own database, for a test that sets up a state no API route
+	// makes (an account paying for a subscription, say).
+	DatabaseURL string
 
 	stderr logtest.Buffer
 }
@@ -88,17 +91,18 @@ func Start(t testing.TB, env map[string]string) *Server {
 	t.Helper()
 	bin := binary(t)
 	httpAddr, opsAddr := freeport.Addr(t), freeport.Addr(t)
+	dbURL := pgtest.EmptyURL(t)
 	environ := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
-		"DATABASE_URL=" + pgtest.EmptyURL(t),
+		"DATABASE_URL=" + dbURL,
 		"MAILVET_HTTP_ADDR=" + httpAddr,
 		"MAILVET_METRICS_ADDR=" + opsAddr,
 	}
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	s := &Server{URL: "http://" + httpAddr}
+	s := &Server{URL: "http://" + httpAddr, DatabaseURL: dbURL}
 	var stdout logtest.Buffer
 	cmd := exec.Command(bin, "-dev", "-demo")
 	cmd.Dir = t.TempDir() // the embedded NATS store (.data/) goes here
