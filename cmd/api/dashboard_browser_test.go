@@ -114,12 +114,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	run := chromiumtest.Steps(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
