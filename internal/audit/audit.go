@@ -244,21 +244,9 @@ func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page
 	if uuid.Validate(accountID) != nil {
 		return Page{}, fmt.Errorf("%w: account id", ErrInvalidFilter)
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = DefaultPageSize
-	}
-	if limit < 1 || limit > MaxPageSize {
-		return Page{}, fmt.Errorf("%w: limit must be from 1 to %d", ErrInvalidFilter, MaxPageSize)
-	}
-	var afterAt *time.Time
-	var afterID *uuid.UUID
-	if f.Cursor != "" {
-		c, err := keyset.Decode(f.Cursor)
-		if err != nil {
-			return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
-		}
-		afterAt, afterID = &c.At, &c.ID
+	pg, err := keyset.Parse(f.Limit, DefaultPageSize, MaxPageSize, f.Cursor)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
@@ -267,7 +255,7 @@ func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page
 		WHERE account_id = $1
 		  AND ($2::timestamptz IS NULL OR (at, id) < ($2, $3::uuid))
 		ORDER BY at DESC, id DESC
-		LIMIT $4`, accountID, afterAt, afterID, limit+1)
+		LIMIT $4`, accountID, pg.AfterAt, pg.AfterID, pg.Size+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("list audit events: %w", err)
 	}
@@ -289,11 +277,7 @@ func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page
 	if err != nil {
 		return Page{}, fmt.Errorf("list audit events: %w", err)
 	}
-	page := Page{Events: events}
-	if len(events) > limit {
-		page.Events = events[:limit]
-		last := page.Events[limit-1]
-		page.NextCursor = keyset.Cursor{At: last.At, ID: last.ID}.Encode()
-	}
+	var page Page
+	page.Events, page.NextCursor = keyset.Cut(events, pg.Size, func(e Event) keyset.Cursor { return keyset.Cursor{At: e.At, ID: e.ID} })
 	return page, nil
 }

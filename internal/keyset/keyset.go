@@ -1,14 +1,16 @@
-// Package keyset is the page cursor of the logs read newest first by (time, id): the audit log
-// (internal/audit) and the delivery log (internal/webhook). Both hand clients the same opaque
-// next_cursor (docs/api.md): base64url of the last row's time in Unix microseconds, Postgres'
-// precision so that the (time, id) comparison is exact, followed by its id. One encoding serves
-// both, so a rule about what a cursor may hold is kept in one place.
+// Package keyset pages the logs read newest first by (time, id): the audit log (internal/audit)
+// and the delivery log (internal/webhook). Both take a limit and an opaque cursor, fetch one row
+// more than the page, and hand clients the same next_cursor (docs/api.md): base64url of the last
+// row's time in Unix microseconds, Postgres' precision so that the (time, id) comparison is
+// exact, followed by its id. One package serves both, so a rule about a page request or what a
+// cursor may hold is kept in one place.
 package keyset
 
 import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,4 +54,43 @@ func Decode(s string) (Cursor, error) {
 	}
 	copy(c.ID[:], b[8:])
 	return c, nil
+}
+
+// Page is a page request as the query takes it: the page's size, and the time and id of the
+// previous page's last row (both nil for the first page).
+type Page struct {
+	Size    int
+	AfterAt *time.Time
+	AfterID *uuid.UUID
+}
+
+// Parse reads a page request: limit is 0 for def, else 1 to max; cursor is "" for the first page,
+// else what Encode issued. Its error says what is wrong, for the caller to wrap in its own
+// invalid-filter error.
+func Parse(limit, def, max int, cursor string) (Page, error) {
+	p := Page{Size: limit}
+	if p.Size == 0 {
+		p.Size = def
+	}
+	if p.Size < 1 || p.Size > max {
+		return Page{}, fmt.Errorf("limit must be from 1 to %d", max)
+	}
+	if cursor != "" {
+		c, err := Decode(cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		p.AfterAt, p.AfterID = &c.At, &c.ID
+	}
+	return p, nil
+}
+
+// Cut trims rows, fetched with one row more than size, to the page, and returns the cursor of
+// the next page: "" when no row was left over, as then no page follows. at gives a row's
+// position.
+func Cut[T any](rows []T, size int, at func(T) Cursor) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	return rows[:size], at(rows[size-1]).Encode()
 }

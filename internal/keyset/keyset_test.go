@@ -38,3 +38,38 @@ func TestRefusesWhatWasNotIssued(t *testing.T) {
 		}
 	}
 }
+
+// A page request: 0 is the default size, the size is 1 to max, and a cursor positions the page
+// after the row it was issued for.
+func TestParse(t *testing.T) {
+	p, err := Parse(0, 20, 100, "")
+	if err != nil || p.Size != 20 || p.AfterAt != nil || p.AfterID != nil {
+		t.Errorf("Parse(0, 20, 100, \"\") = %+v, %v; want the first page of 20", p, err)
+	}
+	for _, limit := range []int{-1, 101} {
+		if _, err := Parse(limit, 20, 100, ""); err == nil || err.Error() != "limit must be from 1 to 100" {
+			t.Errorf("Parse(%d, 20, 100) = %v; want the limit's bounds", limit, err)
+		}
+	}
+	c := Cursor{At: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC), ID: uuid.New()}
+	p, err = Parse(100, 20, 100, c.Encode())
+	if err != nil || p.Size != 100 || p.AfterAt == nil || !p.AfterAt.Equal(c.At) || p.AfterID == nil || *p.AfterID != c.ID {
+		t.Errorf("Parse with a cursor = %+v, %v; want size 100 after %v", p, err, c)
+	}
+	if _, err := Parse(10, 20, 100, "bad"); !errors.Is(err, ErrBadCursor) {
+		t.Errorf("Parse with a bad cursor = %v, want ErrBadCursor", err)
+	}
+}
+
+// Cut keeps the page and names the next one only when the extra row came back.
+func TestCut(t *testing.T) {
+	at := func(i int) Cursor { return Cursor{At: time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)} }
+	rows, next := Cut([]int{5, 4, 3}, 2, at)
+	if len(rows) != 2 || next != at(4).Encode() {
+		t.Errorf("Cut of 3 rows to 2 = %v, %q; want [5 4] and the cursor of 4", rows, next)
+	}
+	rows, next = Cut([]int{5, 4}, 2, at)
+	if len(rows) != 2 || next != "" {
+		t.Errorf("Cut of 2 rows to 2 = %v, %q; want both and no next page", rows, next)
+	}
+}

@@ -93,21 +93,9 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	default:
 		return Page{}, fmt.Errorf("%w: unknown status %q", ErrInvalidFilter, f.Status)
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = DefaultPageSize
-	}
-	if limit < 1 || limit > MaxPageSize {
-		return Page{}, fmt.Errorf("%w: limit must be from 1 to %d", ErrInvalidFilter, MaxPageSize)
-	}
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if f.Cursor != "" {
-		c, err := keyset.Decode(f.Cursor)
-		if err != nil {
-			return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
-		}
-		afterTime, afterID = &c.At, &c.ID
+	pg, err := keyset.Parse(f.Limit, DefaultPageSize, MaxPageSize, f.Cursor)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
@@ -118,7 +106,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 		  AND ($2::text = '' OR state = $2)
 		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
 		ORDER BY created_at DESC, id DESC
-		LIMIT $5`, accountID, f.Status, afterTime, afterID, limit+1)
+		LIMIT $5`, accountID, f.Status, pg.AfterAt, pg.AfterID, pg.Size+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -132,12 +120,8 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	if err != nil {
 		return Page{}, fmt.Errorf("list deliveries: %w", err)
 	}
-	page := Page{Deliveries: ds}
-	if len(ds) > limit {
-		page.Deliveries = ds[:limit]
-		last := page.Deliveries[limit-1]
-		page.NextCursor = keyset.Cursor{At: last.CreatedAt, ID: last.ID}.Encode()
-	}
+	var page Page
+	page.Deliveries, page.NextCursor = keyset.Cut(ds, pg.Size, func(d Delivery) keyset.Cursor { return keyset.Cursor{At: d.CreatedAt, ID: d.ID} })
 	if len(page.Deliveries) == 0 {
 		return page, nil
 	}
