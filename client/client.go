@@ -26,6 +26,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -399,3 +400,23 @@ func decodeJSON(a *attempt, r request, out any) error {
 
 // pathEscape escapes one path segment (ids come from callers).
 func pathEscape(s string) string { return url.PathEscape(s) }
+
+// pagePath is the path of one page of a paged listing (Lists, Deliveries, AuditEvents): path with
+// the listing's own filters v (nil for none), the page's limit (0 for the API's default) and its
+// cursor (the previous page's NextCursor, "" for the first). The listings take limit and cursor
+// alike, so their query is built in one place.
+func pagePath(path string, v url.Values, limit int, cursor string) string {
+	if v == nil {
+		v = url.Values{}
+	}
+	if limit != 0 {
+		v.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		v.Set("cursor", cursor)
+	}
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	return path
+}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -85,19 +84,8 @@ func (c *Client) List(ctx context.Context, id string) (List, error) {
 
 // Lists reads one page of the account's lists, newest first (GET /v1/email/lists).
 func (c *Client) Lists(ctx context.Context, q ListsPage) (ListPage, error) {
-	v := url.Values{}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Cursor != "" {
-		v.Set("cursor", q.Cursor)
-	}
-	path := "/v1/email/lists"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
 	var p ListPage
-	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
+	err := c.call(ctx, request{http.MethodGet, pagePath("/v1/email/lists", nil, q.Limit, q.Cursor), nil}, http.StatusOK, &p)
 	return p, err
 }
 

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 )
 
 // The management API takes a provisioning key (sk_mgmt_…; docs/api.md, "Management API").
@@ -77,18 +76,8 @@ func (c *Client) Deliveries(ctx context.Context, q DeliveryQuery) (DeliveryPage,
 	if q.Status != "" {
 		v.Set("status", q.Status)
 	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Cursor != "" {
-		v.Set("cursor", q.Cursor)
-	}
-	path := "/v1/management/deliveries"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
 	var p DeliveryPage
-	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
+	err := c.call(ctx, request{http.MethodGet, pagePath("/v1/management/deliveries", v, q.Limit, q.Cursor), nil}, http.StatusOK, &p)
 	return p, err
 }
 
@@ -103,19 +92,8 @@ func (c *Client) RetryDelivery(ctx context.Context, id string) (Replay, error) {
 // AuditEvents lists the account's audit log of security events (sign-ins, key and password
 // changes; docs/security.md, "Audit log"), newest first, one page at a time.
 func (c *Client) AuditEvents(ctx context.Context, q AuditQuery) (AuditPage, error) {
-	v := url.Values{}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Cursor != "" {
-		v.Set("cursor", q.Cursor)
-	}
-	path := "/v1/management/audit"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
 	var p AuditPage
-	err := c.call(ctx, request{http.MethodGet, path, nil}, http.StatusOK, &p)
+	err := c.call(ctx, request{http.MethodGet, pagePath("/v1/management/audit", nil, q.Limit, q.Cursor), nil}, http.StatusOK, &p)
 	return p, err
 }
 

@@ -69,6 +69,26 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 	fmt.Fprint(w, body)
 }
 
+// writeBatch answers a batch request for emails as the API does when each is deliverable: the
+// batch fakes that split or wait out a rate limit answer their chunks alike.
+func writeBatch(w http.ResponseWriter, emails []string) {
+	var out []string
+	for _, e := range emails {
+		out = append(out, strings.Replace(deliverable, "ann@acme.example", e, 1))
+	}
+	writeJSON(w, 200, `{"results":[`+strings.Join(out, ",")+`],"count":`+fmt.Sprint(len(out))+`}`)
+}
+
+// numbered is n distinct addresses, u00@acme.example on, in order, so that a batch's results can
+// be matched to its input.
+func numbered(n int) []string {
+	emails := make([]string, n)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%02d@acme.example", i)
+	}
+	return emails
+}
+
 func rateLimited(w http.ResponseWriter, resetAt time.Time) {
 	w.Header().Set("Retry-After", fmt.Sprint(max(int(time.Until(resetAt).Seconds()+0.999), 1)))
 	writeJSON(w, http.StatusTooManyRequests, fmt.Sprintf(`{"error":"rate_limit_exceeded","message":"Rate limit of 10 emails per minute exceeded for this account.","action":"Wait until reset_at.","docs":"http://x/docs/errors#rate_limit_exceeded","limit":10,"window":"1m","reset_at":%q}`,
@@ -283,17 +303,10 @@ func TestChunksShrinkToTheRateLimit(t *testing.T) {
 			rateLimited(w, time.Now().Add(time.Minute))
 			return
 		}
-		var out []string
-		for _, e := range req.Emails {
-			out = append(out, strings.Replace(deliverable, "ann@acme.example", e, 1))
-		}
-		writeJSON(w, 200, `{"results":[`+strings.Join(out, ",")+`],"count":`+fmt.Sprint(len(out))+`}`)
+		writeBatch(w, req.Emails)
 	}))
 	t.Cleanup(srv.Close)
-	emails := make([]string, 25)
-	for i := range emails {
-		emails[i] = fmt.Sprintf("u%02d@acme.example", i)
-	}
+	emails := numbered(25)
 	// With retrying on too: a chunk over the whole per-minute limit can never pass, so it is not
 	// sent again after reset_at (a minute here) but split at once.
 	for _, retry := range []bool{false, true} {
@@ -547,17 +560,10 @@ func TestVerifyBatchProgress(t *testing.T) {
 			rateLimited(w, time.Now().Add(time.Second))
 			return
 		}
-		var out []string
-		for _, e := range req.Emails {
-			out = append(out, strings.Replace(deliverable, "ann@acme.example", e, 1))
-		}
-		writeJSON(w, 200, `{"results":[`+strings.Join(out, ",")+`],"count":`+fmt.Sprint(len(out))+`}`)
+		writeBatch(w, req.Emails)
 	}))
 	t.Cleanup(srv.Close)
-	emails := make([]string, 30)
-	for i := range emails {
-		emails[i] = fmt.Sprintf("u%02d@acme.example", i)
-	}
+	emails := numbered(30)
 	c := client.New("k", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
 	var got []client.BatchProgress
 	results, err := c.VerifyBatchWith(context.Background(), emails, client.BatchOptions{Progress: func(p client.BatchProgress) { got = append(got, p) }})

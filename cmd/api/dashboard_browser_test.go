@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/testkit/dnstest"
 	"github.com/mailvet/mailvet/internal/testkit/freeport"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
-	"github.com/miekg/dns"
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/mailvet/mailvet/internal/testkit/chromiumtest"
@@ -43,7 +43,7 @@ func dashboardServer(t *testing.T) (string, string, *served) {
 	t.Chdir(t.TempDir())
 	env := map[string]string{
 		"DATABASE_URL": db, "MAILVET_HTTP_ADDR": s.httpAddr, "MAILVET_METRICS_ADDR": s.opsAddr,
-		"MAILVET_PUBLIC_URL": base, "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true", "MAILVET_DNS_RESOLVER": loopbackDNS(t),
+		"MAILVET_PUBLIC_URL": base, "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true", "MAILVET_DNS_RESOLVER": dnstest.Loopback(t),
 		"STRIPE_SECRET_KEY": stripetest.SecretKey, "MAILVET_STRIPE_API_BASE": stripeURL,
 		"STRIPE_WEBHOOK_SECRET": stripeSigningSecret, "MAILVET_STRIPE_PRICE_BUILDER": "price_builder",
 	}
@@ -114,12 +114,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	run := chromiumtest.Steps(t, ctx)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
@@ -426,7 +421,7 @@ var (
 
 // failingReceiver is a webhook receiver that answers every callback with 500, over HTTPS at
 // hooks.test (callback URLs must be https with a host name: docs/api.md, "URL rules"). The API
-// process trusts its CA through SSL_CERT_FILE, and loopbackDNS resolves the name to loopback.
+// process trusts its CA through SSL_CERT_FILE, and dnstest.Loopback resolves the name to loopback.
 // Not parallel: SSL_CERT_FILE is process-wide.
 func failingReceiver(t *testing.T) (string, *atomic.Int32) {
 	t.Helper()
@@ -446,28 +441,4 @@ func failingReceiver(t *testing.T) (string, *atomic.Int32) {
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	return "https://hooks.test:" + port + "/mailvet", hits
-}
-
-// loopbackDNS is a DNS server that answers every A question with 127.0.0.1, for the webhook
-// workers (MAILVET_DNS_RESOLVER); the demo's verifier keeps the mail simulator's DNS.
-func loopbackDNS(t *testing.T) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		for _, q := range r.Question {
-			if q.Qtype == dns.TypeA {
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
-					A: net.IPv4(127, 0, 0, 1)})
-			}
-		}
-		_ = w.WriteMsg(m)
-	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return pc.LocalAddr().String()
 }

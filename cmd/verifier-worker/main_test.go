@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -19,16 +18,7 @@ func TestWorkerReadyAndStops(t *testing.T) { workertest.ReadyThenStop(t, run) }
 // -h prints the usage, the check command included, and is no failure; a bad flag is a usage error.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &out); err != nil {
-		t.Fatalf("-h: %v", err)
-	}
-	if !strings.Contains(out.String(), "check ADDRESS") {
-		t.Errorf("usage %q does not name check", out.String())
-	}
-	if err := run(context.Background(), []string{"-bogus"}, func(string) string { return "" }, io.Discard, io.Discard); !errors.Is(err, app.ErrUsage) {
-		t.Errorf("-bogus: %v, want a usage error", err)
-	}
+	workertest.Help(t, run, "check ADDRESS")
 }
 
 // An unknown command and a bad check command line are usage errors (exit 2) before anything
@@ -36,9 +26,7 @@ func TestHelp(t *testing.T) {
 // the test should the worker start serving after all.
 func TestCommandLineMistakes(t *testing.T) {
 	t.Parallel()
-	env := func(k string) string {
-		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
-	}
+	env := workertest.UnreachableEnv
 	for _, args := range [][]string{{"bogus"}, {"check"}, {"check", "a@b.example", "c@d.example"}, {"check", "-bogus", "a@b.example"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		var out, errOut bytes.Buffer

@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/miekg/dns"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/sealed"
+	"github.com/mailvet/mailvet/internal/testkit/dnstest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
@@ -64,7 +64,7 @@ func TestWorkerDeliversWithSSLCertFile(t *testing.T) {
 	dbURL, natsURL := pgtest.URL(t), natstest.URL(t)
 	env := map[string]string{
 		"DATABASE_URL": dbURL, "NATS_URL": natsURL, "MAILVET_METRICS_ADDR": ops,
-		"MAILVET_DNS_RESOLVER": loopbackDNS(t), "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true",
+		"MAILVET_DNS_RESOLVER": dnstest.Loopback(t), "MAILVET_WEBHOOK_ALLOW_PRIVATE": "true",
 		"MAILVET_SECRETS_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -189,25 +189,3 @@ var (
 	pkiCA   []byte
 	pkiLeaf tls.Certificate
 )
-
-// loopbackDNS serves A 127.0.0.1 for every name on a loopback UDP port.
-func loopbackDNS(t *testing.T) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		for _, q := range r.Question {
-			if q.Qtype == dns.TypeA {
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET}, A: net.IPv4(127, 0, 0, 1)})
-			}
-		}
-		_ = w.WriteMsg(m)
-	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return pc.LocalAddr().String()
-}

@@ -20,9 +20,7 @@ func TestWorkerReadyAndStops(t *testing.T) { workertest.ReadyThenStop(t, run) }
 // sealed secrets (docs/operations.md, "Secrets at rest").
 func TestWorkerRefusesWithoutSecretsKey(t *testing.T) {
 	t.Parallel()
-	env := func(k string) string {
-		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
-	}
+	env := workertest.UnreachableEnv
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	err := run(ctx, nil, env, io.Discard, io.Discard)
@@ -34,25 +32,14 @@ func TestWorkerRefusesWithoutSecretsKey(t *testing.T) {
 // -h prints the usage with its flag and is no failure; a bad flag is a usage error.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &out); err != nil {
-		t.Fatalf("-h: %v", err)
-	}
-	if !strings.Contains(out.String(), "-concurrency") {
-		t.Errorf("usage %q does not name -concurrency", out.String())
-	}
-	if err := run(context.Background(), []string{"-bogus"}, func(string) string { return "" }, io.Discard, io.Discard); !errors.Is(err, app.ErrUsage) {
-		t.Errorf("-bogus: %v, want a usage error", err)
-	}
+	workertest.Help(t, run, "-concurrency")
 }
 
 // The worker takes no arguments: a stray one is a usage error (exit 2) before anything starts.
 // The context only bounds the test should the worker start serving after all.
 func TestExtraArgumentIsUsageError(t *testing.T) {
 	t.Parallel()
-	env := func(k string) string {
-		return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
-	}
+	env := workertest.UnreachableEnv
 	for _, args := range [][]string{{"extra"}, {"-concurrency", "8", "serve"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		var errOut bytes.Buffer

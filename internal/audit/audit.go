@@ -18,8 +18,6 @@ package audit
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/keyset"
 	"github.com/mailvet/mailvet/internal/safetext"
 )
 
@@ -240,62 +239,15 @@ type Page struct {
 	NextCursor string
 }
 
-// cursor is the keyset position after the last event of a page: (at, id), opaque to clients as
-// base64url of the time in Unix microseconds (Postgres' precision, so comparisons are exact)
-// followed by the id, as the delivery log's (internal/webhook).
-type cursor struct {
-	at time.Time
-	id uuid.UUID
-}
-
-func (c cursor) encode() string {
-	b := make([]byte, 8, 24)
-	binary.BigEndian.PutUint64(b, uint64(c.at.UnixMicro()))
-	b = append(b, c.id[:]...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// Issued cursors hold a stored event's time: a time outside these bounds was not issued here, and
-// the bounds keep the query's timestamp within what Postgres holds.
-var (
-	minCursorTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxCursorTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-)
-
-func decodeCursor(s string) (cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != 24 {
-		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
-	}
-	c := cursor{at: time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8])))}
-	if c.at.Before(minCursorTime) || !c.at.Before(maxCursorTime) {
-		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
-	}
-	copy(c.id[:], b[8:])
-	return c, nil
-}
-
 // List returns a page of accountID's events, newest first. Only that account's events are ever
 // read: a cursor carries no account, so another account's cursor only positions within this one's.
 func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page, error) {
 	if uuid.Validate(accountID) != nil {
 		return Page{}, fmt.Errorf("%w: account id", ErrInvalidFilter)
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = DefaultPageSize
-	}
-	if limit < 1 || limit > MaxPageSize {
-		return Page{}, fmt.Errorf("%w: limit must be from 1 to %d", ErrInvalidFilter, MaxPageSize)
-	}
-	var afterAt *time.Time
-	var afterID *uuid.UUID
-	if f.Cursor != "" {
-		c, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return Page{}, err
-		}
-		afterAt, afterID = &c.at, &c.id
+	pg, err := keyset.Parse(f.Limit, DefaultPageSize, MaxPageSize, f.Cursor)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
@@ -304,7 +256,7 @@ func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page
 		WHERE account_id = $1
 		  AND ($2::timestamptz IS NULL OR (at, id) < ($2, $3::uuid))
 		ORDER BY at DESC, id DESC
-		LIMIT $4`, accountID, afterAt, afterID, limit+1)
+		LIMIT $4`, accountID, pg.AfterAt, pg.AfterID, pg.Size+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("list audit events: %w", err)
 	}
@@ -326,11 +278,7 @@ func List(ctx context.Context, db database.DB, accountID string, f Filter) (Page
 	if err != nil {
 		return Page{}, fmt.Errorf("list audit events: %w", err)
 	}
-	page := Page{Events: events}
-	if len(events) > limit {
-		page.Events = events[:limit]
-		last := page.Events[limit-1]
-		page.NextCursor = cursor{at: last.At, id: last.ID}.encode()
-	}
+	var page Page
+	page.Events, page.NextCursor = keyset.Cut(events, pg.Size, func(e Event) keyset.Cursor { return keyset.Cursor{At: e.At, ID: e.ID} })
 	return page, nil
 }

@@ -40,23 +40,34 @@ func confirmByMail(t *testing.T, sink *mailsink.Sink, base, email string) []chro
 	return []chromedp.Action[chromedp.Void]{chromedp.Navigate(base + u.RequestURI()), chromedp.Click(chromedp.CSS("#confirm"))}
 }
 
+// signUp fills in and sends the sign-up form on base (the test server) for email, with
+// testPassword, then does then: the first step of every browser journey here.
+func signUp(base, email string, then ...chromedp.Action[chromedp.Void]) []chromedp.Action[chromedp.Void] {
+	return append([]chromedp.Action[chromedp.Void]{chromedp.Navigate(base + "/dashboard/signup"),
+		chromedp.SendKeys(chromedp.CSS("#email"), email),
+		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
+		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
+		chromedp.Click(chromedp.CSS("#signup"))}, then...)
+}
+
+// signUpAndConfirm starts a journey that needs a confirmed account (keys, the playground, the
+// pages behind them): it signs up as email on base, waits for the page that asks for the
+// confirmation (its button to send the link again visible), confirms as the mailed link would,
+// and waits for the overview. The mail is read only once the sign-up has sent it.
+func signUpAndConfirm(t *testing.T, run chromiumtest.Run, sink *mailsink.Sink, base, email string) {
+	t.Helper()
+	run("sign up", signUp(base, email, chromedp.WaitVisible(chromedp.CSS("#resend")))...)
+	run("confirm the email", append(confirmByMail(t, sink, base, email), chromedp.WaitVisible(chromedp.CSS("#tier")))...)
+}
+
 // The journey of a new customer in a real browser: sign up, find the link in the mail (the
 // fixture's sink), confirm, and create a key — refused before the confirmation, created after.
 func TestSignupConfirmAndCreateKeyInBrowser(t *testing.T) {
 	bin := chromiumtest.Path(t)
 	f := newFixture(t, nil)
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	run("sign up", chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "new@example.com"),
-		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
-		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	run := chromiumtest.Steps(t, ctx)
+	run("sign up", signUp(f.srv.URL, "new@example.com", chromedp.WaitVisible(chromedp.CSS("#confirm-state")))...)
 	run("keys before the confirmation", chromedp.Navigate(f.srv.URL+"/dashboard/keys"), chromedp.WaitVisible(chromedp.CSS("#resend")))
 	if n := f.keyCount(t, "new@example.com"); n != 0 {
 		t.Fatalf("%d keys before the confirmation", n)
@@ -96,12 +107,7 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 	}
 
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	run := chromiumtest.Steps(t, ctx)
 	eval := func(js string) bool {
 		t.Helper()
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
@@ -110,13 +116,8 @@ func TestPhoneLayoutAndDoubleSubmit(t *testing.T) {
 		}
 		return ok
 	}
-	run("sign up", chromedp.EmulateViewport(375, 800), chromedp.Navigate(srv.URL+"/dashboard/signup"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
-		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
-		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#resend")))
-	run("confirm the email", confirmByMail(t, f.sink, srv.URL, "ann@example.com")...)
-	run("overview", chromedp.WaitVisible(chromedp.CSS("#tier")))
+	run("phone width", chromedp.EmulateViewport(375, 800))
+	signUpAndConfirm(t, run, f.sink, srv.URL, "ann@example.com")
 	for _, label := range []string{"production with a long label", "staging"} {
 		run("create key "+label, chromedp.Navigate(srv.URL+"/dashboard/keys"),
 			chromedp.SendKeys(chromedp.CSS("#label"), label), chromedp.Click(chromedp.CSS("#create-key")),
@@ -175,19 +176,9 @@ func TestPhoneWidthNothingOverflows(t *testing.T) {
 			Rows: 1000000, Unique: 987654, Verified: 123456, CreatedAt: created})
 	}
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	run("sign up", chromedp.EmulateViewport(375, 800), chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
-		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
-		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
-	run("confirm the email", append(confirmByMail(t, f.sink, f.srv.URL, "ann@example.com"),
-		chromedp.WaitVisible(chromedp.CSS("#tier")))...)
+	run := chromiumtest.Steps(t, ctx)
+	run("phone width", chromedp.EmulateViewport(375, 800))
+	signUpAndConfirm(t, run, f.sink, f.srv.URL, "ann@example.com")
 	acct := f.accountOf(t, "ann@example.com")
 	run("create a key", chromedp.Navigate(f.srv.URL+"/dashboard/keys"),
 		chromedp.SendKeys(chromedp.CSS("#label"), "production"), chromedp.Click(chromedp.CSS("#create-key")),

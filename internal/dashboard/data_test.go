@@ -117,18 +117,9 @@ func TestDataPageDeletionInBrowser(t *testing.T) {
 	bin := chromiumtest.Path(t)
 	f := newFixture(t, nil)
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	run("sign up", chromedp.Navigate(f.srv.URL+"/dashboard/signup"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "ann@example.com"),
-		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
-		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		// An unconfirmed account may still delete itself: Settings and its data page stay open.
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
+	run := chromiumtest.Steps(t, ctx)
+	// An unconfirmed account may still delete itself: Settings and its data page stay open.
+	run("sign up", signUp(f.srv.URL, "ann@example.com", chromedp.WaitVisible(chromedp.CSS("#confirm-state")))...)
 	acct := f.accountOf(t, "ann@example.com")
 	run("open the data page", chromedp.Navigate(f.srv.URL+"/dashboard/settings"),
 		chromedp.Click(chromedp.CSS("#data-link")), chromedp.WaitVisible(chromedp.CSS("#delete-account")))

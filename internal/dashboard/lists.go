@@ -466,15 +466,8 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request, s *session) {
 
 // listAnswer renders list id's page with status and msg, an error of an action on it.
 func (h *Handler) listAnswer(w http.ResponseWriter, r *http.Request, s *session, p auth.Principal, id uuid.UUID, status int, msg string, confirm bool) {
-	got, err := h.getList(r.Context(), p, id)
-	if errors.Is(err, list.ErrNotFound) {
-		h.listNotFound(w, r, s)
-		return
-	}
-	if err != nil {
-		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
-			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
-		}
+	got, ok := h.readList(w, r, s, p, id)
+	if !ok {
 		return
 	}
 	l := h.view(got)
@@ -491,6 +484,24 @@ func (h *Handler) listAnswer(w http.ResponseWriter, r *http.Request, s *session,
 	}
 	h.render(w, r, status, "list", &view{Title: title, Nav: "lists", Session: s, Error: msg, Notice: n,
 		Data: listPageData{listView: l, ConfirmDelete: confirm}})
+}
+
+// readList reads list id for its page or its download. When it answers false it has already
+// answered: the not-found page, the outage page of a list store that did not answer, or a
+// failure. Both routes answer a list they cannot read alike, so that rule is written once.
+func (h *Handler) readList(w http.ResponseWriter, r *http.Request, s *session, p auth.Principal, id uuid.UUID) (list.List, bool) {
+	l, err := h.getList(r.Context(), p, id)
+	if errors.Is(err, list.ErrNotFound) {
+		h.listNotFound(w, r, s)
+		return list.List{}, false
+	}
+	if err != nil {
+		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
+			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
+		}
+		return list.List{}, false
+	}
+	return l, true
 }
 
 func (h *Handler) listNotFound(w http.ResponseWriter, r *http.Request, s *session) {
@@ -527,15 +538,8 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 	if format != "ndjson" {
 		format = "csv"
 	}
-	l, err := h.getList(ctx, p, id)
-	if errors.Is(err, list.ErrNotFound) {
-		h.listNotFound(w, r, s)
-		return
-	}
-	if err != nil {
-		if pr := problems.OfList(err); pr == nil || !h.unavailable(w, r, s, pr) {
-			h.failure(w, r, s, fmt.Errorf("get list: %w", err))
-		}
+	l, ok := h.readList(w, r, s, p, id)
+	if !ok {
 		return
 	}
 	// A person downloads the file to open it, most often in a spreadsheet: formula cells are

@@ -272,19 +272,9 @@ func TestSecurityPageAtPhoneWidth(t *testing.T) {
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
 	ctx := chromiumtest.Start(t, bin, 60*time.Second)
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	run("sign up", chromedp.EmulateViewport(375, 800), chromedp.Navigate(srv.URL+"/dashboard/signup"),
-		chromedp.SendKeys(chromedp.CSS("#email"), "a.rather.long.address.for.a.phone@example.com"),
-		chromedp.SendKeys(chromedp.CSS("#password"), testPassword),
-		chromedp.SendKeys(chromedp.CSS("#password_confirm"), testPassword),
-		chromedp.Click(chromedp.CSS("#signup")), chromedp.WaitVisible(chromedp.CSS("#confirm-state")))
-	run("confirm the email", append(confirmByMail(t, f.sink, srv.URL, "a.rather.long.address.for.a.phone@example.com"),
-		chromedp.WaitVisible(chromedp.CSS("#tier")))...)
+	run := chromiumtest.Steps(t, ctx)
+	run("phone width", chromedp.EmulateViewport(375, 800))
+	signUpAndConfirm(t, run, f.sink, srv.URL, "a.rather.long.address.for.a.phone@example.com")
 	acct := f.accountOf(t, "a.rather.long.address.for.a.phone@example.com")
 	pgtest.Must(t, audit.Record(context.Background(), f.pool, audit.Event{AccountID: acct, ActorType: audit.ActorKey,
 		Actor: "sk_mgmt_abcd…wxyz", Kind: audit.KeyCreated, Outcome: audit.Success,

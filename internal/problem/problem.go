@@ -88,6 +88,32 @@ const (
 // RetryAfterSeconds is the Retry-After of a dependency outage the client waits out.
 const RetryAfterSeconds = "2"
 
+// actionRetryLater is the action of a failure on the service's side that a retry may get past
+// (an internal error, a failed datastore statement, a portal the provider did not give): the
+// request id lets support find the failure in the log. Several problems give it, in the same words.
+const actionRetryLater = "Retry later; if it persists, contact support with the X-Request-Id of the response."
+
+// retryAfter sets the Retry-After header of p's response to seconds, keeping any other header p
+// has: every refusal a client may retry says when in the same way.
+func retryAfter(p *Problem, seconds string) *Problem {
+	if p.Header == nil {
+		p.Header = http.Header{}
+	}
+	p.Header.Set("Retry-After", seconds)
+	return p
+}
+
+// closesConnection has p's response close the connection, keeping any other header p has: after
+// a refused or late upload the rest of the body may still be on its way, and it must not be read
+// as the next request.
+func closesConnection(p *Problem) *Problem {
+	if p.Header == nil {
+		p.Header = http.Header{}
+	}
+	p.Header.Set("Connection", "close")
+	return p
+}
+
 // Invalid is the 400 for bad input; the message must name the offending field.
 func Invalid(format string, args ...any) *Problem {
 	return New(http.StatusBadRequest, CodeInvalidRequest,
@@ -136,7 +162,7 @@ var table = []mapping{
 		"Do not retry: an operator of this deployment must set STRIPE_SECRET_KEY (and restart the API) before the billing portal can open.",
 		"Billing is not configured on this deployment."},
 	{billing.ErrPortalUnavailable, http.StatusInternalServerError, CodeBillingPortalUnavailable,
-		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		actionRetryLater,
 		"The billing provider did not return a portal URL."},
 	{webhook.ErrInvalidFilter, http.StatusBadRequest, CodeInvalidRequest,
 		"Use status pending, retrying, delivered or failed, limit 1–100, and the next_cursor of the previous page.", ""},
@@ -162,10 +188,10 @@ var table = []mapping{
 		"Retry with the same key after the seconds in Retry-After: you will get the first request's response once it has finished.",
 		"A request with this Idempotency-Key is still running."},
 	{idempotency.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
-		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		actionRetryLater,
 		"The datastore request failed."},
 	{account.ErrDatastore, http.StatusInternalServerError, CodeDatastore,
-		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		actionRetryLater,
 		"The datastore request failed."},
 }
 
@@ -196,12 +222,12 @@ func Of(err error) *Problem {
 			p := &Problem{Status: m.status, Code: m.code, Action: m.action, Message: msg}
 			if m.status == http.StatusServiceUnavailable {
 				// A dependency outage the client waits out: when to retry, and the cause for the log.
-				p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
+				retryAfter(p, RetryAfterSeconds)
 				p.Cause = err
 			}
 			if m.code == CodeIdempotencyKeyInUse {
 				// The first request is still running; a retry a second later may find it finished.
-				p.Header = http.Header{"Retry-After": {"1"}}
+				retryAfter(p, "1")
 			}
 			return p
 		}
@@ -259,7 +285,7 @@ func Upload(err error) *Problem {
 		p = New(http.StatusServiceUnavailable, CodeServiceUnavailable,
 			"Retry after the number of seconds in Retry-After, or once an upload on its way has been answered; nothing was stored or charged.",
 			"The upload was not received: %v.", busy.Reason)
-		p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
+		retryAfter(p, RetryAfterSeconds)
 	case errors.As(err, &large) && large.Size > 0:
 		p = ListTooLarge("The file is %d bytes; the limit is %d bytes.", large.Size, large.Limit)
 	case errors.As(err, &large):
@@ -282,37 +308,29 @@ func Upload(err error) *Problem {
 	default:
 		return nil
 	}
-	if p.Header == nil {
-		p.Header = http.Header{}
-	}
-	p.Header.Set("Connection", "close")
-	return p
+	return closesConnection(p)
 }
 
 // ListTooLarge is the 413 of an upload over the list limits. It closes the connection, as the
 // rest of the file may still be on its way.
 func ListTooLarge(format string, args ...any) *Problem {
-	p := New(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-		"Split the file into several lists within the limits; nothing was stored or charged.", format, args...)
-	p.Header = http.Header{"Connection": {"close"}}
-	return p
+	return closesConnection(New(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		"Split the file into several lists within the limits; nothing was stored or charged.", format, args...))
 }
 
 // RequestTimeout is the 408 for a body that did not arrive in time. The connection is closed
 // after it: the rest of the body may still be on its way, and it must not be read as the next
 // request.
 func RequestTimeout() *Problem {
-	p := New(http.StatusRequestTimeout, CodeRequestTimeout,
+	return closesConnection(New(http.StatusRequestTimeout, CodeRequestTimeout,
 		"Send the whole request body at once, right after the headers; if the network is slow, send smaller requests.",
-		"The request body did not arrive in time.")
-	p.Header = http.Header{"Connection": {"close"}}
-	return p
+		"The request body did not arrive in time."))
 }
 
 // Internal is the 500 of an unexpected failure: the client is told nothing of its internals.
 func Internal() *Problem {
 	return New(http.StatusInternalServerError, CodeInternal,
-		"Retry later; if it persists, contact support with the X-Request-Id of the response.",
+		actionRetryLater,
 		"Internal server error.")
 }
 
@@ -339,7 +357,7 @@ func Admission(err error) *Problem {
 		if rl.Asked <= rl.Limit {
 			// A request larger than a whole window gets no Retry-After: retrying it as it is
 			// can never pass, and clients that honour the header would wait for nothing.
-			p.Header = http.Header{"Retry-After": {strconv.Itoa(SecondsUntil(rl.Reset, time.Now()))}}
+			retryAfter(p, strconv.Itoa(SecondsUntil(rl.Reset, time.Now())))
 		}
 		return p
 	case errors.As(err, &qe):
@@ -357,7 +375,7 @@ func Admission(err error) *Problem {
 		p := New(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded, action, "%s", msg)
 		p.Extra = map[string]any{"limit": qe.Limit, "used": qe.Used, "reset_at": isoTime(qe.Reset)}
 		if qe.Asked <= qe.Limit {
-			p.Header = http.Header{"Retry-After": {strconv.Itoa(SecondsUntil(qe.Reset, time.Now()))}}
+			retryAfter(p, strconv.Itoa(SecondsUntil(qe.Reset, time.Now())))
 		}
 		return p
 	case errors.As(err, &sc):
@@ -378,11 +396,9 @@ func Admission(err error) *Problem {
 			"room": sc.Room, "reset_at": isoTime(sc.Reset)}
 		return p
 	case errors.Is(err, usage.ErrQuotaCheck):
-		p := New(http.StatusServiceUnavailable, CodeQuotaCheckFailed,
+		return retryAfter(New(http.StatusServiceUnavailable, CodeQuotaCheckFailed,
 			"Retry after the number of seconds in Retry-After; nothing was charged.",
-			"The monthly quota could not be checked right now.")
-		p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
-		return p
+			"The monthly quota could not be checked right now."), RetryAfterSeconds)
 	case errors.Is(err, usage.ErrUnavailable):
 		return Unavailable(errUsageUnchecked)
 	case errors.Is(err, queue.ErrNoWorkers), errors.Is(err, queue.ErrBusy), errors.Is(err, queue.ErrTimeout):
@@ -398,7 +414,7 @@ func Unavailable(err error) *Problem {
 	p := New(http.StatusServiceUnavailable, CodeServiceUnavailable,
 		"Retry after the number of seconds in Retry-After; nothing was charged for this request.",
 		"Verification is temporarily unavailable: %s.", PublicCause(err))
-	p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
+	retryAfter(p, RetryAfterSeconds)
 	if !slices.Contains(publicCauses, err) {
 		p.Cause = err
 	}
@@ -425,11 +441,9 @@ func PublicCause(err error) string {
 // DatastoreUnavailable is the 503 of a request whose datastore did not answer in time (a
 // partition, a restart, an overloaded Postgres): the request had no effect and can be retried.
 func DatastoreUnavailable() *Problem {
-	p := New(http.StatusServiceUnavailable, CodeServiceUnavailable,
+	return retryAfter(New(http.StatusServiceUnavailable, CodeServiceUnavailable,
 		"Retry after the number of seconds in Retry-After; if it persists, contact support with the X-Request-Id of the response.",
-		"The datastore could not be reached in time.")
-	p.Header = http.Header{"Retry-After": {RetryAfterSeconds}}
-	return p
+		"The datastore could not be reached in time."), RetryAfterSeconds)
 }
 
 // SecondsUntil is the whole seconds from now until t, at least 1: a Retry-After or

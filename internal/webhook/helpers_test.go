@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/dnstest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/tlstest"
@@ -132,16 +133,6 @@ func dnsServer(t testing.TB, answer func(qtype uint16, n int) []net.IP) string {
 	return pc.LocalAddr().String()
 }
 
-// loopbackDNS resolves every name to 127.0.0.1 (and nothing for AAAA).
-func loopbackDNS(t testing.TB) string {
-	return dnsServer(t, func(qtype uint16, _ int) []net.IP {
-		if qtype == dns.TypeA {
-			return []net.IP{net.IPv4(127, 0, 0, 1).To4()}
-		}
-		return nil
-	})
-}
-
 // bundle is what a delivery test works with: a fresh database with an account and a job, an
 // embedded JetStream server, and a DNS server for testHost.
 type bundle struct {
@@ -155,7 +146,7 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	b := &bundle{pool: pgtest.New(t), dns: loopbackDNS(t)}
+	b := &bundle{pool: pgtest.New(t), dns: dnstest.Loopback(t)}
 	srv := natstest.Server(t)
 	b.natsURL = srv.ClientURL()
 	b.js = connectJS(t, b.natsURL)

@@ -2,8 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/keyset"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 )
@@ -87,43 +86,6 @@ type Page struct {
 	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
-// cursor is the keyset position after the last delivery of a page: (created_at, id) in the
-// page's order. It is opaque to clients: base64url of the creation time in Unix microseconds
-// (Postgres' precision, so the comparison is exact) followed by the id.
-type cursor struct {
-	createdAt time.Time
-	id        uuid.UUID
-}
-
-func (c cursor) encode() string {
-	b := make([]byte, 8, 24)
-	binary.BigEndian.PutUint64(b, uint64(c.createdAt.UnixMicro()))
-	b = append(b, c.id[:]...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// Issued cursors hold the creation time of a stored delivery, so a time outside these bounds
-// was not issued here. The bounds also keep the query's timestamp within what Postgres can hold
-// (4713 BC to 294276 AD); beyond that the query would fail instead of the cursor being refused.
-var (
-	minCursorTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxCursorTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-)
-
-func decodeCursor(s string) (cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != 24 {
-		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
-	}
-	var c cursor
-	c.createdAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b[:8])))
-	if c.createdAt.Before(minCursorTime) || !c.createdAt.Before(maxCursorTime) {
-		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalidFilter)
-	}
-	copy(c.id[:], b[8:])
-	return c, nil
-}
-
 // ListDeliveries returns a page of an account's deliveries, newest first, each with its attempts.
 func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilter) (Page, error) {
 	switch f.Status {
@@ -131,25 +93,9 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	default:
 		return Page{}, fmt.Errorf("%w: unknown status %q", ErrInvalidFilter, f.Status)
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = DefaultPageSize
-	}
-	if limit < 1 || limit > MaxPageSize {
-		return Page{}, fmt.Errorf("%w: limit must be from 1 to %d", ErrInvalidFilter, MaxPageSize)
-	}
-	var after *cursor
-	if f.Cursor != "" {
-		c, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return Page{}, err
-		}
-		after = &c
-	}
-	var afterTime *time.Time
-	var afterID *uuid.UUID
-	if after != nil {
-		afterTime, afterID = &after.createdAt, &after.id
+	pg, err := keyset.Parse(f.Limit, DefaultPageSize, MaxPageSize, f.Cursor)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalidFilter, err)
 	}
 	// One row more than the page tells whether another page follows.
 	rows, err := db.Query(ctx, `
@@ -160,7 +106,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 		  AND ($2::text = '' OR state = $2)
 		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
 		ORDER BY created_at DESC, id DESC
-		LIMIT $5`, accountID, f.Status, afterTime, afterID, limit+1)
+		LIMIT $5`, accountID, f.Status, pg.AfterAt, pg.AfterID, pg.Size+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -174,12 +120,8 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 	if err != nil {
 		return Page{}, fmt.Errorf("list deliveries: %w", err)
 	}
-	page := Page{Deliveries: ds}
-	if len(ds) > limit {
-		page.Deliveries = ds[:limit]
-		last := page.Deliveries[limit-1]
-		page.NextCursor = cursor{createdAt: last.CreatedAt, id: last.ID}.encode()
-	}
+	var page Page
+	page.Deliveries, page.NextCursor = keyset.Cut(ds, pg.Size, func(d Delivery) keyset.Cursor { return keyset.Cursor{At: d.CreatedAt, ID: d.ID} })
 	if len(page.Deliveries) == 0 {
 		return page, nil
 	}

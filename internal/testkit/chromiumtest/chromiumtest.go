@@ -78,3 +78,18 @@ func Start(t *testing.T, bin string, timeout time.Duration, extra ...chromedp.Ex
 	})
 	return ctx
 }
+
+// Run runs one named step of a browser test: its actions, in order, in the browser.
+type Run func(step string, actions ...chromedp.Action[chromedp.Void])
+
+// Steps returns the Run of a test's browser, whose steps run in ctx (as Start returns it). A step
+// that fails stops the test with the step's name, so that a failed journey says where it broke;
+// every browser test runs its journey this way.
+func Steps(t *testing.T, ctx context.Context) Run {
+	return func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+}

@@ -3,12 +3,16 @@
 package workertest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/testkit/freeport"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
@@ -55,5 +59,29 @@ func ReadyThenStop(t *testing.T, run Run) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("worker did not stop within 5 s")
+	}
+}
+
+// UnreachableEnv is an environment whose Postgres and NATS are on a loopback port nothing listens
+// on: a worker that is to refuse its command line before it starts does so with it, and one that
+// got past it anyway fails instead of serving.
+func UnreachableEnv(k string) string {
+	return map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1"}[k]
+}
+
+// Help checks a worker's -h and a bad flag, which every worker answers alike: -h prints the usage,
+// which names want, and is no failure; -bogus is a usage error (app.ErrUsage, exit 2).
+func Help(t *testing.T, run Run, want string) {
+	t.Helper()
+	noEnv := func(string) string { return "" }
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, noEnv, io.Discard, &out); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("usage %q does not name %s", out.String(), want)
+	}
+	if err := run(context.Background(), []string{"-bogus"}, noEnv, io.Discard, io.Discard); !errors.Is(err, app.ErrUsage) {
+		t.Errorf("-bogus: %v, want a usage error", err)
 	}
 }
