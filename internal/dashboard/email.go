@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/mailer"
 )
 
@@ -283,8 +284,12 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, _ string) {
 		if u, err = h.useToken(ctx, tx, r.PostForm.Get("token"), purposeConfirm); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE accounts SET email_unconfirmed = false, updated_at = now() WHERE id = $1`, u.AccountID)
-		return err
+		tag, err := tx.Exec(ctx, `UPDATE accounts SET email_unconfirmed = false, updated_at = now() WHERE id = $1 AND email_unconfirmed`, u.AccountID)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // already confirmed (by an operator, say): nothing happened to record
+		}
+		// The confirmation is a change like any other: it happens with its event or not at all.
+		return audit.Record(ctx, tx, h.auditEvent(r, u.AccountID, u.Email, audit.EmailConfirmed, audit.Success, "confirmed with the mailed link"))
 	})
 	if errors.Is(err, errBadToken) {
 		h.badLink(w, r, purposeConfirm)

@@ -95,6 +95,13 @@ func TestSignupIsConfirmedByMail(t *testing.T) {
 	if f.unconfirmed(t, "ann@example.com") {
 		t.Fatal("still unconfirmed")
 	}
+	var actor, detail string
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT actor, detail FROM audit_events
+		WHERE kind = 'email_confirmed' AND account_id = (SELECT account_id FROM dashboard_users WHERE email = 'ann@example.com')`).
+		Scan(&actor, &detail), "the confirmation's audit event")
+	if actor != "ann@example.com" || detail != "confirmed with the mailed link" {
+		t.Fatalf("audit event by %q: %q", actor, detail)
+	}
 	if resp, body := b.get(link); resp.StatusCode != http.StatusGone || !strings.Contains(body, "expired or was already used") {
 		t.Fatalf("the used link again: %d", resp.StatusCode)
 	}

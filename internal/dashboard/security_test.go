@@ -117,6 +117,7 @@ func TestDashboardActionsAreAudited(t *testing.T) {
 	checkEvents(t, f.events(t, acct), "ann@example.com", []wantEvent{
 		{audit.SignUp, audit.Success, "free account created"},
 		{audit.SignIn, audit.Success, "after sign-up"},
+		{audit.EmailConfirmed, audit.Success, "confirmed with the mailed link"},
 		{audit.KeyCreated, audit.Success, "standard key " + prefix + " (production)"},
 		{audit.KeyRevoked, audit.Success, "standard key " + prefix + " (production)"},
 		{audit.KeyCreated, audit.Success, "provisioning key sk_mgmt_"},
@@ -138,7 +139,7 @@ func TestDashboardActionsAreAudited(t *testing.T) {
 		t.Fatalf("security page: %d", resp.StatusCode)
 	}
 	rows := regexp.MustCompile(`<tr data-kind="([a-z_]+)" data-outcome="([a-z]+)">`).FindAllStringSubmatch(page, -1)
-	if len(rows) != 12 || rows[0][1] != "signin" || rows[0][2] != "success" || rows[1][1] != "signin" || rows[1][2] != "failure" || rows[11][1] != "signup" {
+	if len(rows) != 13 || rows[0][1] != "signin" || rows[0][2] != "success" || rows[1][1] != "signin" || rows[1][2] != "failure" || rows[12][1] != "signup" {
 		t.Errorf("the page's rows, newest first: %v", rows)
 	}
 	for _, want := range []string{"Key created", "Spend cap changed", `<span class="badge failed">failed</span>`, "<code>127.0.0.1</code>",
@@ -187,7 +188,8 @@ func TestSigninFailuresAndTheThrottleAreAudited(t *testing.T) {
 		}
 	}
 	want := make([]wantEvent, 0, 8)
-	want = append(want, wantEvent{audit.SignUp, audit.Success, ""}, wantEvent{audit.SignIn, audit.Success, ""})
+	want = append(want, wantEvent{audit.SignUp, audit.Success, ""}, wantEvent{audit.SignIn, audit.Success, ""},
+		wantEvent{audit.EmailConfirmed, audit.Success, "confirmed with the mailed link"})
 	for range maxAccountFailures {
 		want = append(want, wantEvent{audit.SignIn, audit.Failure, "wrong password"})
 	}
@@ -252,11 +254,12 @@ func TestSecurityPageIsPerAccountAndPaged(t *testing.T) {
 		t.Fatal("no link to older events")
 	}
 	_, page = ann.get("/dashboard/security" + strings.ReplaceAll(older[1], "&amp;", "&"))
-	if n := len(row.FindAllString(page, -1)); n != 62-securityPageSize || strings.Contains(page, `id="older"`) {
-		t.Errorf("second page: %d rows, want %d and no further link", n, 62-securityPageSize)
+	// 60 recorded here and the sign-up's three: signup, signin, email_confirmed.
+	if n := len(row.FindAllString(page, -1)); n != 63-securityPageSize || strings.Contains(page, `id="older"`) {
+		t.Errorf("second page: %d rows, want %d and no further link", n, 63-securityPageSize)
 	}
 	_, page = bob.get("/dashboard/security")
-	if strings.Contains(page, "ann@example.com") || strings.Contains(page, "old key") || len(row.FindAllString(page, -1)) != 2 {
+	if strings.Contains(page, "ann@example.com") || strings.Contains(page, "old key") || len(row.FindAllString(page, -1)) != 3 {
 		t.Errorf("bob's page shows another account's events:\n%s", page)
 	}
 	resp, page := ann.get("/dashboard/security?cursor=not-issued")
@@ -281,7 +284,7 @@ func TestSecurityPageAtPhoneWidth(t *testing.T) {
 		Detail: "standard key sk_live_abcd…wxyz (a label that is long enough to wrap on a narrow screen)"}), "record")
 	run("security page", chromedp.Navigate(srv.URL+"/dashboard/security"), chromedp.WaitVisible(chromedp.CSS("#events")))
 	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`
-		document.querySelectorAll("#events tbody tr").length === 3 &&
+		document.querySelectorAll("#events tbody tr").length === 4 && // signup, email_confirmed, signin, the key
 		[...document.querySelectorAll(".scroll")].every(s => s.scrollWidth <= s.clientWidth) &&
 		document.documentElement.scrollWidth <= innerWidth &&
 		[...document.querySelectorAll("#events td")].every(td => td.getBoundingClientRect().right <= innerWidth)`))
