@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/mailvet/mailvet/internal/audit"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/database"
 )
 
@@ -56,7 +57,35 @@ func DeleteAccount(ctx context.Context, db database.DB, id string, by audit.Even
 	}
 	tctx, cancel := context.WithTimeout(ctx, deleteTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(tctx, db, func(tx pgx.Tx) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = deleteOnce(tctx, db, id, by)
+		var pgErr *pgconn.PgError
+		// eraseSmall locks in the order the account's work does; should some path still meet
+		// the deletion in a circle, Postgres ends one of the two, and nothing of this one was
+		// committed: it runs again.
+		if attempt < deleteAttempts && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return err
+	}
+	// An error here is not the deletion's: the account is deleted, and SweepDeleted finishes it.
+	if _, done, err := Erase(ctx, db, id, -1); err == nil && done {
+		_, _ = db.Exec(ctx, markErasedSQL, id)
+	}
+	return nil
+}
+
+// deleteAttempts bounds how often the deletion's transaction runs after a deadlock. A variable
+// so that a test can see a deadlock the retry would otherwise hide.
+var deleteAttempts = 3
+
+// deleteOnce is the first step of DeleteAccount, one transaction.
+func deleteOnce(tctx context.Context, db database.DB, id string, by audit.Event) error {
+	return pgx.BeginFunc(tctx, db, func(tx pgx.Tx) error {
 		var (
 			email   *string
 			deleted *time.Time
@@ -117,35 +146,33 @@ func DeleteAccount(ctx context.Context, db database.DB, id string, by audit.Even
 		by.AccountID, by.Kind, by.Outcome = id, audit.AccountDeleted, audit.Success
 		return audit.Record(tctx, tx, by)
 	})
-	if err != nil {
-		return err
-	}
-	// An error here is not the deletion's: the account is deleted, and SweepDeleted finishes it.
-	if _, done, err := Erase(ctx, db, id, -1); err == nil && done {
-		_, _ = db.Exec(ctx, markErasedSQL, id)
-	}
-	return nil
 }
 
 // eraseSmall deletes the rows of account id that are few (work still running, a user, keys,
 // records of the last day): one statement each, in the caller's transaction. Work still running
 // goes first, so that a worker's message taken after the commit finds nothing to do: unfinished
 // jobs are deleted (with their callbacks), unfinished lists canceled (their rows go with Erase).
-// Jobs, then lists, then holds: the order in which a worker finishing a job or a chunk locks
-// them, so that the two never wait for each other in a circle.
+//
+// The order is the order in which the account's own work locks the same rows, so that the
+// deletion never waits for a request or a worker that waits for it: rate windows before
+// anything of metering (an admission takes its rate window, then the month's row); jobs, then
+// lists, then holds (a worker finishing a job or a chunk locks it, then bills it); holds in id
+// order, then keys (the bill statement locks its holds by id, then its usage rows' foreign keys
+// take the keys); the month's held count after all of them (DeleteAccount).
 func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 	var n int64
 	for _, q := range []struct{ sql, what string }{
+		{`DELETE FROM rate_windows WHERE account_id = $1`, "rate windows"},
+		{`DELETE FROM sandbox_rate_windows WHERE account_id = $1`, "sandbox rate windows"},
 		{`DELETE FROM jobs WHERE account_id = $1 AND state IN ('pending', 'processing', 'retrying')`, "unfinished jobs"},
 		{`UPDATE lists SET state = 'canceled', finished_at = now(), updated_at = now()
 			WHERE account_id = $1 AND state IN ('queued', 'running')`, "unfinished lists"},
+		{`DELETE FROM usage_holds WHERE id IN (
+			SELECT id FROM usage_holds WHERE account_id = $1 ORDER BY id FOR UPDATE)`, "usage holds"},
 		{`DELETE FROM api_keys WHERE account_id = $1`, "keys"},
 		{`DELETE FROM dashboard_users WHERE account_id = $1`, "dashboard users"}, // and, by cascade, sessions
 		{`DELETE FROM idempotency_keys WHERE account_id = $1`, "idempotency records"},
 		{`DELETE FROM dashboard_upload_tokens WHERE account_id = $1`, "upload tokens"},
-		{`DELETE FROM rate_windows WHERE account_id = $1`, "rate windows"},
-		{`DELETE FROM sandbox_rate_windows WHERE account_id = $1`, "sandbox rate windows"},
-		{`DELETE FROM usage_holds WHERE account_id = $1`, "usage holds"},
 	} {
 		tag, err := tx.Exec(ctx, q.sql, id)
 		if err != nil {

@@ -444,3 +444,61 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 
 // byTest is the audit event of the tests' deletions: no person acted.
 var byTest = audit.Event{ActorType: audit.ActorSystem, Actor: "privacy test"}
+
+// A deletion while the account's holds are being billed waits for the bill instead of
+// deadlocking with it: both lock the holds in id order. The holds are written so that the
+// table's order is the reverse of their ids', which is the order a plain DELETE would lock them.
+func TestDeleteAccountWaitsForABillInsteadOfDeadlocking(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	// One attempt: a deadlock fails the deletion here rather than being run again unseen.
+	attempts := deleteAttempts
+	deleteAttempts = 1
+	t.Cleanup(func() { deleteAttempts = attempts })
+	f := seed(t, pool, "billing", time.Now())
+	pgtest.Exec(t, pool, `DELETE FROM usage_holds WHERE account_id = $1`, f.id)
+	low, high := "00000000-0000-4000-8000-000000000001", "ffffffff-ffff-4fff-bfff-ffffffffffff"
+	for _, h := range []string{high, low} {
+		pgtest.Exec(t, pool, `INSERT INTO usage_holds (id, account_id, month, units, free) VALUES ($1, $2, date_trunc('month', now())::date, 1, true)`, h, f.id)
+	}
+	// The bill: it locks the lower id first ...
+	bill, err := pool.Begin(ctx)
+	pgtest.Must(t, err, "begin")
+	defer bill.Rollback(ctx)
+	_, err = bill.Exec(ctx, `SELECT 1 FROM usage_holds WHERE id = $1 FOR UPDATE`, low)
+	pgtest.Must(t, err, "bill locks the first hold")
+	deleted := make(chan error, 1)
+	go func() { deleted <- DeleteAccount(ctx, pool, f.id, byTest) }()
+	// ... the deletion starts and waits on it ...
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%usage_holds%')`).Scan(&waiting), "waiting")
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deletion never waited for the bill's lock")
+		}
+	}
+	// ... and the bill takes its second hold and, for its usage rows' foreign key, the key: with
+	// the deletion holding either, one of the two would be chosen as a deadlock's victim within
+	// deadlock_timeout (1 s).
+	_, err = bill.Exec(ctx, `UPDATE usage_holds SET units = 0 WHERE id = $1`, high)
+	pgtest.Must(t, err, "bill takes the second hold")
+	_, err = bill.Exec(ctx, `SELECT 1 FROM api_keys WHERE account_id = $1 FOR KEY SHARE`, f.id)
+	pgtest.Must(t, err, "bill's foreign key check on the key")
+
+	pgtest.Must(t, bill.Commit(ctx), "bill commits")
+	select {
+	case err := <-deleted:
+		pgtest.Must(t, err, "deletion after the bill")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the deletion did not finish")
+	}
+	var holds int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_holds WHERE account_id = $1`, f.id).Scan(&holds), "holds")
+	if holds != 0 {
+		t.Errorf("%d holds left", holds)
+	}
+}
