@@ -87,6 +87,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request, s *sessi
 		h.failure(w, r, s, err)
 		return
 	} else if !ok {
+		h.passwordRefused(r, s.Email, audit.AccountDeleted, at)
 		fail(http.StatusUnprocessableEntity, "The password is wrong.")
 		return
 	}

@@ -70,6 +70,12 @@ func TestDataPageExportAndDeletion(t *testing.T) {
 	if resp, _ := del(url.Values{"csrf": {token}, "confirm": {"ann@example.com"}, "password": {"not the password"}}); resp.StatusCode != http.StatusUnprocessableEntity {
 		t.Errorf("deletion with a wrong password: %d", resp.StatusCode)
 	}
+	var refused int
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_events WHERE account_id = $1
+		AND kind = 'account_deleted' AND outcome = 'failure' AND detail = 'wrong password' AND actor = 'ann@example.com'`, acct).Scan(&refused), "refusal event")
+	if refused != 1 {
+		t.Errorf("%d audit events for the wrong password on the deletion form, want 1", refused)
+	}
 	pgtest.Exec(t, f.pool, `UPDATE accounts SET tier = 'builder', subscription_status = 'active' WHERE id = $1`, acct)
 	if resp, body := del(url.Values{"csrf": {token}, "confirm": {"ann@example.com"}, "password": {testPassword}}); resp.StatusCode != http.StatusConflict ||
 		!strings.Contains(body, "Cancel it on the Billing page") {

@@ -48,8 +48,8 @@ func (h *Handler) recordOrLog(ctx context.Context, e audit.Event) {
 	audit.RecordOrLog(context.WithoutCancel(ctx), h.pool, h.log, e)
 }
 
-// passwordRefused records a wrong password typed for email on the form of kind (signin or
-// password_change), and the sign-in throttle's delays this failure started (attempt.delays).
+// passwordRefused records a wrong password typed for email on the form of kind (signin,
+// password_change, or account_deleted: the deletion form of the data page), and the sign-in throttle's delays this failure started (attempt.delays).
 // The account is looked up here, by email, in the same way whether it exists or not: an
 // unknown email's failure is written too, with no account and no email (only operators see it),
 // so the time the refusal takes says nothing about which emails have an account.
