@@ -64,8 +64,9 @@ Usage:
                                           finished jobs and deliveries, finished lists' rows) and
                                           print how many of each; takes a standard key
   mailvet audit [--limit N] [--cursor C] [--json]
-                                          the account's audit log (sign-ins, keys, plan and spend
-                                          cap changes), newest first
+                                          the account's audit log (sign-ins, passwords, keys,
+                                          plan and spend cap changes, email confirmation,
+                                          deletion), newest first
   mailvet version                         the version
   mailvet help                            this text
   mailvet COMMAND -h                      one command's usage and flags (also --help)

@@ -122,6 +122,15 @@ func (h *Handler) validToken(ctx context.Context, raw, purpose string) (tokenUse
 // deleted. Two uses at once: the row lock lets one through, the other finds nothing.
 func (h *Handler) useToken(ctx context.Context, tx pgx.Tx, raw, purpose string) (tokenUser, error) {
 	var u tokenUser
+	// The account's row first, as an account deletion locks it before it deletes the users and,
+	// with them, their tokens (internal/privacy): the other way round, each would hold a row the
+	// other waits for. No row: the token is unknown, and the DELETE below says so.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM accounts a
+		JOIN dashboard_users u ON u.account_id = a.id
+		JOIN dashboard_email_tokens t ON t.user_id = u.id
+		WHERE t.token_hash = $1 FOR NO KEY UPDATE OF a`, tokenHash(raw)); err != nil {
+		return u, err
+	}
 	err := tx.QueryRow(ctx, `DELETE FROM dashboard_email_tokens t USING dashboard_users u
 		WHERE t.token_hash = $1 AND t.purpose = $2 AND t.expires_at > $3 AND u.id = t.user_id
 		RETURNING u.id, u.account_id, u.email`, tokenHash(raw), purpose, h.now()).Scan(&u.UserID, &u.AccountID, &u.Email)
@@ -440,8 +449,21 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, csrf string) {
 		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1`, used.UserID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE accounts SET email_unconfirmed = false, updated_at = now() WHERE id = $1 AND email_unconfirmed`, used.AccountID); err != nil {
+		// The reset and, when the link was the account's first, the confirmation it proves (the
+		// link reached the address) happen with their events or not at all.
+		if err := audit.Record(ctx, tx, h.auditEvent(r, used.AccountID, used.Email, audit.PasswordChange, audit.Success,
+			"reset with a mailed link; every session ended")); err != nil {
 			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE accounts SET email_unconfirmed = false, updated_at = now() WHERE id = $1 AND email_unconfirmed`, used.AccountID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			if err := audit.Record(ctx, tx, h.auditEvent(r, used.AccountID, used.Email, audit.EmailConfirmed, audit.Success,
+				"confirmed with a password-reset link")); err != nil {
+				return err
+			}
 		}
 		token, err = h.insertSession(ctx, tx, used.UserID)
 		return err

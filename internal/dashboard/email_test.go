@@ -286,6 +286,9 @@ func TestPasswordResetByMail(t *testing.T) {
 			t.Fatalf("old session %d after the reset: %d", i+1, resp.StatusCode)
 		}
 	}
+	if n := f.auditCount(t, "eve@example.com", "password_change", "reset with a mailed link; every session ended"); n != 1 {
+		t.Errorf("%d password_change events for the reset, want 1", n)
+	}
 	if resp, _ := post("a third password here", "a third password here"); resp.StatusCode != http.StatusGone {
 		t.Fatalf("the used link again: %d", resp.StatusCode)
 	}
@@ -337,6 +340,18 @@ func TestResetConfirmsAndIsBounded(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || f.unconfirmed(t, "fay@example.com") {
 		t.Fatalf("reset of an unconfirmed account: %d, unconfirmed %v", resp.StatusCode, f.unconfirmed(t, "fay@example.com"))
 	}
+	if n := f.auditCount(t, "fay@example.com", "email_confirmed", "confirmed with a password-reset link"); n != 1 {
+		t.Errorf("%d email_confirmed events for the reset of an unconfirmed account, want 1", n)
+	}
+}
+
+// auditCount is the number of audit events of kind with detail by the dashboard user email.
+func (f *fixture) auditCount(t *testing.T, email, kind, detail string) int {
+	t.Helper()
+	var n int
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM audit_events
+		WHERE actor = $1 AND kind = $2 AND detail = $3 AND outcome = 'success'`, email, kind, detail).Scan(&n), "audit events")
+	return n
 }
 
 // MAILVET_DASHBOARD_SIGNUP=off closes sign-up; =unconfirmed makes accounts usable at once with no
@@ -378,5 +393,54 @@ func TestSignupModes(t *testing.T) {
 	defer cancel()
 	if _, err := open.sink.Next(ctx, "hal@example.com"); err == nil {
 		t.Fatal("a mail was sent in unconfirmed mode")
+	}
+}
+
+// A confirmation link used while the account is being deleted waits for the deletion and then
+// finds its link gone (410), rather than deadlocking with it: both lock the account's row first.
+// The deletion is played here by its first statements (internal/privacy, DeleteAccount).
+func TestConfirmWhileTheAccountIsDeleted(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signupUnconfirmed("gil@example.com")
+	_, link := b.mail("gil@example.com")
+	c, token := b.openLink(link)
+	acct := f.accountOf(t, "gil@example.com")
+
+	ctx := t.Context()
+	del, err := f.pool.Begin(ctx)
+	pgtest.Must(t, err, "begin")
+	defer del.Rollback(ctx)
+	_, err = del.Exec(ctx, `SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE`, acct)
+	pgtest.Must(t, err, "the deletion locks the account")
+
+	confirmed := make(chan int, 1)
+	go func() {
+		resp, _ := b.post("/dashboard/confirm", url.Values{"csrf": {c}, "token": {token}})
+		confirmed <- resp.StatusCode
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		pgtest.Must(t, f.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting), "waiting")
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the confirmation never waited for the deletion")
+		}
+	}
+	// The deletion goes on to the users and, by cascade, their tokens: with the confirmation
+	// holding the token, each would wait for the other.
+	_, err = del.Exec(ctx, `DELETE FROM dashboard_users WHERE account_id = $1`, acct)
+	pgtest.Must(t, err, "the deletion deletes the users")
+	pgtest.Must(t, del.Commit(ctx), "the deletion commits")
+	select {
+	case code := <-confirmed:
+		if code != http.StatusGone {
+			t.Errorf("confirmation after the deletion: %d, want 410", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the confirmation did not finish")
 	}
 }
