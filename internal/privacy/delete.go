@@ -32,14 +32,15 @@ const deleteTimeout = 30 * time.Second
 // "Deleting an account"), in two steps.
 //
 // The first is one transaction: work still running is stopped (unfinished jobs deleted,
-// unfinished lists canceled), the keys (revoked the moment it commits), the dashboard user and
-// sessions, the sign-in throttle's counters of its email, idempotency records, upload tokens,
-// rate windows and usage holds are deleted, and the account's row becomes an anonymous tombstone
-// (deleted_at set; no email) that keeps its monthly and daily billing counts. From then on the
-// account is gone for every customer-facing path.
+// unfinished lists canceled), the keys revoked (the moment it commits) and their labels
+// cleared, the dashboard user and sessions, the sign-in throttle's counters of its email,
+// idempotency records, upload tokens, rate windows and usage holds are deleted, and the
+// account's row becomes an anonymous tombstone (deleted_at set; no email) that keeps its monthly
+// and daily billing counts. From then on the account is gone for every customer-facing path.
 //
 // The second, Erase, deletes what can be large (lists with their rows, jobs, deliveries, usage
-// rows) in bounded batches, and marks the tombstone erased_at when nothing is left. DeleteAccount
+// rows) in bounded batches, then the keys, and marks the tombstone erased_at when nothing is
+// left. DeleteAccount
 // runs it before it returns; if it is cut short (a timeout, a crash), the retention loop's
 // SweepDeleted finishes it. An error of that step is not DeleteAccount's: the account is deleted.
 //
@@ -169,7 +170,13 @@ func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 			WHERE account_id = $1 AND state IN ('queued', 'running')`, "unfinished lists"},
 		{`DELETE FROM usage_holds WHERE id IN (
 			SELECT id FROM usage_holds WHERE account_id = $1 ORDER BY id FOR UPDATE)`, "usage holds"},
-		{`DELETE FROM api_keys WHERE account_id = $1`, "keys"},
+		// Revoked, not deleted: deleting a key sets key_id to NULL on every usage row, job and
+		// list it made, which for a large account is Erase's work, in batches. A revoked key
+		// answers 401 from the commit on; its label (the customer's words) goes now, its row at
+		// the end of Erase. An UPDATE that leaves the key columns alone does not wait for, nor
+		// block, the foreign-key checks of the account's bills in flight.
+		{`UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()), label = ''
+			WHERE account_id = $1 AND (revoked_at IS NULL OR label <> '')`, "keys"},
 		{`DELETE FROM dashboard_users WHERE account_id = $1`, "dashboard users"}, // and, by cascade, sessions
 		{`DELETE FROM idempotency_keys WHERE account_id = $1`, "idempotency records"},
 		{`DELETE FROM dashboard_upload_tokens WHERE account_id = $1`, "upload tokens"},
@@ -244,6 +251,12 @@ func Erase(ctx context.Context, db database.DB, id string, maxBatches int) (n in
 	err = pgx.BeginFunc(sctx, db, func(tx pgx.Tx) error {
 		m, err := eraseSmall(sctx, tx, id)
 		n += m
+		if err != nil || !done {
+			return err
+		}
+		// The rows the keys made are gone: deleting the keys now sets nothing to NULL.
+		tag, err := tx.Exec(sctx, `DELETE FROM api_keys WHERE account_id = $1`, id)
+		n += tag.RowsAffected()
 		return err
 	})
 	return n, done && err == nil, err

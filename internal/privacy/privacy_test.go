@@ -502,3 +502,29 @@ func TestDeleteAccountWaitsForABillInsteadOfDeadlocking(t *testing.T) {
 		t.Errorf("%d holds left", holds)
 	}
 }
+
+// The deletion's first step revokes the keys and clears their labels but leaves the rows they
+// made alone: deleting a key would set key_id to NULL on each of them inside that one
+// transaction, however many there are. Erase deletes the keys once those rows are gone.
+func TestDeletionRevokesKeysAndErasesThemLast(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "keys", time.Now())
+	pgtest.Must(t, deleteOnce(ctx, pool, f.id, byTest), "first step")
+	var active, labelled, made int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE revoked_at IS NULL), count(*) FILTER (WHERE label <> '')
+		FROM api_keys WHERE account_id = $1`, f.id).Scan(&active, &labelled), "keys")
+	if active != 0 || labelled != 0 {
+		t.Errorf("after the first step: %d keys active, %d with a label", active, labelled)
+	}
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_log WHERE account_id = $1 AND key_id IS NOT NULL`, f.id).Scan(&made), "usage rows")
+	if made == 0 {
+		t.Error("the first step touched the usage rows' key_id")
+	}
+	_, done, err := Erase(ctx, pool, f.id, -1)
+	pgtest.Must(t, err, "erase")
+	var keys int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE account_id = $1`, f.id).Scan(&keys), "keys")
+	if !done || keys != 0 {
+		t.Errorf("after Erase: done %v, %d keys left", done, keys)
+	}
+}
