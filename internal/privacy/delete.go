@@ -40,9 +40,8 @@ const deleteTimeout = 30 * time.Second
 //
 // The second, Erase, deletes what can be large (lists with their rows, jobs, deliveries, usage
 // rows) in bounded batches, then the keys, and marks the tombstone erased_at when nothing is
-// left. DeleteAccount
-// runs it before it returns; if it is cut short (a timeout, a crash), the retention loop's
-// SweepDeleted finishes it. An error of that step is not DeleteAccount's: the account is deleted.
+// left. DeleteAccount runs it before it returns; if it is cut short (a timeout, a crash), the
+// retention loop's SweepDeleted finishes it. An error of that step is not DeleteAccount's: the account is deleted.
 //
 // Work in flight for the account (a queued job, a list chunk, a request being answered) finds
 // its job, list or usage hold gone and writes nothing (job.Finish, list's Write and usage.Bill
