@@ -13,13 +13,23 @@ import (
 	"github.com/mailvet/mailvet/internal/safetext"
 )
 
-func (e env) keys(ctx context.Context, args []string) error {
+// subcommand splits a command's arguments into its subcommand and the rest. A flag first leaves
+// sub empty, so that `keys -h` is parsed as a request for help rather than taken for a
+// subcommand; no argument at all is a usage error that says what to give.
+func subcommand(command, give string, args []string) (sub string, rest []string, err error) {
 	if len(args) == 0 {
-		return usagef("keys: give list, create or revoke")
+		return "", nil, usagef("%s: give %s", command, give)
 	}
-	sub, args := args[0], args[1:]
-	if strings.HasPrefix(sub, "-") { // a flag before the subcommand: parsed so that -h is help
-		sub, args = "", append([]string{sub}, args...)
+	if strings.HasPrefix(args[0], "-") {
+		return "", args, nil
+	}
+	return args[0], args[1:], nil
+}
+
+func (e env) keys(ctx context.Context, args []string) error {
+	sub, args, err := subcommand("keys", "list, create or revoke", args)
+	if err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet(strings.TrimSpace("keys "+sub), flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "JSON output even on a terminal")

@@ -39,12 +39,9 @@ func keyFor(command, need string, err error) error {
 
 // account is `mailvet account show|export|delete`.
 func (e env) account(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("account: give show, export or delete")
-	}
-	sub, args := args[0], args[1:]
-	if strings.HasPrefix(sub, "-") { // a flag before the subcommand: parsed so that -h is help
-		sub, args = "", append([]string{sub}, args...)
+	sub, args, err := subcommand("account", "show, export or delete", args)
+	if err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet(strings.TrimSpace("account "+sub), flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "JSON output even on a terminal (account show, account delete)")
@@ -144,12 +141,9 @@ func (e env) exportAccount(ctx context.Context, c *client.Client, outPath string
 
 // history is `mailvet history delete EMAIL`.
 func (e env) history(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("history: give delete EMAIL")
-	}
-	sub, args := args[0], args[1:]
-	if strings.HasPrefix(sub, "-") {
-		sub, args = "", append([]string{sub}, args...)
+	sub, args, err := subcommand("history", "delete EMAIL", args)
+	if err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet(strings.TrimSpace("history "+sub), flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "JSON output even on a terminal")

@@ -171,7 +171,7 @@ func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 			SELECT id FROM usage_holds WHERE account_id = $1 ORDER BY id FOR UPDATE)`, "usage holds"},
 		// Revoked, not deleted: deleting a key sets key_id to NULL on every usage row, job and
 		// list it made, which for a large account is Erase's work, in batches. A revoked key
-		// answers 401 from the commit on; its label (the customer's words) goes now, its row at
+		// answers 401 from the commit on; its label (the customer's words) goes in this step, its row at
 		// the end of Erase. An UPDATE that leaves the key columns alone does not wait for, nor
 		// block, the foreign-key checks of the account's bills in flight.
 		{`UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()), label = ''
@@ -253,7 +253,7 @@ func Erase(ctx context.Context, db database.DB, id string, maxBatches int) (n in
 		if err != nil || !done {
 			return err
 		}
-		// The rows the keys made are gone: deleting the keys now sets nothing to NULL.
+		// Erase is done: no row the keys made is left, so deleting them sets nothing to NULL.
 		tag, err := tx.Exec(sctx, `DELETE FROM api_keys WHERE account_id = $1`, id)
 		n += tag.RowsAffected()
 		return err
