@@ -171,9 +171,9 @@ func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 			SELECT id FROM usage_holds WHERE account_id = $1 ORDER BY id FOR UPDATE)`, "usage holds"},
 		// Revoked, not deleted: deleting a key sets key_id to NULL on every usage row, job and
 		// list it made, which for a large account is Erase's work, in batches. A revoked key
-		// answers 401 from the commit on; its label (the customer's words) goes in this step, its row at
-		// the end of Erase. An UPDATE that leaves the key columns alone does not wait for, nor
-		// block, the foreign-key checks of the account's bills in flight.
+		// answers 401 from the commit on; its label (the customer's words) goes in this step,
+		// its row at the end of Erase. An UPDATE that leaves the key columns alone does not wait
+		// for, nor block, the foreign-key checks of the account's bills in flight.
 		{`UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()), label = ''
 			WHERE account_id = $1 AND (revoked_at IS NULL OR label <> '')`, "keys"},
 		{`DELETE FROM dashboard_users WHERE account_id = $1`, "dashboard users"}, // and, by cascade, sessions
