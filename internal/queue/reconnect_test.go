@@ -96,8 +96,15 @@ func (r *reconnecting) reconnect(t *testing.T) {
 	wait.For(t, 10*time.Second, "the reconnect", r.nc.IsConnected)
 }
 
-// expect waits up to within for n messages, each delivered once, and no message dropped as a slow
-// consumer.
+// expect waits up to within for n messages, each handed to the handler once, and no message
+// dropped as a slow consumer.
+//
+// A message may arrive as JetStream's second delivery: the server can hand it to the pull request
+// of the connection the test cut before it has noticed that connection is gone, find no one to
+// take it, and give it straight to the new pull request (nats-server's didNotDeliver, which counts
+// a delivery). That is at once, not after AckWait (a minute here, far past within); a message the
+// client received and dropped would come back only then. So the test asks for each message once
+// and in time, whatever the server's count.
 func (r *reconnecting) expect(t *testing.T, n int, within time.Duration) {
 	t.Helper()
 	seen := map[string]bool{}
@@ -105,8 +112,10 @@ func (r *reconnecting) expect(t *testing.T, n int, within time.Duration) {
 	for len(seen) < n {
 		select {
 		case d := <-r.got:
-			if seen[d.data] || d.num != 1 {
-				t.Errorf("%s delivered again (delivery %d)", d.data, d.num)
+			if seen[d.data] {
+				t.Errorf("%s handed to the handler again (delivery %d)", d.data, d.num)
+			} else if d.num != 1 {
+				t.Logf("%s came as delivery %d: the server's first went to the cut connection", d.data, d.num)
 			}
 			seen[d.data] = true
 		case <-deadline:
