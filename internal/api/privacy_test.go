@@ -13,6 +13,7 @@ import (
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
 // waitJob polls GET /v1/email/jobs/{id} until the job is completed.
@@ -249,6 +250,9 @@ func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
 			if r.status == http.StatusUnauthorized {
 				return // the key is gone with the account
 			}
+			if r.status >= 500 {
+				t.Errorf("a request racing the deletion got %d: %s", r.status, r.raw)
+			}
 			sent++
 		}
 	}()
@@ -272,5 +276,36 @@ func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
 		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" && h != "audit_events.account_id" {
 			t.Errorf("the deleted account's id is still in %s", h)
 		}
+	}
+}
+
+// A request whose account is deleted while it runs — its key good when it was checked, gone when
+// the request writes its job — is told its key is no longer valid (401 invalid_api_key), not
+// given a 500, and is charged nothing. A trigger plays the deletion at that very moment: it
+// deletes the key just before the job's (or the list's) row is inserted, as the deletion's last
+// step does.
+func TestRequestRacingItsAccountsDeletionIsRefusedAsRevoked(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	a, _ := b.account(plan.Free, "")
+	key := b.standardKey(a.ID).Raw
+	pgtest.Exec(t, b.pool, `CREATE FUNCTION delete_key_first() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN DELETE FROM api_keys WHERE id = NEW.key_id; RETURN NEW; END $$`)
+	for _, table := range []string{"jobs", "lists"} {
+		pgtest.Exec(t, b.pool, `CREATE TRIGGER delete_key_first BEFORE INSERT ON `+table+` FOR EACH ROW EXECUTE FUNCTION delete_key_first()`)
+	}
+
+	b.verify(key, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}).
+		want(t, http.StatusUnauthorized, CodeInvalidAPIKey)
+	key = b.standardKey(a.ID).Raw // the trigger deleted the first
+	b.upload(key, "text/csv", "", "email\nann@acme.test\n").want(t, http.StatusUnauthorized, CodeInvalidAPIKey)
+	if c := b.usage(a.ID); c != (usagetest.Counts{}) {
+		t.Errorf("the refused request left usage %+v", c)
+	}
+	var stored int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs WHERE account_id = $1) +
+		(SELECT count(*) FROM lists WHERE account_id = $1)`, a.ID).Scan(&stored))
+	if stored != 0 {
+		t.Errorf("%d jobs or lists stored", stored)
 	}
 }

@@ -41,3 +41,11 @@ func unavailableState(code string) bool {
 	}
 	return strings.HasPrefix(code, "08")
 }
+
+// ReferenceGone reports whether err is a foreign-key violation on a column named column: the row
+// it names was deleted while the statement's transaction was being prepared. Mailvet's foreign
+// keys keep Postgres's default names (<table>_<column>_fkey), so the column is in the name.
+func ReferenceGone(err error, column string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503" && strings.HasSuffix(pgErr.ConstraintName, "_"+column+"_fkey")
+}

@@ -202,6 +202,13 @@ func Of(err error) *Problem {
 	if errors.As(err, &p) {
 		return p
 	}
+	// A row a request writes names its key and account. When the account is deleted while the
+	// request runs (docs/personal-data.md), the key was good when the request began and is gone
+	// when the row is written: the answer is the revoked key's 401, not a 500 or a
+	// 503 that a retry cannot mend.
+	if database.ReferenceGone(err, "key_id") || database.ReferenceGone(err, "account_id") {
+		return Of(auth.ErrInvalidKey)
+	}
 	if p := ofVerification(err); p != nil {
 		return p
 	}

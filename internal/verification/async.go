@@ -2,6 +2,7 @@ package verification
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -66,7 +67,7 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 	if err != nil {
 		hold.Close()
 		s.log.Error("store job", "err", err)
-		return uuid.Nil, w, unavailable(ErrUnstored)
+		return uuid.Nil, w, unavailable(fmt.Errorf("%w: %w", ErrUnstored, err)) // the cause: a key deleted meanwhile is a 401 (internal/problem)
 	}
 	if err := s.fleet.PublishJob(ctx, id); err != nil {
 		// Not known to be queued: remove the job so that the client's retry is the only copy.

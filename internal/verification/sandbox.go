@@ -188,7 +188,7 @@ func (s *Service) sandboxAsync(ctx context.Context, req Request, email string, c
 	})
 	if err != nil {
 		s.log.Error("store sandbox job", "err", err)
-		return uuid.Nil, w, unavailable(ErrUnstored)
+		return uuid.Nil, w, unavailable(fmt.Errorf("%w: %w", ErrUnstored, err)) // the cause: a key deleted meanwhile is a 401 (internal/problem)
 	}
 	if s.publishDelivery != nil {
 		if err := s.publishDelivery(context.WithoutCancel(ctx), delivery); err != nil {
