@@ -424,7 +424,7 @@ type HistoryDeleted struct {
 	Deleted struct {
 		Results    int `json:"results"`    // result snapshots in the usage log
 		Jobs       int `json:"jobs"`       // finished jobs whose email and result were removed
-		Deliveries int `json:"deliveries"` // finished callbacks of those jobs
+		Deliveries int `json:"deliveries"` // finished callbacks holding the address's result, expired jobs' included
 		ListRows   int `json:"list_rows"`  // rows of finished lists
 	} `json:"deleted"`
 }

@@ -84,6 +84,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		func(ctx context.Context) error { return pruneRateWindows(ctx, in, log) },
 		func(ctx context.Context) error { return expireHolds(ctx, in, log) },
 		func(ctx context.Context) error { return sweepIdempotencyKeys(ctx, in, log) },
+		func(ctx context.Context) error { return sweepDashboard(ctx, in, log) },
 		// Every replica purges the audit log; Purge's SKIP LOCKED shares the rows (docs/security.md,
 		// "Audit log").
 		func(ctx context.Context) error {
@@ -196,6 +197,17 @@ func sweepIdempotencyKeys(ctx context.Context, in *app.Infra, log *slog.Logger) 
 	return loop.Every(ctx, time.Minute, func(ctx context.Context) {
 		if _, err := idempotency.Sweep(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
 			log.Warn("sweep idempotency keys", "err", err)
+		}
+	})
+}
+
+// sweepDashboard deletes the dashboard's sign-in counters, sessions, mailed links and upload
+// tokens whose time is over, every ten minutes; every replica may do it at once (dashboard.Sweep,
+// docs/personal-data.md).
+func sweepDashboard(ctx context.Context, in *app.Infra, log *slog.Logger) error {
+	return loop.Every(ctx, 10*time.Minute, func(ctx context.Context) {
+		if _, err := dashboard.Sweep(ctx, in.Pool, time.Now()); err != nil && ctx.Err() == nil {
+			log.Warn("sweep the dashboard's expired rows", "err", err)
 		}
 	})
 }

@@ -444,3 +444,29 @@ func TestConfirmWhileTheAccountIsDeleted(t *testing.T) {
 		t.Fatal("the confirmation did not finish")
 	}
 }
+
+// The stale account a sign-up replaces is deleted with everything that has a foreign key to it;
+// its audit events have none (docs/security.md): its sign-up, with the email and the client
+// address it came from, stays for operators, under an account id that no longer exists, until the
+// audit retention ends (docs/personal-data.md, audit_events).
+func TestAReplacedAccountsEventsStayForOperators(t *testing.T) {
+	clock := testclock.New(time.Now())
+	f := newFixture(t, nil, func(d *Deps) { d.Now = clock.Now })
+	squatter := f.browser(t)
+	squatter.signupUnconfirmed("eve@example.com")
+	stale := f.accountOf(t, "eve@example.com")
+	clock.Add(25 * time.Hour)
+	owner := f.browser(t)
+	resp, body := owner.post("/dashboard/signup", url.Values{"csrf": {owner.csrf("/dashboard/signup")}, "email": {"eve@example.com"},
+		"password": {"the owner's own password"}, "password_confirm": {"the owner's own password"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("owner's sign-up after the lifetime: %d\n%s", resp.StatusCode, body)
+	}
+	var accounts, events int
+	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM accounts WHERE id = $1),
+		(SELECT count(*) FROM audit_events WHERE account_id = $1 AND actor = 'eve@example.com' AND kind = 'signup' AND client_addr IS NOT NULL)`,
+		stale).Scan(&accounts, &events), "replaced account")
+	if accounts != 0 || events != 1 {
+		t.Fatalf("after the replacement: %d accounts and %d sign-up events of the replaced account; want 0 and 1", accounts, events)
+	}
+}

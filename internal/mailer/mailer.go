@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/smtp"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -78,7 +79,12 @@ var ErrPlaintextRelay = errors.New("mailer: the relay offers no STARTTLS and is 
 // handshake (an untrusted certificate) fails the send rather than falling back to clear text.
 // Without TLS, only a relay on loopback gets the message (or any relay, with AllowPlaintext), and
 // AUTH, when a username is configured, is sent only over TLS or to a relay on loopback.
-func (r *Relay) Send(ctx context.Context, m Message) error {
+//
+// The error names no recipient: a relay's refusal often quotes the address ("550 5.1.1
+// <ann@example.com>: Recipient address rejected"), and the caller logs the error, where no email
+// address goes (docs/personal-data.md, "Where it is stored").
+func (r *Relay) Send(ctx context.Context, m Message) (err error) {
+	defer func() { err = withoutRecipient(err, m.To) }()
 	if bad(m.To) || bad(m.Subject) || bad(r.cfg.From) {
 		return errors.New("mailer: a line break or control character in an address or the subject")
 	}
@@ -203,3 +209,25 @@ func (a plainAuth) Next(_ []byte, more bool) ([]byte, error) {
 	}
 	return nil, nil
 }
+
+// withoutRecipient returns err with every occurrence of the address to, in any case, replaced by
+// "<recipient>"; errors.Is and errors.As still see err.
+func withoutRecipient(err error, to string) error {
+	if err == nil || to == "" {
+		return err
+	}
+	re := regexp.MustCompile("(?i)" + regexp.QuoteMeta(to))
+	msg := err.Error()
+	if !re.MatchString(msg) {
+		return err
+	}
+	return &scrubbed{msg: re.ReplaceAllLiteralString(msg, "<recipient>"), err: err}
+}
+
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }

@@ -1,8 +1,11 @@
 package mailer
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +127,61 @@ func TestHeaderInjectionRefused(t *testing.T) {
 	err := r.Send(t.Context(), Message{To: "a@example.com\r\nBcc: x@example.com", Subject: "s"})
 	if err == nil || errors.Is(err, ErrCredentialsInClear) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A relay that refuses the recipient names it in its reply, as Postfix does ("550 5.1.1
+// <ann@example.com>: Recipient address rejected"). The error Send returns is what the dashboard
+// logs (docs/personal-data.md: logs carry no email address), so it keeps the relay's code and
+// words but not the address, in whatever case the relay wrote it.
+func TestARefusedRecipientIsNotInTheError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		in := bufio.NewReader(c)
+		fmt.Fprint(c, "220 relay.test ESMTP\r\n")
+		for {
+			line, err := in.ReadString('\n')
+			if err != nil {
+				return
+			}
+			switch cmd := strings.ToUpper(strings.TrimSpace(line)); {
+			case strings.HasPrefix(cmd, "EHLO"):
+				fmt.Fprint(c, "250 relay.test\r\n")
+			case strings.HasPrefix(cmd, "MAIL"):
+				fmt.Fprint(c, "250 2.1.0 Ok\r\n")
+			case strings.HasPrefix(cmd, "RCPT"):
+				to := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line)[len("RCPT TO:"):], "<"), ">")
+				fmt.Fprintf(c, "550 5.1.1 <%s>: Recipient address rejected: User unknown (%s)\r\n", to, strings.ToUpper(to))
+			case strings.HasPrefix(cmd, "QUIT"):
+				fmt.Fprint(c, "221 2.0.0 Bye\r\n")
+				return
+			default:
+				fmt.Fprint(c, "250 Ok\r\n")
+			}
+		}
+	}()
+	r := New(Config{Addr: ln.Addr().String(), From: "noreply@mailvet.example"})
+	err = r.Send(t.Context(), Message{To: "Ann.Lee@Example.com", Subject: "Confirm your email", Body: "x"})
+	if err == nil {
+		t.Fatal("a refused recipient was sent to")
+	}
+	msg := err.Error()
+	if strings.Contains(strings.ToLower(msg), "ann.lee@example.com") {
+		t.Errorf("the error names the recipient: %s", msg)
+	}
+	for _, want := range []string{"RCPT TO", "550", "5.1.1", "Recipient address rejected"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error lost %q: %s", want, msg)
+		}
 	}
 }

@@ -528,3 +528,73 @@ func TestDeletionRevokesKeysAndErasesThemLast(t *testing.T) {
 		t.Errorf("after Erase: done %v, %d keys left", done, keys)
 	}
 }
+
+// A job whose data retention already removed (MAILVET_JOB_RETENTION shorter than the delivery
+// log's 30 days, or a callback that was retried for a while) still has its callback body, with
+// the address, in the delivery log: a history deletion of that address removes it too.
+func TestDeleteHistoryReachesTheCallbacksOfExpiredJobs(t *testing.T) {
+	pool := pgtest.New(t)
+	start := time.Now().Add(-3 * time.Hour)
+	f := seed(t, pool, "late", start)
+	pgtest.Exec(t, pool, `UPDATE accounts SET tier = 'builder' WHERE id = $1`, f.id) // 30 days of delivery log
+	p, err := Purge(ctx, pool, time.Now(), Retention{Results: 30 * 24 * time.Hour, Jobs: time.Hour}, 1000, 10)
+	if err != nil || p.Jobs != 2 {
+		t.Fatalf("Purge: %+v, %v; want both jobs expired", p, err)
+	}
+	if hits := findEverywhere(t, pool, f.addrs[0]); !strings.Contains(strings.Join(hits, " "), "deliveries.body") {
+		t.Fatalf("precondition: the expired job's callback body should still hold the address; it is in %v", hits)
+	}
+	d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0])
+	if err != nil {
+		t.Fatalf("DeleteHistory: %v", err)
+	}
+	if d.Deliveries != 1 {
+		t.Errorf("DeleteHistory removed %d deliveries; want the expired job's callback", d.Deliveries)
+	}
+	for _, h := range findEverywhere(t, pool, f.addrs[0]) {
+		if h != "idempotency_keys.body" { // expires within the day (docs/personal-data.md)
+			t.Errorf("after DeleteHistory the address is still in %s", h)
+		}
+	}
+	if hits := findEverywhere(t, pool, f.addrs[1]); !strings.Contains(strings.Join(hits, " "), "deliveries.body") {
+		t.Errorf("the other address's callback went too: %v", hits)
+	}
+}
+
+// An address with an internationalised domain is stored in two forms: a job and a list keep it
+// as the customer sent it (U-labels), the verification's result, its snapshot and its callback
+// in the form the result names (A-labels, docs/api.md "The verify result"). Asked in either
+// form, a history deletion finds both.
+func TestDeleteHistoryFindsBothFormsOfAnInternationalAddress(t *testing.T) {
+	for _, asked := range []string{"Jürgen@Müller.example", "jürgen@xn--mller-kva.example"} {
+		t.Run(asked, func(t *testing.T) {
+			pool := pgtest.New(t)
+			f := seed(t, pool, "idn", time.Now())
+			sent, result := "jürgen@müller.example", "jürgen@xn--mller-kva.example"
+			snap := fmt.Sprintf(`{"email":%q,"status":"deliverable"}`, result)
+			job := uuid.New()
+			pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, email_domain, snapshot)
+				VALUES ($1, $2, 'verify_async', 'xn--mller-kva.example', $3)`, f.id, "job:"+job.String(), snap)
+			pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, result, completed_at)
+				VALUES ($1, $2, $3, 'https://hooks.example/', 'completed', $4, now())`, job, f.id, sent, snap)
+			pgtest.Exec(t, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, finished_at)
+				VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', convert_to($3::text, 'UTF8'), 'delivered', now())`, job, f.id, snap)
+			pgtest.Exec(t, pool, `INSERT INTO list_rows (list_id, row_no, email, cols) VALUES ($1, 9, $2, $3)`, f.list, sent, []string{sent, "Jürgen"})
+			pgtest.Exec(t, pool, `INSERT INTO list_addresses (list_id, email, idx, chunk, status, result)
+				VALUES ($1, $2, 9, 0, 'deliverable', $3)`, f.list, sent, snap)
+
+			d, err := DeleteHistory(ctx, pool, f.id, asked)
+			if err != nil {
+				t.Fatalf("DeleteHistory: %v", err)
+			}
+			if d != (HistoryDeleted{Results: 1, Jobs: 1, Deliveries: 1, ListRows: 1}) {
+				t.Errorf("DeleteHistory(%q) removed %+v; want one of each", asked, d)
+			}
+			for _, needle := range []string{sent, result} {
+				if hits := findEverywhere(t, pool, needle); len(hits) > 0 {
+					t.Errorf("after DeleteHistory(%q), %s is still in %v", asked, needle, hits)
+				}
+			}
+		})
+	}
+}

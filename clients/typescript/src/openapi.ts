@@ -388,7 +388,7 @@ export type HistoryDeleted = {
     results: number;
     /** Finished asynchronous jobs whose email and result were removed (they answer with expired_at). */
     jobs: number;
-    /** Finished callbacks of those jobs removed from the delivery log. */
+    /** Finished callbacks removed from the delivery log: those jobs', and those whose body is the address's result although their job expired earlier. */
     deliveries: number;
     /** Rows of finished lists removed, with the address's result. */
     list_rows: number;
