@@ -112,6 +112,37 @@ func TestPanicIsA500WithoutStack(t *testing.T) {
 	}
 }
 
+// A handler that panics after its 200 went out (a stream, a results download) cannot answer a 500
+// any more: the connection is cut without HTTP's final chunk, so the client sees an incomplete
+// body instead of one that looks whole (docs/reliability.md, "An incomplete answer says so";
+// docs/lists.md, "Results").
+func TestPanicAfterTheAnswerBeganCutsTheConnection(t *testing.T) {
+	t.Parallel()
+	s := newBareServer(t)
+	s.echo.GET("/half", func(c echo.Context) error {
+		res := c.Response()
+		res.Header().Set(echo.HeaderContentType, "application/x-ndjson")
+		res.WriteHeader(http.StatusOK)
+		_, _ = res.Write([]byte(`{"email":"ann@example.com","status":"deliverable"}` + "\n"))
+		res.Flush()
+		panic("a bug halfway through the stream")
+	})
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/half")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), `{"email":"ann@example.com"`) {
+		t.Fatalf("status %d, body %q", resp.StatusCode, body)
+	}
+	if err == nil {
+		t.Errorf("the body %q ended cleanly: a client takes it for a complete answer", body)
+	}
+}
+
 func TestUnexpectedErrorIsOpaque500(t *testing.T) {
 	t.Parallel()
 	s := newBareServer(t)

@@ -263,6 +263,9 @@ func noStore(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // recoverPanics turns a panic into a 500 envelope; the stack goes to the log, never to the body.
+// A panic after the response began (a stream, a download) can no longer change its status: the
+// connection is cut without HTTP's final chunk, so that the client sees an incomplete answer
+// rather than one that looks whole (docs/reliability.md, "An incomplete answer says so").
 func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
@@ -270,7 +273,11 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 				if r == http.ErrAbortHandler {
 					panic(r)
 				}
-				s.log.Error("panic in handler", "route", c.Path(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				s.log.Error("panic in handler", "route", c.Path(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()),
+					"response_begun", c.Response().Committed)
+				if c.Response().Committed {
+					panic(http.ErrAbortHandler)
+				}
 				err = internalError()
 			}
 		}()

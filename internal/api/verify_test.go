@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -958,5 +959,42 @@ func TestStreamLinesOfAFailedFlushAreNotCharged(t *testing.T) {
 			t.Fatalf("quota units + billable = %d and %d usage rows for lines that never reached the client, want 0 and 0", units, rows)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// goneWriter is the connection of a client that went away before its answer was written: every
+// write fails, as on a reset connection.
+type goneWriter struct{ header http.Header }
+
+func (w *goneWriter) Header() http.Header       { return w.header }
+func (w *goneWriter) WriteHeader(int)           {}
+func (w *goneWriter) Write([]byte) (int, error) { return 0, syscall.ECONNRESET }
+
+// A verify or batch answer that could not be written did not reach the client: nothing of it is
+// billed and its hold goes back (docs/reliability.md, "Metering guarantees"), whether the local
+// layers decided it or the worker fleet did.
+func TestAnswerNotWrittenIsNotBilled(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	acct, key := b.customer(plan.Free)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/email/verify", `{"email":"x@mailinator.com"}`},
+		{"/v1/email/verify", `{"email":"ann@acme.test"}`},
+		{"/v1/email/verify/batch", `{"emails":["ann@acme.test","x@mailinator.com","junk"]}`},
+	} {
+		req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		b.srv.Handler().ServeHTTP(&goneWriter{header: http.Header{}}, req)
+	}
+	// Each was admitted and verified (its rate units are spent), and none refused.
+	if n := b.count(`SELECT coalesce(sum(used), 0) FROM rate_windows WHERE account_id = $1`, acct); n != 5 {
+		t.Fatalf("%d rate units used, want 5: the requests did not all reach admission", n)
+	}
+	if n := b.rows(acct, func(usagetest.Row) bool { return true }); n != 0 {
+		t.Errorf("%d usage rows for answers that were never written, or refusals", n)
+	}
+	if c := b.usage(acct); c.Quota != 0 || c.Billable != 0 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("counts %+v, want nothing used, billed or held", c)
 	}
 }

@@ -140,6 +140,11 @@ func (h *Handler) playground(w http.ResponseWriter, r *http.Request, s *session)
 	if json.Indent(&pretty, body, "", "  ") == nil {
 		d.Raw = pretty.String()
 	}
-	h.render(w, r, http.StatusOK, "playground", &view{Title: "Playground", Nav: "playground", Session: s, Data: d})
+	// Billed only once the page with the result was written, as the API's answer is: a page that
+	// could not be rendered or written (the browser went away) is not owed, and the deferred
+	// Close gives its hold back.
+	if h.renderPage(w, r, http.StatusOK, "playground", &view{Title: "Playground", Nav: "playground", Session: s, Data: d}) != nil {
+		return
+	}
 	ans.Deliver()
 }

@@ -3,8 +3,10 @@ package dashboard
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mailvet/mailvet/internal/account"
@@ -61,5 +63,46 @@ func TestPlaygroundVerifiesThroughTheService(t *testing.T) {
 	}
 	if c := usagetest.Of(t, f.pool, acct); c.Quota != 1 || c.Held != 0 || c.Holds != 0 {
 		t.Fatalf("counts %+v, want one quota unit and nothing held", c)
+	}
+}
+
+// goneWriter is the connection of a browser that went away while its playground request ran:
+// every write of the page fails, as it does on a reset connection.
+type goneWriter struct{ header http.Header }
+
+func (w *goneWriter) Header() http.Header       { return w.header }
+func (w *goneWriter) WriteHeader(int)           {}
+func (w *goneWriter) Write([]byte) (int, error) { return 0, syscall.ECONNRESET }
+
+// A playground result whose page could not be written did not reach the page, so it is not billed
+// and its hold goes back, as the API's verify route does when its answer cannot be written
+// (docs/reliability.md, "Metering guarantees": nothing undelivered is billed).
+func TestPlaygroundResultNotWrittenIsNotBilled(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	acct := f.accountOf(t, "ann@example.com")
+	k, err := account.NewStore(f.pool).CreateStandardKey(context.Background(), acct, "play", func(plan.Tier) int { return 10 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := b.csrf("/dashboard/playground")
+	form := url.Values{"csrf": {csrf}, "key_id": {k.ID}, "email": {"x@mailinator.com"}} // disposable: billable, decided locally
+	req := httptest.NewRequest(http.MethodPost, f.srv.URL+"/dashboard/playground", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	u, _ := url.Parse(f.srv.URL + "/dashboard/playground")
+	for _, c := range b.c.Jar.Cookies(u) {
+		req.AddCookie(c)
+	}
+	f.h.ServeHTTP(&goneWriter{header: http.Header{}}, req)
+	if n := f.svc.calls.Load(); n != 1 {
+		t.Fatalf("the service verified %d times, want 1", n)
+	}
+	usagetest.Settle(t, f.pool)
+	if rows := usagetest.Rows(t, f.pool, acct); usagetest.Count(rows, usagetest.Delivered) != 0 {
+		t.Errorf("usage rows %+v: a result whose page was never written is billed", rows)
+	}
+	if c := usagetest.Of(t, f.pool, acct); c.Quota != 0 || c.Billable != 0 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("counts %+v, want nothing used, billed or held", c)
 	}
 }

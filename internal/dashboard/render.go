@@ -91,6 +91,14 @@ func parsePages() map[string]*template.Template {
 // render writes page with v. It renders into a buffer first, so a template failure becomes a
 // clean 500 instead of half a page.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v *view) {
+	_ = h.renderPage(w, r, status, page, v)
+}
+
+// renderPage is render, and reports whether the page was written: an error when the template
+// failed (the answer is then that 500) or when the page could not be written (the browser went
+// away). A page that shows a billed result bills it only if it was (playground;
+// docs/reliability.md, "Metering guarantees").
+func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, status int, page string, v *view) error {
 	if lf, ok := r.Context().Value(longFieldKey{}).(longField); ok && status >= 400 && status < 500 {
 		// A form refused with a field far too long in it: that field is what to fix, whatever
 		// check refused it (docs/dashboard.md, "Forms"); the page keeps the other fields.
@@ -100,11 +108,12 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, pag
 	if err := h.pages[page].ExecuteTemplate(&buf, "layout", v); err != nil {
 		h.log.Error("dashboard: render", "page", page, "err", err)
 		http.Error(w, "Something went wrong on our side.", http.StatusInternalServerError)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = buf.WriteTo(w)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 // notices are the confirmations shown after a redirect (?done=…). Only these fixed texts can be
