@@ -12,7 +12,7 @@ NATS_SERVER_VERSION := v2.15.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run demo test test-go test-ts check-devdb cluster-test chromium lint fmt bench load migrate tools clean data release release-check
+.PHONY: all build run demo test test-go test-ts check-devdb cluster-test chromium lint fmt bench bench-postfix load migrate tools clean data release release-check
 
 # Runs a command with DATABASE_URL set: the caller's, the default server when it answers, else a
 # private cluster in .data/pg started for the command and stopped after it (docs/operations.md,
@@ -100,6 +100,12 @@ fmt:
 ## bench: every Go benchmark (results go to BENCHMARKS.md by hand, with the command)
 bench:
 	go test -run='^$$' -bench=. -benchmem ./...
+
+## bench-postfix: BenchmarkOraclePostfix against a real Postfix with its stock limits
+## (scripts/postfix-bench.sh: as root, installs Debian's postfix when missing and runs a private
+## instance on 127.0.0.253:2525 for the run's length). COUNT=n runs it n times (default 3)
+bench-postfix:
+	scripts/postfix-bench.sh
 
 ## load: the load script (cmd/loadtest, not part of `make test`): one API replica in-process on a
 ## fresh database, 50 clients on loopback against locally decided and fleet-probed addresses and a

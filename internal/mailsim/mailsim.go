@@ -160,6 +160,14 @@ func (w *World) AddDomain(name string, d Domain) {
 	w.domains[strings.ToLower(strings.TrimSuffix(name, "."))] = &dd
 }
 
+// AddHost answers A queries for name with addr: a mail server the World does not run (a real
+// Postfix beside it, say), reached through the World's DNS like its own servers.
+func (w *World) AddHost(name string, addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hosts[strings.ToLower(strings.TrimSuffix(name, "."))] = addr
+}
+
 // AddCNAME declares name an alias of target (a CNAME record), replacing an earlier alias of the
 // same name. A query of any type for name is answered as a recursive resolver would: the CNAME
 // record, followed by target's own answer (its A records, or NXDOMAIN when target does not exist).
