@@ -1,0 +1,78 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/plan"
+)
+
+// Requests a hostile or careless client sends, over a real connection to a real server: each
+// answer must be the documented one in the envelope (docs/errors.md), never a 500, and must match
+// /openapi.json.
+
+// hostileCall sends one request to the test server ts and checks the answer against the spec.
+// headers are name, value pairs, added (not set), so that a name may be given twice.
+func hostileCall(t *testing.T, ts *httptest.Server, method, target, key string, body string, headers ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.URL+target, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, clip(target), err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+	if len(raw) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			t.Fatalf("%s %s: body %q is not a JSON object: %v", method, clip(target), clip(string(raw)), err)
+		}
+	}
+	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, raw)
+	return r
+}
+
+// DELETE /v1/email/history refuses an email parameter holding a NUL or bytes that are not UTF-8
+// (docs/api.md, "DELETE /v1/email/history"). The NUL reached Postgres and came back as a 500
+// datastore_error; the bad bytes were lower-cased into U+FFFD, and the data of that other
+// address deleted with a 200.
+func TestDeleteHistoryRefusesNULAndInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	acct, _ := b.account(plan.Free, "")
+	key := b.standardKey(acct.ID).Raw
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+
+	for _, email := range []string{"ann%00@acme.test", "%00", "ann@acme.test%00", "%ff@acme.test", "ann@acme%C3%28.test", "%ED%A0%80@acme.test"} {
+		r := hostileCall(t, ts, http.MethodDelete, "/v1/email/history?email="+email, key, "").want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, "email") {
+			t.Errorf("email=%s: message %q does not name the parameter", email, msg)
+		}
+	}
+	// A well-formed address with characters beyond ASCII is still taken.
+	r := hostileCall(t, ts, http.MethodDelete, "/v1/email/history?email=J%C3%BCrgen@B%C3%BCcher.test", key, "").want(t, http.StatusOK, "")
+	if r.body["email"] != "jürgen@bücher.test" {
+		t.Errorf("email %v, want jürgen@bücher.test", r.body["email"])
+	}
+}
