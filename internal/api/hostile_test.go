@@ -76,3 +76,45 @@ func TestDeleteHistoryRefusesNULAndInvalidUTF8(t *testing.T) {
 		t.Errorf("email %v, want jürgen@bücher.test", r.body["email"])
 	}
 }
+
+// A refusal quotes the bad part of the request, but never more than a few dozen bytes of it
+// (clip): a field name, a Content-Type or a query value of any length used to come back whole in
+// the message, so that a 2 MB body was answered with a 2 MB error.
+func TestRefusalsDoNotEchoLongInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	acct, mgmt := b.account(plan.Free, "")
+	key := b.standardKey(acct.ID).Raw
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+
+	long := strings.Repeat("x", 100_000)
+	const limit = 1024 // far above any message, far below the input
+	cases := []struct {
+		name, method, target, key, body string
+		headers                         []string
+	}{
+		{"unknown field", http.MethodPost, "/v1/management/keys", mgmt, `{"label":"a","` + long + `":1}`, []string{"Content-Type", "application/json"}},
+		{"unknown nested field", http.MethodPost, "/v1/management/keys", mgmt, `{"label":"a","` + long + `":{"b":1}}`, []string{"Content-Type", "application/json"}},
+		{"field given twice", http.MethodPost, "/v1/management/keys", mgmt, `{"` + long + `":1,"` + long + `":1}`, []string{"Content-Type", "application/json"}},
+		{"bad UTF-8 under a long name", http.MethodPost, "/v1/management/keys", mgmt, `{"` + long + `":"` + "\xff" + `"}`, []string{"Content-Type", "application/json"}},
+		{"NUL in a long name", http.MethodPost, "/v1/management/keys", mgmt, `{"` + long + `\u0000":1}`, []string{"Content-Type", "application/json"}},
+		{"NUL under a long name", http.MethodPost, "/v1/management/keys", mgmt, `{"` + long + `":"\u0000"}`, []string{"Content-Type", "application/json"}},
+		{"JSON Content-Type", http.MethodPost, "/v1/management/keys", mgmt, `{"label":"a"}`, []string{"Content-Type", long}},
+		{"list Content-Type", http.MethodPost, "/v1/email/lists", key, "email\nann@acme.test\n", []string{"Content-Type", long}},
+		{"list query parameter", http.MethodPost, "/v1/email/lists?" + long + "=1", key, "email\nann@acme.test\n", []string{"Content-Type", "text/csv"}},
+		{"results format", http.MethodGet, "/v1/email/lists/019ab3c2-0000-7000-8000-000000000000/results?format=" + long, key, "", nil},
+		{"results status", http.MethodGet, "/v1/email/lists/019ab3c2-0000-7000-8000-000000000000/results?status=" + long, key, "", nil},
+		{"results escape_formulas", http.MethodGet, "/v1/email/lists/019ab3c2-0000-7000-8000-000000000000/results?escape_formulas=" + long, key, "", nil},
+		{"deliveries status", http.MethodGet, "/v1/management/deliveries?status=" + long, mgmt, "", nil},
+	}
+	for _, c := range cases {
+		r := hostileCall(t, ts, c.method, c.target, c.key, c.body, c.headers...).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if len(r.raw) > limit {
+			t.Errorf("%s: a %d-byte answer to a %d-byte value: %s…", c.name, len(r.raw), len(long), r.raw[:300])
+		}
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, "xxxx…") {
+			t.Errorf("%s: message %q does not quote the start of the value", c.name, msg)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func (s *Server) uploadList(c echo.Context) error {
 	mt, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
 	format, ok := list.FormatOf(mt)
 	if !ok {
-		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", mt)
+		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", clip(mt))
 	}
 	// A compressed body would otherwise be read as the file's bytes: refused as "not UTF-8" for
 	// gzip, or silently taken as it is for an encoding that leaves text unchanged.
@@ -63,7 +63,7 @@ func (s *Server) uploadList(c echo.Context) error {
 		switch k {
 		case "column", "name", "webhook_url", "callback_url", "webhook_secret":
 		default:
-			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", k)
+			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", clip(k))
 		}
 	}
 	// A callback parameter given empty (a template whose variable was unset) is refused as in a
@@ -252,7 +252,7 @@ func (s *Server) listResults(c echo.Context) error {
 	case "ndjson":
 		format = list.NDJSON
 	default:
-		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", f)
+		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", clip(f))
 	}
 	// Formula cells are escaped unless a program asks for the cells as stored (docs/lists.md,
 	// "Formula cells"): the file is most often opened in a spreadsheet.
@@ -262,7 +262,7 @@ func (s *Server) listResults(c echo.Context) error {
 	case "false":
 		formulas = list.RawFormulas
 	default:
-		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", v)
+		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", clip(v))
 	}
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
@@ -270,7 +270,7 @@ func (s *Server) listResults(c echo.Context) error {
 			switch verdict.Status(st) {
 			case verdict.StatusDeliverable, verdict.StatusUndeliverable, verdict.StatusUnknown, verdict.StatusCatchAll, verdict.StatusInvalid:
 			default:
-				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", st)
+				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", clip(st))
 			}
 			statuses = append(statuses, st)
 		}
