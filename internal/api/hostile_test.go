@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -117,4 +118,39 @@ func TestRefusalsDoNotEchoLongInput(t *testing.T) {
 			t.Errorf("%s: message %q does not quote the start of the value", c.name, msg)
 		}
 	}
+}
+
+// The Mailvet-Webhook-Secret header of a list upload counts once and not empty (docs/lists.md,
+// "Bad input"), as the query parameters do: two different values were taken as the first, and an
+// empty one as no secret, both answered 202.
+func TestListUploadRefusesAnAmbiguousSecretHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	acct, _ := b.account(plan.Free, "")
+	key := b.standardKey(acct.ID).Raw
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+
+	const target = "/v1/email/lists?webhook_url=https://hooks.example.com/lists"
+	const file = "email\nann@acme.test\n"
+	for name, secrets := range map[string][]string{
+		"two values":     {"first secret", "second secret"},
+		"the same twice": {"first secret", "first secret"},
+		"empty":          {""},
+	} {
+		headers := []string{"Content-Type", "text/csv"}
+		for _, s := range secrets {
+			headers = append(headers, "Mailvet-Webhook-Secret", s)
+		}
+		r := hostileCall(t, ts, http.MethodPost, target, key, file, headers...).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, "Mailvet-Webhook-Secret") {
+			t.Errorf("%s: message %q does not name the header", name, msg)
+		}
+	}
+	var lists int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM lists WHERE account_id = $1`, acct.ID).Scan(&lists))
+	if lists != 0 {
+		t.Errorf("%d lists stored, want none", lists)
+	}
+	// One header with a value is still taken: TestListUploadVerifyDownloadDelete sends one.
 }

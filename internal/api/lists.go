@@ -84,6 +84,15 @@ func (s *Server) uploadList(c echo.Context) error {
 	} else if alias != "" && alias != hook {
 		return InvalidRequest("Send the callback URL once, as webhook_url (callback_url is an alias).")
 	}
+	// The header, like the query parameters above, counts once and not empty: of two values one
+	// would sign and the other be dropped, and an empty one would run the list unsigned, with
+	// nobody told (docs/lists.md, "Bad input").
+	switch vals := req.Header.Values("Mailvet-Webhook-Secret"); {
+	case len(vals) > 1:
+		return InvalidRequest("Send the Mailvet-Webhook-Secret header once, not %d times.", len(vals))
+	case len(vals) == 1 && vals[0] == "":
+		return InvalidRequest("Header Mailvet-Webhook-Secret is empty: give it a value, or leave it out.")
+	}
 	secret := req.Header.Get("Mailvet-Webhook-Secret")
 	if alias := q.Get("webhook_secret"); secret == "" {
 		secret = alias
