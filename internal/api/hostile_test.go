@@ -154,3 +154,37 @@ func TestListUploadRefusesAnAmbiguousSecretHeader(t *testing.T) {
 	}
 	// One header with a value is still taken: TestListUploadVerifyDownloadDelete sends one.
 }
+
+// A path with an escaped slash is not the path with a slash: Echo routes the raw path, so
+// /v1/email/lists%2f{id} matches no route and is 404 not_found whatever the method. The 405 of an
+// unknown method used to look the decoded path up instead, and answered GET with 405 and
+// "Allow: DELETE", although GET is what /v1/email/lists/{id} takes.
+func TestEscapedSlashIsNotFoundUnderEveryMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	acct, mgmt := b.account(plan.Free, "")
+	key := b.standardKey(acct.ID).Raw
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+
+	const id = "019ab3c2-0000-7000-8000-000000000000"
+	for _, c := range []struct{ method, target, key string }{
+		{http.MethodGet, "/v1/email/lists%2f" + id, key},
+		{http.MethodDelete, "/v1/email/lists%2F" + id, key},
+		{http.MethodGet, "/v1/email/lists%2f" + id + "%2fresults", key},
+		{http.MethodGet, "/v1/email/verify%2fbatch", key},
+		{http.MethodPost, "/v1/management/keys%2f" + id, mgmt},
+	} {
+		r := hostileCall(t, ts, c.method, c.target, c.key, "")
+		if r.status != http.StatusNotFound {
+			t.Errorf("%s %s: %d (Allow %q), want 404", c.method, c.target, r.status, r.header.Get("Allow"))
+			continue
+		}
+		assertEnvelope(t, r.body, CodeNotFound)
+	}
+	// The real paths keep their 405 with the methods they take.
+	r := hostileCall(t, ts, http.MethodPut, "/v1/email/lists/"+id, key, "").want(t, http.StatusMethodNotAllowed, CodeMethodNotAllowed)
+	if allow := r.header.Get("Allow"); allow != "GET, DELETE" {
+		t.Errorf("PUT /v1/email/lists/{id}: Allow %q, want GET, DELETE", allow)
+	}
+}
