@@ -35,6 +35,13 @@ func (s *Server) listDeliveries(c echo.Context) error {
 		// Read as absent, it would list every delivery as if the filter had matched.
 		return InvalidRequest("Query parameter status is empty: give pending, retrying, delivered or failed, or leave it out.")
 	}
+	switch f.Status {
+	case "", webhook.StatePending, webhook.StateRetrying, webhook.StateDelivered, webhook.StateFailed:
+	default:
+		// Refused here rather than by webhook.ListDeliveries, whose error would quote the whole
+		// value back, however long.
+		return InvalidRequest("Query parameter status must be pending, retrying, delivered or failed, not %q.", clip(f.Status))
+	}
 	if l := c.QueryParam("limit"); l != "" {
 		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > webhook.MaxPageSize {
 			return InvalidRequest("Query parameter limit must be a whole number from 1 to %d.", webhook.MaxPageSize)

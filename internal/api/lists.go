@@ -51,7 +51,7 @@ func (s *Server) uploadList(c echo.Context) error {
 	mt, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
 	format, ok := list.FormatOf(mt)
 	if !ok {
-		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", mt)
+		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", clip(mt))
 	}
 	// A compressed body would otherwise be read as the file's bytes: refused as "not UTF-8" for
 	// gzip, or silently taken as it is for an encoding that leaves text unchanged.
@@ -63,7 +63,7 @@ func (s *Server) uploadList(c echo.Context) error {
 		switch k {
 		case "column", "name", "webhook_url", "callback_url", "webhook_secret":
 		default:
-			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", k)
+			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", clip(k))
 		}
 	}
 	// A callback parameter given empty (a template whose variable was unset) is refused as in a
@@ -83,6 +83,15 @@ func (s *Server) uploadList(c echo.Context) error {
 		hook = alias
 	} else if alias != "" && alias != hook {
 		return InvalidRequest("Send the callback URL once, as webhook_url (callback_url is an alias).")
+	}
+	// The header, like the query parameters above, counts once and not empty: of two values one
+	// would sign and the other be dropped, and an empty one would run the list unsigned, with
+	// nobody told (docs/lists.md, "Bad input").
+	switch vals := req.Header.Values("Mailvet-Webhook-Secret"); {
+	case len(vals) > 1:
+		return InvalidRequest("Send the Mailvet-Webhook-Secret header once, not %d times.", len(vals))
+	case len(vals) == 1 && vals[0] == "":
+		return InvalidRequest("Header Mailvet-Webhook-Secret is empty: give it a value, or leave it out.")
 	}
 	secret := req.Header.Get("Mailvet-Webhook-Secret")
 	if alias := q.Get("webhook_secret"); secret == "" {
@@ -252,7 +261,7 @@ func (s *Server) listResults(c echo.Context) error {
 	case "ndjson":
 		format = list.NDJSON
 	default:
-		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", f)
+		return InvalidRequest("Query parameter format must be csv or ndjson, not %q.", clip(f))
 	}
 	// Formula cells are escaped unless a program asks for the cells as stored (docs/lists.md,
 	// "Formula cells"): the file is most often opened in a spreadsheet.
@@ -262,7 +271,7 @@ func (s *Server) listResults(c echo.Context) error {
 	case "false":
 		formulas = list.RawFormulas
 	default:
-		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", v)
+		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", clip(v))
 	}
 	var statuses []string
 	if v := c.QueryParam("status"); v != "" {
@@ -270,7 +279,7 @@ func (s *Server) listResults(c echo.Context) error {
 			switch verdict.Status(st) {
 			case verdict.StatusDeliverable, verdict.StatusUndeliverable, verdict.StatusUnknown, verdict.StatusCatchAll, verdict.StatusInvalid:
 			default:
-				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", st)
+				return InvalidRequest("Query parameter status must be a comma-separated list of deliverable, undeliverable, catch_all, unknown and invalid; %q is none of them.", clip(st))
 			}
 			statuses = append(statuses, st)
 		}

@@ -62,11 +62,11 @@ func (n nulAt) refusal() *Error {
 	const why = "contains a NUL character (U+0000), which no field may hold; remove it"
 	switch {
 	case n.inName:
-		return InvalidRequest("Field name %s %s.", strconv.Quote(n.path), why)
+		return InvalidRequest("Field name %s %s.", strconv.Quote(clip(n.path)), why)
 	case n.path == "":
 		return InvalidRequest("Request body %s.", why)
 	}
-	return InvalidRequest("Field %s %s.", n.path, why)
+	return InvalidRequest("Field %s %s.", clip(n.path), why)
 }
 
 // nulIn walks a decoded JSON value depth first; object fields are visited in name order so the

@@ -5,6 +5,7 @@ import (
 	"github.com/mailvet/mailvet/internal/audit"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -105,7 +106,17 @@ func (s *Server) deleteHistory(c echo.Context) error {
 			return InvalidRequest("Unknown query parameter %q; use email.", clip(k))
 		}
 	}
-	email := list.Normalize(q.Get("email"))
+	raw := q.Get("email")
+	// Checked before Normalize, whose lower-casing would turn bytes that are not UTF-8 into
+	// U+FFFD and so delete another address's data; a NUL the database cannot compare at all
+	// (docs/api.md, "DELETE /v1/email/history").
+	switch {
+	case !utf8.ValidString(raw):
+		return InvalidRequest("Query parameter email is not valid UTF-8; percent-encode the address's UTF-8 bytes.")
+	case strings.ContainsRune(raw, 0):
+		return InvalidRequest("Query parameter email contains a NUL character (U+0000), which no address holds; remove it.")
+	}
+	email := list.Normalize(raw)
 	switch {
 	case email == "":
 		return InvalidRequest("Query parameter email is required: the address whose stored results to delete.")

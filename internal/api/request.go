@@ -27,7 +27,7 @@ import (
 func bindJSON(c echo.Context, dst any) error {
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
-		return InvalidRequest("Content-Type must be application/json, not %q.", ct)
+		return InvalidRequest("Content-Type must be application/json, not %q.", clip(ct))
 	}
 	// A compressed body would be read as its compressed bytes ("holds a NUL byte"), and a plain
 	// one labelled compressed would be taken as it is: both say something other than was meant.
@@ -68,7 +68,7 @@ func bindJSON(c echo.Context, dst any) error {
 		// Not expected: the two parsers disagree on the grammar. The stricter one decides.
 		return InvalidRequest("Request body is not valid JSON (at byte %d).", syntax.offset)
 	case unknown != nil:
-		return InvalidRequest("Unknown field %q.", unknown.name)
+		return InvalidRequest("Unknown field %q.", clip(unknown.name))
 	}
 	return nil
 }
@@ -222,7 +222,9 @@ func (s *strictReader) fault(err error, inString, inName bool) error {
 		return &jsonSyntaxError{} // io.EOF: an empty body
 	}
 	off := se.ByteOffset
-	path := s.path()
+	// The path is made of the client's member names: clip it, so that a refusal never echoes a
+	// name of up to the whole body back (docs/errors.md, "invalid_request").
+	path := clip(s.path())
 	where := "Field " + path
 	switch {
 	case inName && path == "":
@@ -234,7 +236,7 @@ func (s *strictReader) fault(err error, inString, inName bool) error {
 	}
 	switch {
 	case se.Err == jsontext.ErrDuplicateName:
-		return InvalidRequest("Field %s is given more than once.", joinPath(path, se.JSONPointer.LastToken()))
+		return InvalidRequest("Field %s is given more than once.", clip(joinPath(path, se.JSONPointer.LastToken())))
 	case badUTF8At(s.body, off):
 		if !inString {
 			where = "Request body"
@@ -356,7 +358,10 @@ func jsonError(err error) error {
 		return InvalidRequest("Field %s must be %s, not %s.", typ.Field, jsonType(typ.Type.String()), typ.Value)
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return InvalidRequest("Unknown field %s.", f)
+		if name, err := strconv.Unquote(f); err == nil {
+			return InvalidRequest("Unknown field %q.", clip(name))
+		}
+		return InvalidRequest("Unknown field %s.", clip(f))
 	}
 	return InvalidRequest("Request body is not valid JSON.")
 }

@@ -70,8 +70,11 @@ func (s *Server) notFoundInGroup(c echo.Context) error {
 		if m == c.Request().Method {
 			continue
 		}
+		// The path as Echo routed it: the raw one when it has escapes of its own, so that
+		// /v1/email/lists%2f{id}, which matched no route, is not found under another method
+		// once decoded (an Allow without the method the real path takes).
 		probe := s.echo.NewContext(c.Request(), nil)
-		s.echo.Router().Find(m, c.Request().URL.Path, probe)
+		s.echo.Router().Find(m, echo.GetPath(c.Request()), probe)
 		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "/*") && p != c.Path() {
 			allow = append(allow, m)
 		}
