@@ -137,3 +137,35 @@ func TestIdempotentKeyCreationExpires(t *testing.T) {
 		t.Fatalf("keys %d, want 2: %s", got, keys.raw)
 	}
 }
+
+// A batch sent again with its Idempotency-Key gets the first answer back and is billed once;
+// another batch with the key is refused. (Before, the batch route ignored the header, and a
+// client's retry after a cut connection was verified and billed twice.)
+func TestIdempotentBatch(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	batch := func(emails []string, idem string) reply {
+		var headers []string
+		if idem != "" {
+			headers = []string{idempotency.Header, idem}
+		}
+		return b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}, headers...)
+	}
+	emails := []string{"ann@acme.test", "zoe@acme.test"}
+	first := batch(emails, "batch-1").want(t, http.StatusOK, "")
+	again := batch(emails, "batch-1").want(t, http.StatusOK, "")
+	if again.header.Get(idempotency.ReplayedHeader) != "true" || first.header.Get(idempotency.ReplayedHeader) != "" ||
+		string(again.raw) != string(first.raw) {
+		t.Fatalf("first %s, replay %s %v", first.raw, again.raw, again.header)
+	}
+	batch([]string{"bob@acme.test"}, "batch-1").want(t, http.StatusConflict, "idempotency_key_reused")
+	if c := b.usage(acct); c.Billable != len(emails) {
+		t.Errorf("billed %d, want %d", c.Billable, len(emails))
+	}
+	// Without a key, the same batch is verified and billed again, as before.
+	batch(emails, "").want(t, http.StatusOK, "")
+	if c := b.usage(acct); c.Billable != 2*len(emails) {
+		t.Errorf("billed %d, want %d", c.Billable, 2*len(emails))
+	}
+}

@@ -30,7 +30,7 @@ func (s *Server) routes() {
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
 	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard), s.logRejections)
 	s.email.POST("/verify", s.verifyOne, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
-	s.email.POST("/verify/batch", s.verifyBatch, s.rateLimitHeaders)
+	s.email.POST("/verify/batch", s.verifyBatch, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
 	s.email.POST("/verify/stream", s.verifyStream, s.rateLimitHeaders)
 	s.email.GET("/jobs/:job_id", s.getJob)
 	s.email.POST("/lists", s.uploadList, sandboxIdempotency, s.idempotentUpload())
