@@ -26,7 +26,8 @@ type WebhookOptions struct {
 // returns nil only for a genuine callback. It checks the Standard Webhooks headers
 // (webhook-id, webhook-timestamp within the tolerance, webhook-signature) when present, else
 // X-Service-Signature; the errors are those of github.com/mailvet/mailvet/webhook
-// (webhook.ErrMissing, ErrMalformed, ErrMismatch, ErrTimestamp), for errors.Is.
+// (webhook.ErrNoSecret for an empty secret, ErrMissing, ErrMalformed, ErrMismatch, ErrTimestamp),
+// for errors.Is.
 func VerifyWebhook(header http.Header, rawBody []byte, secret string, o WebhookOptions) error {
 	return webhook.VerifyRequest(header, rawBody, secret, webhook.VerifyOptions{Tolerance: o.Tolerance, Now: o.Now, RequireStandard: o.RequireStandard})
 }

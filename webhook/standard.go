@@ -102,10 +102,13 @@ func (o VerifyOptions) window() (time.Time, time.Duration) {
 // the body exactly as received and secret the webhook_secret. It returns nil only when the
 // timestamp is within the tolerance and one of the signature's "v1," values is the MAC.
 //
-// Errors: ErrMissing (a header absent), ErrMalformed (an id over 256 bytes, a signature header
+// Errors: ErrNoSecret (secret is empty: every request is refused), ErrMissing (a header absent), ErrMalformed (an id over 256 bytes, a signature header
 // over 1,024 bytes or with more than 8 values, or no well-formed "v1," value), ErrTimestamp, and
 // ErrMismatch.
 func VerifyStandard(rawBody []byte, id, timestamp, signature, secret string, o VerifyOptions) error {
+	if secret == "" {
+		return ErrNoSecret
+	}
 	if id == "" || timestamp == "" || signature == "" {
 		return ErrMissing
 	}

@@ -206,8 +206,13 @@ for v in json.load(open(sys.argv[1])):
     assert not webhook_ok(v["secret"], v["body"].encode(), h), v["id"] + " replayed late"
     time.time = lambda: int(v["timestamp"])
     assert not webhook_ok(v["secret"], v["body"].encode() + b" ", h), v["id"] + " altered"
+    # A receiver whose secret is empty refuses a request signed with the empty key.
+    forged = "v1," + base64.b64encode(hmac.new(b"", f'{v["id"]}.{v["timestamp"]}.'.encode() + v["body"].encode(), hashlib.sha256).digest()).decode()
+    assert not webhook_ok("", v["body"].encode(), Headers({"webhook-id": v["id"], "webhook-timestamp": v["timestamp"], "webhook-signature": forged})), v["id"] + " empty secret"
 for v in json.load(open(sys.argv[2])):
     assert service_signature_ok(v["secret"], v["body"].encode(), v["signature"])
+    forged = "sha256=" + hmac.new(b"", v["body"].encode(), hashlib.sha256).hexdigest()
+    assert not service_signature_ok("", v["body"].encode(), forged), "empty secret"
 print("ok")
 `
 	out, err := exec.Command(python, "-c", harness,

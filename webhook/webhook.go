@@ -54,6 +54,11 @@ var (
 	// ErrMismatch: the header is well formed but is not the MAC of this body with this secret
 	// (another secret, a body altered or re-serialized on the way, or a forgery).
 	ErrMismatch = errors.New("webhook: signature does not match the body")
+	// ErrNoSecret: the secret given to check with is empty, so nothing can be verified. Mailvet
+	// never signs with an empty secret (a webhook_secret has at least 8 characters), and a MAC
+	// keyed with nothing is one anybody can compute: this is a receiver whose secret is not
+	// configured (an environment variable unset), and every request is refused.
+	ErrNoSecret = errors.New("webhook: the secret to verify with is empty")
 )
 
 // Sign returns the X-Service-Signature value for rawBody: "sha256=" and the lowercase hex of
@@ -67,12 +72,17 @@ func Sign(rawBody []byte, secret string) string {
 // exactly as received, header the header's value (empty when absent) and secret the
 // webhook_secret the job was created with. It returns nil only for a genuine signature.
 //
-// It rejects an empty header (ErrMissing); a prefix other than "sha256=" and anything after it
+// It refuses everything when secret is empty (ErrNoSecret: a receiver whose secret is not
+// configured must not accept what anybody can sign with the empty key). It rejects an empty
+// header (ErrMissing); a prefix other than "sha256=" and anything after it
 // that is not exactly 64 lowercase hex digits (ErrMalformed) — uppercase hex included, on purpose:
 // the signature is defined in lowercase, Sign never produces anything else, and a receiver that
 // tolerates variants only widens what a forger may send. Then it compares the MACs in constant
 // time (ErrMismatch).
 func Verify(rawBody []byte, header, secret string) error {
+	if secret == "" {
+		return ErrNoSecret
+	}
 	if header == "" {
 		return ErrMissing
 	}

@@ -139,3 +139,38 @@ func TestPasswordChangeRotatesTheSession(t *testing.T) {
 		t.Fatalf("%d sessions after the change (%v), want the new one", sessions, err)
 	}
 }
+
+// A password change also voids the reset links mailed before it: whoever holds one (the reason
+// to change a password may be someone else in the mailbox) could otherwise set a password of
+// their own within the link's hour and end the owner's new session (docs/dashboard.md,
+// "Security model").
+func TestPasswordChangeVoidsEarlierResetLinks(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	thief := f.browser(t)
+	if resp, _ := thief.post("/dashboard/forgot", url.Values{"csrf": {thief.csrf("/dashboard/forgot")}, "email": {"ann@example.com"}}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("forgot: %d", resp.StatusCode)
+	}
+	_, link := thief.mail("ann@example.com")
+
+	const next = "a brand new passphrase"
+	if resp, body := b.post("/dashboard/settings/password", url.Values{"csrf": {b.csrf("/dashboard/settings")},
+		"current_password": {testPassword}, "new_password": {next}, "new_password_confirm": {next}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("password change: %d\n%s", resp.StatusCode, body)
+	}
+	if resp, _ := thief.get(link); resp.StatusCode != http.StatusGone {
+		t.Errorf("the reset link mailed before the change opens: %d, want 410", resp.StatusCode)
+	}
+	// Posting the link's form straight away is refused as well, and changes nothing.
+	token := strings.TrimPrefix(link[strings.Index(link, "token="):], "token=")
+	token, _ = url.QueryUnescape(token)
+	resp, _ := thief.post("/dashboard/reset", url.Values{"csrf": {thief.csrf("/dashboard/forgot")}, "token": {token},
+		"new_password": {"the thief's password"}, "new_password_confirm": {"the thief's password"}})
+	if resp.StatusCode != http.StatusGone {
+		t.Errorf("a reset with the earlier link: %d, want 410", resp.StatusCode)
+	}
+	if resp, _ := b.get("/dashboard/"); resp.StatusCode != http.StatusOK {
+		t.Errorf("the owner's session after the attempt: %d, want 200", resp.StatusCode)
+	}
+}

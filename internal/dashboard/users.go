@@ -304,8 +304,8 @@ func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s *sessio
 // changePassword needs the current password (a session left open on a shared machine must not
 // be enough to take the account over). Every session of the user ends, this one included: the
 // browser that changed the password gets a new session token, so a token copied before the
-// change (the reason to change a password) is worth nothing after it (docs/dashboard.md,
-// "Security model").
+// change (the reason to change a password) is worth nothing after it; the password-reset links
+// mailed before it stop working too (docs/dashboard.md, "Security model").
 func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
 	fail := func(status int, msg string) {
@@ -354,6 +354,11 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request, s *sess
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE user_id = $1`, s.UserID); err != nil {
+			return err
+		}
+		// A reset link mailed before the change would let whoever holds it set a password of
+		// their own and end this new session: it goes with the old password.
+		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_email_tokens WHERE user_id = $1 AND purpose = $2`, s.UserID, purposeReset); err != nil {
 			return err
 		}
 		token, err = h.insertSession(ctx, tx, s.UserID)

@@ -40,7 +40,9 @@ var forbiddenPrefixes = func() []netip.Prefix {
 		"64:ff9b:1::/48",  // local-use NAT64
 		"100::/64",        // discard-only
 		"2001::/32",       // Teredo
+		"2001:2::/48",     // IPv6 benchmarking
 		"2001:db8::/32",   // documentation
+		"3fff::/20",       // documentation (the second IPv6 documentation prefix)
 		"2002::/16",       // 6to4
 		"fc00::/7",        // unique local
 		"fec0::/10",       // deprecated site-local
@@ -52,6 +54,11 @@ var forbiddenPrefixes = func() []netip.Prefix {
 	}
 	return ps
 }()
+
+// globalUnicast6 is the IPv6 global unicast space. Everything else in IPv6 is reserved, local or
+// multicast (and the prefixes above that lie inside it are refused on their own), so an IPv6
+// address outside it is never public.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
 
 // normalize judges an IPv4-mapped IPv6 address as the IPv4 address it carries (::ffff:127.0.0.1
 // reaches 127.0.0.1 on a dual-stack socket) and drops any zone.
@@ -65,6 +72,9 @@ func CheckAddr(ip netip.Addr) error {
 	ip = normalize(ip)
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsUnspecified() || ip.IsMulticast() ||
 		ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() {
+		return ErrForbiddenAddress
+	}
+	if ip.Is6() && !globalUnicast6.Contains(ip) {
 		return ErrForbiddenAddress
 	}
 	for _, p := range forbiddenPrefixes {

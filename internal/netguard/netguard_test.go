@@ -41,6 +41,16 @@ func TestCheckAddr(t *testing.T) {
 		{"::ffff:10.0.0.1", false},
 		{"::ffff:0:127.0.0.1", false}, // IPv4-translated
 		{"::ffff:0:8.8.8.8", false},
+		{"2001:db8::1", false},
+		{"3fff::1", false},
+		{"3fff:fff:ffff::1", false},
+		{"2001:2::1", false},
+		{"2001:2:0:ffff::1", false},
+		{"2001:3::1", true},
+		{"2606:4700:4700::1111", true},
+		{"4000::1", false}, // outside the global unicast space 2000::/3: reserved
+		{"1::1", false},
+		{"e000::1", false},
 		{"8.8.8.8", true},
 		{"2001:4860:4860::8888", true},
 		{"::ffff:8.8.8.8", true},

@@ -18,6 +18,11 @@ const (
 	AttemptTimeout = 10 * time.Second
 )
 
+// MaxResponseHeaderBytes bounds the headers of a receiver's answer (docs/api.md, "Retries"); an
+// answer with more is a transport failure. Go's default, 10 MiB, would let every receiver make
+// each attempt in flight hold that much.
+const MaxResponseHeaderBytes = 64 << 10
+
 // ErrForbiddenAddress marks a dial refused because the address is not public. Such a failure is
 // final: retrying would dial the same forbidden network. It is netguard's, shared with the SMTP
 // prober.
@@ -73,15 +78,16 @@ func NewClient(o ClientOptions) *http.Client {
 		conns = 2
 	}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		TLSClientConfig:       &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   DialTimeout,
-		ResponseHeaderTimeout: AttemptTimeout,
-		MaxIdleConns:          4 * conns,
-		MaxIdleConnsPerHost:   conns,
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    DialTimeout,
+		ResponseHeaderTimeout:  AttemptTimeout,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		MaxIdleConns:           4 * conns,
+		MaxIdleConnsPerHost:    conns,
+		IdleConnTimeout:        90 * time.Second,
+		ForceAttemptHTTP2:      true,
 	}
 	return &http.Client{
 		Transport: tr,

@@ -62,6 +62,12 @@ type receiver struct {
 
 func newReceiver(t testing.TB, script func(n int, w http.ResponseWriter, r *http.Request)) *receiver {
 	t.Helper()
+	return newReceiverProto(t, false, script)
+}
+
+// newReceiverProto is newReceiver, speaking HTTP/2 when h2 is set (HTTP/1.1 otherwise).
+func newReceiverProto(t testing.TB, h2 bool, script func(n int, w http.ResponseWriter, r *http.Request)) *receiver {
+	t.Helper()
 	rc := &receiver{script: script}
 	rc.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -74,6 +80,7 @@ func newReceiver(t testing.TB, script func(n int, w http.ResponseWriter, r *http
 		}
 	}))
 	rc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{getCA(t).Leaf}}
+	rc.srv.EnableHTTP2 = h2
 	rc.srv.StartTLS()
 	t.Cleanup(rc.srv.Close)
 	return rc

@@ -257,6 +257,26 @@ func TestSSRFRefusedAtDial(t *testing.T) {
 			}
 			return nil
 		}},
+		// IPv6 documentation (3fff::/20 besides 2001:db8::/32) and benchmarking (2001:2::/48)
+		// space: nothing public listens there, so whatever answers is someone's own network.
+		{name: "IPv6 documentation range 3fff::/20", answer: func(q uint16, _ int) []net.IP {
+			if q == dns.TypeAAAA {
+				return []net.IP{net.ParseIP("3fff:123::1")}
+			}
+			return nil
+		}},
+		{name: "IPv6 benchmarking range", answer: func(q uint16, _ int) []net.IP {
+			if q == dns.TypeAAAA {
+				return []net.IP{net.ParseIP("2001:2::1")}
+			}
+			return nil
+		}},
+		{name: "IPv6 reserved space outside 2000::/3", answer: func(q uint16, _ int) []net.IP {
+			if q == dns.TypeAAAA {
+				return []net.IP{net.ParseIP("4000::1")}
+			}
+			return nil
+		}},
 		{name: "metadata address", answer: func(q uint16, _ int) []net.IP {
 			if q == dns.TypeA {
 				return []net.IP{net.IPv4(169, 254, 169, 254).To4()}
