@@ -165,7 +165,14 @@ func TestBatchSurvivesNATSBlip(t *testing.T) {
 	acct, key := b.customer(plan.Free)
 	emails := faultList(40)
 	go func() {
-		time.Sleep(300 * time.Millisecond) // the fast answers are in, the slow ones on their way
+		// Once the mail servers have been asked (the batch is past the dispatcher's check of the
+		// link, which refuses a new batch at once while NATS is down), the fast answers come in
+		// and the slow ones are on their way. A fixed 300 ms was not always enough under load.
+		deadline := time.Now().Add(10 * time.Second)
+		for b.mail.Stats().Rcpts == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
 		blip(b, 1500*time.Millisecond)
 	}()
 	start := time.Now()
