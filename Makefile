@@ -101,7 +101,7 @@ fmt:
 bench:
 	go test -run='^$$' -bench=. -benchmem ./...
 
-## bench-postfix: BenchmarkOraclePostfix against a real Postfix with its stock limits
+## bench-postfix: TestPostfixVerdicts and BenchmarkOraclePostfix against a real Postfix with its stock limits
 ## (scripts/postfix-bench.sh: as root, installs Debian's postfix when missing and runs a private
 ## instance on 127.0.0.253:2525 for the run's length). COUNT=n runs it n times (default 3)
 bench-postfix:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs BenchmarkOraclePostfix (internal/verify/bench_postfix_test.go): Mailvet's engine and the
-# oracle clients against a real Postfix with its stock limits, on loopback. It installs Debian's
+# Runs TestPostfixVerdicts (internal/verify/postfix_test.go: Mailvet's verdicts on a real Postfix's
+# replies) and BenchmarkOraclePostfix (internal/verify/bench_postfix_test.go: Mailvet's engine and
+# the oracle clients against a real Postfix with its stock limits), on loopback. It installs Debian's
 # postfix package when missing (as root), runs a private instance from a scratch directory (the
 # system's own Postfix is neither configured nor started), and stops it afterwards.
 # BENCHMARKS.md, "Against a real Postfix", has the results and the command.
@@ -38,6 +39,16 @@ for d in $(seq -w 0 19); do
 	done
 done
 
+# Replies of Postfix's own access tables, for TestPostfixVerdicts: one recipient per action, and
+# one client address (127.0.0.252; the benchmark's is 127.0.0.254) refused as a host.
+cat >"$conf/rcpt_access" <<MAP
+full00@oracle00.test 452 4.2.2 Mailbox full
+gone00@oracle00.test 550 5.2.1 Mailbox disabled
+deny00@oracle00.test REJECT
+later00@oracle00.test DEFER
+MAP
+echo "127.0.0.252 REJECT" >"$conf/client_access"
+
 # Postfix's stock limits (smtpd_soft_error_limit 10, smtpd_hard_error_limit 20,
 # smtpd_client_connection_count_limit 50, smtpd_error_sleep_time 1s) are left as they are; the
 # only change is that the benchmark's client address is not exempt from them, as a loopback
@@ -57,6 +68,8 @@ inet_protocols = ipv4
 mynetworks = 127.0.0.1/32
 smtpd_client_event_limit_exceptions =
 smtpd_banner = \$myhostname ESMTP
+smtpd_client_restrictions = check_client_access texthash:$conf/client_access
+smtpd_recipient_restrictions = check_recipient_access texthash:$conf/rcpt_access
 virtual_mailbox_domains =$domains
 virtual_mailbox_maps = texthash:$conf/vmailbox
 virtual_mailbox_base = $DIR/mail
@@ -85,5 +98,6 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 
-MAILVET_BENCH_POSTFIX=$ADDR:$PORT MAILVET_BENCH_POSTFIX_LOG=$DIR/maillog \
-	go test -run '^$' -bench OraclePostfix -benchtime 1x -count "$COUNT" ./internal/verify/
+export MAILVET_BENCH_POSTFIX=$ADDR:$PORT MAILVET_BENCH_POSTFIX_LOG=$DIR/maillog
+go test -count 1 -run TestPostfixVerdicts -v ./internal/verify/ | grep -v '^=== '
+go test -run '^$' -bench OraclePostfix -benchtime 1x -count "$COUNT" ./internal/verify/

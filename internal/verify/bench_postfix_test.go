@@ -35,23 +35,25 @@ var postfixClient = netip.MustParseAddr("127.0.0.254")
 
 // delayLine forwards connections to a server, delivering the server's bytes to the client one
 // delay after they were sent, as mailsim's servers do (mailsim's conn.go): replies to pipelined
-// commands arrive together one round trip later. open counts connections not yet closed on both
+// commands arrive together one round trip later. It listens on, and dials the server from, the
+// address from: the client the server sees. open counts connections not yet closed on both
 // sides, so that a run can wait until the server has none left.
 type delayLine struct {
 	ln     net.Listener
+	from   netip.Addr
 	target string
 	delay  time.Duration
 	open   atomic.Int64
 	wg     sync.WaitGroup
 }
 
-func startDelayLine(tb testing.TB, target string, delay time.Duration) *delayLine {
+func startDelayLine(tb testing.TB, from netip.Addr, target string, delay time.Duration) *delayLine {
 	tb.Helper()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(postfixClient, 0).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(from, 0).String())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d := &delayLine{ln: ln, target: target, delay: delay}
+	d := &delayLine{ln: ln, from: from, target: target, delay: delay}
 	d.wg.Add(1)
 	go d.accept()
 	tb.Cleanup(func() { ln.Close(); d.wg.Wait() })
@@ -84,7 +86,7 @@ type delayed struct {
 
 func (d *delayLine) forward(client net.Conn) {
 	defer client.Close()
-	dialer := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(postfixClient, 0)), Timeout: 5 * time.Second}
+	dialer := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(d.from, 0)), Timeout: 5 * time.Second}
 	server, err := dialer.Dial("tcp", d.target)
 	if err != nil {
 		return
@@ -237,7 +239,7 @@ func BenchmarkOraclePostfix(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(w.Close)
-	line := startDelayLine(b, target, benchRTT)
+	line := startDelayLine(b, postfixClient, target, benchRTT)
 	w.AddHost("mx.postfix.test", postfixClient)
 	var (
 		raws  []string
