@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,6 +54,23 @@ const (
 // request lands in the next window even with a little clock skew or rounding of reset_at to
 // the second.
 const retryMargin = 50 * time.Millisecond
+
+// MaxRetryWait bounds one wait before a retry. The API's own waits are at most a rate-limit
+// window (60 s) or a few seconds of Retry-After; a longer one (a proxy's Retry-After of an hour)
+// is not waited out in silence: the error is returned at once, its RetryAfter or ResetAt saying
+// when the caller may try again.
+const MaxRetryWait = 2 * time.Minute
+
+// jitter is a random part of wait, up to a tenth of it and at most a second, added to every wait
+// before a retry, so that clients refused together (by an outage's 503, or at the end of a
+// rate-limit window they share) do not all come back in the same millisecond.
+func jitter(wait time.Duration) time.Duration {
+	span := min(wait/10, time.Second)
+	if span <= 0 {
+		return 0
+	}
+	return mrand.N(span)
+}
 
 // Client talks to one Mailvet deployment with one API key. It is safe for concurrent use.
 type Client struct {
@@ -94,7 +112,9 @@ func WithTimeout(d time.Duration) Option {
 
 // WithRetryOnRateLimit turns retrying on or off (default off). When on, a 429
 // rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
-// Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
+// Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per
+// request; each wait gets a random jitter of up to a tenth of it (at most 1 s), and a wait longer
+// than MaxRetryWait is not waited: the error is returned. Other
 // 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
 // returned at once. Retrying is safe: a refused request is never charged (docs/errors.md), and a
 // call that verifies or creates something (Verify, VerifyAsync, each request of VerifyBatch, a
@@ -251,9 +271,10 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 		apiErr := readError(a.resp)
 		a.release()
 		wait, retryable := c.retryWait(r, apiErr)
-		if !retryable || n >= retries {
+		if !retryable || n >= retries || wait > MaxRetryWait {
 			return nil, apiErr
 		}
+		wait += jitter(wait)
 		if deadline, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(deadline) {
 			// The context would end before the retry could be sent: the API's answer says more
 			// than a deadline error would.

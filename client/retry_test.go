@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -718,5 +719,84 @@ func TestIdempotencyKeyInUseIsRetried(t *testing.T) {
 	defer mu.Unlock()
 	if keys[0] == "" || keys[1] != keys[0] {
 		t.Fatalf("keys %q, want the same key on the retry", keys)
+	}
+}
+
+// A Retry-After longer than MaxRetryWait (a proxy's hour) is not waited out in silence: the error
+// comes back at once, its RetryAfter saying when to try again, even without a context deadline.
+func TestLongRetryAfterIsReturnedNotWaited(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		writeJSON(w, 503, `{"error":"service_unavailable","message":"Down for maintenance.","action":"Retry later.","docs":"d"}`)
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline: the client's own bound must act
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := c.Job(ctx, "j1"); done <- err }()
+	select {
+	case err := <-done:
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 503 || e.RetryAfter != time.Hour {
+			t.Fatalf("err = %v, want the 503 with its Retry-After of an hour", err)
+		}
+	case <-time.After(3 * time.Second):
+		cancel()
+		t.Fatal("the client was still waiting after 3 s to retry a Retry-After of an hour")
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// Clients refused together do not all come back in the same millisecond: every wait before a
+// retry gets a random jitter (up to a tenth of it), after Retry-After + 50 ms, never before.
+func TestRetriesAreJittered(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	first := map[string]time.Time{}
+	var retries []time.Duration
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Path
+		mu.Lock()
+		t0, seen := first[id]
+		if !seen {
+			first[id] = time.Now()
+		} else {
+			retries = append(retries, time.Since(t0))
+		}
+		mu.Unlock()
+		if !seen {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 503, `{"error":"service_unavailable","message":"m","action":"a","docs":"d"}`)
+			return
+		}
+		writeJSON(w, 200, `{"job_id":"j","status":"queued","created_at":"2026-11-23T00:00:00Z"}`)
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := c.Job(context.Background(), fmt.Sprint("j", i)); err != nil {
+				t.Errorf("Job: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(retries) != 16 {
+		t.Fatalf("%d retries, want 16", len(retries))
+	}
+	slices.Sort(retries)
+	lo, median, hi := retries[0], retries[len(retries)/2], retries[len(retries)-1]
+	if lo < 1050*time.Millisecond || hi > 1050*time.Millisecond+100*time.Millisecond+time.Second {
+		t.Errorf("retries after %v, want within Retry-After + 50 ms + up to 100 ms of jitter", retries)
+	}
+	// Without jitter every retry comes a few ms after 1050 ms; with up to 100 ms of it, uniform,
+	// half of them come 50 ms later or more.
+	if median < 1060*time.Millisecond {
+		t.Errorf("retries after %v: the median is %v, within 10 ms of Retry-After + 50 ms: no jitter", retries, median)
 	}
 }

@@ -29,6 +29,12 @@ export const batchChunkSize = 50;
 export const streamChunkSize = 1000;
 /** The cushion added to `reset_at` before a retry, as docs/api.md's client checklist advises. */
 export const retryCushionMs = 50;
+/**
+ * The longest wait before a retry. The API's own are at most a rate-limit window (60 s) or a few
+ * seconds of Retry-After; a longer one (a proxy's Retry-After of an hour) is not waited out in
+ * silence: the error is thrown at once, its `retryAfter` or `reset_at` saying when to try again.
+ */
+export const maxRetryWaitMs = 120_000;
 
 /** The options of {@link Mailvet}. */
 export interface MailvetOptions {
@@ -40,7 +46,9 @@ export interface MailvetOptions {
   provisioningKey?: string;
   /**
    * Retry a request refused with 429 `rate_limit_exceeded` after waiting until its `reset_at`
-   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). A call
+   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms); each
+   * wait gets a random jitter of up to a tenth of it (at most 1 s), and a wait longer than
+   * {@link maxRetryWaitMs} is not waited: the error is thrown. A call
    * that verifies or creates something (verify, verifyAsync, each request of verifyBatch, a list, a
    * key, a portal session) sends one Idempotency-Key on all its attempts, so the API runs and bills
    * it once, and a 409 `idempotency_key_in_use` is retried after Retry-After; a delivery replay is
@@ -666,8 +674,9 @@ export class Mailvet {
         deadline.done();
       }
       // An upload's body may be a stream, read once: it cannot be sent again.
-      const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
-      if (wait === undefined) throw err;
+      let wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
+      if (wait === undefined || wait > maxRetryWaitMs) throw err;
+      wait += jitter(wait);
       call.onWait?.(new Date(Date.now() + wait), err);
       await sleep(wait, call.signal);
     }
@@ -795,6 +804,13 @@ function nextCursor(seen: Set<string>, cursor: string | null | undefined, path: 
   }
   seen.add(cursor);
   return cursor;
+}
+
+// jitter is a random part of a wait, up to a tenth of it and at most a second, added to every wait
+// before a retry, so that clients refused together (by an outage's 503, or at the end of a
+// rate-limit window they share) do not all come back in the same millisecond.
+function jitter(waitMs: number): number {
+  return Math.random() * Math.min(waitMs / 10, 1000);
 }
 
 // causes is an error's message followed by those of its causes: Node's fetch says only "fetch

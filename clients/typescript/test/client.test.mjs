@@ -365,6 +365,40 @@ describe("retries", () => {
     assert.equal(f.requests[1].headers["idempotency-key"], f.requests[0].headers["idempotency-key"]);
   });
 
+  test("a Retry-After longer than maxRetryWaitMs (a proxy's hour) is thrown at once, not waited out", async () => {
+    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "3600" }));
+    const ctl = new AbortController();
+    const call = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).job("j1", { signal: ctl.signal }).catch((e) => e);
+    const timer = setTimeout(() => ctl.abort(new Error("still waiting after 3 s")), 3000);
+    const err = await call;
+    clearTimeout(timer);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.status, 503);
+    assert.equal(err.retryAfter, 3600);
+    assert.equal(f.requests.length, 1);
+  });
+
+  test("retries are jittered by up to a tenth of the wait, so that clients refused together do not come back together", async () => {
+    const waitOnce = async (random) => {
+      const f = await fake((req, res) => {
+        if (req.index === 0) return send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" });
+        send(res, 200, { id: "j", status: "queued" });
+      });
+      const saved = Math.random;
+      Math.random = () => random; // the jitter's draw, pinned
+      try {
+        await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).job("j1");
+      } finally {
+        Math.random = saved;
+      }
+      return f.requests[1].at - f.requests[0].at;
+    };
+    const low = await waitOnce(0);
+    const high = await waitOnce(0.999);
+    assert.ok(low >= 1050 && low < 1050 + 80, `with the smallest draw: waited ${low} ms, want Retry-After + 50 ms`);
+    assert.ok(high >= 1050 + 99 && high < 1050 + 100 + 80, `with the largest draw: waited ${high} ms, want Retry-After + 50 ms + 100 ms`);
+  });
+
   test("an abort during the wait before a retry rejects at once with the signal's reason", async () => {
     const f = await fake((req, res) => rateLimited(res, 5000));
     const ctl = new AbortController();
