@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,6 +54,23 @@ const (
 // request lands in the next window even with a little clock skew or rounding of reset_at to
 // the second.
 const retryMargin = 50 * time.Millisecond
+
+// MaxRetryWait bounds one wait before a retry. The API's own waits are at most a rate-limit
+// window (60 s) or a few seconds of Retry-After; a longer one (a proxy's Retry-After of an hour)
+// is not waited out in silence: the error is returned at once, its RetryAfter or ResetAt saying
+// when the caller may try again.
+const MaxRetryWait = 2 * time.Minute
+
+// jitter is a random part of wait, up to a tenth of it and at most a second, added to every wait
+// before a retry, so that clients refused together (by an outage's 503, or at the end of a
+// rate-limit window they share) do not all come back in the same millisecond.
+func jitter(wait time.Duration) time.Duration {
+	span := min(wait/10, time.Second)
+	if span <= 0 {
+		return 0
+	}
+	return mrand.N(span)
+}
 
 // Client talks to one Mailvet deployment with one API key. It is safe for concurrent use.
 type Client struct {
@@ -94,12 +112,16 @@ func WithTimeout(d time.Duration) Option {
 
 // WithRetryOnRateLimit turns retrying on or off (default off). When on, a 429
 // rate_limit_exceeded is sent again once reset_at has passed (plus 50 ms), and a 503 with a
-// Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per request. Other
+// Retry-After header after that many seconds (plus 50 ms), at most WithMaxRetries times per
+// request; each wait gets a random jitter of up to a tenth of it (at most 1 s), and a wait longer
+// than MaxRetryWait is not waited: the error is returned. Other
 // 429s (monthly_quota_exceeded, key_limit_reached) cannot be cured by waiting a minute and are
 // returned at once. Retrying is safe: a refused request is never charged (docs/errors.md), and a
-// call that creates something (an async verification, a key, a portal session) carries an
-// Idempotency-Key, the same on every retry, so the API runs it once. A 503 to a delivery replay
-// is not retried, since it may have acted before its answer failed.
+// call that verifies or creates something (Verify, VerifyAsync, each request of VerifyBatch, a
+// key, a portal session) carries an Idempotency-Key, the same on every retry, so the API runs
+// and bills it once; a 409 idempotency_key_in_use (its first attempt still running) is sent
+// again after Retry-After. A 503 to a delivery replay is not retried, since it may have acted
+// before its answer failed.
 func WithRetryOnRateLimit(on bool) Option {
 	return func(c *Client) { c.retryOnRateLimit = on }
 }
@@ -156,9 +178,9 @@ func (r request) units() int {
 }
 
 // repeatable says whether r may be sent again after the 503 e, which can come after the request
-// acted (a commit whose answer came too late): a request with an Idempotency-Key (an async
-// verification, a list, a key, a portal session: the API runs it once), a verification (refused
-// ones are never charged), a read, a delete or a cancel, but not a delivery replay. What the API
+// acted (a commit whose answer came too late): a request with an Idempotency-Key (a verification,
+// single, async or batch, a list, a key, a portal session: the API runs it once), a stream
+// (refused ones are never charged), a read, a delete or a cancel, but not a delivery replay. What the API
 // promises of its own 503s says nothing of another's: a proxy may answer 503 after passing the
 // request on and the API verifying or charging, so a POST without a key answered by a 503 that is
 // not the API's envelope is never sent again.
@@ -174,19 +196,16 @@ func (r request) repeatable(e *Error) bool {
 	return strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
 }
 
-// idempotent says whether r creates something and so carries an Idempotency-Key: an asynchronous
-// verification, a list upload, a key or a billing portal session (docs/api.md, "Idempotency").
+// idempotent says whether r is sent on a route that takes an Idempotency-Key, and so carries one:
+// a verification (single, asynchronous or batch: each is billed), a list upload, a key or a
+// billing portal session (docs/api.md, "Idempotency"). The stream route takes none.
 func (r request) idempotent() bool {
 	if r.method != http.MethodPost {
 		return false
 	}
 	path, _, _ := strings.Cut(r.path, "?")
 	switch path {
-	case "/v1/email/verify":
-		b, ok := r.body.(map[string]string)
-		_, async := b["webhook_url"]
-		return ok && async
-	case "/v1/email/lists", "/v1/management/keys", "/v1/management/billing/portal":
+	case "/v1/email/verify", "/v1/email/verify/batch", "/v1/email/lists", "/v1/management/keys", "/v1/management/billing/portal":
 		return true
 	}
 	return false
@@ -252,9 +271,10 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 		apiErr := readError(a.resp)
 		a.release()
 		wait, retryable := c.retryWait(r, apiErr)
-		if !retryable || n >= retries {
+		if !retryable || n >= retries || wait > MaxRetryWait {
 			return nil, apiErr
 		}
+		wait += jitter(wait)
 		if deadline, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(deadline) {
 			// The context would end before the retry could be sent: the API's answer says more
 			// than a deadline error would.
@@ -295,6 +315,10 @@ func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 		return 0, false
 	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable(e):
 		return e.RetryAfter + retryMargin, true
+	case e.Status == http.StatusConflict && e.Code == CodeIdempotencyKeyInUse && r.idempotent():
+		// The first attempt of this call is still running on the server: the same key, sent
+		// again after Retry-After, gets its answer (docs/api.md, "Idempotency").
+		return max(e.RetryAfter, time.Second) + retryMargin, true
 	}
 	return 0, false
 }

@@ -382,3 +382,68 @@ func TestE2ELostAnswerIsReplayed(t *testing.T) {
 		t.Fatalf("the replayed key does not work: %v", err)
 	}
 }
+
+// losesFirstBatchAnswer passes every request to the API, but answers the first batch request,
+// after the API has verified and charged it, with a proxy's HTML 503: what a client sees when a
+// gateway times out or a connection is cut after the API acted.
+type losesFirstBatchAnswer struct {
+	mu   sync.Mutex
+	lost bool
+	keys []string // the Idempotency-Key of every batch request
+}
+
+func (l *losesFirstBatchAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || r.URL.Path != "/v1/email/verify/batch" {
+		return resp, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, r.Header.Get("Idempotency-Key"))
+	if l.lost {
+		return resp, nil
+	}
+	l.lost = true
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	body := "<html><h1>502 upstream timed out</h1></html>"
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}, "Content-Type": {"text/html"}},
+		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}, nil
+}
+
+// A batch request whose answer is lost after the real API verified and charged it is sent again
+// with the same Idempotency-Key (docs/api.md, "Idempotency"): the API replays its first answer,
+// and the account is charged once for the batch.
+func TestE2ELostBatchAnswerIsChargedOnce(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	ctx := context.Background()
+	rt := &losesFirstBatchAnswer{}
+	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
+		client.WithHTTPClient(&http.Client{Transport: rt}))
+	m := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL))
+	before, err := m.UsageSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emails := []string{"ann@acme.example", "zoe@acme.example", "anyone@globex.example"}
+	results, err := c.VerifyBatch(ctx, emails)
+	if err != nil || len(results) != len(emails) {
+		t.Fatalf("VerifyBatch = %d results, %v", len(results), err)
+	}
+	for i, r := range results {
+		if r.Email != emails[i] || r.Status != demoWants[emails[i]][0] {
+			t.Errorf("result %d = %s %s", i, r.Email, r.Status)
+		}
+	}
+	if len(rt.keys) != 2 || len(rt.keys[0]) != 32 || rt.keys[1] != rt.keys[0] {
+		t.Fatalf("Idempotency-Keys %q, want one key sent on both attempts", rt.keys)
+	}
+	after, err := m.UsageSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.CallsUsed - before.CallsUsed; got != len(emails) {
+		t.Fatalf("the batch was charged %d calls, want %d: the retry was verified and charged again", got, len(emails))
+	}
+}

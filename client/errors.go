@@ -30,6 +30,12 @@ const (
 	CodeListNotFound         = "list_not_found"
 	CodeListFinished         = "list_finished"
 	CodeSubscriptionActive   = "subscription_active"
+	// CodeIdempotencyKeyInUse: a call's earlier attempt, with the same Idempotency-Key, is still
+	// running; with retrying on, the client sends it again after Retry-After.
+	CodeIdempotencyKeyInUse = "idempotency_key_in_use"
+	// CodeIdempotencyKeyReused: the key was used with another request. The client makes a key
+	// per call, so it means two calls drew the same key, which 128 random bits make unheard of.
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	// CodeUnexpectedResponse is not the API's: the client sets it when an answer is not the
 	// API's error envelope (a proxy's HTML page, a truncated body).
 	CodeUnexpectedResponse = "unexpected_response"

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -420,8 +422,33 @@ func TestStreamErrorLine(t *testing.T) {
 			streamErr = err
 		}
 	}
-	if streamErr == nil || !strings.Contains(streamErr.Error(), "(request id req-1): the stream ended after 1 of 2") {
-		t.Errorf("truncated stream: %v", streamErr)
+	if streamErr == nil || !strings.Contains(streamErr.Error(), "(request id req-1): the stream ended after 1 of 2") || !errors.Is(streamErr, io.ErrUnexpectedEOF) {
+		t.Errorf("truncated stream: %v; want the count, the request id and io.ErrUnexpectedEOF", streamErr)
+	}
+}
+
+// A stream that ends inside a line (the API ends every line with a newline) without an error line
+// is incomplete, as one that ends between lines: io.ErrUnexpectedEOF, not a JSON syntax error.
+func TestStreamCutInsideALine(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("X-Request-Id", "req-cut")
+		fmt.Fprintln(w, deliverable)
+		fmt.Fprint(w, deliverable[:40])
+	})
+	var got []string
+	var streamErr error
+	for r, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)) {
+		if err != nil {
+			streamErr = err
+			continue
+		}
+		got = append(got, r.Email)
+	}
+	if len(got) != 1 || !errors.Is(streamErr, io.ErrUnexpectedEOF) || !strings.Contains(streamErr.Error(), "after 1 of 3 results") ||
+		!strings.Contains(streamErr.Error(), "req-cut") {
+		t.Fatalf("results %v, err %v; want one result and an incomplete stream (io.ErrUnexpectedEOF) naming the request id", got, streamErr)
 	}
 }
 
@@ -453,9 +480,9 @@ func TestStreamErrorOwesLaterChunks(t *testing.T) {
 	}
 }
 
-// A POST answered by a 503 that is not the API's envelope (a proxy's page) is never sent again:
-// the proxy may have passed it on, and the API verified and charged it, or made a job. A read is
-// repeated whoever answered.
+// A POST without an Idempotency-Key answered by a 503 that is not the API's envelope (a proxy's
+// page) is never sent again: the proxy may have passed it on, and the API acted on it. One with a
+// key is (the API runs it once), and a read is repeated whoever answered.
 func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 	t.Parallel()
 	var keysMu sync.Mutex
@@ -474,12 +501,13 @@ func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 		fmt.Fprint(w, "<h1>upstream timed out</h1>")
 	})
 	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
-	if _, err := c.Verify(context.Background(), "ann@acme.example"); err == nil {
-		t.Fatal("a proxy's 503 to a verification passed")
+	if _, err := c.CancelList(context.Background(), "l1"); err == nil {
+		t.Fatal("a proxy's 503 to a cancel passed")
 	}
 	if n := len(f.requests()); n != 1 {
-		t.Fatalf("%d requests for a verification without a key answered by a proxy's 503; want one", n)
+		t.Fatalf("%d requests for a POST without a key answered by a proxy's 503; want one", n)
 	}
+	// (The stream, the other verification without a key, is in TestVerificationsCarryAnIdempotencyKey.)
 	// An async verification carries an Idempotency-Key: whatever the proxy did with an attempt,
 	// the API runs the job once, so it is sent again, with the same key.
 	_, err := c.VerifyAsync(context.Background(), "ann@acme.example", client.AsyncOptions{WebhookURL: "https://hooks.example.com/x"})
@@ -492,7 +520,7 @@ func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 	}
 	keysMu.Lock()
 	if len(keys) != 2 || keys[""] != 1 {
-		t.Fatalf("Idempotency-Keys %v, want none on the verification and one on every async attempt", keys)
+		t.Fatalf("Idempotency-Keys %v, want none on the cancel and one on every async attempt", keys)
 	}
 	keysMu.Unlock()
 	if _, err := c.Job(context.Background(), "j1"); err != nil {
@@ -595,5 +623,180 @@ func TestVerifyBatchProgress(t *testing.T) {
 	}
 	if strings.Count(logged.String(), "bulk list") != 1 {
 		t.Errorf("logged %q, want the hint once", logged.String())
+	}
+}
+
+// Every verification that is billed carries an Idempotency-Key (docs/api.md, "Idempotency"):
+// Verify and each request of VerifyBatch, one key a request, the same on its retries, so that a
+// retry after a proxy's 503 (which may have passed the request on) is verified and charged once.
+// The stream route takes no key and is not sent again after a proxy's 503.
+func TestVerificationsCarryAnIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var keys []string
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if i == 0 || i == 2 || i == 5 { // a proxy's page, before a Verify, the first batch chunk and the stream
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "<h1>upstream timed out</h1>")
+			return
+		}
+		if r.URL.Path == "/v1/email/verify" {
+			writeJSON(w, 200, deliverable)
+			return
+		}
+		if i == 3 {
+			writeBatch(w, numbered(60)[:50])
+			return
+		}
+		writeBatch(w, numbered(60)[50:])
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	if _, err := c.Verify(context.Background(), "ann@acme.example"); err != nil {
+		t.Fatalf("Verify after a proxy's 503: %v", err)
+	}
+	if _, err := c.VerifyBatch(context.Background(), numbered(60)); err != nil {
+		t.Fatalf("VerifyBatch after a proxy's 503: %v", err)
+	}
+	var streamErr error
+	for _, err := range c.VerifyStream(context.Background(), numbered(2)) {
+		streamErr = err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// 0, 1: Verify and its retry; 2, 3: the first chunk (50) and its retry; 4: the second (10);
+	// 5: the stream, not sent again.
+	if len(keys) != 6 {
+		t.Fatalf("%d requests, want 6 (keys %q)", len(keys), keys)
+	}
+	for _, i := range []int{0, 2, 4} {
+		if len(keys[i]) != 32 {
+			t.Errorf("request %d carried Idempotency-Key %q, want 128 random bits in hex", i, keys[i])
+		}
+	}
+	if keys[1] != keys[0] || keys[3] != keys[2] {
+		t.Errorf("retries carried keys %q, want their first attempt's", keys)
+	}
+	if keys[2] == keys[0] || keys[4] == keys[2] {
+		t.Errorf("keys %q: each request of a batch is its own operation and needs its own key", keys)
+	}
+	if keys[5] != "" || streamErr == nil {
+		t.Errorf("stream: key %q, err %v; want no key and the proxy's 503", keys[5], streamErr)
+	}
+}
+
+// A 409 idempotency_key_in_use says the call's first attempt is still running on the server: with
+// retrying on, the same key is sent again after Retry-After and gets that attempt's answer.
+func TestIdempotencyKeyInUseIsRetried(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var keys []string
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if i == 0 {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusConflict, `{"error":"idempotency_key_in_use","message":"A request with this Idempotency-Key is still running.","action":"Retry with the same key after the seconds in Retry-After.","docs":"d"}`)
+			return
+		}
+		writeJSON(w, 201, `{"id":"k1","label":"prod","prefix":"sk_live_abcd","created_at":"2026-11-23T00:00:00Z","key":"sk_live_x","warning":"w"}`)
+	})
+	c := client.New("sk_mgmt_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	k, err := c.CreateKey(context.Background(), "prod")
+	if err != nil || k.Key != "sk_live_x" {
+		t.Fatalf("CreateKey = %+v, %v; want the first attempt's key after the 409", k, err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 || reqs[1].Sub(reqs[0]) < time.Second {
+		t.Fatalf("requests at %v, want a retry after Retry-After (1 s)", reqs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if keys[0] == "" || keys[1] != keys[0] {
+		t.Fatalf("keys %q, want the same key on the retry", keys)
+	}
+}
+
+// A Retry-After longer than MaxRetryWait (a proxy's hour) is not waited out in silence: the error
+// comes back at once, its RetryAfter saying when to try again, even without a context deadline.
+func TestLongRetryAfterIsReturnedNotWaited(t *testing.T) {
+	t.Parallel()
+	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		writeJSON(w, 503, `{"error":"service_unavailable","message":"Down for maintenance.","action":"Retry later.","docs":"d"}`)
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline: the client's own bound must act
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := c.Job(ctx, "j1"); done <- err }()
+	select {
+	case err := <-done:
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 503 || e.RetryAfter != time.Hour {
+			t.Fatalf("err = %v, want the 503 with its Retry-After of an hour", err)
+		}
+	case <-time.After(3 * time.Second):
+		cancel()
+		t.Fatal("the client was still waiting after 3 s to retry a Retry-After of an hour")
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+// Clients refused together do not all come back in the same millisecond: every wait before a
+// retry gets a random jitter (up to a tenth of it), after Retry-After + 50 ms, never before.
+func TestRetriesAreJittered(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	first := map[string]time.Time{}
+	var retries []time.Duration
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Path
+		mu.Lock()
+		t0, seen := first[id]
+		if !seen {
+			first[id] = time.Now()
+		} else {
+			retries = append(retries, time.Since(t0))
+		}
+		mu.Unlock()
+		if !seen {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 503, `{"error":"service_unavailable","message":"m","action":"a","docs":"d"}`)
+			return
+		}
+		writeJSON(w, 200, `{"job_id":"j","status":"queued","created_at":"2026-11-23T00:00:00Z"}`)
+	})
+	c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := c.Job(context.Background(), fmt.Sprint("j", i)); err != nil {
+				t.Errorf("Job: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(retries) != 16 {
+		t.Fatalf("%d retries, want 16", len(retries))
+	}
+	slices.Sort(retries)
+	lo, median, hi := retries[0], retries[len(retries)/2], retries[len(retries)-1]
+	if lo < 1050*time.Millisecond || hi > 1050*time.Millisecond+100*time.Millisecond+time.Second {
+		t.Errorf("retries after %v, want within Retry-After + 50 ms + up to 100 ms of jitter", retries)
+	}
+	// Without jitter every retry comes a few ms after 1050 ms; with up to 100 ms of it, uniform,
+	// half of them come 50 ms later or more.
+	if median < 1060*time.Millisecond {
+		t.Errorf("retries after %v: the median is %v, within 10 ms of Retry-After + 50 ms: no jitter", retries, median)
 	}
 }

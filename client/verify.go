@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log"
 	"net/http"
@@ -216,6 +217,11 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 		}
 		var r Result
 		if err := json.Unmarshal(line, &r); err != nil {
+			if !sc.Scan() && sc.Err() == nil {
+				// The last bytes, and no JSON: the API ends every line with a newline, so the
+				// stream was cut inside its last line, an incomplete stream like the one below.
+				return true, fmt.Errorf("mailvet: POST %s%s: the stream ended inside a line after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF)
+			}
 			return true, fmt.Errorf("mailvet: POST %s%s: line %d: %w", path, requestIDNote(id), n+1, err)
 		}
 		n++
@@ -228,8 +234,8 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 	}
 	if n != len(chunk) {
 		// A complete stream has one line per address (docs/api.md); fewer without an error line
-		// means the connection ended early.
-		return true, fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results", path, requestIDNote(id), n, len(chunk))
+		// means the connection ended early: io.ErrUnexpectedEOF, as for a cut connection.
+		return true, fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF)
 	}
 	return true, nil
 }

@@ -29,6 +29,12 @@ export const batchChunkSize = 50;
 export const streamChunkSize = 1000;
 /** The cushion added to `reset_at` before a retry, as docs/api.md's client checklist advises. */
 export const retryCushionMs = 50;
+/**
+ * The longest wait before a retry. The API's own are at most a rate-limit window (60 s) or a few
+ * seconds of Retry-After; a longer one (a proxy's Retry-After of an hour) is not waited out in
+ * silence: the error is thrown at once, its `retryAfter` or `reset_at` saying when to try again.
+ */
+export const maxRetryWaitMs = 120_000;
 
 /** The options of {@link Mailvet}. */
 export interface MailvetOptions {
@@ -40,9 +46,13 @@ export interface MailvetOptions {
   provisioningKey?: string;
   /**
    * Retry a request refused with 429 `rate_limit_exceeded` after waiting until its `reset_at`
-   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms). A call
-   * that creates something sends one Idempotency-Key on all its attempts, so the API runs it once;
-   * a delivery replay is not retried after a 503. Also splits a batch or stream chunk larger than
+   * plus 50 ms, and a 503 that carries `Retry-After` after that many seconds (plus 50 ms); each
+   * wait gets a random jitter of up to a tenth of it (at most 1 s), and a wait longer than
+   * {@link maxRetryWaitMs} is not waited: the error is thrown. A call
+   * that verifies or creates something (verify, verifyAsync, each request of verifyBatch, a list, a
+   * key, a portal session) sends one Idempotency-Key on all its attempts, so the API runs and bills
+   * it once, and a 409 `idempotency_key_in_use` is retried after Retry-After; a delivery replay is
+   * not retried after a 503. Also splits a batch or stream chunk larger than
    * the account's per-minute limit. Default false.
    */
   retryOnRateLimit?: boolean;
@@ -192,9 +202,10 @@ interface Call extends CallOptions {
   /** A file body sent as it is, instead of JSON; a request carrying one is never retried. */
   upload?: { body: ListBody; contentType: string; headers: Record<string, string> };
   /**
-   * The request creates something (an async job, a list, a key, a portal session): it carries an
-   * Idempotency-Key, one per call and the same on every retry, so the API runs it once
-   * (docs/api.md, "Idempotency").
+   * The request verifies or creates something (a verification, single, async or batch; a list, a
+   * key, a portal session): it carries an Idempotency-Key, one per request and the same on every
+   * retry, so the API runs and bills it once (docs/api.md, "Idempotency"). The stream route takes
+   * none.
    */
   idempotent?: boolean;
   /** Called before a wait for a retry, with when it ends and the error that caused it. */
@@ -247,7 +258,7 @@ export class Mailvet {
 
   /** Verifies one address and waits for the result (POST /v1/email/verify). */
   verify(email: string, options: CallOptions = {}): Promise<VerifyResult> {
-    return this.#json<VerifyResult>({ ...options, method: "POST", path: "/v1/email/verify", key: "standard", body: { email }, units: 1 });
+    return this.#json<VerifyResult>({ ...options, method: "POST", path: "/v1/email/verify", key: "standard", body: { email }, units: 1, idempotent: true });
   }
 
   /**
@@ -304,7 +315,7 @@ export class Mailvet {
       const chunk = emails.slice(i, i + size);
       let answer: BatchResult;
       try {
-        answer = await this.#json<BatchResult>({ ...callOptions, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length, onWait });
+        answer = await this.#json<BatchResult>({ ...callOptions, method: "POST", path: "/v1/email/verify/batch", key: "standard", body: { emails: chunk }, units: chunk.length, idempotent: true, onWait });
       } catch (err) {
         const smaller = this.#splitSize(err, chunk.length);
         if (smaller === undefined) {
@@ -567,20 +578,22 @@ export class Mailvet {
   }
 
   async *#allDeliveries(filter: Omit<DeliveryFilter, "cursor">, options: CallOptions): AsyncGenerator<Delivery, void, undefined> {
+    const seen = new Set<string>();
     let cursor: string | undefined;
     do {
       const page: DeliveryPage = await this.deliveries.list(cursor === undefined ? filter : { ...filter, cursor }, options);
       yield* page.deliveries;
-      cursor = page.next_cursor;
+      cursor = nextCursor(seen, page.next_cursor, "/v1/management/deliveries");
     } while (cursor);
   }
 
   async *#allAudit(query: Omit<AuditQuery, "cursor">, options: CallOptions): AsyncGenerator<AuditEvent, void, undefined> {
+    const seen = new Set<string>();
     let cursor: string | undefined;
     do {
       const page: AuditPage = await this.audit.list(cursor === undefined ? query : { ...query, cursor }, options);
       yield* page.events;
-      cursor = page.next_cursor;
+      cursor = nextCursor(seen, page.next_cursor, "/v1/management/audit");
     } while (cursor);
   }
 
@@ -661,8 +674,9 @@ export class Mailvet {
         deadline.done();
       }
       // An upload's body may be a stream, read once: it cannot be sent again.
-      const wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
-      if (wait === undefined) throw err;
+      let wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
+      if (wait === undefined || wait > maxRetryWaitMs) throw err;
+      wait += jitter(wait);
       call.onWait?.(new Date(Date.now() + wait), err);
       await sleep(wait, call.signal);
     }
@@ -683,6 +697,9 @@ export class Mailvet {
       return undefined;
     }
     if (err.status === 503 && err.retryAfter !== undefined && repeatable(call, err)) return err.retryAfter * 1000 + retryCushionMs;
+    // The call's first attempt is still running on the server: the same key, sent again after
+    // Retry-After, gets its answer (docs/api.md, "Idempotency").
+    if (err.status === 409 && err.error === "idempotency_key_in_use" && call.idempotent) return Math.max(err.retryAfter ?? 1, 1) * 1000 + retryCushionMs;
     return undefined;
   }
 
@@ -752,7 +769,18 @@ export class Mailvet {
       }
       buffered += decoder.decode();
       if (buffered.trim() !== "") {
-        yield parse(buffered.trim());
+        // The API ends every line with a newline: a last line without one was cut. Cut inside the
+        // JSON, it is the stream's end before its last line, not a malformed answer.
+        let last: VerifyResult;
+        try {
+          last = parse(buffered.trim());
+        } catch (err) {
+          if (err instanceof MailvetError && err.error === "invalid_response") {
+            throw clientError("stream_incomplete", `the stream ended in the middle of a line after ${got} of ${want} results, without an error line`, res.status, ids);
+          }
+          throw err;
+        }
+        yield last;
         got++;
       }
       finished = true;
@@ -764,6 +792,25 @@ export class Mailvet {
       if (!finished) await reader.cancel().catch(() => undefined);
     }
   }
+}
+
+// nextCursor is the cursor of the next page of an all() loop, or undefined after the last page.
+// A cursor the loop has already followed would fetch the same pages again forever: it is an
+// invalid_response, thrown, instead of a loop that never ends.
+function nextCursor(seen: Set<string>, cursor: string | null | undefined, path: string): string | undefined {
+  if (cursor === undefined || cursor === null || cursor === "") return undefined;
+  if (seen.has(cursor)) {
+    throw clientError("invalid_response", `GET ${path} answered a next_cursor it had already answered (${cursor.slice(0, 100)}): paging stopped instead of repeating pages`, 200);
+  }
+  seen.add(cursor);
+  return cursor;
+}
+
+// jitter is a random part of a wait, up to a tenth of it and at most a second, added to every wait
+// before a retry, so that clients refused together (by an outage's 503, or at the end of a
+// rate-limit window they share) do not all come back in the same millisecond.
+function jitter(waitMs: number): number {
+  return Math.random() * Math.min(waitMs / 10, 1000);
 }
 
 // causes is an error's message followed by those of its causes: Node's fetch says only "fetch
@@ -786,8 +833,8 @@ function requestIdOf(res: Response): { requestId?: string } {
 
 // repeatable says whether call may be sent again after the 503 err, which can come after the
 // request acted (a commit whose answer came too late): a request with an Idempotency-Key (the API
-// runs it once, and answers a retry with the first response), a verification (refused ones are
-// never charged), a read, a delete or a cancel, but not a delivery replay. What the API promises
+// runs it once, and answers a retry with the first response), a stream (refused ones are never
+// charged), a read, a delete or a cancel, but not a delivery replay. What the API promises
 // of its own 503s says nothing of another's: a proxy may answer 503 after passing the request on
 // and the API verifying or charging, so a POST without a key answered by a 503 that is not the
 // API's envelope (http_error) is never sent again.

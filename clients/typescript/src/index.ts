@@ -1,5 +1,5 @@
 // @mailvet/client: the official TypeScript client of the Mailvet API (docs/api.md, docs/clients.md).
-export { Mailvet, batchChunkSize, streamChunkSize, retryCushionMs, finalListStates } from "./client.js";
+export { Mailvet, batchChunkSize, streamChunkSize, retryCushionMs, maxRetryWaitMs, finalListStates } from "./client.js";
 export type {
   AuditQuery,
   BatchOptions,

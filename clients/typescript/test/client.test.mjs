@@ -55,6 +55,22 @@ describe("requests", () => {
     assert.deepEqual(await mv.keys.create("plain"), { body: { label: "plain" }, auth: "Bearer sk_mgmt_test" });
   });
 
+  test("audit.all and deliveries.all stop on a next_cursor they already followed instead of looping forever", async () => {
+    const f = await fake((req, res) => {
+      if (req.path.startsWith("/v1/management/audit")) return send(res, 200, { events: [{ id: "e", kind: "signin" }], next_cursor: "same" });
+      send(res, 200, { deliveries: [{ id: "d" }], next_cursor: req.index % 2 === 0 ? "a" : "b" });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    const drain = async (it) => { let n = 0; for await (const _ of it) if (++n > 50) return n; return n; };
+    const err = await drain(mv.audit.all()).catch((e) => e);
+    assert.ok(err instanceof MailvetError, `audit.all ended with ${err}`);
+    assert.equal(err.error, "invalid_response");
+    assert.equal(f.requests.length, 2, "the first page, then the cursor once");
+    const err2 = await drain(mv.deliveries.all()).catch((e) => e);
+    assert.equal(err2?.error, "invalid_response", "a cycle of two cursors is caught too");
+    assert.equal(f.requests.length, 5);
+  });
+
   test("the management calls use the provisioning key, their method and path", async () => {
     const f = await fake((req, res) => {
       if (req.method === "DELETE") return send(res, 204);
@@ -293,10 +309,10 @@ describe("retries", () => {
   });
 
   test("a POST without a key answered by a 503 that is not the API's (a proxy's page) is never sent again", async () => {
-    // The proxy may have passed the request on: the API verified and charged it.
+    // The proxy may have passed the request on: the API acted on it.
     const f = await fake((req, res) => { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); res.end("<h1>upstream timed out</h1>"); });
     const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
-    await assert.rejects(m.verify("a@acme.example"), MailvetError);
+    await assert.rejects(m.lists.cancel("l1"), MailvetError);
     assert.equal(f.requests.length, 1, "not retried");
     assert.equal(f.requests[0].headers["idempotency-key"], undefined);
     // An async verification has a key: the API makes one job however often it is sent.
@@ -311,6 +327,76 @@ describe("retries", () => {
     });
     await new Mailvet({ baseUrl: g.url, ...keys, retryOnRateLimit: true }).job("j1");
     assert.equal(g.requests.length, 2);
+  });
+
+  test("verify and each request of verifyBatch carry their own Idempotency-Key, retried after a proxy's 503; the stream none", async () => {
+    // docs/api.md, "Idempotency": the API replays a keyed verification's first answer, so a retry
+    // after a proxy's 503 (which may have passed the request on) is verified and charged once.
+    const proxy503 = (res) => { res.writeHead(503, { "Content-Type": "text/html", "Retry-After": "0" }); res.end("<h1>upstream timed out</h1>"); };
+    const f = await fake((req, res) => {
+      if (req.index === 0 || req.index === 2 || req.index === 5) return proxy503(res);
+      if (req.path === "/v1/email/verify") return send(res, 200, result(req.body.email));
+      send(res, 200, { results: req.body.emails.map(result), count: req.body.emails.length });
+    });
+    const m = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
+    await m.verify("a@acme.example");
+    assert.equal((await m.verifyBatch(emailsOf(60))).length, 60);
+    const err = await (async () => { for await (const _ of m.verifyStream(emailsOf(2))) { /* drain */ } })().catch((e) => e);
+    assert.equal(err?.error, "http_error");
+    // 0, 1: verify and its retry; 2, 3: the first chunk and its retry; 4: the second; 5: the stream.
+    const ids = f.requests.map((r) => r.headers["idempotency-key"]);
+    assert.equal(ids.length, 6, `requests: ${f.requests.map((r) => r.path)}`);
+    for (const i of [0, 2, 4]) assert.match(ids[i], /^[0-9a-f]{32}$/);
+    assert.equal(ids[1], ids[0], "verify's retry repeats its key");
+    assert.equal(ids[3], ids[2], "a chunk's retry repeats its key");
+    assert.equal(new Set([ids[0], ids[2], ids[4]]).size, 3, "each request is its own operation");
+    assert.equal(ids[5], undefined, "the stream route takes no key");
+  });
+
+  test("a 409 idempotency_key_in_use is retried with the same key after Retry-After", async () => {
+    const f = await fake((req, res) => {
+      if (req.index === 0) return send(res, 409, envelope("idempotency_key_in_use"), { "Retry-After": "1" });
+      send(res, 201, { id: "k1", key: "sk_live_x", label: "prod" });
+    });
+    const created = await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).keys.create("prod");
+    assert.equal(created.key, "sk_live_x");
+    assert.equal(f.requests.length, 2);
+    assert.ok(f.requests[1].at - f.requests[0].at >= 1000, "after Retry-After");
+    assert.equal(f.requests[1].headers["idempotency-key"], f.requests[0].headers["idempotency-key"]);
+  });
+
+  test("a Retry-After longer than maxRetryWaitMs (a proxy's hour) is thrown at once, not waited out", async () => {
+    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "3600" }));
+    const ctl = new AbortController();
+    const call = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).job("j1", { signal: ctl.signal }).catch((e) => e);
+    const timer = setTimeout(() => ctl.abort(new Error("still waiting after 3 s")), 3000);
+    const err = await call;
+    clearTimeout(timer);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.status, 503);
+    assert.equal(err.retryAfter, 3600);
+    assert.equal(f.requests.length, 1);
+  });
+
+  test("retries are jittered by up to a tenth of the wait, so that clients refused together do not come back together", async () => {
+    const waitOnce = async (random) => {
+      const f = await fake((req, res) => {
+        if (req.index === 0) return send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" });
+        send(res, 200, { id: "j", status: "queued" });
+      });
+      const saved = Math.random;
+      Math.random = () => random; // the jitter's draw, pinned
+      try {
+        await new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).job("j1");
+      } finally {
+        Math.random = saved;
+      }
+      return f.requests[1].at - f.requests[0].at;
+    };
+    const low = await waitOnce(0);
+    const high = await waitOnce(0.999);
+    assert.ok(low >= 1050 && low < 1050 + 80, `with the smallest draw: waited ${low} ms, want Retry-After + 50 ms`);
+    assert.ok(high >= 1050 + 99 && high < 1050 + 100 + 80, `with the largest draw: waited ${high} ms, want Retry-After + 50 ms + 100 ms`);
   });
 
   test("an abort during the wait before a retry rejects at once with the signal's reason", async () => {
@@ -553,6 +639,35 @@ describe("verifyStream", () => {
       for await (const _ of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) { /* drain */ }
     })().catch((e) => e);
     assert.equal(err.error, "stream_incomplete");
+  });
+
+  test("lines split across chunks, inside a multi-byte character, are read whole", async () => {
+    const f = await fake(async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      const bytes = Buffer.from(req.body.emails.map((e) => JSON.stringify(result(e)) + "\n").join(""), "utf8");
+      // One byte a write, flushed apart, so that é's two bytes arrive in different chunks.
+      for (let i = 0; i < bytes.length; i += 7) { res.write(bytes.subarray(i, i + 7)); if (i % 70 === 0) await sleep(1); }
+      res.end();
+    });
+    const emails = ["josé@acme.example", "zoë@acme.example", "a@acme.example"];
+    const got = [];
+    for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) got.push(r.email);
+    assert.deepEqual(got, emails);
+  });
+
+  test("a stream that ends in the middle of a line, without an error line, is a stream_incomplete", async () => {
+    const f = await fake((req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-cut" });
+      res.write(JSON.stringify(result(req.body.emails[0])) + "\n");
+      res.end(JSON.stringify(result(req.body.emails[1])).slice(0, 40));
+    });
+    const got = [];
+    const err = await (async () => {
+      for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) got.push(r.email);
+    })().catch((e) => e);
+    assert.deepEqual(got, ["u0@acme.example"]);
+    assert.equal(err?.error, "stream_incomplete", String(err));
+    assert.equal(err.requestId, "rid-cut");
   });
 
   test("breaking out of the loop closes the request", async () => {
