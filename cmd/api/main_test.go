@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -367,5 +369,34 @@ func TestSetSpendCapPrintsStoredValue(t *testing.T) {
 	}
 	if want := `{"account_id":"` + acct.ID + `","hard_cap_eur":49.9}`; strings.TrimSpace(out.String()) != want {
 		t.Errorf("stdout %s, want %s", out.String(), want)
+	}
+}
+
+// Mistakes that waiting cannot fix stop the API before it waits for Postgres and NATS
+// (docs/operations.md, "Start-up and shutdown"), here with neither reachable: a disposable file
+// with a line that is no domain, and an API port another listener holds.
+func TestMistakesFailBeforeTheWaits(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "extra.txt")
+	if err := os.WriteFile(bad, []byte("not a domain!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	base := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1",
+		"MAILVET_SECRETS_KEY": strings.Repeat("ab", 32), "MAILVET_DASHBOARD_SIGNUP": "off",
+		"MAILVET_HTTP_ADDR": "127.0.0.1:0", "MAILVET_METRICS_ADDR": "127.0.0.1:0", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}
+	for name, value := range map[string]string{"MAILVET_DISPOSABLE_EXTRA_FILE": bad, "MAILVET_HTTP_ADDR": held.Addr().String()} {
+		env := maps.Clone(base)
+		env[name] = value
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err := run(ctx, nil, envFrom(env), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), name+":") || time.Since(start) > 3*time.Second {
+			t.Errorf("%s=%s: after %s, err %v; want one naming the variable at once", name, value, time.Since(start).Round(time.Millisecond), err)
+		}
 	}
 }
