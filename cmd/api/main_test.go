@@ -400,3 +400,34 @@ func TestMistakesFailBeforeTheWaits(t *testing.T) {
 		}
 	}
 }
+
+// An admin command against a database that is not migrated for this build says to migrate, as
+// the servers do, instead of failing on a missing table (docs/operations.md, "bin/api admin").
+func TestAdminSaysMigrate(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"admin", "create-account", "--tier", "free"},
+		envFrom(map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)}), &out, &bytes.Buffer{})
+	var obj map[string]string
+	if jerr := json.Unmarshal(out.Bytes(), &obj); err == nil || jerr != nil {
+		t.Fatalf("err %v, stdout %q", err, out.String())
+	}
+	if obj["error"] != "datastore_error" || !strings.Contains(obj["message"], "run `bin/api migrate`") {
+		t.Errorf("error object %v; want datastore_error saying to run bin/api migrate", obj)
+	}
+}
+
+// A DATABASE_URL whose parameters the pool cannot use is a configuration mistake: the API
+// refuses to start naming the variable, and an admin command answers invalid_request, with the
+// password masked.
+func TestBadDatabaseURLParameters(t *testing.T) {
+	url := "postgres://postgres:hunter2@127.0.0.1:1/x?sslmode=bogus"
+	err := run(context.Background(), nil, envFrom(map[string]string{"DATABASE_URL": url, "MAILVET_DASHBOARD_SIGNUP": "off"}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "configuration:\nDATABASE_URL: ") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("serve: err %v; want the configuration error naming DATABASE_URL, without the password", err)
+	}
+	var out bytes.Buffer
+	_ = run(context.Background(), []string{"admin", "set-tier", "--account", "a", "--tier", "free"}, envFrom(map[string]string{"DATABASE_URL": url}), &out, io.Discard)
+	if !strings.Contains(out.String(), `"error":"invalid_request"`) || !strings.Contains(out.String(), "DATABASE_URL: ") || strings.Contains(out.String(), "hunter2") {
+		t.Errorf("admin: stdout %q; want invalid_request naming DATABASE_URL, without the password", out.String())
+	}
+}

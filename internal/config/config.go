@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/miekg/dns"
 	"github.com/nats-io/nkeys"
 	"golang.org/x/net/idna"
@@ -738,6 +739,12 @@ func validPostgresURL(s string) error {
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return errors.New("must start with postgres://")
+	}
+	// The pool reads the URL only when it connects: its parameters (sslmode, connect_timeout,
+	// pool_max_conns, a port) are checked here with the other variables. pgx masks the password
+	// in its errors.
+	if _, err := pgxpool.ParseConfig(s); err != nil {
+		return err
 	}
 	return nil
 }
