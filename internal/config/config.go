@@ -370,6 +370,10 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		c.StripePrices[id] = plan.Builder
 	}
 	if id := e.str("MAILVET_STRIPE_PRICE_SCALE", ""); id != "" {
+		if c.StripePrices[id] == plan.Builder {
+			// One price cannot give two tiers: the map would silently keep the last.
+			e.fail("MAILVET_STRIPE_PRICE_SCALE", fmt.Errorf("%q is MAILVET_STRIPE_PRICE_BUILDER's too", id))
+		}
 		c.StripePrices[id] = plan.Scale
 	}
 	c.DashboardSessionTTL = 12 * time.Hour
@@ -811,6 +815,9 @@ func validHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%q is not an http(s) URL", redact.URL(s))
+	}
+	if p := u.Port(); p != "" && !dialPort(p) || strings.HasSuffix(u.Host, ":") {
+		return fmt.Errorf("%q: the port is not a number from 1 to 65535", redact.URL(s))
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ func TestLoadRefusesValuesThatWouldFailLater(t *testing.T) {
 		{"MAILVET_SMTP_MAIL_FROM", "verify@example.com>"},
 		{"MAILVET_SMTP_MAIL_FROM", "verify@exa mple.com"},
 		{"NATS_URL", "nats://127.0.0.1:99999"},
+		{"MAILVET_PUBLIC_URL", "https://api.example.com:99999"},
+		{"MAILVET_STRIPE_API_BASE", "http://127.0.0.1:0"},
 	} {
 		_, err := Load(RoleVerifier, false, envOf(map[string]string{tc.name: tc.value, "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
 		if err == nil || !strings.Contains(err.Error(), tc.name+":") {
@@ -70,5 +72,14 @@ func TestLoadRefusesOneListenPortForBoth(t *testing.T) {
 	// The workers serve no API: their MAILVET_HTTP_ADDR is not bound.
 	if _, err := Load(RoleVerifier, false, envOf(map[string]string{"MAILVET_METRICS_ADDR": ":8080", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"})); err != nil {
 		t.Errorf("verifier with the metrics port on :8080 refused: %v", err)
+	}
+}
+
+// One Stripe price id for both paid plans would give every subscription to it the tier read last.
+func TestLoadRefusesOnePriceForTwoTiers(t *testing.T) {
+	t.Parallel()
+	_, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_STRIPE_PRICE_BUILDER": "price_1", "MAILVET_STRIPE_PRICE_SCALE": "price_1", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_STRIPE_PRICE_SCALE:") {
+		t.Errorf("error %v, want one naming MAILVET_STRIPE_PRICE_SCALE", err)
 	}
 }
