@@ -230,8 +230,16 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 
 	if c.NatsURL != "" {
+		empty := false
 		for _, u := range strings.Split(c.NatsURL, ",") {
-			e.check("NATS_URL", validNATSURL(strings.TrimSpace(u)))
+			if u = strings.TrimSpace(u); u == "" {
+				empty = true
+				continue
+			}
+			e.check("NATS_URL", validNATSURL(u))
+		}
+		if empty {
+			e.fail("NATS_URL", errors.New("an empty entry: separate the URLs by single commas, with none at either end"))
 		}
 	}
 	c.NATS.Prefix = e.str("MAILVET_NATS_PREFIX", "")
@@ -723,7 +731,7 @@ func validNATSURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%q is not a URL like nats://host:4222 (several are separated by commas)", redact.URL(s))
+		return fmt.Errorf("%s is not a URL like nats://host:4222 (several are separated by commas)", shownURL(s))
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":
@@ -809,12 +817,22 @@ func validHostPort(s string) error {
 	return nil
 }
 
+// shownURL is a URL as an error shows it: quoted, its credentials masked (package redact). One
+// that does not parse cannot be masked, so it is not shown at all.
+func shownURL(s string) string {
+	r := redact.URL(s)
+	if strings.HasPrefix(r, "(unparsable") {
+		return "the value (not shown: it does not parse as a URL, and could hold a password)"
+	}
+	return strconv.Quote(r)
+}
+
 // validHTTPURL checks an http(s) base URL. A URL may carry a user and password, so the value is
 // echoed with its credentials masked (package redact), like NATS_URL's.
 func validHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", redact.URL(s))
+		return fmt.Errorf("%s is not an http(s) URL like https://api.example.com", shownURL(s))
 	}
 	if p := u.Port(); p != "" && !dialPort(p) || strings.HasSuffix(u.Host, ":") {
 		return fmt.Errorf("%q: the port is not a number from 1 to 65535", redact.URL(s))

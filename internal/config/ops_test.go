@@ -83,3 +83,19 @@ func TestLoadRefusesOnePriceForTwoTiers(t *testing.T) {
 		t.Errorf("error %v, want one naming MAILVET_STRIPE_PRICE_SCALE", err)
 	}
 }
+
+// The errors of URLs say what is wrong once, and never quote a placeholder as if it were the
+// value: NATS_URL's empty entries are one error, and a URL that does not parse is not shown.
+func TestLoadURLErrorsAreReadable(t *testing.T) {
+	t.Parallel()
+	_, err := Load(RoleVerifier, false, envOf(map[string]string{"NATS_URL": ",nats://n1:4222,,", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+	if err == nil || strings.Count(err.Error(), "NATS_URL:") != 1 || !strings.Contains(err.Error(), "empty entry") {
+		t.Errorf("NATS_URL with empty entries: error %v, want one saying so", err)
+	}
+	for name, value := range map[string]string{"MAILVET_PUBLIC_URL": "localhost:8080", "NATS_URL": "nats://u:hunter2@n1:x"} {
+		_, err := Load(RoleAPI, false, envOf(map[string]string{name: value, "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}))
+		if err == nil || !strings.Contains(err.Error(), name+": the value (not shown") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s=%q: error %v", name, value, err)
+		}
+	}
+}
