@@ -151,5 +151,18 @@ func openAdminStore(ctx context.Context, cfg config.Config) (store *account.Stor
 	if err != nil {
 		return nil, nil, err
 	}
+	// A database not migrated (yet) for this build gets the advice the servers log while they
+	// wait for it (docs/operations.md, "Start-up and shutdown"), not a missing table or column.
+	need, err := database.SchemaVersion()
+	if err == nil {
+		var have int64
+		if have, err = database.AppliedVersion(ctx, pool); err == nil && have < need {
+			err = fmt.Errorf("the database schema is at migration %d, this build needs %d: run `bin/api migrate`", have, need)
+		}
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
 	return account.NewStore(pool), pool.Close, nil
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -367,5 +369,65 @@ func TestSetSpendCapPrintsStoredValue(t *testing.T) {
 	}
 	if want := `{"account_id":"` + acct.ID + `","hard_cap_eur":49.9}`; strings.TrimSpace(out.String()) != want {
 		t.Errorf("stdout %s, want %s", out.String(), want)
+	}
+}
+
+// Mistakes that waiting cannot fix stop the API before it waits for Postgres and NATS
+// (docs/operations.md, "Start-up and shutdown"), here with neither reachable: a disposable file
+// with a line that is no domain, and an API port another listener holds.
+func TestMistakesFailBeforeTheWaits(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "extra.txt")
+	if err := os.WriteFile(bad, []byte("not a domain!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	base := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "NATS_URL": "nats://127.0.0.1:1",
+		"MAILVET_SECRETS_KEY": strings.Repeat("ab", 32), "MAILVET_DASHBOARD_SIGNUP": "off",
+		"MAILVET_HTTP_ADDR": "127.0.0.1:0", "MAILVET_METRICS_ADDR": "127.0.0.1:0", "MAILVET_DNS_RESOLVER": "127.0.0.1:53"}
+	for name, value := range map[string]string{"MAILVET_DISPOSABLE_EXTRA_FILE": bad, "MAILVET_HTTP_ADDR": held.Addr().String()} {
+		env := maps.Clone(base)
+		env[name] = value
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		err := run(ctx, nil, envFrom(env), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), name+":") || time.Since(start) > 3*time.Second {
+			t.Errorf("%s=%s: after %s, err %v; want one naming the variable at once", name, value, time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+}
+
+// An admin command against a database that is not migrated for this build says to migrate, as
+// the servers do, instead of failing on a missing table (docs/operations.md, "bin/api admin").
+func TestAdminSaysMigrate(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"admin", "create-account", "--tier", "free"},
+		envFrom(map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)}), &out, &bytes.Buffer{})
+	var obj map[string]string
+	if jerr := json.Unmarshal(out.Bytes(), &obj); err == nil || jerr != nil {
+		t.Fatalf("err %v, stdout %q", err, out.String())
+	}
+	if obj["error"] != "datastore_error" || !strings.Contains(obj["message"], "run `bin/api migrate`") {
+		t.Errorf("error object %v; want datastore_error saying to run bin/api migrate", obj)
+	}
+}
+
+// A DATABASE_URL whose parameters the pool cannot use is a configuration mistake: the API
+// refuses to start naming the variable, and an admin command answers invalid_request, with the
+// password masked.
+func TestBadDatabaseURLParameters(t *testing.T) {
+	url := "postgres://postgres:hunter2@127.0.0.1:1/x?sslmode=bogus"
+	err := run(context.Background(), nil, envFrom(map[string]string{"DATABASE_URL": url, "MAILVET_DASHBOARD_SIGNUP": "off"}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "configuration:\nDATABASE_URL: ") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("serve: err %v; want the configuration error naming DATABASE_URL, without the password", err)
+	}
+	var out bytes.Buffer
+	_ = run(context.Background(), []string{"admin", "set-tier", "--account", "a", "--tier", "free"}, envFrom(map[string]string{"DATABASE_URL": url}), &out, io.Discard)
+	if !strings.Contains(out.String(), `"error":"invalid_request"`) || !strings.Contains(out.String(), "DATABASE_URL: ") || strings.Contains(out.String(), "hunter2") {
+		t.Errorf("admin: stdout %q; want invalid_request naming DATABASE_URL, without the password", out.String())
 	}
 }

@@ -33,6 +33,17 @@ import (
 // serve runs the API (and, in dev mode, the workers in-process) until ctx ends, then drains.
 // A demo world, when not nil, is what the verification engine probes instead of the internet.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, demo *mailsim.World) error {
+	// What waiting cannot fix fails before the waits for Postgres and NATS (docs/operations.md,
+	// "Start-up and shutdown"): the disposable files' lines, and a port that cannot be bound.
+	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
+	// layers stay idle here unless dev mode runs the verifier in-process.
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := app.CheckListen(cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("MAILVET_HTTP_ADDR: %w", err)
+	}
 	in, err := app.Start(ctx, cfg, "api", log)
 	if err != nil {
 		return err
@@ -40,14 +51,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	defer in.Close()
 
 	store := account.NewStore(in.Pool)
-	// The API runs only the local layers itself (syntax, disposable, signals); the engine's network
-	// layers stay idle here unless dev mode runs the verifier in-process.
-	// Its observer counts the results the API decides itself and times their layers
+	// The engine's observer counts the results the API decides itself and times their layers
 	// (docs/operations.md, "Health, readiness and metrics").
-	vc, err := verifyworker.EngineConfig(cfg)
-	if err != nil {
-		return err
-	}
 	engine, err := verify.NewObserved(engineConfig(vc, demo), opsmetrics.NewVerify(in.Metrics))
 	if err != nil {
 		return err

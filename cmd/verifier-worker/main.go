@@ -59,16 +59,18 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	// The disposable files' lines are checked before the waits for Postgres and NATS, which
+	// cannot fix them (docs/operations.md, "Start-up and shutdown").
+	vc, err := verifyworker.EngineConfig(cfg)
+	if err != nil {
+		return err
+	}
 	log := app.Logger(stderr, "verifier-worker", cfg)
 	in, err := app.Start(ctx, cfg, "verifier-worker", log)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	vc, err := verifyworker.EngineConfig(cfg)
-	if err != nil {
-		return err
-	}
 	// Its observer is the metrics of docs/operations.md, "Health, readiness and metrics".
 	engine, err := verify.NewObserved(vc, opsmetrics.NewVerify(in.Metrics))
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +45,33 @@ func TestCommandLineMistakes(t *testing.T) {
 			!strings.Contains(errOut.String(), "usage: verifier-worker check ADDRESS") {
 			t.Errorf("%v: err %v, stdout %q, stderr %q; want check's usage and no result", args, err, out.String(), errOut.String())
 		}
+	}
+}
+
+// A disposable file with a line that is no domain stops the worker before it waits for Postgres
+// and NATS, which cannot fix it (docs/operations.md, "Start-up and shutdown").
+func TestBadDisposableFileFailsBeforeTheWaits(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "extra.txt")
+	if err := os.WriteFile(bad, []byte("not a domain!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string {
+		switch k {
+		case "MAILVET_DISPOSABLE_EXTRA_FILE":
+			return bad
+		case "MAILVET_METRICS_ADDR":
+			return "127.0.0.1:0"
+		case "MAILVET_DNS_RESOLVER":
+			return "127.0.0.1:53"
+		}
+		return workertest.UnreachableEnv(k)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := run(ctx, nil, env, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "MAILVET_DISPOSABLE_EXTRA_FILE:") || time.Since(start) > 3*time.Second {
+		t.Fatalf("after %s: err %v; want one naming MAILVET_DISPOSABLE_EXTRA_FILE at once", time.Since(start).Round(time.Millisecond), err)
 	}
 }

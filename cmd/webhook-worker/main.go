@@ -35,8 +35,8 @@ flags:
 		return fmt.Errorf("%w: unexpected argument %q", app.ErrUsage, fs.Arg(0))
 	}
 	if *concurrency < 1 || *concurrency > 4096 {
-		fmt.Fprintln(stderr, "-concurrency must be from 1 to 4096")
-		return app.ErrUsage
+		fs.Usage()
+		return fmt.Errorf("%w: -concurrency %d is not from 1 to 4096", app.ErrUsage, *concurrency)
 	}
 	cfg, err := config.Load(config.RoleWebhook, false, getenv)
 	if err != nil {

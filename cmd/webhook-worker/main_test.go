@@ -50,3 +50,16 @@ func TestExtraArgumentIsUsageError(t *testing.T) {
 		}
 	}
 }
+
+// A -concurrency out of range is a usage error whose message, the one line the binary prints as
+// "webhook-worker: …", names the flag and its range.
+func TestConcurrencyOutOfRange(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"0", "-1", "4097"} {
+		var errOut bytes.Buffer
+		err := run(context.Background(), []string{"-concurrency", n}, workertest.UnreachableEnv, io.Discard, &errOut)
+		if !errors.Is(err, app.ErrUsage) || !strings.Contains(err.Error(), "-concurrency "+n+" is not from 1 to 4096") || !strings.Contains(errOut.String(), "usage:") {
+			t.Errorf("-concurrency %s: err %v, stderr %q", n, err, errOut.String())
+		}
+	}
+}

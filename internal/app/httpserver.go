@@ -27,6 +27,17 @@ func Listen(addr string, h http.Handler) (*HTTPServer, error) {
 	}, nil
 }
 
+// CheckListen binds addr and lets it go at once: a process that binds its listener only after
+// waiting for its dependencies checks first that it will be able to (a port another process
+// holds, an address that is not this host's), so that waiting cannot hide the mistake.
+func CheckListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
 // Addr is the bound address (useful with port 0).
 func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
 

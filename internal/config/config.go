@@ -5,6 +5,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -17,7 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/miekg/dns"
+	"github.com/nats-io/nkeys"
 	"golang.org/x/net/idna"
 
 	"github.com/mailvet/mailvet/internal/dnsname"
@@ -226,8 +230,16 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	}
 
 	if c.NatsURL != "" {
+		empty := false
 		for _, u := range strings.Split(c.NatsURL, ",") {
-			e.check("NATS_URL", validNATSURL(strings.TrimSpace(u)))
+			if u = strings.TrimSpace(u); u == "" {
+				empty = true
+				continue
+			}
+			e.check("NATS_URL", validNATSURL(u))
+		}
+		if empty {
+			e.fail("NATS_URL", errors.New("an empty entry: separate the URLs by single commas, with none at either end"))
 		}
 	}
 	c.NATS.Prefix = e.str("MAILVET_NATS_PREFIX", "")
@@ -241,11 +253,17 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	if (c.NATS.TLSCertFile == "") != (c.NATS.TLSKeyFile == "") {
 		e.fail("MAILVET_NATS_TLS_CERT", errors.New("a client certificate needs MAILVET_NATS_TLS_CERT and MAILVET_NATS_TLS_KEY together"))
 	}
+	// The files' contents are checked here too: the NATS client reads them only when it connects,
+	// and a process that cannot would wait for NATS for ever.
+	e.natsFiles(&c.NATS)
 
 	c.HTTPAddr = e.str("MAILVET_HTTP_ADDR", listenDefault(":8080", dev))
 	e.check("MAILVET_HTTP_ADDR", validListenAddr(c.HTTPAddr))
 	c.MetricsAddr = e.str("MAILVET_METRICS_ADDR", listenDefault(defaultMetricsAddr(role), dev))
 	e.check("MAILVET_METRICS_ADDR", validListenAddr(c.MetricsAddr))
+	if role == RoleAPI && sharePort(c.HTTPAddr, c.MetricsAddr) {
+		e.fail("MAILVET_METRICS_ADDR", fmt.Errorf("%q takes the port of MAILVET_HTTP_ADDR %q: give the ops listener its own", c.MetricsAddr, c.HTTPAddr))
+	}
 	// Unset, the public URL is this server on its own port, so that the links a local run gives
 	// out (error docs, list results, callbacks) reach it whatever port it listens on.
 	publicDefault := "http://localhost:8080"
@@ -275,9 +293,14 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		host = "localhost"
 	}
 	c.SMTPHelo = e.str("MAILVET_SMTP_HELO", host)
+	if _, set := e.lookup("MAILVET_SMTP_HELO"); set && !validHelo(c.SMTPHelo) {
+		// A name that is no host name goes into every EHLO: receivers refuse it, and every probe
+		// would end unknown rather than the start-up.
+		e.fail("MAILVET_SMTP_HELO", fmt.Errorf("%q is not a host name like mx1.example.com (or an address literal like [192.0.2.1])", c.SMTPHelo))
+	}
 	c.SMTPMailFrom = e.str("MAILVET_SMTP_MAIL_FROM", "verify@"+c.SMTPHelo)
-	if !strings.Contains(c.SMTPMailFrom, "@") {
-		e.fail("MAILVET_SMTP_MAIL_FROM", errors.New("must be an address like verify@example.com"))
+	if _, set := e.lookup("MAILVET_SMTP_MAIL_FROM"); set && !validMailFrom(c.SMTPMailFrom) || !strings.Contains(c.SMTPMailFrom, "@") {
+		e.fail("MAILVET_SMTP_MAIL_FROM", fmt.Errorf("%q is not an address like verify@example.com", c.SMTPMailFrom))
 	}
 	c.SMTPTimeout = e.duration("MAILVET_SMTP_TIMEOUT", 1500*time.Millisecond)
 	c.GreylistWindow = e.window("MAILVET_GREYLIST_WINDOW", 15*time.Minute)
@@ -288,9 +311,10 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	c.SandboxRatePerMin = e.intIn("MAILVET_SANDBOX_RATE_PER_MIN", 1000, 1, 1_000_000)
 	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
 	if c.SMTPProxy != "" {
+		// The port is checked here: without one, every probe would fail to dial the proxy.
 		u, err := url.Parse(c.SMTPProxy)
-		if err != nil || u.Scheme != "socks5" || u.Host == "" {
-			e.fail("MAILVET_SMTP_PROXY", errors.New("must be socks5://host:port"))
+		if err != nil || u.Scheme != "socks5" || validHostPort(u.Host) != nil {
+			e.fail("MAILVET_SMTP_PROXY", fmt.Errorf("%q is not socks5://host:port", redact.URL(c.SMTPProxy)))
 		}
 	}
 	c.SMTPBlockedDomains = e.blockedDomains("MAILVET_SMTP_BLOCKED_DOMAINS")
@@ -354,6 +378,10 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 		c.StripePrices[id] = plan.Builder
 	}
 	if id := e.str("MAILVET_STRIPE_PRICE_SCALE", ""); id != "" {
+		if c.StripePrices[id] == plan.Builder {
+			// One price cannot give two tiers: the map would silently keep the last.
+			e.fail("MAILVET_STRIPE_PRICE_SCALE", fmt.Errorf("%q is MAILVET_STRIPE_PRICE_BUILDER's too", id))
+		}
 		c.StripePrices[id] = plan.Scale
 	}
 	c.DashboardSessionTTL = 12 * time.Hour
@@ -606,7 +634,7 @@ func (e *env) price(name string, def float64) float64 {
 		return def
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 || f > 1000 {
+	if err != nil || !(f >= 0 && f <= 1000) { // NaN fails both comparisons
 		e.fail(name, fmt.Errorf("%q is not a price in EUR from 0 to 1000", v))
 		return def
 	}
@@ -703,10 +731,14 @@ func validNATSURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%q is not a URL like nats://host:4222 (several are separated by commas)", redact.URL(s))
+		return fmt.Errorf("%s is not a URL like nats://host:4222 (several are separated by commas)", shownURL(s))
 	}
 	switch u.Scheme {
 	case "nats", "tls", "ws", "wss":
+		// A port the client cannot dial would make the process wait for NATS for ever.
+		if p := u.Port(); p != "" && !dialPort(p) || strings.HasSuffix(u.Host, ":") {
+			return fmt.Errorf("%q: the port is not a number from 1 to 65535", redact.URL(s))
+		}
 		return nil
 	}
 	return fmt.Errorf("%q: the scheme must be nats, tls, ws or wss", redact.URL(s))
@@ -719,6 +751,12 @@ func validPostgresURL(s string) error {
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return errors.New("must start with postgres://")
+	}
+	// The pool reads the URL only when it connects: its parameters (sslmode, connect_timeout,
+	// pool_max_conns, a port) are checked here with the other variables. pgx masks the password
+	// in its errors.
+	if _, err := pgxpool.ParseConfig(s); err != nil {
+		return err
 	}
 	return nil
 }
@@ -738,11 +776,34 @@ func validListenAddr(s string) error {
 	return nil
 }
 
+// sharePort tells whether two listen addresses would take one port: the same port number, other
+// than 0, on the same host or with either on every interface.
+func sharePort(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := net.LookupPort("tcp", pa)
+	nb, errB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || na == 0 || na != nb {
+		return false
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || any(ha) || any(hb)
+}
+
 // validPort tells whether port is a number from 0 to 65535 or a service name, resolved the way the
 // listener and the dialer resolve it (net.LookupPort).
 func validPort(port string) bool {
 	_, err := net.LookupPort("tcp", port)
 	return err == nil
+}
+
+// dialPort tells whether port is one a client can dial: a number from 1 to 65535 or a service name.
+func dialPort(port string) bool {
+	n, err := net.LookupPort("tcp", port)
+	return err == nil && n != 0
 }
 
 func validHostPort(s string) error {
@@ -756,12 +817,84 @@ func validHostPort(s string) error {
 	return nil
 }
 
+// shownURL is a URL as an error shows it: quoted, its credentials masked (package redact). One
+// that does not parse cannot be masked, so it is not shown at all.
+func shownURL(s string) string {
+	r := redact.URL(s)
+	if strings.HasPrefix(r, "(unparsable") {
+		return "the value (not shown: it does not parse as a URL, and could hold a password)"
+	}
+	return strconv.Quote(r)
+}
+
 // validHTTPURL checks an http(s) base URL. A URL may carry a user and password, so the value is
 // echoed with its credentials masked (package redact), like NATS_URL's.
 func validHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http(s) URL", redact.URL(s))
+		return fmt.Errorf("%s is not an http(s) URL like https://api.example.com", shownURL(s))
+	}
+	if p := u.Port(); p != "" && !dialPort(p) || strings.HasSuffix(u.Host, ":") {
+		return fmt.Errorf("%q: the port is not a number from 1 to 65535", redact.URL(s))
 	}
 	return nil
+}
+
+// validHelo tells whether s can stand in EHLO (RFC 5321 §4.1.1.1): a host name (letters, digits
+// and hyphens in dot-separated labels, any case, IDNs as A-labels) or an address literal.
+func validHelo(s string) bool {
+	if lit, ok := strings.CutPrefix(s, "["); ok {
+		lit, ok = strings.CutSuffix(lit, "]")
+		if v6, isV6 := strings.CutPrefix(lit, "IPv6:"); isV6 {
+			a, err := netip.ParseAddr(v6)
+			return ok && err == nil && a.Is6()
+		}
+		a, err := netip.ParseAddr(lit)
+		return ok && err == nil && a.Is4()
+	}
+	ascii, err := idna.Lookup.ToASCII(s)
+	return err == nil && dnsname.Valid(ascii)
+}
+
+// validMailFrom tells whether s can stand in MAIL FROM:<s>: a local part without blanks, control
+// characters or angle brackets, "@", and a domain as validHelo takes it.
+func validMailFrom(s string) bool {
+	i := strings.LastIndexByte(s, '@')
+	if i <= 0 {
+		return false
+	}
+	for _, r := range s[:i] {
+		if r <= ' ' || r == 0x7f || r == '<' || r == '>' || r == '@' && s[0] != '"' {
+			return false
+		}
+	}
+	return validHelo(s[i+1:])
+}
+
+// natsFiles checks that the NATS credentials and TLS files hold what the client will read from
+// them: a credentials file with a user JWT and an NKey seed, PEM certificates, a key that
+// matches its certificate.
+func (e *env) natsFiles(o *NATSOptions) {
+	if o.CredsFile != "" {
+		b, err := os.ReadFile(o.CredsFile)
+		if err == nil {
+			if _, err = nkeys.ParseDecoratedJWT(b); err == nil {
+				_, err = nkeys.ParseDecoratedUserNKey(b)
+			}
+		}
+		if err != nil {
+			e.fail("MAILVET_NATS_CREDS", fmt.Errorf("%s is not a NATS credentials file (a user JWT and its NKey seed): %w", o.CredsFile, err))
+		}
+	}
+	if o.TLSCAFile != "" {
+		b, err := os.ReadFile(o.TLSCAFile)
+		if err != nil || !x509.NewCertPool().AppendCertsFromPEM(b) {
+			e.fail("MAILVET_NATS_TLS_CA", fmt.Errorf("%s holds no PEM certificate", o.TLSCAFile))
+		}
+	}
+	if o.TLSCertFile != "" && o.TLSKeyFile != "" {
+		if _, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile); err != nil {
+			e.fail("MAILVET_NATS_TLS_CERT", fmt.Errorf("with MAILVET_NATS_TLS_KEY: %w", err))
+		}
+	}
 }

@@ -311,8 +311,12 @@ func TestLoadChecksListenPorts(t *testing.T) {
 		}
 	}
 	for _, good := range []string{":0", ":65535", "127.0.0.1:", "[::1]:9090", "localhost:http-alt", ":https"} {
-		if _, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_HTTP_ADDR": good, "MAILVET_METRICS_ADDR": good})); err != nil {
-			t.Errorf("%q refused: %v", good, err)
+		// Each on its own: the API's two listeners on one port are refused (ops_test.go).
+		if _, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_HTTP_ADDR": good, "MAILVET_METRICS_ADDR": "127.0.0.2:1"})); err != nil {
+			t.Errorf("MAILVET_HTTP_ADDR=%q refused: %v", good, err)
+		}
+		if _, err := Load(RoleWebhook, false, envOf(map[string]string{"MAILVET_METRICS_ADDR": good})); err != nil {
+			t.Errorf("MAILVET_METRICS_ADDR=%q refused: %v", good, err)
 		}
 	}
 }
