@@ -148,7 +148,16 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
 		}
 	} else {
-		rd.emailAt = emailColumn(header)
+		var named bool
+		rd.emailAt, named = emailColumn(header)
+		// No column is named like an email column: a header row holding an address in any of
+		// its cells is a first data row, such as a headerless export with names first.
+		for i, h := range header {
+			if !named && strings.Contains(h, "@") {
+				rd.emailAt = i
+				break
+			}
+		}
 	}
 	if strings.Contains(header[rd.emailAt], "@") {
 		return nil, &InputError{Line: 1, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
@@ -192,16 +201,16 @@ func delimiter(head []byte) rune {
 	return ','
 }
 
-// emailColumn is the first header that names an email column, else 0.
-func emailColumn(header []string) int {
+// emailColumn is the first header that names an email column, and true; else 0 and false.
+func emailColumn(header []string) (int, bool) {
 	for i, h := range header {
 		n := strings.ToLower(strings.TrimSpace(h))
 		n = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
 		if strings.Contains(n, "email") || n == "mail" || n == "address" || n == "emailaddress" {
-			return i
+			return i, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // Columns are the upload's column names; EmailColumn is the index of the one verified.
@@ -249,9 +258,9 @@ func (r *Reader) next() (Row, error) {
 			}
 			return Row{}, r.csvError(err)
 		}
-		line, _ := r.csv.FieldPos(0)
 		for i, f := range rec {
 			if err := checkText(f); err != nil {
+				line, _ := r.csv.FieldPos(i) // the line the cell starts on: a row may span lines
 				return Row{}, &InputError{Line: line, Msg: fmt.Sprintf("column %q %s", r.columns[i], err)}
 			}
 		}
@@ -337,13 +346,19 @@ func quoteAll(ss []string) string {
 }
 
 // lineReader passes a file through while counting its lines and refusing any line longer than
-// max bytes, so that no row, however it is encoded, can make the API hold more than a line.
+// max bytes, so that no row, however it is encoded, can make the API hold more than a line. For
+// CSV (Read) it also follows the quoting, and refuses a row whose quoted cells span lines once its
+// lines together are longer than max: an unclosed quote would otherwise make encoding/csv hold
+// the rest of the file as one cell (docs/lists.md, "Limits").
 type lineReader struct {
 	r       *bufio.Reader
 	max     int
 	lineNo  int  // lines started so far
 	lineLen int  // bytes of the current line so far
 	cr      bool // the last byte read was a CR, not yet counted: a CRLF line end, or a CR inside the line
+	quoted  bool // Read: inside a quoted CSV cell (an odd number of quotes since the row began)
+	rowLine int  // Read: the line the current CSV row began on
+	rowLen  int  // Read: bytes of the current CSV row's earlier lines, with their line breaks
 }
 
 // newLineReader buffers at least a whole line of max bytes and its line end, so that head sees
@@ -353,7 +368,7 @@ func newLineReader(r io.Reader, max int) *lineReader {
 	if size < max+8 {
 		size = max + 8
 	}
-	return &lineReader{r: bufio.NewReaderSize(r, size), max: max, lineNo: 1}
+	return &lineReader{r: bufio.NewReaderSize(r, size), max: max, lineNo: 1, rowLine: 1}
 }
 
 // head is the start of what is left of the file, as much as the buffer holds, without consuming
@@ -441,7 +456,10 @@ func utf16Head(head []byte) bool {
 	return le || be
 }
 
-// Read implements io.Reader for encoding/csv, one buffered slice at a time.
+// Read implements io.Reader for encoding/csv, one buffered slice at a time. Quotes are counted
+// as RFC 4180 has them: a quoted cell's escaped quote ("") is two, so a row ends at the first
+// line end after an even number of them. A stray quote in an unquoted cell, which this count
+// gets wrong, is refused by encoding/csv on its own line.
 func (l *lineReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	for _, b := range p[:n] {
@@ -449,10 +467,18 @@ func (l *lineReader) Read(p []byte) (int, error) {
 		case b == '\n':
 			// A CR just before it is part of the line end (CRLF), not of the line.
 			l.lineNo++
+			if l.quoted {
+				l.rowLen += l.lineLen + 1 // a line break inside a quoted cell
+			} else {
+				l.rowLen, l.rowLine = 0, l.lineNo
+			}
 			l.lineLen, l.cr = 0, false
 			continue
 		case l.cr:
 			l.lineLen++ // the CR before this byte was inside the line
+		}
+		if b == '"' {
+			l.quoted = !l.quoted
 		}
 		l.cr = b == '\r'
 		if !l.cr {
@@ -460,6 +486,10 @@ func (l *lineReader) Read(p []byte) (int, error) {
 		}
 		if l.lineLen > l.max {
 			return 0, &InputError{Line: l.lineNo, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
+		}
+		if l.rowLen+l.lineLen > l.max {
+			return 0, &InputError{Line: l.rowLine, Msg: fmt.Sprintf("the row that starts on this line is longer than %d bytes over its lines: "+
+				"a quoted cell spans them; if a quote (\") is not closed, close it or double it (\"\")", l.max)}
 		}
 	}
 	return n, err

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"encoding/csv"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
+)
+
+// Real-world and hostile CSV files through the upload route: a quote left open, a quoted cell
+// too long over its lines, a headerless export with the address in a later column. Each is
+// refused whole with its line in the error envelope, and nothing is stored or charged
+// (docs/lists.md, "Bad input").
+func TestListUploadRefusesUnreadableCSVWithItsLine(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(plan.Free)
+	short := strings.Repeat(strings.Repeat("x", 1000)+"\n", 200) // 200 KB of short lines
+	for _, c := range []struct {
+		name, file string
+		line       float64
+		says       string
+	}{
+		{"unclosed quote", "email,note\r\nann@acme.test,ok\r\nbob@acme.test,\"left open\r\n" + short + "zed@acme.test,z\r\n",
+			3, "longer than 102400 bytes"},
+		{"quoted cell over the limit", "email,note\nann@acme.test,\"" + short + "\"\n", 2, "longer than 102400 bytes"},
+		{"headerless, address second", "Ann,ann@acme.test,Paris\nBob,bob@acme.test,Rome\n", 1, "add a header row"},
+	} {
+		r := b.upload(key, "text/csv", "", c.file).want(t, http.StatusBadRequest, "invalid_request")
+		msg, _ := r.body["message"].(string)
+		if r.body["line"] != c.line || !strings.Contains(msg, c.says) || !strings.Contains(msg, "Nothing was stored or charged") {
+			t.Errorf("%s: line %v, message %q; want line %v saying %q", c.name, r.body["line"], msg, c.line, c.says)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 0 {
+		t.Errorf("%d lists stored of refused uploads", n)
+	}
+	if c := usagetest.Of(t, b.pool, acct); c.Quota+c.Held != 0 {
+		t.Errorf("refused uploads hold or use %+v", c)
+	}
+	// A quoted cell spanning lines within the limit is a cell: it comes back as it was.
+	id := b.upload(key, "text/csv", "", "email,note\r\nann@acme.test,\"line one\r\nline two\"\r\n").
+		want(t, http.StatusAccepted, "").body["id"].(string)
+	_, body := b.download(key, id, "?escape_formulas=false")
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil || len(recs) != 2 || recs[1][1] != "line one\nline two" {
+		t.Errorf("multi-line cell: %q, %v", recs, err)
+	}
+}
+
+// The row limit is exact: a file of exactly MAILVET_LIST_MAX_ROWS rows is admitted, blank lines
+// and rows of blanks counted as the docs count them, and one more row is 413 with nothing stored.
+// Duplicates in case and blanks are one unique address, held (and later billed) once.
+func TestListRowLimitIsExactAndDuplicatesHoldOnce(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true, env: map[string]string{"MAILVET_LIST_MAX_ROWS": "4"}})
+	acct, key := b.customer(plan.Free)
+	four := "email,n\r\nann@acme.test,1\r\n\r\n ANN@acme.test ,2\r\nAnn@Acme.Test,3\r\n\tbob@acme.test\t,4\r\n\r\n"
+	r := b.upload(key, "text/csv", "", four).want(t, http.StatusAccepted, "")
+	if r.body["rows"] != 4.0 || r.body["unique"] != 2.0 {
+		t.Errorf("rows %v unique %v, want 4 and 2", r.body["rows"], r.body["unique"])
+	}
+	if c := usagetest.Of(t, b.pool, acct); c.Quota+c.Held != 2 {
+		t.Errorf("held %+v, want the 2 unique addresses", c)
+	}
+	b.upload(key, "text/csv", "", four+"zed@acme.test,5\n").want(t, http.StatusRequestEntityTooLarge, "payload_too_large")
+	b.upload(key, "text/plain", "", "a@acme.test\n \t \nb@acme.test\n\nc@acme.test\nd@acme.test\n\n").want(t, http.StatusAccepted, "")
+	b.upload(key, "text/plain", "", "a@acme.test\nb@acme.test\nc@acme.test\nd@acme.test\ne@acme.test").
+		want(t, http.StatusRequestEntityTooLarge, "payload_too_large")
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 2 {
+		t.Errorf("%d lists, want the 2 admitted", n)
+	}
+}

@@ -1,0 +1,95 @@
+package list_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mailvet/mailvet/internal/list"
+)
+
+// A CSV row whose quoted cells span lines is bounded like a line (docs/lists.md, "Limits"): an
+// unclosed quote would otherwise make the reader hold the rest of the file, up to the byte limit,
+// as one cell, and a closed one store it as one. The refusal names the row's first line.
+func TestCSVRowSpanningLinesIsBounded(t *testing.T) {
+	t.Parallel()
+	lines := strings.Repeat(strings.Repeat("x", 50)+"\n", 10) // 510 bytes of short lines
+	for _, c := range []struct{ name, file string }{
+		{"unclosed quote", "email,note\nann@x.test,ok\nbob@x.test,\"oops\n" + lines + "zed@x.test,z\n"},
+		{"closed quote", "email,note\nann@x.test,ok\nbob@x.test,\"" + lines + "\"\nzed@x.test,z\n"},
+		{"closed quote CRLF", "email,note\r\nann@x.test,ok\r\nbob@x.test,\"" + strings.ReplaceAll(lines, "\n", "\r\n") + "\"\r\n"},
+		{"lone CR file", "email,note\rann@x.test,ok\rbob@x.test,\"" + strings.ReplaceAll(lines, "\n", "\r") + "\"\r"},
+	} {
+		_, _, err := readAll(t, list.CSV, "", c.file)
+		var in *list.InputError
+		if !errors.As(err, &in) || in.Line != 3 || !strings.Contains(in.Msg, "longer than 200 bytes") {
+			t.Errorf("%s: %v, want an InputError on line 3 about the row's length", c.name, err)
+		}
+	}
+	// A row spanning lines within the limit is read, its line breaks kept; and the lines after
+	// it count from zero again.
+	_, rows, err := readAll(t, list.CSV, "", "email,note\nann@x.test,\"a\nb\"\n"+
+		"bob@x.test,"+strings.Repeat("y", 180)+"\nzed@x.test,\""+strings.Repeat("z\n", 90)+"\"\n")
+	if err != nil || len(rows) != 3 || rows[0].Cols[1] != "a\nb" || rows[2].Cols[1] != strings.Repeat("z\n", 90) {
+		t.Errorf("rows %+v, err %v", rows, err)
+	}
+	// Escaped quotes ("") inside a quoted cell do not end it.
+	_, _, err = readAll(t, list.CSV, "", "email,note\nann@x.test,\"say \"\"hi\"\"\n"+lines+"\"\n")
+	var in *list.InputError
+	if !errors.As(err, &in) || in.Line != 2 {
+		t.Errorf("escaped quotes: %v, want line 2", err)
+	}
+}
+
+// The memory an unclosed quote makes the reader hold is a row's, not the file's.
+func TestUnclosedQuoteHoldsNoMoreThanARow(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	b.WriteString("email,n\na@x.test,\"")
+	for b.Len() < 8<<20 {
+		b.WriteString(strings.Repeat("x", 99) + "\n")
+	}
+	rd, err := list.NewReader(&b, list.CSV, "", list.Limits{MaxRows: 10, MaxLineBytes: 100 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rd.Next()
+	var in *list.InputError
+	if !errors.As(err, &in) || in.Line != 2 || !strings.Contains(in.Msg, "quote") {
+		t.Fatalf("%v, want line 2 naming the quote", err)
+	}
+	if b.Len() < 7<<20 {
+		t.Errorf("the reader read %d bytes of the file to refuse a row of 100 KB", 8<<20-b.Len())
+	}
+}
+
+// A CSV without a header whose address is not in its first column is still named for what it is,
+// with line 1 (docs/lists.md, "Bad input"), not as a file whose first column holds no address.
+func TestHeaderlessCSVWithTheAddressInALaterColumn(t *testing.T) {
+	t.Parallel()
+	for _, file := range []string{
+		"Ann,ann@x.test,Paris\nBob,bob@x.test,Rome\n",
+		"Ann;ann@x.test\nBob;bob@x.test\n",
+	} {
+		_, _, err := readAll(t, list.CSV, "", file)
+		var in *list.InputError
+		if !errors.As(err, &in) || in.Line != 1 || !strings.Contains(in.Msg, "add a header row") {
+			t.Errorf("%q: %v, want line 1: add a header row", file, err)
+		}
+	}
+	// A header naming its email column is a header, whatever its other names hold.
+	if _, rows, err := readAll(t, list.CSV, "", "name,email,note (from a@b)\nAnn,ann@x.test,x\n"); err != nil || len(rows) != 1 {
+		t.Errorf("header with an @ in another name: %v %v", rows, err)
+	}
+}
+
+// A cell that is not UTF-8 is named by its own line, not its row's first.
+func TestBadCellNamesItsOwnLine(t *testing.T) {
+	t.Parallel()
+	_, _, err := readAll(t, list.CSV, "", "email,a,b\nann@x.test,\"x\ny\",\"\n\nJos\xe9\"\n")
+	var in *list.InputError
+	if !errors.As(err, &in) || in.Line != 3 || !strings.Contains(in.Msg, `column "b"`) {
+		t.Errorf("%v, want line 3 (where column b starts)", err)
+	}
+}
