@@ -435,7 +435,22 @@ func (l *lineReader) skipBOM() error {
 	case utf16Head(head):
 		return &InputError{Line: 1, Msg: "the file is UTF-16 (without a byte-order mark); save it as UTF-8"}
 	}
+	for _, m := range binaryFiles {
+		if bytes.HasPrefix(head, []byte(m.magic)) {
+			return &InputError{Line: 1, Msg: m.msg}
+		}
+	}
 	return nil
+}
+
+// binaryFiles are the files most often sent instead of a text export, by their first bytes: a
+// workbook uploaded as it was saved, or a compressed file. Read as text they would be refused
+// for a NUL byte or for not being UTF-8, which does not say what to do (docs/lists.md, "Bad
+// input").
+var binaryFiles = []struct{ magic, msg string }{
+	{"PK\x03\x04", "the file is a ZIP archive, such as an Excel workbook (.xlsx) or an OpenDocument sheet (.ods); export the sheet as CSV (UTF-8) and upload that"},
+	{"\xD0\xCF\x11\xE0\xA1\xB1\x1A\xE1", "the file is an Excel 97-2003 workbook (.xls); export the sheet as CSV (UTF-8) and upload that"},
+	{"\x1F\x8B", "the file is gzip-compressed; upload it uncompressed"},
 }
 
 // utf16Head reports whether a file's first bytes read as UTF-16 text without a byte-order mark:

@@ -93,3 +93,26 @@ func TestBadCellNamesItsOwnLine(t *testing.T) {
 		t.Errorf("%v, want line 3 (where column b starts)", err)
 	}
 }
+
+// A workbook or a compressed file sent as a list is named for what it is, with line 1, instead
+// of being refused for a NUL byte or for not being UTF-8 (docs/lists.md, "Bad input").
+func TestBinaryFilesAreNamed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, head, says string }{
+		{"xlsx", "PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00b\xee\x9dh^\x01\x00\x00\x90\x04\x00\x00\x13\x00", "(.xlsx)"},
+		{"xls", "\xD0\xCF\x11\xE0\xA1\xB1\x1A\xE1\x00\x00\x00\x00\x00\x00\x00\x00", "(.xls)"},
+		{"gzip", "\x1F\x8B\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00", "gzip"},
+	} {
+		for _, f := range []list.Format{list.CSV, list.NDJSON, list.Text} {
+			_, _, err := readAll(t, f, "", c.head)
+			var in *list.InputError
+			if !errors.As(err, &in) || in.Line != 1 || !strings.Contains(in.Msg, c.says) {
+				t.Errorf("%s as %s: %v, want line 1 saying %s", c.name, f, err, c.says)
+			}
+		}
+	}
+	// A text file that merely starts with the letters PK is a text file.
+	if _, rows, err := readAll(t, list.Text, "", "PK@x.test\n"); err != nil || len(rows) != 1 {
+		t.Errorf("PK@x.test: %v %v", rows, err)
+	}
+}
