@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -141,5 +142,63 @@ func TestListMessyExportEndToEnd(t *testing.T) {
 				t.Errorf("%s row %d: %q, want %q", q, i, got, w)
 			}
 		}
+	}
+}
+
+// Canceled while it runs, then deleted, with real workers: what was written is billed once per
+// address, what was not is neither written nor billed, the hold is gone, and the usage rows stay
+// after the delete, without addresses (docs/lists.md, "Cancel and delete", "Metering").
+func TestListCanceledWhileRunningBillsWhatWasWritten(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	var file strings.Builder
+	for i := range 500 {
+		fmt.Fprintf(&file, "u%d@acme.test\n U%d@ACME.test\n", i, i) // each twice: 500 unique
+	}
+	for i := range 200 {
+		fmt.Fprintf(&file, "s%d@slow.test\n", i) // 700 ms a recipient: still running at the cancel
+	}
+	r := b.upload(key, "text/plain", "", file.String()).want(t, http.StatusAccepted, "")
+	id := r.body["id"].(string)
+	if r.body["unique"] != 700.0 || r.body["rows"] != 1200.0 {
+		t.Fatalf("upload %v", r.body)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		l := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusOK, "").body
+		if v, _ := l["verified"].(float64); v >= 500 {
+			if v >= 700 {
+				t.Fatalf("the list finished before the cancel: %v", l)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress: %v", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	l := b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", key, nil).want(t, http.StatusOK, "").body
+	if l["state"] != "canceled" {
+		t.Fatalf("cancel %v", l)
+	}
+	time.Sleep(6 * time.Second) // a worker stops probing within 5 s, and writes nothing
+	written := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1 AND result IS NOT NULL`, id)
+	l = b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusOK, "").body
+	if float64(written) != l["verified"] || written >= 700 || written < 500 {
+		t.Errorf("written %d, verified %v", written, l["verified"])
+	}
+	b.settle()
+	billed := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" })
+	if c := usagetest.Of(t, b.pool, acct); billed != written || c.Billable != written || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("%d results written, %d usage rows, counts %+v", written, billed, c)
+	}
+	b.call(http.MethodDelete, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNoContent, "")
+	b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNotFound, "list_not_found")
+	if n := b.count(`SELECT count(*) FROM list_rows WHERE list_id = $1`, id) + b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1`, id); n != 0 {
+		t.Errorf("%d rows left after delete", n)
+	}
+	if c := usagetest.Of(t, b.pool, acct); c.Billable != written {
+		t.Errorf("after delete: counts %+v, want the %d billed kept", c, written)
 	}
 }
