@@ -201,13 +201,24 @@ func delimiter(head []byte) rune {
 	return ','
 }
 
-// emailColumn is the first header that names an email column, and true; else 0 and false.
+// emailColumn is the first header that names an email column, and true; else 0 and false. A
+// name that says email comes first, then mail, then address: a CRM export's postal Address often
+// comes before its Email column.
 func emailColumn(header []string) (int, bool) {
+	names := make([]string, len(header))
 	for i, h := range header {
 		n := strings.ToLower(strings.TrimSpace(h))
-		n = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
-		if strings.Contains(n, "email") || n == "mail" || n == "address" || n == "emailaddress" {
-			return i, true
+		names[i] = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
+	}
+	for _, matches := range []func(string) bool{
+		func(n string) bool { return strings.Contains(n, "email") },
+		func(n string) bool { return n == "mail" },
+		func(n string) bool { return n == "address" },
+	} {
+		for i, n := range names {
+			if matches(n) {
+				return i, true
+			}
 		}
 	}
 	return 0, false
