@@ -52,6 +52,8 @@ func TestEmailColumnDetection(t *testing.T) {
 		{"Name,Address,Mail", "", "Mail"},
 		{"Name,Mail,Work E-mail", "", "Work E-mail"},
 		{"Name,Address,City", "", "Address"},
+		{"Email Opt Out,Name,E-Mail Address,Email", "", "E-Mail Address"},
+		{"Email Opt Out,Name,Work email", "", "Email Opt Out"},
 		{"id,Primary,Secondary", "secondary", "Secondary"},
 	} {
 		cells := strings.Split(c.header, ",")

@@ -202,8 +202,8 @@ func delimiter(head []byte) rune {
 }
 
 // emailColumn is the first header that names an email column, and true; else 0 and false. A
-// name that says email comes first, then mail, then address: a CRM export's postal Address often
-// comes before its Email column.
+// column named email (or email address) comes first, then one whose name says email, then mail,
+// then address: a CRM export's "Email Opt Out" or postal "Address" often comes before its "Email".
 func emailColumn(header []string) (int, bool) {
 	names := make([]string, len(header))
 	for i, h := range header {
@@ -211,6 +211,7 @@ func emailColumn(header []string) (int, bool) {
 		names[i] = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
 	}
 	for _, matches := range []func(string) bool{
+		func(n string) bool { return n == "email" || n == "emailaddress" },
 		func(n string) bool { return strings.Contains(n, "email") },
 		func(n string) bool { return n == "mail" },
 		func(n string) bool { return n == "address" },
