@@ -31,6 +31,7 @@ func TestListUploadRefusesUnreadableCSVWithItsLine(t *testing.T) {
 			3, "longer than 102400 bytes"},
 		{"quoted cell over the limit", "email,note\nann@acme.test,\"" + short + "\"\n", 2, "longer than 102400 bytes"},
 		{"headerless, address second", "Ann,ann@acme.test,Paris\nBob,bob@acme.test,Rome\n", 1, "add a header row"},
+		{"workbook", "PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00b\xee\x9dh^\x01\x00\x00", 1, "export the sheet as CSV"},
 	} {
 		r := b.upload(key, "text/csv", "", c.file).want(t, http.StatusBadRequest, "invalid_request")
 		msg, _ := r.body["message"].(string)
