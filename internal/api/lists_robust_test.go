@@ -203,3 +203,23 @@ func TestListCanceledWhileRunningBillsWhatWasWritten(t *testing.T) {
 		t.Errorf("after delete: counts %+v, want the %d billed kept", c, written)
 	}
 }
+
+// A download parameter sent twice is refused, not read as its first value: a client that sends
+// status=deliverable&status=catch_all would otherwise get the deliverable rows alone, and take
+// them for all it asked for (docs/lists.md, "Results").
+func TestListResultsRefuseARepeatedParameter(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(plan.Builder)
+	id := b.upload(key, "text/plain", "", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	for _, q := range []string{"?status=deliverable&status=catch_all", "?format=csv&format=ndjson",
+		"?escape_formulas=true&escape_formulas=false"} {
+		resp, body := b.download(key, id, q)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"invalid_request"`) || !strings.Contains(body, "once") {
+			t.Errorf("%s: %d %s", q, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := b.download(key, id, "?status=deliverable,catch_all&format=ndjson"); resp.StatusCode != http.StatusOK {
+		t.Errorf("comma-separated statuses: %d", resp.StatusCode)
+	}
+}
