@@ -223,3 +223,51 @@ func TestListResultsRefuseARepeatedParameter(t *testing.T) {
 		t.Errorf("comma-separated statuses: %d", resp.StatusCode)
 	}
 }
+
+// Deleted while it runs, with real workers and without a cancel first: the hold is released in
+// the delete, nothing is written or billed after it (a worker's chunk of the deleted list is
+// dropped), and every usage row is one of the addresses verified before it.
+func TestListDeletedWhileRunningBillsNothingAfter(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Free)
+	var file strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&file, "u%d@acme.test\n", i)
+	}
+	for i := range 100 {
+		fmt.Fprintf(&file, "s%d@slow.test\n", i)
+	}
+	id := b.upload(key, "text/plain", "", file.String()).want(t, http.StatusAccepted, "").body["id"].(string)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		l := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusOK, "").body
+		if v, _ := l["verified"].(float64); v >= 250 {
+			if v >= 400 {
+				t.Fatalf("the list finished before the delete: %v", l)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress: %v", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.call(http.MethodDelete, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNoContent, "")
+	b.settle()
+	billed := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" })
+	if c := usagetest.Of(t, b.pool, acct); c.Held != 0 || c.Holds != 0 || c.Quota != billed || billed < 250 || billed >= 400 {
+		t.Errorf("after the delete: %d usage rows, counts %+v", billed, c)
+	}
+	time.Sleep(6 * time.Second) // the chunk a worker was verifying comes back to a list that is gone
+	b.settle()
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.Route == "verify_list" }); n != billed {
+		t.Errorf("%d usage rows after the delete, %d at it", n, billed)
+	}
+	if c := usagetest.Of(t, b.pool, acct); c.Quota != billed || c.Held != 0 {
+		t.Errorf("counts %+v, want %d units used and none held", c, billed)
+	}
+	if n := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1`, id); n != 0 {
+		t.Errorf("%d addresses of the deleted list", n)
+	}
+}
