@@ -2,7 +2,9 @@ package list_test
 
 import (
 	"bytes"
+	"encoding/csv"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -114,5 +116,39 @@ func TestBinaryFilesAreNamed(t *testing.T) {
 	// A text file that merely starts with the letters PK is a text file.
 	if _, rows, err := readAll(t, list.Text, "", "PK@x.test\n"); err != nil || len(rows) != 1 {
 		t.Errorf("PK@x.test: %v %v", rows, err)
+	}
+}
+
+// The row bound never refuses a file that encoding/csv reads with every row within it: random
+// files of quoted cells with quotes, separators and line breaks (LF and CRLF), written by
+// encoding/csv, come back whole.
+func TestRowBoundKeepsEveryFileWithinIt(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", "b@x.test", "\"", "\"\"", ",", ";", "\n", "\r\n", " ", "é", "="}
+	for n := range 300 {
+		var buf bytes.Buffer
+		w := csv.NewWriter(&buf)
+		w.UseCRLF = n%2 == 0
+		want := [][]string{{"email", "note"}}
+		for range 1 + rng.IntN(20) {
+			var cell strings.Builder
+			for range rng.IntN(12) {
+				cell.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			want = append(want, []string{"ann@x.test", cell.String()})
+		}
+		if err := w.WriteAll(want); err != nil {
+			t.Fatal(err)
+		}
+		_, rows, err := readAll(t, list.CSV, "", buf.String())
+		if err != nil || len(rows) != len(want)-1 {
+			t.Fatalf("file %q: %d rows, %v", buf.String(), len(rows), err)
+		}
+		for i, r := range rows {
+			if got := strings.ReplaceAll(want[i+1][1], "\r\n", "\n"); r.Cols[1] != got {
+				t.Fatalf("file %q row %d: %q, want %q", buf.String(), i+1, r.Cols[1], got)
+			}
+		}
 	}
 }
