@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/csv"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -269,5 +270,44 @@ func TestListDeletedWhileRunningBillsNothingAfter(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM list_addresses WHERE list_id = $1`, id); n != 0 {
 		t.Errorf("%d addresses of the deleted list", n)
+	}
+}
+
+// An email cell of kilobytes is no address: a result (invalid, invalid_syntax), like any other
+// invalid address in a good file (docs/lists.md, "Uploading"), not a 500 from an index that
+// cannot hold it. Two such cells that differ stay two addresses; the row's cell comes back whole.
+func TestListLongEmailCellIsAnInvalidResult(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Free)
+	rng := rand.New(rand.NewPCG(3, 4))
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	long := func(n int) string {
+		s := make([]byte, n)
+		for i := range s {
+			s[i] = letters[rng.IntN(len(letters))]
+		}
+		return string(s) + "@acme.test"
+	}
+	a, c := long(8000), long(50000)
+	file := "email\nann@acme.test\n" + a + "\n" + strings.ToUpper(a) + "\n" + c + "\n"
+	r := b.upload(key, "text/csv", "", file).want(t, http.StatusAccepted, "")
+	id := r.body["id"].(string)
+	if r.body["rows"] != 4.0 || r.body["unique"] != 3.0 {
+		t.Fatalf("upload %v", r.body)
+	}
+	l := b.waitList(key, id, "completed")
+	byStatus, _ := l["counts"].(map[string]any)["by_status"].(map[string]any)
+	if byStatus["invalid"] != 2.0 || byStatus["deliverable"] != 1.0 {
+		t.Errorf("counts %v", byStatus)
+	}
+	_, body := b.download(key, id, "")
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil || len(recs) != 5 || recs[2][0] != a || recs[3][0] != strings.ToUpper(a) || recs[4][0] != c ||
+		recs[2][1] != "invalid" || recs[4][1] != "invalid" || recs[2][2] != "invalid_syntax" {
+		t.Errorf("download: %v, %d records", err, len(recs))
+	}
+	if u := usagetest.Of(t, b.pool, acct); u.Quota != 3 || u.Billable != 1 || u.Held != 0 {
+		t.Errorf("counts %+v, want 3 units, 1 billable", u)
 	}
 }

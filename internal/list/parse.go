@@ -3,7 +3,9 @@ package list
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +72,28 @@ type Row struct {
 // billed once. Case is folded in the local part as well: mailbox providers that matter treat
 // it case-insensitively, and a list with both cases of one address is one customer, twice.
 func Normalize(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// MaxAddressBytes bounds the form in which a list stores and compares an address: far above any
+// address (the syntax check refuses more than 1,016 bytes), far below what a Postgres index entry
+// can hold (about 2.7 KB), which a cell of kilobytes in the email column would otherwise pass,
+// failing the whole upload.
+const MaxAddressBytes = 1024
+
+// addressKey is the normalised address n (Normalize), cut at MaxAddressBytes when longer (at a
+// character boundary) and followed by "…" and the SHA-256 of the whole, in hex: still no address
+// (the verifier answers invalid, invalid_syntax), and still one per distinct cell (docs/lists.md,
+// "Duplicates").
+func addressKey(n string) string {
+	if len(n) <= MaxAddressBytes {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	cut := MaxAddressBytes
+	for cut > 0 && !utf8.RuneStart(n[cut]) {
+		cut--
+	}
+	return n[:cut] + "…" + hex.EncodeToString(sum[:])
+}
 
 // Reader reads the rows of an upload one at a time, never holding the file whole. It refuses
 // what cannot be read unambiguously — a bad encoding, a ragged CSV row, an over-long line, a
@@ -258,6 +282,7 @@ func (r *Reader) Next() (Row, error) {
 	if strings.Contains(row.Email, "@") {
 		r.sawAt = true
 	}
+	row.Email = addressKey(row.Email)
 	return row, nil
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/csv"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mailvet/mailvet/internal/list"
 )
@@ -150,5 +152,55 @@ func TestRowBoundKeepsEveryFileWithinIt(t *testing.T) {
 				t.Fatalf("file %q row %d: %q, want %q", buf.String(), i+1, r.Cols[1], got)
 			}
 		}
+	}
+}
+
+// An address cell longer than MaxAddressBytes is stored and compared in a bounded form that stays
+// one per distinct cell, in every format; its case and blanks still do not count.
+func TestLongAddressCellsAreBoundedAndDistinct(t *testing.T) {
+	t.Parallel()
+	lim := list.Limits{MaxRows: 10, MaxLineBytes: 100 << 10}
+	a := strings.Repeat("é", 3000) + "x@acme.test"
+	b := strings.Repeat("é", 3000) + "y@acme.test"
+	for _, c := range []struct {
+		f    list.Format
+		file string
+	}{
+		{list.CSV, "email\n" + a + "\n " + strings.ToUpper(a) + " \n" + b + "\n"},
+		{list.Text, a + "\n" + strings.ToUpper(a) + "\n" + b + "\n"},
+		{list.NDJSON, `{"email":"` + a + `"}` + "\n" + `{"email":" ` + strings.ToUpper(a) + `"}` + "\n" + `{"email":"` + b + `"}` + "\n"},
+	} {
+		rd, err := list.NewReader(strings.NewReader(c.file), c.f, "", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []list.Row
+		for {
+			r, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", c.f, err)
+			}
+			rows = append(rows, r)
+		}
+		if len(rows) != 3 || rows[0].Email != rows[1].Email || rows[0].Email == rows[2].Email {
+			t.Fatalf("%s: %d rows, keys equal %v, %v", c.f, len(rows), rows[0].Email == rows[1].Email, rows[0].Email == rows[2].Email)
+		}
+		for _, r := range rows {
+			if len(r.Email) > list.MaxAddressBytes+3+64 || !utf8.ValidString(r.Email) || !strings.HasPrefix(r.Email, strings.Repeat("é", 500)) {
+				t.Errorf("%s: key of %d bytes %.40q", c.f, len(r.Email), r.Email)
+			}
+		}
+	}
+	// Up to the bound the address is its normalised form, byte for byte.
+	at := strings.Repeat("a", list.MaxAddressBytes-len("@acme.test")) + "@ACME.test"
+	rd, err := list.NewReader(strings.NewReader(at+"\n"), list.Text, "", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := rd.Next(); err != nil || r.Email != strings.ToLower(at) {
+		t.Errorf("address of exactly %d bytes: %v, %d bytes", list.MaxAddressBytes, err, len(r.Email))
 	}
 }
