@@ -96,7 +96,7 @@ func TestListMessyExportEndToEnd(t *testing.T) {
 		"Bob;bob@acme.test;-5\r\n" +
 		"Empty;;@SUM(A1)\r\n" +
 		"Blank;   ;\r\n" +
-		"Ann4;\tann@acme.test\t;x\r\n" +
+		"Ann4;\tann@acme.test\t;\"\rcr\"\r\n" +
 		"Nobody;nobody@acme.test;\r\n"
 	r := b.upload(key, "text/csv", "", file).want(t, http.StatusAccepted, "")
 	id := r.body["id"].(string)
@@ -119,7 +119,7 @@ func TestListMessyExportEndToEnd(t *testing.T) {
 		{"Bob", "bob@acme.test", "-5", "deliverable"},
 		{"Empty", "", "@SUM(A1)", "invalid"},
 		{"Blank", "   ", "", "invalid"},
-		{"Ann4", "\tann@acme.test\t", "x", "deliverable"},
+		{"Ann4", "\tann@acme.test\t", "\rcr", "deliverable"},
 		{"Nobody", "nobody@acme.test", "", "undeliverable"},
 	}
 	for _, q := range []string{"?escape_formulas=false", ""} {
