@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/csv"
 	"fmt"
 	"math/rand/v2"
@@ -309,5 +310,29 @@ func TestListLongEmailCellIsAnInvalidResult(t *testing.T) {
 	}
 	if u := usagetest.Of(t, b.pool, acct); u.Quota != 3 || u.Billable != 1 || u.Held != 0 {
 		t.Errorf("counts %+v, want 3 units, 1 billable", u)
+	}
+}
+
+// A finished list past its expires_at is gone for its account at once (docs/lists.md, "States":
+// after that time GET answers 404 list_not_found), whether or not a verifier's sweep has purged
+// its rows yet: its results are personal data kept no longer than the retention.
+func TestListPastItsExpiryIsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true}) // no sweep: the rows stay in the database
+	_, key := b.customer(plan.Builder)
+	id := b.upload(key, "text/plain", "", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	keep := b.upload(key, "text/plain", "", "bob@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	b.call(http.MethodPost, "/v1/email/lists/"+id+"/cancel", key, nil).want(t, http.StatusOK, "")
+	if _, err := b.pool.Exec(context.Background(), `UPDATE lists SET expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil).want(t, http.StatusNotFound, "list_not_found")
+	if resp, body := b.download(key, id, ""); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "list_not_found") {
+		t.Errorf("results of an expired list: %d %s", resp.StatusCode, body)
+	}
+	page := b.call(http.MethodGet, "/v1/email/lists", key, nil).want(t, http.StatusOK, "").body
+	ls, _ := page["lists"].([]any)
+	if len(ls) != 1 || ls[0].(map[string]any)["id"] != keep {
+		t.Errorf("listing: %v, want only %s", page, keep)
 	}
 }
