@@ -176,8 +176,8 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 		rd.emailAt, named = emailColumn(header)
 		// No column is named like an email column: a header row holding an address in any of
 		// its cells is a first data row, such as a headerless export with names first.
-		for i, h := range header {
-			if !named && strings.Contains(h, "@") {
+		for i := 0; !named && i < len(header); i++ {
+			if strings.Contains(header[i], "@") {
 				rd.emailAt = i
 				break
 			}
