@@ -136,12 +136,18 @@ func scanList(row pgx.Row) (List, error) {
 	return l, err
 }
 
-// Get returns the list id of account with its counts, or ErrNotFound. Two small reads whatever
+// notExpired keeps the lists whose retention has not passed: one past its expires_at is gone for
+// its account at once, whether or not a verifier's sweep (Purge) has deleted its rows yet
+// (docs/lists.md, "States"). The clock is Postgres's, which set expires_at.
+const notExpired = `(expires_at IS NULL OR expires_at > now())`
+
+// Get returns the list id of account with its counts, or ErrNotFound (also once it has expired). Two small reads whatever
 // the list's size: the counts are kept up to date as chunks complete. They are read in one
 // snapshot, so the counts always add up to the list's verified.
 func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (l List, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
-		if l, err = scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2`, id, account)); err != nil {
+		if l, err = scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2
+			AND `+notExpired, id, account)); err != nil {
 			return err
 		}
 		l.Counts, err = counts(ctx, tx, id)
@@ -165,7 +171,7 @@ const (
 func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+listColumns+` FROM lists
-			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) ORDER BY id DESC LIMIT $3`, account, after, limit+1)
+			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) AND `+notExpired+` ORDER BY id DESC LIMIT $3`, account, after, limit+1)
 		if err != nil {
 			return err
 		}

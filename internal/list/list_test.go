@@ -46,6 +46,14 @@ func TestEmailColumnDetection(t *testing.T) {
 		{"id,Email Address,name", "", "Email Address"},
 		{"id,contact_email", "", "contact_email"},
 		{"addr,name", "", "addr"}, // nothing looks like email: the first column
+		// A CRM export's postal Address before its Email: the name that says email wins, then
+		// mail, then address.
+		{"Name,Address,City,Email", "", "Email"},
+		{"Name,Address,Mail", "", "Mail"},
+		{"Name,Mail,Work E-mail", "", "Work E-mail"},
+		{"Name,Address,City", "", "Address"},
+		{"Email Opt Out,Name,E-Mail Address,Email", "", "E-Mail Address"},
+		{"Email Opt Out,Name,Work email", "", "Email Opt Out"},
 		{"id,Primary,Secondary", "secondary", "Secondary"},
 	} {
 		cells := strings.Split(c.header, ",")

@@ -3,7 +3,9 @@ package list
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +72,28 @@ type Row struct {
 // billed once. Case is folded in the local part as well: mailbox providers that matter treat
 // it case-insensitively, and a list with both cases of one address is one customer, twice.
 func Normalize(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// MaxAddressBytes bounds the form in which a list stores and compares an address: far above any
+// address (the syntax check refuses more than 1,016 bytes), far below what a Postgres index entry
+// can hold (about 2.7 KB), which a cell of kilobytes in the email column would otherwise pass,
+// failing the whole upload.
+const MaxAddressBytes = 1024
+
+// addressKey is the normalised address n (Normalize), cut at MaxAddressBytes when longer (at a
+// character boundary) and followed by "…" and the SHA-256 of the whole, in hex: still no address
+// (the verifier answers invalid, invalid_syntax), and still one per distinct cell (docs/lists.md,
+// "Duplicates").
+func addressKey(n string) string {
+	if len(n) <= MaxAddressBytes {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	cut := MaxAddressBytes
+	for cut > 0 && !utf8.RuneStart(n[cut]) {
+		cut--
+	}
+	return n[:cut] + "…" + hex.EncodeToString(sum[:])
+}
 
 // Reader reads the rows of an upload one at a time, never holding the file whole. It refuses
 // what cannot be read unambiguously — a bad encoding, a ragged CSV row, an over-long line, a
@@ -148,7 +172,16 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
 		}
 	} else {
-		rd.emailAt = emailColumn(header)
+		var named bool
+		rd.emailAt, named = emailColumn(header)
+		// No column is named like an email column: a header row holding an address in any of
+		// its cells is a first data row, such as a headerless export with names first.
+		for i := 0; !named && i < len(header); i++ {
+			if strings.Contains(header[i], "@") {
+				rd.emailAt = i
+				break
+			}
+		}
 	}
 	if strings.Contains(header[rd.emailAt], "@") {
 		return nil, &InputError{Line: 1, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
@@ -192,16 +225,28 @@ func delimiter(head []byte) rune {
 	return ','
 }
 
-// emailColumn is the first header that names an email column, else 0.
-func emailColumn(header []string) int {
+// emailColumn is the first header that names an email column, and true; else 0 and false. A
+// column named email (or email address) comes first, then one whose name says email, then mail,
+// then address: a CRM export's "Email Opt Out" or postal "Address" often comes before its "Email".
+func emailColumn(header []string) (int, bool) {
+	names := make([]string, len(header))
 	for i, h := range header {
 		n := strings.ToLower(strings.TrimSpace(h))
-		n = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
-		if strings.Contains(n, "email") || n == "mail" || n == "address" || n == "emailaddress" {
-			return i
+		names[i] = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
+	}
+	for _, matches := range []func(string) bool{
+		func(n string) bool { return n == "email" || n == "emailaddress" },
+		func(n string) bool { return strings.Contains(n, "email") },
+		func(n string) bool { return n == "mail" },
+		func(n string) bool { return n == "address" },
+	} {
+		for i, n := range names {
+			if matches(n) {
+				return i, true
+			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // Columns are the upload's column names; EmailColumn is the index of the one verified.
@@ -237,6 +282,7 @@ func (r *Reader) Next() (Row, error) {
 	if strings.Contains(row.Email, "@") {
 		r.sawAt = true
 	}
+	row.Email = addressKey(row.Email)
 	return row, nil
 }
 
@@ -249,9 +295,9 @@ func (r *Reader) next() (Row, error) {
 			}
 			return Row{}, r.csvError(err)
 		}
-		line, _ := r.csv.FieldPos(0)
 		for i, f := range rec {
 			if err := checkText(f); err != nil {
+				line, _ := r.csv.FieldPos(i) // the line the cell starts on: a row may span lines
 				return Row{}, &InputError{Line: line, Msg: fmt.Sprintf("column %q %s", r.columns[i], err)}
 			}
 		}
@@ -337,13 +383,19 @@ func quoteAll(ss []string) string {
 }
 
 // lineReader passes a file through while counting its lines and refusing any line longer than
-// max bytes, so that no row, however it is encoded, can make the API hold more than a line.
+// max bytes, so that no row, however it is encoded, can make the API hold more than a line. For
+// CSV (Read) it also follows the quoting, and refuses a row whose quoted cells span lines once its
+// lines together are longer than max: an unclosed quote would otherwise make encoding/csv hold
+// the rest of the file as one cell (docs/lists.md, "Limits").
 type lineReader struct {
 	r       *bufio.Reader
 	max     int
 	lineNo  int  // lines started so far
 	lineLen int  // bytes of the current line so far
 	cr      bool // the last byte read was a CR, not yet counted: a CRLF line end, or a CR inside the line
+	quoted  bool // Read: inside a quoted CSV cell (an odd number of quotes since the row began)
+	rowLine int  // Read: the line the current CSV row began on
+	rowLen  int  // Read: bytes of the current CSV row's earlier lines, with their line breaks
 }
 
 // newLineReader buffers at least a whole line of max bytes and its line end, so that head sees
@@ -353,7 +405,7 @@ func newLineReader(r io.Reader, max int) *lineReader {
 	if size < max+8 {
 		size = max + 8
 	}
-	return &lineReader{r: bufio.NewReaderSize(r, size), max: max, lineNo: 1}
+	return &lineReader{r: bufio.NewReaderSize(r, size), max: max, lineNo: 1, rowLine: 1}
 }
 
 // head is the start of what is left of the file, as much as the buffer holds, without consuming
@@ -420,7 +472,22 @@ func (l *lineReader) skipBOM() error {
 	case utf16Head(head):
 		return &InputError{Line: 1, Msg: "the file is UTF-16 (without a byte-order mark); save it as UTF-8"}
 	}
+	for _, m := range binaryFiles {
+		if bytes.HasPrefix(head, []byte(m.magic)) {
+			return &InputError{Line: 1, Msg: m.msg}
+		}
+	}
 	return nil
+}
+
+// binaryFiles are the files most often sent instead of a text export, by their first bytes: a
+// workbook uploaded as it was saved, or a compressed file. Read as text they would be refused
+// for a NUL byte or for not being UTF-8, which does not say what to do (docs/lists.md, "Bad
+// input").
+var binaryFiles = []struct{ magic, msg string }{
+	{"PK\x03\x04", "the file is a ZIP archive, such as an Excel workbook (.xlsx) or an OpenDocument sheet (.ods); export the sheet as CSV (UTF-8) and upload that"},
+	{"\xD0\xCF\x11\xE0\xA1\xB1\x1A\xE1", "the file is an Excel 97-2003 workbook (.xls); export the sheet as CSV (UTF-8) and upload that"},
+	{"\x1F\x8B", "the file is gzip-compressed; upload it uncompressed"},
 }
 
 // utf16Head reports whether a file's first bytes read as UTF-16 text without a byte-order mark:
@@ -441,7 +508,10 @@ func utf16Head(head []byte) bool {
 	return le || be
 }
 
-// Read implements io.Reader for encoding/csv, one buffered slice at a time.
+// Read implements io.Reader for encoding/csv, one buffered slice at a time. Quotes are counted
+// as RFC 4180 has them: a quoted cell's escaped quote ("") is two, so a row ends at the first
+// line end after an even number of them. A stray quote in an unquoted cell, which this count
+// gets wrong, is refused by encoding/csv on its own line.
 func (l *lineReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	for _, b := range p[:n] {
@@ -449,10 +519,18 @@ func (l *lineReader) Read(p []byte) (int, error) {
 		case b == '\n':
 			// A CR just before it is part of the line end (CRLF), not of the line.
 			l.lineNo++
+			if l.quoted {
+				l.rowLen += l.lineLen + 1 // a line break inside a quoted cell
+			} else {
+				l.rowLen, l.rowLine = 0, l.lineNo
+			}
 			l.lineLen, l.cr = 0, false
 			continue
 		case l.cr:
 			l.lineLen++ // the CR before this byte was inside the line
+		}
+		if b == '"' {
+			l.quoted = !l.quoted
 		}
 		l.cr = b == '\r'
 		if !l.cr {
@@ -460,6 +538,10 @@ func (l *lineReader) Read(p []byte) (int, error) {
 		}
 		if l.lineLen > l.max {
 			return 0, &InputError{Line: l.lineNo, Msg: fmt.Sprintf("the line is longer than %d bytes", l.max)}
+		}
+		if l.rowLen+l.lineLen > l.max {
+			return 0, &InputError{Line: l.rowLine, Msg: fmt.Sprintf("the row that starts on this line is longer than %d bytes over its lines: "+
+				"a quoted cell spans them; if a quote (\") is not closed, close it or double it (\"\")", l.max)}
 		}
 	}
 	return n, err

@@ -174,11 +174,13 @@ func (e exporter) inputValues(cols []string) []string {
 	case CSV:
 		return cols
 	case NDJSON:
-		var obj struct {
-			Email string `json:"email"`
-		}
+		// The field the upload verified (Reader.next): "email" exactly. A struct field would
+		// also take an "Email" or "EMAIL" of the line, whichever comes last.
+		var obj map[string]json.RawMessage
+		var email string
 		_ = json.Unmarshal([]byte(cols[0]), &obj) // validated at upload
-		return []string{obj.Email}
+		_ = json.Unmarshal(obj["email"], &email)
+		return []string{email}
 	}
 	return cols
 }

@@ -106,3 +106,19 @@ func TestResultValuesCarryTheReply(t *testing.T) {
 		}
 	}
 }
+
+// A CSV download of an NDJSON upload shows, in its email column, the address that was verified:
+// the line's "email" field, matched exactly as the upload matched it, never an "Email" or "EMAIL"
+// beside it (encoding/json's struct decoding would take whichever of them comes last).
+func TestCSVOfNDJSONShowsTheVerifiedEmail(t *testing.T) {
+	e := exporter{list: List{Format: NDJSON}}
+	for _, line := range []string{
+		`{"email":"ann@acme.test","Email":"bob@acme.test"}`,
+		`{"EMAIL":"bob@acme.test","email":"ann@acme.test"}`,
+		`{"Email":"bob@acme.test","\u0065mail":"ann@acme.test"}`,
+	} {
+		if got := e.inputValues([]string{line}); len(got) != 1 || got[0] != "ann@acme.test" {
+			t.Errorf("%s: %q, want the email field's ann@acme.test", line, got)
+		}
+	}
+}

@@ -17,7 +17,7 @@ type View struct {
 	Rows        int      `json:"rows"`
 	Unique      int      `json:"unique"`
 	Verified    int      `json:"verified"`
-	// Progress is verified / unique, from 0 to 1.
+	// Progress is verified / unique, from 0 to 1, rounded down to four decimals.
 	Progress float64 `json:"progress"`
 	// RatePerSecond is unique addresses verified per second since the list started; null before.
 	RatePerSecond *float64 `json:"rate_per_second"`
@@ -54,7 +54,9 @@ func (l List) View(publicURL string, now time.Time) View {
 		Sandbox:    l.Sandbox,
 	}
 	if l.Unique > 0 {
-		v.Progress = math.Round(float64(l.Verified)/float64(l.Unique)*10000) / 10000
+		// Four decimals, rounded down in whole numbers: a running list with addresses left never
+		// shows 1, which a client may read as done (docs/lists.md, "Progress").
+		v.Progress = float64(int64(l.Verified)*10000/int64(l.Unique)) / 10000
 	}
 	for _, c := range l.Counts {
 		v.Counts.ByStatus[c.Status] += c.N

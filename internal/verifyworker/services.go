@@ -67,6 +67,11 @@ func Services(d Deps) []func(context.Context) error {
 	if d.GreylistDelay > 0 {
 		jobs.GreylistDelay = d.GreylistDelay
 	}
+	if d.Lists.ChunkSize == 0 {
+		// Deps without WithConfig (tests, tools): the production settings, not a zero Config, whose
+		// lists would expire the moment they finish and whose account slots would hold none.
+		d.Lists = list.Defaults()
+	}
 	lists := NewListRunner(list.NewStore(d.Pool, d.Lists), d.JS, d.Pipe, d.Log)
 	lists.Layout, lists.PublicURL = d.Layout, d.PublicURL
 	if d.ListRunner != nil {

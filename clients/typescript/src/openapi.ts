@@ -341,7 +341,7 @@ export type List = {
   unique: number;
   /** Unique addresses verified so far. */
   verified: number;
-  /** verified / unique. */
+  /** verified / unique, to four decimals rounded down: 1 only once every unique address is verified. */
   progress: number;
   /** Unique addresses verified per second since the list started; null before it started. */
   rate_per_second: number | null;
