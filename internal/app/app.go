@@ -291,18 +291,33 @@ func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) 
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 
 // Main runs a binary: it cancels the context on SIGINT or SIGTERM (so run drains and returns),
-// prints a failure as "name: error" and exits 2 for usage errors, 1 for any other.
+// prints a failure as "name: error" and exits with ExitCode's status.
 func Main(name string, run RunFunc) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := ExitCode(ctx, err)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		if errors.Is(err, ErrUsage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
 	}
+	os.Exit(code)
+}
+
+// ExitCode is a binary's exit status for run's outcome err, ctx being the context Main cancels on
+// SIGINT or SIGTERM: 0 for success, and for a stop asked for while the process was still waiting
+// for Postgres or NATS (the waits end with the signal as their cause: the process did what it was
+// told, and an orchestrator stopping a starting pod must not see a crash); 2 for a command-line
+// mistake; 1 for any other failure (docs/operations.md, "The binaries").
+func ExitCode(ctx context.Context, err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrUsage):
+		return 2
+	case ctx.Err() != nil && errors.Is(err, context.Cause(ctx)):
+		return 0
+	}
+	return 1
 }
 
 // Parse parses a command line for a binary or one of its commands. help is true when -h asked
