@@ -307,7 +307,7 @@ func Main(name string, run RunFunc) {
 // SIGINT or SIGTERM: 0 for success, and for a stop asked for while the process was still waiting
 // for Postgres or NATS (the waits end with the signal as their cause: the process did what it was
 // told, and an orchestrator stopping a starting pod must not see a crash); 2 for a command-line
-// mistake; 1 for any other failure (docs/operations.md, "The binaries").
+// mistake; 1 for any other failure (docs/operations.md, "What you run").
 func ExitCode(ctx context.Context, err error) int {
 	switch {
 	case err == nil:
