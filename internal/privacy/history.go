@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/net/idna"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/list"
@@ -119,7 +120,8 @@ func expiredCallbacks(ctx context.Context, tx pgx.Tx, account string, addrs []st
 // compares it (trimmed, lower case): as given (a job's email, a list's rows), and for an address
 // that passes layer 1, as a result names it (docs/api.md, "The verify result": the domain in
 // A-labels, the local part in NFC; a result snapshot, a callback body) and with the domain in
-// U-labels (a job or a list row sent with an A-label domain names the same mailbox).
+// U-labels (a job or a list row sent with an A-label domain names the same mailbox), each of them
+// in Unicode's composed (NFC) and decomposed (NFD) forms.
 func addressForms(email string) []string {
 	forms := []string{list.Normalize(email)}
 	if a, err := syntax.Parse(strings.TrimSpace(email)); err == nil {
@@ -127,6 +129,12 @@ func addressForms(email string) []string {
 		if u, err := idna.Lookup.ToUnicode(a.Domain); err == nil {
 			forms = append(forms, list.Normalize(a.Local+"@"+u))
 		}
+	}
+	// A job or a list row keeps the address as it was sent, in whichever Unicode normalisation
+	// the sender's keyboard or export made (ü as one code point, or u and a combining diaeresis);
+	// the subject may write it the other way.
+	for _, f := range forms {
+		forms = append(forms, norm.NFC.String(f), norm.NFD.String(f))
 	}
 	slices.Sort(forms)
 	return slices.Compact(forms)

@@ -598,3 +598,29 @@ func TestDeleteHistoryFindsBothFormsOfAnInternationalAddress(t *testing.T) {
 		})
 	}
 }
+
+// An address sent with its accents decomposed (u and a combining diaeresis, as some keyboards and
+// exports write it) is found when the subject asks with them composed, and the other way round.
+func TestDeleteHistoryFindsEitherUnicodeNormalisation(t *testing.T) {
+	nfc, nfd := "jürgen@müller.example", "ju\u0308rgen@mu\u0308ller.example"
+	for _, c := range []struct{ sent, asked string }{{nfd, nfc}, {nfc, nfd}} {
+		t.Run(fmt.Sprintf("sent %+q", c.sent), func(t *testing.T) {
+			pool := pgtest.New(t)
+			f := seed(t, pool, "nfd", time.Now())
+			job := uuid.New()
+			pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at)
+				VALUES ($1, $2, $3, 'https://hooks.example/', 'completed', now())`, job, f.id, c.sent)
+			pgtest.Exec(t, pool, `INSERT INTO list_rows (list_id, row_no, email, cols) VALUES ($1, 9, $2, $3)`, f.list, c.sent, []string{c.sent})
+			d, err := DeleteHistory(ctx, pool, f.id, c.asked)
+			if err != nil {
+				t.Fatalf("DeleteHistory: %v", err)
+			}
+			if d.Jobs != 1 || d.ListRows != 1 {
+				t.Errorf("DeleteHistory(%+q) removed %+v; want the job and the list row sent as %+q", c.asked, d, c.sent)
+			}
+			if hits := findEverywhere(t, pool, c.sent); len(hits) > 0 {
+				t.Errorf("%+q is still in %v", c.sent, hits)
+			}
+		})
+	}
+}
