@@ -167,7 +167,7 @@ func TestBatchSurvivesNATSBlip(t *testing.T) {
 	go func() {
 		// Once the mail servers have been asked (the batch is past the dispatcher's check of the
 		// link, which refuses a new batch at once while NATS is down), the fast answers come in
-		// and the slow ones are on their way. A fixed 300 ms was not always enough under load.
+		// and the slow ones are on their way; a fixed wait would race the request under load.
 		deadline := time.Now().Add(10 * time.Second)
 		for b.mail.Stats().Rcpts == 0 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)

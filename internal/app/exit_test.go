@@ -15,9 +15,9 @@ import (
 )
 
 // A binary told to stop while it still waits for Postgres exits 0: the wait ends with the signal
-// as its cause, and the process did what it was told (before, it exited 1, "gave up waiting …",
-// which an orchestrator stopping a starting pod reads as a crash). A failure of its own after a
-// signal, a usage mistake and any other failure keep their statuses.
+// as its cause, and the process did what it was told (an orchestrator stopping a starting pod
+// would read 1 as a crash). A failure of its own after a signal, a usage mistake and any other
+// failure keep their statuses.
 func TestExitCode(t *testing.T) {
 	// The context Main builds, on a signal this test may send itself.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGUSR1)

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// Values that Load used to accept although the process could never use them: each surfaced
-// only later, as probes that all fail, a wait for NATS that never ends, or a price that breaks
-// every comparison (docs/operations.md, "Configuration": a bad value stops the process at
+// Values Load refuses although they parse, because the process could never use them: each would
+// surface only later, as probes that all fail, a wait for NATS that never ends, or a price that
+// breaks every comparison (docs/operations.md, "Configuration": a bad value stops the process at
 // start-up with an error that names the variable).
 func TestLoadRefusesValuesThatWouldFailLater(t *testing.T) {
 	t.Parallel()
