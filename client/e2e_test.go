@@ -328,16 +328,21 @@ func TestE2ERateLimitMidBatchIsRetried(t *testing.T) {
 }
 
 // losesFirstAnswer passes every request to the API, but replaces the API's answer to the first
-// POST it sees with a 503, as a connection cut after the API acted looks to a client that retries.
+// POST to path (any POST when empty), after the API acted on it, with a 503: the API's own
+// envelope, or with page a proxy's HTML page. That is what a client that retries sees when a
+// connection is cut, or a gateway times out, after the API verified, charged or created.
 type losesFirstAnswer struct {
+	path string
+	page bool
+
 	mu   sync.Mutex
 	lost bool
-	keys []string // the Idempotency-Key of every POST
+	keys []string // the Idempotency-Key of every POST it watched
 }
 
 func (l *losesFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err != nil || r.Method != http.MethodPost {
+	if err != nil || r.Method != http.MethodPost || l.path != "" && r.URL.Path != l.path {
 		return resp, err
 	}
 	l.mu.Lock()
@@ -347,9 +352,13 @@ func (l *losesFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	l.lost = true
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	body := `{"error":"service_unavailable","message":"Lost.","action":"Retry.","docs":"d"}`
-	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}, "Content-Type": {"application/json"}},
+	body, ct := `{"error":"service_unavailable","message":"Lost.","action":"Retry.","docs":"d"}`, "application/json"
+	if l.page {
+		body, ct = "<html><h1>502 upstream timed out</h1></html>", "text/html"
+	}
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}, "Content-Type": {ct}},
 		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}, nil
 }
 
@@ -383,34 +392,6 @@ func TestE2ELostAnswerIsReplayed(t *testing.T) {
 	}
 }
 
-// losesFirstBatchAnswer passes every request to the API, but answers the first batch request,
-// after the API has verified and charged it, with a proxy's HTML 503: what a client sees when a
-// gateway times out or a connection is cut after the API acted.
-type losesFirstBatchAnswer struct {
-	mu   sync.Mutex
-	lost bool
-	keys []string // the Idempotency-Key of every batch request
-}
-
-func (l *losesFirstBatchAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := http.DefaultTransport.RoundTrip(r)
-	if err != nil || r.URL.Path != "/v1/email/verify/batch" {
-		return resp, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.keys = append(l.keys, r.Header.Get("Idempotency-Key"))
-	if l.lost {
-		return resp, nil
-	}
-	l.lost = true
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	body := "<html><h1>502 upstream timed out</h1></html>"
-	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{"Retry-After": {"1"}, "Content-Type": {"text/html"}},
-		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}, nil
-}
-
 // A batch request whose answer is lost after the real API verified and charged it is sent again
 // with the same Idempotency-Key (docs/api.md, "Idempotency"): the API replays its first answer,
 // and the account is charged once for the batch.
@@ -418,7 +399,7 @@ func TestE2ELostBatchAnswerIsChargedOnce(t *testing.T) {
 	t.Parallel()
 	s := demoapi.Start(t, roomy)
 	ctx := context.Background()
-	rt := &losesFirstBatchAnswer{}
+	rt := &losesFirstAnswer{path: "/v1/email/verify/batch", page: true}
 	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
 		client.WithHTTPClient(&http.Client{Transport: rt}))
 	m := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL))

@@ -30,18 +30,26 @@ func TestPlaygroundFieldValues(t *testing.T) {
 	}
 }
 
-// The playground verifies through the verification service: a result the local layers decide is
-// shown field by field and billed once it is on the page; what the API's JSON decoder would
-// refuse (a NUL, text that is not UTF-8) never reaches the service.
-func TestPlaygroundVerifiesThroughTheService(t *testing.T) {
-	f := newFixture(t, nil)
-	b := f.browser(t)
+// playgroundUser is a fixture, a signed-in user's browser and a standard key of theirs to verify
+// with in the playground.
+func playgroundUser(t *testing.T) (f *fixture, b *browser, acct string, k account.CreatedKey) {
+	t.Helper()
+	f = newFixture(t, nil)
+	b = f.browser(t)
 	b.signup("ann@example.com")
-	acct := f.accountOf(t, "ann@example.com")
+	acct = f.accountOf(t, "ann@example.com")
 	k, err := account.NewStore(f.pool).CreateStandardKey(context.Background(), acct, "play", func(plan.Tier) int { return 10 })
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, b, acct, k
+}
+
+// The playground verifies through the verification service: a result the local layers decide is
+// shown field by field and billed once it is on the page; what the API's JSON decoder would
+// refuse (a NUL, text that is not UTF-8) never reaches the service.
+func TestPlaygroundVerifiesThroughTheService(t *testing.T) {
+	f, b, acct, k := playgroundUser(t)
 	csrf := b.csrf("/dashboard/playground")
 	for _, bad := range []string{"a\x00@b.example", "a\xff@b.example"} {
 		resp, body := b.post("/dashboard/playground", url.Values{"csrf": {csrf}, "key_id": {k.ID}, "email": {bad}})
@@ -78,14 +86,7 @@ func (w *goneWriter) Write([]byte) (int, error) { return 0, syscall.ECONNRESET }
 // and its hold goes back, as the API's verify route does when its answer cannot be written
 // (docs/reliability.md, "Metering guarantees": nothing undelivered is billed).
 func TestPlaygroundResultNotWrittenIsNotBilled(t *testing.T) {
-	f := newFixture(t, nil)
-	b := f.browser(t)
-	b.signup("ann@example.com")
-	acct := f.accountOf(t, "ann@example.com")
-	k, err := account.NewStore(f.pool).CreateStandardKey(context.Background(), acct, "play", func(plan.Tier) int { return 10 })
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, b, acct, k := playgroundUser(t)
 	csrf := b.csrf("/dashboard/playground")
 	form := url.Values{"csrf": {csrf}, "key_id": {k.ID}, "email": {"x@mailinator.com"}} // disposable: billable, decided locally
 	req := httptest.NewRequest(http.MethodPost, f.srv.URL+"/dashboard/playground", strings.NewReader(form.Encode()))

@@ -40,6 +40,47 @@ type oracleRun struct {
 	wall     time.Duration
 }
 
+// oracleWorld is the addresses of BenchmarkOracle's world: 50 on each of 20 domains, every other
+// one an unknown mailbox (scripts/postfix-bench.sh's mailbox table holds the same).
+type oracleWorld struct {
+	raws  []string
+	addrs []oracleAddr
+}
+
+// addOracleWorld scripts the world's 20 domains in w, behind the MX host mx.
+func addOracleWorld(w *mailsim.World, mx string) oracleWorld {
+	var o oracleWorld
+	for d := range 20 {
+		dom := fmt.Sprintf("oracle%02d.test", d)
+		var users []string
+		for u := range 50 {
+			local := fmt.Sprintf("user%02d", u)
+			exists := u%2 == 0
+			o.raws = append(o.raws, local+"@"+dom)
+			o.addrs = append(o.addrs, oracleAddr{addr: local + "@" + dom, exists: exists})
+			if exists {
+				users = append(users, local)
+			}
+		}
+		w.AddDomain(dom, mailsim.Domain{MX: mxOf(mx), Users: users})
+	}
+	return o
+}
+
+// check fails tb unless res holds every address's verdict, in order.
+func (o oracleWorld) check(tb testing.TB, res []verdict.Result) {
+	tb.Helper()
+	for i, r := range res {
+		want := verdict.StatusUndeliverable
+		if o.addrs[i].exists {
+			want = verdict.StatusDeliverable
+		}
+		if r.Status != want {
+			tb.Fatalf("%s: %s (%s), want %s", o.raws[i], r.Status, r.Reason, want)
+		}
+	}
+}
+
 // oraclePlan packs addrs into the fewest sessions that keep every session under the soft error
 // limit (at most soft-1 rejected RCPTs each), balancing rejected and accepted RCPTs across them.
 func oraclePlan(addrs []oracleAddr, soft int) [][]oracleAddr {
@@ -232,38 +273,10 @@ func BenchmarkOracle(b *testing.B) {
 		Name: "mx.oracle.test", ThrottleAfter: oracleSoftLimit, ThrottleDelay: time.Second,
 		HardErrorLimit: oracleHardLimit, MaxConnsPerClient: oracleConnLimit,
 	})
-	var (
-		raws  []string
-		want  []verdict.Status
-		world []oracleAddr
-	)
-	for d := range 20 {
-		dom := fmt.Sprintf("oracle%02d.test", d)
-		var users []string
-		for u := range 50 {
-			local := fmt.Sprintf("user%02d", u)
-			exists := u%2 == 0
-			raws = append(raws, local+"@"+dom)
-			world = append(world, oracleAddr{addr: local + "@" + dom, exists: exists})
-			if exists {
-				users = append(users, local)
-				want = append(want, verdict.StatusDeliverable)
-			} else {
-				want = append(want, verdict.StatusUndeliverable)
-			}
-		}
-		tb.w.AddDomain(dom, mailsim.Domain{MX: mxOf("mx.oracle.test"), Users: users})
-	}
-	plan := oraclePlan(world, oracleSoftLimit)
+	world := addOracleWorld(tb.w, "mx.oracle.test")
+	raws := world.raws
+	plan := oraclePlan(world.addrs, oracleSoftLimit)
 	srvAddr := netip.AddrPortFrom(srv.Addr(), uint16(tb.w.SMTPPort())).String()
-
-	check := func(res []verdict.Result) {
-		for i, r := range res {
-			if r.Status != want[i] {
-				b.Fatalf("%s: %s, want %s", raws[i], r.Status, want[i])
-			}
-		}
-	}
 	var (
 		mvColdT, mvWarmT, orColdT, orWarmT, orRFCT           time.Duration
 		mvColdS, mvWarmS, mvColdSrvS, mvWarmSrvS, orS, orSrv int64
@@ -280,7 +293,7 @@ func BenchmarkOracle(b *testing.B) {
 		res := v.VerifyBatch(context.Background(), raws, nil)
 		mvColdT += time.Since(t0)
 		stopSampling()
-		check(res)
+		world.check(b, res)
 		st, ss := v.ProbeStats(), srv.Stats()
 		mvColdS += st.Sessions
 		mvColdRT += st.RoundTrips
@@ -298,7 +311,7 @@ func BenchmarkOracle(b *testing.B) {
 		t0 = time.Now()
 		res = v.VerifyBatch(context.Background(), raws, nil)
 		mvWarmT += time.Since(t0)
-		check(res)
+		world.check(b, res)
 		st2, ss2 := v.ProbeStats(), srv.Stats()
 		mvWarmS += st2.Sessions - st.Sessions
 		mvWarmRT += st2.RoundTrips - st.RoundTrips

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/mailsim"
-	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verify/mx"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
@@ -35,8 +34,8 @@ var postfixClient = netip.MustParseAddr("127.0.0.254")
 
 // delayLine forwards connections to a server, delivering the server's bytes to the client one
 // delay after they were sent, as mailsim's servers do (mailsim's conn.go): replies to pipelined
-// commands arrive together one round trip later. It listens on, and dials the server from, the
-// address from: the client the server sees. open counts connections not yet closed on both
+// commands arrive together one round trip later. It listens on from's address and port (0: any
+// free one), and dials the server from that address: the client the server sees. open counts connections not yet closed on both
 // sides, so that a run can wait until the server has none left.
 type delayLine struct {
 	ln     net.Listener
@@ -47,13 +46,13 @@ type delayLine struct {
 	wg     sync.WaitGroup
 }
 
-func startDelayLine(tb testing.TB, from netip.Addr, target string, delay time.Duration) *delayLine {
+func startDelayLine(tb testing.TB, from netip.AddrPort, target string, delay time.Duration) *delayLine {
 	tb.Helper()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(from, 0).String())
+	ln, err := net.Listen("tcp", from.String())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d := &delayLine{ln: ln, from: from, target: target, delay: delay}
+	d := &delayLine{ln: ln, from: from.Addr(), target: target, delay: delay}
 	d.wg.Add(1)
 	go d.accept()
 	tb.Cleanup(func() { ln.Close(); d.wg.Wait() })
@@ -239,37 +238,12 @@ func BenchmarkOraclePostfix(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(w.Close)
-	line := startDelayLine(b, postfixClient, target, benchRTT)
+	line := startDelayLine(b, netip.AddrPortFrom(postfixClient, 0), target, benchRTT)
 	w.AddHost("mx.postfix.test", postfixClient)
-	var (
-		raws  []string
-		want  []verdict.Status
-		world []oracleAddr
-	)
-	for d := range 20 {
-		dom := fmt.Sprintf("oracle%02d.test", d)
-		for u := range 50 {
-			local := fmt.Sprintf("user%02d", u)
-			exists := u%2 == 0 // as scripts/postfix-bench.sh's mailbox table
-			raws = append(raws, local+"@"+dom)
-			world = append(world, oracleAddr{addr: local + "@" + dom, exists: exists})
-			if exists {
-				want = append(want, verdict.StatusDeliverable)
-			} else {
-				want = append(want, verdict.StatusUndeliverable)
-			}
-		}
-		w.AddDomain(dom, mailsim.Domain{MX: mxOf("mx.postfix.test")})
-	}
-	plan := oraclePlan(world, oracleSoftLimit)
+	world := addOracleWorld(w, "mx.postfix.test") // w answers DNS only: the users are Postfix's
+	raws := world.raws
+	plan := oraclePlan(world.addrs, oracleSoftLimit)
 	via := netip.AddrPortFrom(postfixClient, uint16(line.port())).String()
-	check := func(res []verdict.Result) {
-		for i, r := range res {
-			if r.Status != want[i] {
-				b.Fatalf("%s: %s (%s), want %s", raws[i], r.Status, r.Reason, want[i])
-			}
-		}
-	}
 	checkSoftLimit(b, target)
 	_, offset := postfixLog(b, logPath, 0) // from after the check's own session
 	var (
@@ -295,12 +269,12 @@ func BenchmarkOraclePostfix(b *testing.B) {
 		t0 := time.Now()
 		res := v.VerifyBatch(context.Background(), raws, nil)
 		mvColdT += time.Since(t0)
-		check(res)
+		world.check(b, res)
 		cold := v.ProbeStats()
 		t0 = time.Now()
 		res = v.VerifyBatch(context.Background(), raws, nil)
 		mvWarmT += time.Since(t0)
-		check(res)
+		world.check(b, res)
 		warm := v.ProbeStats()
 		v.Close()
 		s := tally()

@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"testing"
@@ -36,14 +35,8 @@ func TestPostfixVerdicts(t *testing.T) {
 	t.Cleanup(w.Close)
 	// Two ways in, on the same port so that one Verifier reaches both: as an ordinary client,
 	// and as the client Postfix's client_access table refuses.
-	line := startDelayLine(t, postfixClient, target, 0)
-	blocked := &delayLine{from: blockedClient, target: target}
-	if blocked.ln, err = net.Listen("tcp", netip.AddrPortFrom(blockedClient, uint16(line.port())).String()); err != nil {
-		t.Fatal(err)
-	}
-	blocked.wg.Add(1)
-	go blocked.accept()
-	t.Cleanup(func() { blocked.ln.Close(); blocked.wg.Wait() })
+	line := startDelayLine(t, netip.AddrPortFrom(postfixClient, 0), target, 0)
+	startDelayLine(t, netip.AddrPortFrom(blockedClient, uint16(line.port())), target, 0)
 
 	w.AddHost("mx.postfix.test", postfixClient)
 	w.AddHost("mx.blocked.test", blockedClient)
