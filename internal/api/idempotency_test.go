@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -139,8 +140,8 @@ func TestIdempotentKeyCreationExpires(t *testing.T) {
 }
 
 // A batch sent again with its Idempotency-Key gets the first answer back and is billed once;
-// another batch with the key is refused. (Before, the batch route ignored the header, and a
-// client's retry after a cut connection was verified and billed twice.)
+// another batch with the key is refused: a client's retry after a cut connection is verified and
+// billed once.
 func TestIdempotentBatch(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
@@ -167,5 +168,33 @@ func TestIdempotentBatch(t *testing.T) {
 	batch(emails, "").want(t, http.StatusOK, "")
 	if c := b.usage(acct); c.Billable != 2*len(emails) {
 		t.Errorf("billed %d, want %d", c.Billable, 2*len(emails))
+	}
+}
+
+// BenchmarkSingleVerifyIdempotencyKey is what an Idempotency-Key costs a synchronous single
+// verification, the API's fastest call (an address the verifier decides at once): the guard's
+// claim and its sealed answer are two more Postgres round trips. It is why the clients send no
+// key there (docs/clients.md; BENCHMARKS.md, "An Idempotency-Key on a single verification").
+func BenchmarkSingleVerifyIdempotencyKey(b *testing.B) {
+	v := setupVerify(b, verifyOpts{env: map[string]string{"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "1000000"}})
+	_, key := v.customer(plan.Scale)
+	body := map[string]string{"email": "ann@acme.test"}
+	for i := range 20 { // warm the caches, the session and the pools
+		v.call(http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, fmt.Sprint("warm-", i)).want(b, http.StatusOK, "")
+	}
+	for _, keyed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("key=%v", keyed), func(b *testing.B) {
+			run := time.Now().UnixNano() // -count runs this again on the same server: new keys
+			for i := 0; b.Loop(); i++ {
+				var headers []string
+				if keyed {
+					headers = []string{idempotency.Header, fmt.Sprintf("bench-%d-%d", run, i)}
+				}
+				r := v.call(http.MethodPost, "/v1/email/verify", key, body, headers...).want(b, http.StatusOK, "")
+				if r.header.Get(idempotency.ReplayedHeader) != "" {
+					b.Fatalf("request %d was a replay", i)
+				}
+			}
+		})
 	}
 }
