@@ -211,3 +211,50 @@ func TestDashboardUploadIsMeteredAsTheAPI(t *testing.T) {
 		t.Fatalf("%d lists stored, want the two admitted ones", lists)
 	}
 }
+
+// The dashboard's list pages answer a list past its expires_at as the API does
+// (TestListPastItsExpiryIsGoneOnEveryRoute), before a verifier's sweep has purged it: its page,
+// the Lists page does not show it, the data export (Settings, Your data) leaves it out, and its
+// page, both downloads, its cancel and its delete are the not-found page (docs/lists.md,
+// "States").
+func TestDashboardListPastItsExpiryIsNotFound(t *testing.T) {
+	b := setupVerify(t, verifyOpts{noWorkers: true}) // no sweep: the rows stay in the database
+	d, acct := newDashboardClient(t, b, "ann@example.com")
+	key := b.standardKey(acct).Raw
+	gone := b.upload(key, "text/plain", "?name=gone-list", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	b.upload(key, "text/plain", "?name=kept-list", "bob@acme.test\n").want(t, http.StatusAccepted, "")
+	b.call(http.MethodPost, "/v1/email/lists/"+gone+"/cancel", key, nil).want(t, http.StatusOK, "")
+	if _, err := b.pool.Exec(context.Background(), `UPDATE lists SET expires_at = now() - interval '1 second' WHERE id = $1`, gone); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodGet, d.base+path, nil)
+		return d.do(req)
+	}
+	if _, body := get("/dashboard/lists"); strings.Contains(body, "gone-list") || !strings.Contains(body, "kept-list") {
+		t.Errorf("the Lists page shows the expired list, or not the other:\n%s", body)
+	}
+	if resp, body := get("/dashboard/settings/data/export"); resp.StatusCode != http.StatusOK ||
+		strings.Contains(body, gone) || !strings.Contains(body, "kept-list") {
+		t.Errorf("data export: %d\n%s", resp.StatusCode, body)
+	}
+	page := "/dashboard/lists/" + gone
+	csrf := d.csrf("/dashboard/lists")
+	for _, c := range []struct {
+		name string
+		do   func() (*http.Response, string)
+	}{
+		{"page", func() (*http.Response, string) { return get(page) }},
+		{"CSV download", func() (*http.Response, string) { return get(page + "/download?format=csv") }},
+		{"NDJSON download", func() (*http.Response, string) { return get(page + "/download?format=ndjson") }},
+		{"cancel", func() (*http.Response, string) { return d.post(page+"/cancel", url.Values{"csrf": {csrf}}) }},
+		{"delete, asked", func() (*http.Response, string) { return d.post(page+"/delete", url.Values{"csrf": {csrf}}) }},
+		{"delete, confirmed", func() (*http.Response, string) {
+			return d.post(page+"/delete", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+		}},
+	} {
+		if resp, body := c.do(); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "List not found") {
+			t.Errorf("%s of an expired list: %d\n%s", c.name, resp.StatusCode, body)
+		}
+	}
+}

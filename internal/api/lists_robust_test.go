@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
@@ -335,4 +337,57 @@ func TestListPastItsExpiryIsNotFound(t *testing.T) {
 	if len(ls) != 1 || ls[0].(map[string]any)["id"] != keep {
 		t.Errorf("listing: %v, want only %s", page, keep)
 	}
+}
+
+// A list past its expires_at is gone on every route that names it, as GET is
+// (TestListPastItsExpiryIsNotFound), before a verifier's sweep has purged it: cancel is
+// 404 list_not_found, not 409 list_finished; DELETE is 404 as for a purged list and erases the
+// rows at once; both result formats are 404; the listing pages past it; the account's export
+// holds neither the list nor its callback's delivery, which a purge deletes with it
+// (docs/lists.md, "States"; docs/personal-data.md, "Export").
+func TestListPastItsExpiryIsGoneOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true}) // no sweep: the rows stay in the database
+	a, mgmt := b.account(plan.Builder, "")
+	key := b.standardKey(a.ID).Raw
+	gone := b.upload(key, "text/plain", "", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	kept := b.upload(key, "text/plain", "", "bob@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	b.call(http.MethodPost, "/v1/email/lists/"+gone+"/cancel", key, nil).want(t, http.StatusOK, "")
+	// A delivery of the list's callback, as the webhook workers leave it once delivered.
+	pgtest.Exec(t, b.pool, `INSERT INTO deliveries (id, list_id, account_id, url, body, state, created_at, finished_at)
+		VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example.com/l', convert_to('{}', 'UTF8'), 'delivered', now(), now())`, gone, a.ID)
+	pgtest.Exec(t, b.pool, `UPDATE lists SET expires_at = now() - interval '1 second' WHERE id = $1`, gone)
+
+	for _, format := range []string{"", "?format=csv", "?format=ndjson"} {
+		if resp, body := b.download(key, gone, format); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "list_not_found") {
+			t.Errorf("results%s of an expired list: %d %s", format, resp.StatusCode, body)
+		}
+	}
+	b.call(http.MethodPost, "/v1/email/lists/"+gone+"/cancel", key, nil).want(t, http.StatusNotFound, "list_not_found")
+	page := b.call(http.MethodGet, "/v1/email/lists?limit=1", key, nil).want(t, http.StatusOK, "").body
+	if ls, _ := page["lists"].([]any); len(ls) != 1 || ls[0].(map[string]any)["id"] != kept || page["next_cursor"] != nil {
+		t.Errorf("first page of one: %v, want only %s and no next page", page, kept)
+	}
+	page = b.call(http.MethodGet, "/v1/email/lists?limit=1&cursor="+kept, key, nil).want(t, http.StatusOK, "").body
+	if ls, _ := page["lists"].([]any); len(ls) != 0 {
+		t.Errorf("page after %s: %v, want none", kept, page)
+	}
+
+	ex := b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, http.StatusOK, "")
+	var doc struct {
+		Lists      []map[string]any `json:"lists"`
+		Deliveries []map[string]any `json:"deliveries"`
+	}
+	mustOK(t, json.Unmarshal(ex.raw, &doc))
+	if len(doc.Lists) != 1 || doc.Lists[0]["id"] != kept || len(doc.Deliveries) != 0 {
+		t.Errorf("export: lists %v, deliveries %v; want only list %s and no delivery", doc.Lists, doc.Deliveries, kept)
+	}
+
+	b.call(http.MethodDelete, "/v1/email/lists/"+gone, key, nil).want(t, http.StatusNotFound, "list_not_found")
+	if n := b.count(`SELECT (SELECT count(*) FROM lists WHERE id = $1) + (SELECT count(*) FROM list_rows WHERE list_id = $1)
+		+ (SELECT count(*) FROM list_addresses WHERE list_id = $1) + (SELECT count(*) FROM deliveries WHERE list_id = $1)`, gone); n != 0 {
+		t.Errorf("%d rows of the expired list left after its DELETE", n)
+	}
+	b.call(http.MethodDelete, "/v1/email/lists/"+gone, key, nil).want(t, http.StatusNotFound, "list_not_found")
+	b.call(http.MethodGet, "/v1/email/lists/"+kept, key, nil).want(t, http.StatusOK, "")
 }

@@ -136,10 +136,15 @@ func scanList(row pgx.Row) (List, error) {
 	return l, err
 }
 
-// notExpired keeps the lists whose retention has not passed: one past its expires_at is gone for
-// its account at once, whether or not a verifier's sweep (Purge) has deleted its rows yet
-// (docs/lists.md, "States"). The clock is Postgres's, which set expires_at.
-const notExpired = `(expires_at IS NULL OR expires_at > now())`
+// Live is the SQL condition, on the lists row named alias, that keeps the lists whose retention
+// has not passed: one past its expires_at is gone for its account at once, on every route and in
+// the account's export, whether or not a verifier's sweep (Purge) has deleted its rows yet
+// (docs/lists.md, "States"). The clock is Postgres's, which set expires_at. Every query that
+// answers an account about its lists takes this one condition, so that none of them shows a list
+// the others call gone.
+func Live(alias string) string {
+	return "(" + alias + ".expires_at IS NULL OR " + alias + ".expires_at > now())"
+}
 
 // Get returns the list id of account with its counts, or ErrNotFound (also once it has expired). Two small reads whatever
 // the list's size: the counts are kept up to date as chunks complete. They are read in one
@@ -147,7 +152,7 @@ const notExpired = `(expires_at IS NULL OR expires_at > now())`
 func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (l List, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
 		if l, err = scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2
-			AND `+notExpired, id, account)); err != nil {
+			AND `+Live("lists"), id, account)); err != nil {
 			return err
 		}
 		l.Counts, err = counts(ctx, tx, id)
@@ -171,7 +176,7 @@ const (
 func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+listColumns+` FROM lists
-			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) AND `+notExpired+` ORDER BY id DESC LIMIT $3`, account, after, limit+1)
+			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) AND `+Live("lists")+` ORDER BY id DESC LIMIT $3`, account, after, limit+1)
 		if err != nil {
 			return err
 		}
@@ -213,14 +218,18 @@ func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limi
 
 // Cancel stops a queued or running list: chunks still queued are dropped by the workers, a chunk
 // being verified is not written, and the list's hold is released: the addresses not verified
-// were never billed. It returns the list as canceled, ErrFinished if it had already finished, and the
-// chunks of another list of the account that it let start, for the caller to publish.
+// were never billed. It returns the list as canceled, ErrFinished if it had already finished,
+// ErrNotFound if it does not exist for account or has expired (as Get), and the chunks of another
+// list of the account that it let start, for the caller to publish.
 func (s *Store) Cancel(ctx context.Context, account string, id uuid.UUID) (List, []Chunk, error) {
 	var started []Chunk
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		st, err := lockList(ctx, tx, id, account)
 		if err != nil {
 			return err
+		}
+		if st.expired {
+			return ErrNotFound
 		}
 		if st.state.Finished() {
 			return ErrFinished
@@ -241,15 +250,23 @@ func (s *Store) Cancel(ctx context.Context, account string, id uuid.UUID) (List,
 // Delete removes a list with its rows, results and counts — personal data, gone for good. A list
 // still running is canceled first, releasing its hold. The usage rows of what was verified stay
 // (they are the bill) but hold no address. It returns the chunks of another list of the account
-// that it let start.
+// that it let start. A list past its expires_at is ErrNotFound, as on every other route, and its
+// rows are erased then and there rather than left for the sweep: the customer asked for them gone
+// (docs/lists.md, "Cancel and delete").
 func (s *Store) Delete(ctx context.Context, account string, id uuid.UUID) ([]Chunk, error) {
 	ctx, cancel := bulk(ctx)
 	defer cancel()
-	var started []Chunk
+	var (
+		started []Chunk
+		expired bool
+	)
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		st, err := lockList(ctx, tx, id, account)
 		if err != nil {
 			return err
+		}
+		if expired = st.expired; expired {
+			return deleteData(ctx, tx, id) // finished: it has an expires_at
 		}
 		if !st.state.Finished() {
 			if err := finish(ctx, tx, st, Canceled, "", s.cfg); err != nil {
@@ -261,6 +278,9 @@ func (s *Store) Delete(ctx context.Context, account string, id uuid.UUID) ([]Chu
 		}
 		return deleteData(ctx, tx, id)
 	})
+	if err == nil && expired {
+		return nil, ErrNotFound
+	}
 	return started, err
 }
 
@@ -307,15 +327,19 @@ type lockedList struct {
 	state    State
 	unique   int
 	verified int
+	// expired: past its expires_at (not Live), so gone for its account although its rows are
+	// still there. Only the account's routes read it: a list with an expires_at is finished, and
+	// the workers leave finished lists alone.
+	expired bool
 }
 
 // lockList locks list id (of account, unless account is empty) for the rest of tx.
 func lockList(ctx context.Context, tx pgx.Tx, id uuid.UUID, account string) (lockedList, error) {
 	st := lockedList{id: id}
-	err := tx.QueryRow(ctx, `SELECT l.account_id, a.tier, l.state, l.unique_addresses, l.verified
+	err := tx.QueryRow(ctx, `SELECT l.account_id, a.tier, l.state, l.unique_addresses, l.verified, NOT `+Live("l")+`
 		FROM lists l JOIN accounts a ON a.id = l.account_id
 		WHERE l.id = $1 AND ($2 = '' OR l.account_id::text = $2) FOR UPDATE OF l`, id, account).
-		Scan(&st.account, &st.tier, &st.state, &st.unique, &st.verified)
+		Scan(&st.account, &st.tier, &st.state, &st.unique, &st.verified, &st.expired)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, ErrNotFound
 	}
