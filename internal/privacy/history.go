@@ -2,10 +2,11 @@ package privacy
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/net/idna"
@@ -38,19 +39,21 @@ const historyTimeout = 5 * time.Minute
 func DeleteHistory(ctx context.Context, db database.DB, account, email string) (HistoryDeleted, error) {
 	var d HistoryDeleted
 	addrs := addressForms(email)
+	from, to := lowering(addrs)
 	ctx, cancel := withBudget(ctx, historyTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE usage_log SET snapshot = NULL
-			WHERE account_id = $1 AND snapshot IS NOT NULL AND lower(trim(snapshot->>'email')) = ANY($2)`, account, addrs)
+			WHERE account_id = $1 AND snapshot IS NOT NULL AND `+normalized(`snapshot->>'email'`)+` = ANY($2)`,
+			account, addrs, spaces, from, to)
 		if err != nil {
 			return err
 		}
 		d.Results = tag.RowsAffected()
 		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', result = NULL, webhook_secret = NULL, expired_at = now()
-			WHERE account_id = $1 AND lower(trim(email)) = ANY($2) AND state IN ('completed', 'failed') AND expired_at IS NULL
+			WHERE account_id = $1 AND `+normalized(`email`)+` = ANY($2) AND state IN ('completed', 'failed') AND expired_at IS NULL
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id = jobs.id AND d.state IN ('pending', 'retrying'))
-			RETURNING id`, account, addrs)
+			RETURNING id`, account, addrs, spaces, from, to)
 		if err != nil {
 			return err
 		}
@@ -61,18 +64,20 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string) (
 		d.Jobs = int64(len(jobs))
 		// A job expired earlier (by retention, or by an earlier request for another form of the
 		// address) has no email left to match, but its callbacks stay in the delivery log for
-		// that log's own retention: their bodies are the result, with the address.
-		earlier, err := expiredCallbacks(ctx, tx, account, addrs)
-		if err != nil {
-			return err
-		}
-		if tag, err = tx.Exec(ctx, `DELETE FROM deliveries WHERE account_id = $1 AND (job_id = ANY($2) OR id = ANY($3))
-			AND state IN ('delivered', 'failed')`, account, jobs, earlier); err != nil {
+		// that log's own retention: their bodies are the result, with the address. They are
+		// matched in the database, so that nothing but the count comes back however many
+		// expired jobs the account has.
+		if tag, err = tx.Exec(ctx, `DELETE FROM deliveries d WHERE d.account_id = $1 AND d.state IN ('delivered', 'failed')
+			AND (d.job_id = ANY($6) OR CASE
+				WHEN EXISTS (SELECT 1 FROM jobs j WHERE j.id = d.job_id AND j.account_id = $1 AND j.expired_at IS NOT NULL)
+				THEN `+normalized(callbackEmail)+` = ANY($2)
+				ELSE false END)`, account, addrs, spaces, from, to, jobs); err != nil {
 			return err
 		}
 		d.Deliveries = tag.RowsAffected()
 		// Finished lists only: a running list counts its verified addresses up to its total, and
-		// one taken from under it would never let it complete.
+		// one taken from under it would never let it complete. A list stores its addresses
+		// already normalised (list.Normalize), so they are compared as they are.
 		if tag, err = tx.Exec(ctx, `WITH l AS (
 				SELECT id FROM lists WHERE account_id = $1 AND state IN ('completed', 'canceled', 'failed') FOR UPDATE
 			), a AS (
@@ -87,34 +92,81 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string) (
 	return d, err
 }
 
-// expiredCallbacks returns the finished callbacks of account's expired jobs whose body's email
-// is one of addrs. The bodies are read and compared here rather than in SQL: a body is JSON as
-// the verifier wrote it (escapes included), and only its email field is the address.
-func expiredCallbacks(ctx context.Context, tx pgx.Tx, account string, addrs []string) ([][16]byte, error) {
-	rows, err := tx.Query(ctx, `SELECT d.id, d.body FROM deliveries d JOIN jobs j ON j.id = d.job_id
-		WHERE d.account_id = $1 AND j.account_id = $1 AND j.expired_at IS NOT NULL AND d.state IN ('delivered', 'failed')`, account)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids [][16]byte
-	for rows.Next() {
-		var (
-			id   [16]byte
-			body []byte
-			cb   struct {
-				Email string `json:"email"`
-			}
-		)
-		if err := rows.Scan(&id, &body); err != nil {
-			return nil, err
-		}
-		if json.Unmarshal(body, &cb) == nil && slices.Contains(addrs, list.Normalize(cb.Email)) {
-			ids = append(ids, id)
-		}
-	}
-	return ids, rows.Err()
+// callbackEmail is the SQL for the email field of a job's callback body d.body (bytea). The body
+// is the job's result as the verifier encoded it (verdict.Result, whose first field is the
+// email), so it starts with {"email":" and, unless the address holds a character JSON escapes
+// (a quote, a backslash, & < >), the address follows as it is, up to the next quote. That is
+// read without parsing the rest of the body, which keeps small what each of the account's other
+// expired callbacks costs (BENCHMARKS.md). Any other body is parsed whole; it is valid JSON that the cast accepts, as the job's result
+// was stored as jsonb in the same transaction (job.Finish).
+const callbackEmail = `CASE
+	WHEN substring(d.body FOR 10) = '\x7b22656d61696c223a22'::bytea
+	 AND position('\x22'::bytea IN substring(d.body FROM 11)) > 0
+	 AND position('\x5c'::bytea IN substring(d.body FROM 11 FOR position('\x22'::bytea IN substring(d.body FROM 11)))) = 0
+	THEN convert_from(substring(d.body FROM 11 FOR position('\x22'::bytea IN substring(d.body FROM 11)) - 1), 'UTF8')
+	ELSE convert_from(d.body, 'UTF8')::jsonb->>'email' END`
+
+// normalized is the SQL for list.Normalize of the text expr: trimmed of the characters Go's
+// strings.TrimSpace trims ($3, spaces) and lower-cased by translate() from $4 to $5 (lowering).
+// Postgres's own lower() folds as the database's LC_CTYPE says, and in a database created with
+// the plain C locale it leaves É as it is (docs/personal-data.md, "One address's results");
+// translate() and btrim() compare characters, whatever the locale.
+func normalized(expr string) string {
+	return `translate(btrim(` + expr + `, $3), $4, $5)`
 }
+
+// spaces is every character unicode.IsSpace reports, which strings.TrimSpace, and so
+// list.Normalize, trims.
+var spaces = func() string {
+	var b strings.Builder
+	for _, r16 := range unicode.White_Space.R16 {
+		for r := rune(r16.Lo); r <= rune(r16.Hi); r += rune(r16.Stride) {
+			if unicode.IsSpace(r) {
+				b.WriteRune(r)
+			}
+		}
+	}
+	return b.String()
+}()
+
+// lowering returns translate()'s from and to for comparing stored text with forms, which are
+// lower case (list.Normalize): every character that strings.ToLower turns into a character of
+// forms, and that character. A stored string lowered this way equals a form exactly when
+// strings.ToLower of it does: a character it leaves alone either is already the form's or can
+// never be lowered into it. Only the few characters of forms are listed, so that translate(),
+// which looks each character up in from, stays cheap.
+func lowering(forms []string) (from, to string) {
+	var f, t strings.Builder
+	seen := map[rune]bool{}
+	for _, form := range forms {
+		for _, l := range form {
+			if seen[l] {
+				continue
+			}
+			seen[l] = true
+			for _, u := range upperOf()[l] {
+				f.WriteRune(u)
+				t.WriteRune(l)
+			}
+		}
+	}
+	return f.String(), t.String()
+}
+
+// upperOf maps each character to the others that unicode.ToLower (and so strings.ToLower) turns
+// into it: É to é, K and the Kelvin sign to k, İ to i. unicode.ToLower changes only the
+// characters of unicode.CaseRanges.
+var upperOf = sync.OnceValue(func() map[rune][]rune {
+	m := map[rune][]rune{}
+	for _, cr := range unicode.CaseRanges {
+		for r := rune(cr.Lo); r <= rune(cr.Hi); r++ {
+			if l := unicode.ToLower(r); l != r {
+				m[l] = append(m[l], r)
+			}
+		}
+	}
+	return m
+})
 
 // addressForms returns the forms in which Mailvet may have stored email, each as list.Normalize
 // compares it (trimmed, lower case): as given (a job's email, a list's rows), and for an address
@@ -132,9 +184,10 @@ func addressForms(email string) []string {
 	}
 	// A job or a list row keeps the address as it was sent, in whichever Unicode normalisation
 	// the sender's keyboard or export made (ü as one code point, or u and a combining diaeresis);
-	// the subject may write it the other way.
+	// the subject may write it the other way. Lowered again, so that every form is one that
+	// list.Normalize can give (lowering relies on it).
 	for _, f := range forms {
-		forms = append(forms, norm.NFC.String(f), norm.NFD.String(f))
+		forms = append(forms, strings.ToLower(norm.NFC.String(f)), strings.ToLower(norm.NFD.String(f)))
 	}
 	slices.Sort(forms)
 	return slices.Compact(forms)

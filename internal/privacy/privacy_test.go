@@ -19,6 +19,7 @@ import (
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
+	"github.com/mailvet/mailvet/internal/verdict"
 )
 
 // fixture is an account with a row in every table that holds an account's data, written as the
@@ -623,4 +624,154 @@ func TestDeleteHistoryFindsEitherUnicodeNormalisation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The local part of a result keeps its case (docs/api.md, "The verify result"), and a job keeps
+// the address as sent: a database created with the plain C locale (LC_CTYPE=C) folds only ASCII
+// letters in lower(), so a deletion that folded there would miss ÉMILE when asked for émile. The
+// deletion folds as Go does, whatever the database's locale.
+func TestDeleteHistoryFoldsCaseWhateverTheDatabaseLocale(t *testing.T) {
+	pool := pgtest.Pool(t, pgtest.LocaleURL(t, "C"))
+	var folded string
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT lower('ÉMILE')`).Scan(&folded), "lower")
+	if folded != "Émile" {
+		t.Fatalf("precondition: lower('ÉMILE') is %q in this database; want the C locale's \"Émile\"", folded)
+	}
+	f := seed(t, pool, "c", time.Now())
+	sent, asked := "ÉMILE.KÖNIG@Exemple.FR", "émile.könig@exemple.fr"
+	snap := fmt.Sprintf(`{"email":%q,"status":"deliverable"}`, "ÉMILE.KÖNIG@exemple.fr")
+	job, expired := uuid.New(), uuid.New()
+	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, email_domain, snapshot)
+		VALUES ($1, $2, 'verify_async', 'exemple.fr', $3)`, f.id, "job:"+job.String(), snap)
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, result, completed_at)
+		VALUES ($1, $2, $3, 'https://hooks.example/', 'completed', $4, now())`, job, f.id, sent, snap)
+	// A job retention already expired, whose callback is still in the delivery log.
+	pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at, expired_at)
+		VALUES ($1, $2, '', 'https://hooks.example/', 'completed', now(), now())`, expired, f.id)
+	for _, j := range []uuid.UUID{job, expired} {
+		pgtest.Exec(t, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, finished_at)
+			VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', convert_to($3::text, 'UTF8'), 'delivered', now())`, j, f.id, snap)
+	}
+	// A list keeps the cell as uploaded and its address as list.Normalize folded it.
+	pgtest.Exec(t, pool, `INSERT INTO list_rows (list_id, row_no, email, cols) VALUES ($1, 9, $2, $3)`, f.list, asked, []string{sent})
+	pgtest.Exec(t, pool, `INSERT INTO list_addresses (list_id, email, idx, chunk, status, result)
+		VALUES ($1, $2, 9, 0, 'deliverable', $3)`, f.list, asked, snap)
+
+	d, err := DeleteHistory(ctx, pool, f.id, asked)
+	if err != nil {
+		t.Fatalf("DeleteHistory: %v", err)
+	}
+	if want := (HistoryDeleted{Results: 1, Jobs: 1, Deliveries: 2, ListRows: 1}); d != want {
+		t.Errorf("DeleteHistory(%q) removed %+v; want %+v", asked, d, want)
+	}
+	// Find compares with the database's lower() too, so it is asked for each stored form.
+	for _, needle := range []string{sent, "ÉMILE.KÖNIG@exemple.fr", asked} {
+		if hits := findEverywhere(t, pool, needle); len(hits) > 0 {
+			t.Errorf("after DeleteHistory(%q), %q is still in %v", asked, needle, hits)
+		}
+	}
+	if hits := findEverywhere(t, pool, f.addrs[1]); len(hits) == 0 {
+		t.Error("another address of the account went too")
+	}
+}
+
+// The callbacks of expired jobs are matched in the database: a deletion does not read the
+// bodies of the account's other expired jobs (BenchmarkDeleteHistoryExpiredCallbacks,
+// BENCHMARKS.md), and still finds the one that holds the address, in another case.
+func BenchmarkDeleteHistoryExpiredCallbacks(b *testing.B) {
+	for _, unrelated := range []int{1_000, 10_000, 50_000} {
+		b.Run(fmt.Sprintf("unrelated=%d", unrelated), func(b *testing.B) {
+			pool := pgtest.New(b)
+			account := uuid.NewString()
+			pgtest.Exec(b, pool, `INSERT INTO accounts (id, tier, email) VALUES ($1, 'builder', 'bench@owner.example')`, account)
+			// A callback body the size of a real result (docs/api.md, "The verify result").
+			body := func(email string) string {
+				return fmt.Sprintf(`{"email":%q,"valid":false,"status":"undeliverable","confidence":0.95,"failed_check":"smtp",`+
+					`"disposable":false,"role":false,"free_provider":false,"catch_all":false,"smtp_blocked":false,"mx_found":true,`+
+					`"mx_host":"mx1.acme.example","suggestion":null,"latency_ms":412,"reason":"mailbox_unknown",`+
+					`"smtp_reply":{"code":550,"enhanced_code":"5.1.1","text":"The email account that you tried to reach does not exist."}}`, email)
+			}
+			for done := 0; done < unrelated; done += 2_000 { // in statements the pool's deadline allows
+				pgtest.Exec(b, pool, `WITH j AS (
+						INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at, expired_at)
+						SELECT gen_random_uuid(), $1, '', 'https://hooks.example/', 'completed', now(), now() FROM generate_series(1, $2)
+						RETURNING id)
+					INSERT INTO deliveries (id, job_id, account_id, url, body, state, finished_at)
+					SELECT gen_random_uuid(), j.id, $1, 'https://hooks.example/', convert_to(replace($3::text, '#', j.id::text), 'UTF8'), 'delivered', now()
+					FROM j`, account, min(2_000, unrelated-done), body("someone.#@acme.example"))
+			}
+			target := uuid.New()
+			pgtest.Exec(b, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at, expired_at)
+				VALUES ($1, $2, '', 'https://hooks.example/', 'completed', now(), now())`, target, account)
+			pgtest.Exec(b, pool, `ANALYZE`)
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				pgtest.Exec(b, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, finished_at)
+					VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', convert_to($3::text, 'UTF8'), 'delivered', now())`,
+					target, account, body("Ann.Target@acme.example"))
+				b.StartTimer()
+				d, err := DeleteHistory(ctx, pool, account, "ann.target@acme.example")
+				if err != nil || d.Deliveries != 1 {
+					b.Fatalf("DeleteHistory: %+v, %v; want the target's callback", d, err)
+				}
+			}
+		})
+	}
+}
+
+// The callbacks of expired jobs are matched in the database, on the body's email field whatever
+// the body looks like: as the verifier encodes a result (verdict.Result, email first), with the
+// address JSON-escaped (& is \u0026 in Go's encoding), or with the email elsewhere in the body.
+// Callbacks of other addresses, one of them a longer address that starts with the same bytes,
+// stay.
+func TestDeleteHistoryMatchesExpiredCallbacksOnTheEmailField(t *testing.T) {
+	pool := pgtest.New(t)
+	f := seed(t, pool, "cb", time.Now())
+	encoded := func(email string) string {
+		b, err := json.Marshal(verdict.Result{Email: email, Status: verdict.StatusDeliverable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	cases := []struct {
+		asked, body string
+		match       bool
+	}{
+		{"ann.x@acme.example", encoded("Ann.X@acme.example"), true},
+		{"ann&co@acme.example", encoded("ANN&Co@acme.example"), true},
+		{`"ann\"q"@acme.example`, encoded(`"Ann\"Q"@acme.example`), true},
+		{"ann.y@acme.example", `{"status":"deliverable","smtp_reply":{"text":"{\"email\":\"x\"}"},"email":" Ann.Y@acme.example"}`, true},
+		{"ann.z@acme.example", encoded("ann.z@acme.example.org"), false},
+		{"ann.z@acme.example", `{"email":"ann.z@acme.example.org","status":"deliverable"}`, false},
+	}
+	for _, c := range cases {
+		job := uuid.New()
+		pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at, expired_at)
+			VALUES ($1, $2, '', 'https://hooks.example/', 'completed', now(), now())`, job, f.id)
+		pgtest.Exec(t, pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, finished_at)
+			VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', convert_to($3::text, 'UTF8'), 'failed', now())`, job, f.id, c.body)
+	}
+	for _, c := range cases {
+		before := countDeliveries(t, pool, f.id)
+		d, err := DeleteHistory(ctx, pool, f.id, c.asked)
+		if err != nil {
+			t.Fatalf("DeleteHistory(%q): %v", c.asked, err)
+		}
+		want := int64(0)
+		if c.match {
+			want = 1
+		}
+		if d.Deliveries != want || countDeliveries(t, pool, f.id) != before-want {
+			t.Errorf("DeleteHistory(%q) with the callback %s removed %d deliveries; want %d", c.asked, c.body, d.Deliveries, want)
+		}
+	}
+}
+
+func countDeliveries(t *testing.T, pool *pgxpool.Pool, account string) int64 {
+	t.Helper()
+	var n int64
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE account_id = $1`, account).Scan(&n), "count deliveries")
+	return n
 }

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +137,17 @@ func randomSuffix() string {
 // createDB makes a database (from template when non-empty) and registers its removal.
 func createDB(t testing.TB, template string) string {
 	t.Helper()
+	stmt := ""
+	if template != "" {
+		stmt = ` TEMPLATE ` + pgx.Identifier{template}.Sanitize()
+	}
+	return create(t, stmt)
+}
+
+// create runs CREATE DATABASE with options after the new database's name, and registers its
+// removal.
+func create(t testing.TB, options string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := admin(ctx)
@@ -144,10 +156,7 @@ func createDB(t testing.TB, template string) string {
 	}
 	defer conn.Close(context.Background())
 	name := "mailvet_test_" + randomSuffix()
-	stmt := `CREATE DATABASE ` + pgx.Identifier{name}.Sanitize()
-	if template != "" {
-		stmt += ` TEMPLATE ` + pgx.Identifier{template}.Sanitize()
-	}
+	stmt := `CREATE DATABASE ` + pgx.Identifier{name}.Sanitize() + options
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockClone); err != nil {
 		t.Fatalf("pgtest: lock: %v", err)
 	}
@@ -190,6 +199,22 @@ func URL(t testing.TB) string {
 func EmptyURL(t testing.TB) string {
 	t.Helper()
 	return createDB(t, "")
+}
+
+// LocaleURL returns the URL of a fresh database created from template0 in UTF-8 with locale as
+// its LC_COLLATE and LC_CTYPE, and migrated: for code that must behave the same whatever locale
+// the operator's database was created with (docs/deployment.md). Under "C", lower() and upper()
+// change only ASCII letters. It is migrated from scratch, slower than URL's copy of a template.
+func LocaleURL(t testing.TB, locale string) string {
+	t.Helper()
+	lit := `'` + strings.ReplaceAll(locale, `'`, `''`) + `'`
+	u := create(t, ` TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE `+lit+` LC_CTYPE `+lit)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := database.Migrate(ctx, u, nil); err != nil {
+		t.Fatalf("pgtest: migrate the %s-locale database: %v", locale, err)
+	}
+	return u
 }
 
 // New returns a pool on a fresh, migrated database; pool and database go away when t ends.
