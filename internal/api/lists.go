@@ -48,7 +48,11 @@ func isUpload(c echo.Context) bool {
 // answers 202 with the list (docs/lists.md).
 func (s *Server) uploadList(c echo.Context) error {
 	req := c.Request()
-	mt, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	ct, err := contentType(req)
+	if err != nil {
+		return err
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	format, ok := list.FormatOf(mt)
 	if !ok {
 		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", clip(mt))
