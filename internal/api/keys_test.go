@@ -182,8 +182,8 @@ func TestEchoErrorsUnderManagementUseTheEnvelope(t *testing.T) {
 	b := setup(t, nil)
 	_, mgmt := b.account(plan.Free, "")
 	r := b.call(http.MethodPut, "/v1/management/keys", mgmt, map[string]string{"label": "x"}).want(t, 405, CodeMethodNotAllowed)
-	if allow := r.header.Get("Allow"); allow != "GET, POST" {
-		t.Errorf("Allow = %q, want GET, POST", allow)
+	if allow := r.header.Get("Allow"); allow != "GET, HEAD, POST" {
+		t.Errorf("Allow = %q, want GET, HEAD, POST", allow)
 	}
 	// Even a 405 authenticates first.
 	b.call(http.MethodPut, "/v1/management/keys", "", map[string]string{"label": "x"}).want(t, 401, CodeMissingAPIKey)

@@ -305,6 +305,9 @@ func (s *Server) listResults(c echo.Context) error {
 	}
 	res.Header().Set("Mailvet-List-State", string(l.State))
 	res.WriteHeader(http.StatusOK)
+	if c.Request().Method == http.MethodHead {
+		return nil // the status and headers are the answer: the rows would be read to be dropped
+	}
 	if err := s.lists.Export(ctx, l, format, statuses, formulas, res, res.Flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// client sees an incomplete download instead of a file that looks whole.
