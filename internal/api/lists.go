@@ -170,6 +170,9 @@ func boundedText(field, v string, max int) error { return verification.CheckText
 
 // listLists pages through the account's lists, newest first.
 func (s *Server) listLists(c echo.Context) error {
+	if err := onlyQuery(c, "limit", "cursor"); err != nil {
+		return err
+	}
 	limit := list.DefaultPageSize
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -259,6 +262,9 @@ func (s *Server) deleteList(c echo.Context) error {
 
 // listResults streams a list's rows with their results in input order, as CSV or NDJSON.
 func (s *Server) listResults(c echo.Context) error {
+	if err := onlyQuery(c, "format", "status", "escape_formulas"); err != nil {
+		return err
+	}
 	format := list.CSV
 	switch f := c.QueryParam("format"); f {
 	case "", "csv":
@@ -278,6 +284,10 @@ func (s *Server) listResults(c echo.Context) error {
 		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", clip(v))
 	}
 	var statuses []string
+	if vals, ok := c.QueryParams()["status"]; ok && vals[0] == "" {
+		// Read as absent, it would download every row as if the filter had matched.
+		return InvalidRequest("Query parameter status is empty: give one or more of deliverable, undeliverable, catch_all, unknown and invalid, or leave it out.")
+	}
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
 			switch verdict.Status(st) {
