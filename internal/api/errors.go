@@ -183,10 +183,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 			c.Response().Header().Add(k, v)
 		}
 	}
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(env.Status)
-		return
-	}
+	// A HEAD gets the envelope as its GET would: the HTTP server drops the body of an answer to a
+	// HEAD, and keeps its Content-Type and Content-Length (docs/errors.md).
 	if werr := c.JSON(env.Status, env); werr != nil {
 		s.log.Warn("write error response", "err", werr)
 	}

@@ -71,10 +71,10 @@ func TestEchoErrorsUseTheEnvelope(t *testing.T) {
 	// Outside the /v1 groups as inside: 405 in the envelope, OPTIONS too (Echo answered it a
 	// bare 204), and Allow names only the documented methods (Echo added OPTIONS).
 	for _, c := range []struct{ method, path, allow string }{
-		{http.MethodDelete, "/healthz", "GET"},
-		{http.MethodOptions, "/healthz", "GET"},
-		{http.MethodOptions, "/openapi.json", "GET"},
-		{http.MethodPut, "/docs/errors", "GET"},
+		{http.MethodDelete, "/healthz", "GET, HEAD"},
+		{http.MethodOptions, "/healthz", "GET, HEAD"},
+		{http.MethodOptions, "/openapi.json", "GET, HEAD"},
+		{http.MethodPut, "/docs/errors", "GET, HEAD"},
 		{http.MethodOptions, "/v1/stripe/webhook", "POST"},
 		{http.MethodGet, "/v1/stripe/webhook", "POST"},
 	} {
@@ -185,8 +185,8 @@ func TestRootRedirectsToTheDashboard(t *testing.T) {
 	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
 	req = httptest.NewRequest(http.MethodPost, "/", nil)
 	resp, body = serve(s.Handler(), req)
-	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" {
-		t.Errorf("POST /: %d, Allow %q; want 405, Allow GET", resp.StatusCode, resp.Header.Get("Allow"))
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /: %d, Allow %q; want 405, Allow GET, HEAD", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 	assertMatchesSpec(t, req, resp.StatusCode, resp.Header, body)
 }

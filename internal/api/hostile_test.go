@@ -191,7 +191,7 @@ func TestEscapedSlashIsNotFoundUnderEveryMethod(t *testing.T) {
 	}
 	// The real paths keep their 405 with the methods they take.
 	r := hostileCall(t, ts, http.MethodPut, "/v1/email/lists/"+id, key, "").want(t, http.StatusMethodNotAllowed, CodeMethodNotAllowed)
-	if allow := r.header.Get("Allow"); allow != "GET, DELETE" {
-		t.Errorf("PUT /v1/email/lists/{id}: Allow %q, want GET, DELETE", allow)
+	if allow := r.header.Get("Allow"); allow != "GET, HEAD, DELETE" {
+		t.Errorf("PUT /v1/email/lists/{id}: Allow %q, want GET, HEAD, DELETE", allow)
 	}
 }

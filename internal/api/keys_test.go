@@ -2,10 +2,13 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -182,12 +185,40 @@ func TestEchoErrorsUnderManagementUseTheEnvelope(t *testing.T) {
 	b := setup(t, nil)
 	_, mgmt := b.account(plan.Free, "")
 	r := b.call(http.MethodPut, "/v1/management/keys", mgmt, map[string]string{"label": "x"}).want(t, 405, CodeMethodNotAllowed)
-	if allow := r.header.Get("Allow"); allow != "GET, POST" {
-		t.Errorf("Allow = %q, want GET, POST", allow)
+	if allow := r.header.Get("Allow"); allow != "GET, HEAD, POST" {
+		t.Errorf("Allow = %q, want GET, HEAD, POST", allow)
 	}
 	// Even a 405 authenticates first.
 	b.call(http.MethodPut, "/v1/management/keys", "", map[string]string{"label": "x"}).want(t, 401, CodeMissingAPIKey)
 	// The 2 MB body guard answers 413 before reading the body.
 	big := `{"label": "` + strings.Repeat("a", MaxBodyBytes) + `"}`
 	b.call(http.MethodPost, "/v1/management/keys", mgmt, big).want(t, 413, CodePayloadTooLarge)
+}
+
+// An optional field sent as null is read as absent, as on every route (verify's webhook_url,
+// callback_url and webhook_secret): "mode": null creates a live key, like no mode, and
+// /openapi.json says so, so a client validating its request against it may send it
+// (docs/api.md, "POST /v1/management/keys"). A required field sent null is missing
+// (TestCreateKeyBadInput, "label null").
+func TestCreateKeyModeNullIsLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Free, "")
+	doc, _ := loadSpec(t)
+	schema := doc.Paths.Find("/v1/management/keys").Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	for body, valid := range map[string]bool{
+		`{"label": "ci", "mode": null}`:      true,
+		`{"label": "ci", "mode": "sandbox"}`: true,
+		`{"label": "ci", "mode": "test"}`:    false,
+	} {
+		var v any
+		mustOK(t, json.Unmarshal([]byte(body), &v))
+		if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); (err == nil) != valid {
+			t.Errorf("openapi: request %s: valid %v, want %v (%v)", body, err == nil, valid, err)
+		}
+	}
+	r := b.call(http.MethodPost, "/v1/management/keys", mgmt, `{"label": "ci", "mode": null}`).want(t, http.StatusCreated, "")
+	if r.body["mode"] != "live" || !strings.HasPrefix(r.body["key"].(string), "sk_live_") {
+		t.Errorf(`"mode": null made %v`, r.body)
+	}
 }

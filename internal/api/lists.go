@@ -48,7 +48,11 @@ func isUpload(c echo.Context) bool {
 // answers 202 with the list (docs/lists.md).
 func (s *Server) uploadList(c echo.Context) error {
 	req := c.Request()
-	mt, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	ct, err := contentType(req)
+	if err != nil {
+		return err
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	format, ok := list.FormatOf(mt)
 	if !ok {
 		return InvalidRequest("Content-Type must be text/csv, application/x-ndjson or text/plain (the file is the body), not %q.", clip(mt))
@@ -166,6 +170,9 @@ func boundedText(field, v string, max int) error { return verification.CheckText
 
 // listLists pages through the account's lists, newest first.
 func (s *Server) listLists(c echo.Context) error {
+	if err := onlyQuery(c, "limit", "cursor"); err != nil {
+		return err
+	}
 	limit := list.DefaultPageSize
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -255,6 +262,9 @@ func (s *Server) deleteList(c echo.Context) error {
 
 // listResults streams a list's rows with their results in input order, as CSV or NDJSON.
 func (s *Server) listResults(c echo.Context) error {
+	if err := onlyQuery(c, "format", "status", "escape_formulas"); err != nil {
+		return err
+	}
 	format := list.CSV
 	switch f := c.QueryParam("format"); f {
 	case "", "csv":
@@ -274,6 +284,10 @@ func (s *Server) listResults(c echo.Context) error {
 		return InvalidRequest("Query parameter escape_formulas must be true or false, not %q.", clip(v))
 	}
 	var statuses []string
+	if vals, ok := c.QueryParams()["status"]; ok && vals[0] == "" {
+		// Read as absent, it would download every row as if the filter had matched.
+		return InvalidRequest("Query parameter status is empty: give one or more of deliverable, undeliverable, catch_all, unknown and invalid, or leave it out.")
+	}
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
 			switch verdict.Status(st) {
@@ -301,6 +315,9 @@ func (s *Server) listResults(c echo.Context) error {
 	}
 	res.Header().Set("Mailvet-List-State", string(l.State))
 	res.WriteHeader(http.StatusOK)
+	if c.Request().Method == http.MethodHead {
+		return nil // the status and headers are the answer: the rows would be read to be dropped
+	}
 	if err := s.lists.Export(ctx, l, format, statuses, formulas, res, res.Flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// client sees an incomplete download instead of a file that looks whole.

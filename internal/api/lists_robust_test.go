@@ -228,6 +228,47 @@ func TestListResultsRefuseARepeatedParameter(t *testing.T) {
 	}
 }
 
+// The list routes that take query parameters refuse one they do not know, as the upload does
+// (docs/lists.md, "Results"): a mistyped filter (stauts=deliverable) was read as no filter, and
+// the whole file downloaded as if it were the rows asked for. An empty status= is refused for the
+// same reason. A route that takes no parameters (GET /v1/email/lists/{id}) still ignores them
+// (docs/api.md, "Conventions").
+func TestListRoutesRefuseUnknownQueryParameters(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	_, key := b.customer(plan.Builder)
+	id := b.upload(key, "text/plain", "", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	for q, says := range map[string]string{
+		"?stauts=deliverable":            `Unknown query parameter "stauts"; use format, status and escape_formulas.`,
+		"?format=ndjson&Status=invalid":  `Unknown query parameter "Status"`,
+		"?escape_formula=false":          `Unknown query parameter "escape_formula"`,
+		"?status=":                       "Query parameter status is empty",
+		"?status=deliverable&format=xls": "format must be csv or ndjson",
+	} {
+		resp, body := b.download(key, id, q)
+		var env map[string]any
+		_ = json.Unmarshal([]byte(body), &env)
+		if msg, _ := env["message"].(string); resp.StatusCode != http.StatusBadRequest || env["error"] != CodeInvalidRequest || !strings.Contains(msg, says) {
+			t.Errorf("results%s: %d %s, want 400 saying %q", q, resp.StatusCode, body, says)
+		}
+	}
+	for q, says := range map[string]string{
+		"?limt=10":           `Unknown query parameter "limt"; use limit and cursor.`,
+		"?limit=10&page=2":   `Unknown query parameter "page"`,
+		"?cursor=&status=ok": `Unknown query parameter "status"`,
+	} {
+		r := b.call(http.MethodGet, "/v1/email/lists"+q, key, nil).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, says) {
+			t.Errorf("lists%s: message %q, want %q", q, msg, says)
+		}
+	}
+	if resp, _ := b.download(key, id, "?format=ndjson&status=deliverable,invalid&escape_formulas=true"); resp.StatusCode != http.StatusOK {
+		t.Errorf("every known parameter: %d", resp.StatusCode)
+	}
+	b.call(http.MethodGet, "/v1/email/lists?limit=10", key, nil).want(t, http.StatusOK, "")
+	b.call(http.MethodGet, "/v1/email/lists/"+id+"?verbose=1", key, nil).want(t, http.StatusOK, "")
+}
+
 // Deleted while it runs, with real workers and without a cancel first: the hold is released in
 // the delete, nothing is written or billed after it (a worker's chunk of the deleted list is
 // dropped), and every usage row is one of the addresses verified before it.

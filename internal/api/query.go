@@ -2,8 +2,10 @@ package api
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -34,6 +36,26 @@ func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// onlyQuery refuses a query parameter other than names, on a route whose section of the docs
+// says so (docs/api.md, "Conventions"): a mistyped filter (stauts=deliverable) would otherwise be
+// read as no filter, and the answer taken for what was asked.
+func onlyQuery(c echo.Context, names ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(c.QueryParams())) {
+		if !slices.Contains(names, k) {
+			return InvalidRequest("Unknown query parameter %q; use %s.", clip(k), andList(names))
+		}
+	}
+	return nil
+}
+
+// andList joins names as a sentence does: "a", "a and b", "a, b and c".
+func andList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // checkQuery parses raw as Go's URL.Query would and refuses, naming the first bad part, what

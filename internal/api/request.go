@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -18,16 +19,26 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// bindJSON decodes a JSON request body into dst, strictly: the Content-Type must be JSON, the
-// body one object, and unknown fields are refused so that a mistyped field name is an error
-// instead of a silently ignored one. A NUL character anywhere in the body is refused too
-// (refuseNUL), and so is what encoding/json would let through (strictJSON): text that is not
-// UTF-8, a field name in another case, a field given twice. Every failure is a 400 whose message
-// names the field.
+// bindJSON decodes a JSON request body into dst, strictly: the Content-Type must be JSON, sent
+// once, with no charset but UTF-8, the body one object, and unknown fields are refused so that a
+// mistyped field name is an error instead of a silently ignored one. A NUL character anywhere in
+// the body is refused too (refuseNUL), and so is what encoding/json would let through
+// (strictJSON): text that is not UTF-8, a field name in another case, a field given twice. Every
+// failure is a 400 whose message names the field.
 func bindJSON(c echo.Context, dst any) error {
-	ct := c.Request().Header.Get(echo.HeaderContentType)
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+	ct, err := contentType(c.Request())
+	if err != nil {
+		return err
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != echo.MIMEApplicationJSON {
 		return InvalidRequest("Content-Type must be application/json, not %q.", clip(ct))
+	}
+	// The body is always read as UTF-8 (docs/api.md, "Conventions"): one labelled another charset
+	// would be read as other text than was meant, and latin1 bytes that happen to be valid UTF-8
+	// ("Ã©" is the bytes of "é") would pass every check below as another address or label.
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return InvalidRequest("Content-Type charset %q is not supported: send the JSON body in UTF-8, with charset=utf-8 or no charset.", clip(cs))
 	}
 	// A compressed body would be read as its compressed bytes ("holds a NUL byte"), and a plain
 	// one labelled compressed would be taken as it is: both say something other than was meant.
@@ -71,6 +82,16 @@ func bindJSON(c echo.Context, dst any) error {
 		return InvalidRequest("Unknown field %q.", clip(unknown.name))
 	}
 	return nil
+}
+
+// contentType is the request's Content-Type, which must be sent at most once: of two, the
+// server would read the first and the body might be in the other (a proxy may have added one),
+// so both are refused (docs/errors.md, "invalid_request").
+func contentType(r *http.Request) (string, error) {
+	if vals := r.Header.Values(echo.HeaderContentType); len(vals) > 1 {
+		return "", InvalidRequest("Send the Content-Type header once, not %d times.", len(vals))
+	}
+	return r.Header.Get(echo.HeaderContentType), nil
 }
 
 // strictJSON checks the first JSON value of body for what encoding/json accepts but the API

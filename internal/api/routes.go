@@ -16,11 +16,11 @@ const dashboardRoute = "/dashboard*"
 
 func (s *Server) routes() {
 	e := s.echo
-	e.GET("/", s.root)
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/openapi.json", s.openapi)
-	e.GET("/docs/errors", s.errorDocs)
+	get(e, "/", s.root)
+	get(e, "/healthz", s.healthz)
+	get(e, "/readyz", s.readyz)
+	get(e, "/openapi.json", s.openapi)
+	get(e, "/docs/errors", s.errorDocs)
 	e.POST("/v1/stripe/webhook", s.stripeWebhook)
 	// The customer dashboard's HTML pages (docs/dashboard.md): one wildcard handed to package
 	// dashboard, which routes its own pages; they are not JSON API routes, so not in /openapi.json.
@@ -32,11 +32,11 @@ func (s *Server) routes() {
 	s.email.POST("/verify", s.verifyOne, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
 	s.email.POST("/verify/batch", s.verifyBatch, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
 	s.email.POST("/verify/stream", s.verifyStream, s.rateLimitHeaders)
-	s.email.GET("/jobs/:job_id", s.getJob)
+	get(s.email, "/jobs/:job_id", s.getJob)
 	s.email.POST("/lists", s.uploadList, sandboxIdempotency, s.idempotentUpload())
-	s.email.GET("/lists", s.listLists)
-	s.email.GET("/lists/:id", s.getList)
-	s.email.GET("/lists/:id/results", s.listResults)
+	get(s.email, "/lists", s.listLists)
+	get(s.email, "/lists/:id", s.getList)
+	get(s.email, "/lists/:id/results", s.listResults)
 	s.email.POST("/lists/:id/cancel", s.cancelList)
 	s.email.DELETE("/lists/:id", s.deleteList)
 	s.email.DELETE("/history", s.deleteHistory)
@@ -47,18 +47,27 @@ func (s *Server) routes() {
 	s.mgmt = e.Group("/v1/management", s.requireKey(auth.KindProvisioning))
 	s.mgmt.RouteNotFound("", s.notFoundInGroup)
 	s.mgmt.RouteNotFound("/*", s.notFoundInGroup)
-	s.mgmt.GET("/account", s.getAccount)
+	get(s.mgmt, "/account", s.getAccount)
 	s.mgmt.DELETE("/account", s.deleteAccount)
-	s.mgmt.GET("/account/export", s.exportAccount)
-	s.mgmt.GET("/keys", s.listKeys)
+	get(s.mgmt, "/account/export", s.exportAccount)
+	get(s.mgmt, "/keys", s.listKeys)
 	s.mgmt.POST("/keys", s.createKey, s.idempotent())
 	s.mgmt.DELETE("/keys/:id", s.deleteKey)
 	s.mgmt.POST("/billing/portal", s.billingPortal, s.idempotent())
-	s.mgmt.GET("/usage", s.getUsage)
-	s.mgmt.GET("/usage/summary", s.getUsageSummary)
-	s.mgmt.GET("/deliveries", s.listDeliveries)
+	get(s.mgmt, "/usage", s.getUsage)
+	get(s.mgmt, "/usage/summary", s.getUsageSummary)
+	get(s.mgmt, "/deliveries", s.listDeliveries)
 	s.mgmt.POST("/deliveries/:id/retry", s.retryDelivery)
-	s.mgmt.GET("/audit", s.listAudit)
+	get(s.mgmt, "/audit", s.listAudit)
+}
+
+// get registers a read route for GET and HEAD. A HEAD is the same request as its GET (the same
+// key check, errors, status and headers) whose body the HTTP server drops (docs/api.md,
+// "Conventions"); no read route bills, meters or changes anything, so the two cost the same.
+func get(r interface {
+	Match([]string, string, echo.HandlerFunc, ...echo.MiddlewareFunc) []*echo.Route
+}, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	r.Match([]string{http.MethodGet, http.MethodHead}, path, h, m...)
 }
 
 // notFoundInGroup answers paths under an authenticated group that no route matches, after the
@@ -66,7 +75,7 @@ func (s *Server) routes() {
 // the wrong method, so the other methods are tried here to answer 405 with Allow instead of 404.
 func (s *Server) notFoundInGroup(c echo.Context) error {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
 		}

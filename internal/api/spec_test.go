@@ -58,6 +58,15 @@ func assertMatchesSpec(t testing.TB, req *http.Request, status int, header http.
 	r := req.Clone(context.Background())
 	r.Host, r.URL.Host, r.URL.Scheme = "", "", ""
 	r.Body = http.NoBody
+	// A HEAD is answered as its GET without the body (docs/api.md, "Conventions"): it is
+	// documented by the GET operation, whose statuses it must give, and has no body to check.
+	head := r.Method == http.MethodHead
+	if head {
+		r.Method = http.MethodGet
+		if len(body) > 0 {
+			t.Errorf("HEAD %s answered %d with a body: %q", req.URL.Path, status, body)
+		}
+	}
 	route, params, err := router.FindRoute(r)
 	if err == nil && hasEmptyParam(params) {
 		// The legacy router matches an empty segment to a path parameter (/v1/email/jobs/), but
@@ -73,11 +82,17 @@ func assertMatchesSpec(t testing.TB, req *http.Request, status int, header http.
 			t.Errorf("openapi: %s %s answered %d but is not documented", req.Method, req.URL.Path, status)
 			return
 		}
+		if head {
+			return
+		}
 		assertSchema(t, doc.Components.Schemas["Error"].Value, body, req.Method+" "+req.URL.Path)
 		return
 	}
 	if route.Operation.Responses.Status(status) == nil && route.Operation.Responses.Default() == nil {
 		t.Errorf("openapi: %s %s: status %d is not documented (body %s)", req.Method, route.Path, status, body)
+		return
+	}
+	if head {
 		return
 	}
 	in := &openapi3filter.ResponseValidationInput{
@@ -141,9 +156,19 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	doc, _ := loadSpec(t)
 	s := newBareServer(t)
 	var registered []string
+	// Every GET is answered for HEAD too, and a HEAD only where there is a GET: it is documented
+	// by its GET operation (docs/api.md, "Conventions").
+	gets, heads := map[string]bool{}, map[string]bool{}
 	for _, r := range s.echo.Routes() {
 		if r.Name == "github.com/labstack/echo/v4.glob..func1" || strings.HasSuffix(r.Path, "*") || r.Method == echo.RouteNotFound {
 			continue // the groups' catch-all 404 routes
+		}
+		switch r.Method {
+		case http.MethodHead:
+			heads[r.Path] = true
+			continue
+		case http.MethodGet:
+			gets[r.Path] = true
 		}
 		p := r.Path
 		for _, seg := range strings.Split(p, "/") {
@@ -157,6 +182,16 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
 			documented = append(documented, method+" "+path)
+		}
+	}
+	for path := range gets {
+		if !heads[path] {
+			t.Errorf("GET %s is registered without HEAD", path)
+		}
+	}
+	for path := range heads {
+		if !gets[path] {
+			t.Errorf("HEAD %s is registered without GET", path)
 		}
 	}
 	slices.Sort(registered)

@@ -487,8 +487,8 @@ export type ListKeysResponse = KeyList;
 export type CreateKeyRequest = {
   /** 1 to 100 characters, not blank, no control characters. */
   label: string;
-  /** `sandbox` creates a sandbox key (`sk_test_…`, docs/sandbox.md); live and sandbox keys count together toward the plan's max_keys. */
-  mode?: "live" | "sandbox";
+  /** Absent or null: live. `sandbox` creates a sandbox key (`sk_test_…`, docs/sandbox.md); live and sandbox keys count together toward the plan's max_keys. */
+  mode?: "live" | "sandbox" | null;
 };
 
 /** The JSON body of a 2xx answer to POST /v1/management/keys. */
