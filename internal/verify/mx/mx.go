@@ -35,6 +35,17 @@ const (
 	NegativeTTL = 15 * time.Minute
 )
 
+// MaxHosts bounds the MX hosts a look-up keeps, the most preferred first, and MaxAddrs the
+// addresses it keeps of each host (of the implicit MX too). Real domains have a handful of each,
+// and the prober could not try more within its budget; a domain whose DNS answers with thousands
+// (as many as a TCP answer holds) would otherwise cost two address queries per host at our
+// resolver on every look-up, and the cache, the fleet's MX_CACHE bucket and the prober as many
+// entries (docs/architecture.md, "3. MX").
+const (
+	MaxHosts = 10
+	MaxAddrs = 10
+)
+
 // ErrNoMX means the domain accepts no mail: NXDOMAIN, neither MX nor A/AAAA records, or a null
 // MX (RFC 7505). An A or AAAA record alone is an implicit MX (RFC 5321 §5.1) and not ErrNoMX.
 var ErrNoMX = errors.New("no MX records")
@@ -252,6 +263,7 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 		return r.implicit(ctx, domain)
 	}
 	slices.SortStableFunc(hosts, func(a, b Host) int { return int(a.Pref) - int(b.Pref) })
+	hosts = hosts[:min(len(hosts), MaxHosts)]
 
 	// Most servers send the MX hosts' addresses along in the additional section; use them and
 	// ask separately only for hosts that came without, so a typical look-up is one round trip.
@@ -277,7 +289,7 @@ func (r *Resolver) lookup(ctx context.Context, domain string) (Result, error) {
 	)
 	for i := range hosts {
 		if g := glue[hosts[i].Name]; len(g) > 0 {
-			hosts[i].Addrs = g
+			hosts[i].Addrs = firstAddrs(g)
 			continue
 		}
 		wg.Add(1)
@@ -331,7 +343,9 @@ func (r *Resolver) implicit(ctx context.Context, domain string) (Result, error) 
 // resolve asks for host's A and AAAA records at once. A host that is an alias (a CNAME, which
 // MX targets should not be but often are) is followed by the recursive resolver, which answers
 // with the CNAME chain and then the canonical name's addresses: every address record of the
-// answer is taken, and the host keeps its MX name (mx_test.go, TestCNAMEdMXHost). err wraps ErrTemporary when no answer
+// answer counts (the lowest MaxAddrs are kept), and the host keeps its MX name (mx_test.go,
+// TestCNAMEdMXHost). Our client follows no CNAME itself, so a loop costs nothing here: the
+// resolver gives up on it, or answers a chain with no address. err wraps ErrTemporary when no answer
 // came and neither query could be answered (both failed, or one failed and the other was empty).
 func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	var (
@@ -371,7 +385,16 @@ func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, erro
 	wg.Wait()
 	// IPv4 first keeps the order stable whichever answer came back first.
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
-	return out, lastErr
+	return firstAddrs(out), lastErr
+}
+
+// firstAddrs is the first MaxAddrs of addrs, in an array of their own so that the cache does not
+// keep the rest.
+func firstAddrs(addrs []netip.Addr) []netip.Addr {
+	if len(addrs) <= MaxAddrs {
+		return addrs
+	}
+	return slices.Clone(addrs[:MaxAddrs])
 }
 
 // query asks the resolver over UDP, retrying a timed-out attempt once (Retries) while ctx — the
