@@ -456,11 +456,21 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// errUnsolicited is a reply that no command asked for: bytes that were already waiting when a
+// command was about to be sent, or that followed the last reply a write asked for. The server
+// talks before its turn (an early talker) or answers some command twice; either way which reply
+// answers which command is no longer known, so none of them is trusted.
+var errUnsolicited = errors.New("smtp: the server sent a reply no command asked for")
+
 // send writes cmds and reads one reply per command: all in one write when the server offers
-// PIPELINING (RFC 2920), otherwise one at a time. It returns the replies read before any error.
+// PIPELINING (RFC 2920), otherwise one at a time. It returns the replies read before any error,
+// or none when the server sent more than was asked for (errUnsolicited).
 func (s *session) send(cmds []string) ([]Reply, error) {
 	replies := make([]Reply, 0, len(cmds))
 	flush := func() error {
+		if s.r.Buffered() > 0 {
+			return errUnsolicited
+		}
 		s.wrote = true
 		return s.w.Flush()
 	}
@@ -472,6 +482,9 @@ func (s *session) send(cmds []string) ([]Reply, error) {
 			continue
 		}
 		if err := flush(); err != nil {
+			if err == errUnsolicited {
+				return nil, err
+			}
 			return replies, err
 		}
 		for len(replies) <= i {
@@ -483,28 +496,41 @@ func (s *session) send(cmds []string) ([]Reply, error) {
 			replies = append(replies, rep)
 		}
 	}
+	if s.r.Buffered() > 0 {
+		return nil, errUnsolicited
+	}
 	return replies, nil
 }
 
 // read reads one (possibly multi-line) reply; the lines of a multi-line reply are joined by \n.
+// What it reads is bounded: a line longer than the reader's buffer (4 KiB), a reply of more than
+// maxReplyLines lines, or lines whose codes differ (RFC 5321 §4.2.1 has every line carry the
+// same one; "550-… 250 Ok" would otherwise read as whichever came last) are a malformed reply,
+// and the connection's deadline bounds the time, however slowly the bytes come.
 func (s *session) read() (Reply, error) {
 	if s.wrote {
 		s.wrote = false
 		s.pl.p.roundTrips.Add(1)
 	}
 	var lines []string
+	first := 0
 	for n := 0; ; n++ {
 		line, err := s.r.ReadSlice('\n')
 		if err != nil {
 			return Reply{}, err
 		}
 		l := strings.TrimRight(string(line), "\r\n")
-		if len(l) < 3 || n > 100 {
+		if len(l) < 3 || n >= maxReplyLines {
 			return Reply{}, fmt.Errorf("malformed reply %q", l)
 		}
 		code, err := strconv.Atoi(l[:3])
 		if err != nil || code < 200 || code > 599 {
 			return Reply{}, fmt.Errorf("malformed reply %q", l)
+		}
+		if n == 0 {
+			first = code
+		} else if code != first {
+			return Reply{}, fmt.Errorf("malformed reply: code %d after %d", code, first)
 		}
 		text := ""
 		if len(l) > 4 {
@@ -523,6 +549,9 @@ func (s *session) read() (Reply, error) {
 		}
 	}
 }
+
+// maxReplyLines bounds the lines of one reply: real EHLO replies, the longest, have a few dozen.
+const maxReplyLines = 101
 
 // quit ends the session. No result waits for the reply to QUIT; but the session's slot is only
 // freed once the server has answered or hung up (within a short bound), so that the server never
