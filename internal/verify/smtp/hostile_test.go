@@ -181,6 +181,19 @@ func TestHostileServers(t *testing.T) {
 			if r.Verdict != tc.want {
 				t.Errorf("verdict %v (%s, %v), want %v", r.Verdict, r.Reply, r.Err, tc.want)
 			}
+			// In a batch each address has the budget from when a session takes it (the wait for
+			// one is bounded by the caller's context: a list chunk's, a job's): at worst one
+			// budget after the other here, where the second waits for the first's session.
+			start := time.Now()
+			reqs := []Request{{Addr: "ann@hostile.test", Domain: "hostile.test", Hosts: hosts}, {Addr: "bob@hostile.test", Domain: "hostile.test", Hosts: hosts}}
+			for _, r := range p.ProbeAll(context.Background(), reqs, nil) {
+				if r.Verdict != tc.want {
+					t.Errorf("ProbeAll: verdict %v (%s, %v), want %v", r.Verdict, r.Reply, r.Err, tc.want)
+				}
+			}
+			if took := time.Since(start); took > time.Duration(len(reqs))*hostileBudget+200*time.Millisecond {
+				t.Errorf("ProbeAll took %v, past two %v budgets", took, hostileBudget)
+			}
 			p.Close()
 			waitEnded(t, ended)
 		})
