@@ -5,7 +5,8 @@
 // without being billed, again; the same key with another request is refused; a retry that
 // arrives while the first request still runs waits for it. A request that fails (any status
 // outside 2xx) gives its key back, so that a retry runs, unless its effect may have committed
-// with its response (Keep) without the handler hearing so.
+// with its response (Keep) without the handler hearing so; so does one whose answer did not
+// reach the client and was not charged (NotDelivered).
 //
 // Guard is an Echo middleware wrapped around each such route; the keys live in Postgres (Store),
 // so every replica sees them, and Sweep deletes them after their 24 hours.
@@ -218,10 +219,17 @@ func KeepOf(c echo.Context) Keep {
 	return k
 }
 
+// NotDelivered says that the response of the request c did not reach the client and that the
+// handler took back what it would have charged (docs/reliability.md, "Metering guarantees"): the
+// response is not kept and the key is given back, so that a retry with it runs and is charged
+// once it is delivered, instead of getting a result never charged.
+func NotDelivered(c echo.Context) { c.Set(notDeliveredKey, true) }
+
 // Keys of the request context.
 const (
 	keepKey             = "mailvet.idempotency.keep"
 	mayHaveCommittedKey = "mailvet.idempotency.may_have_committed"
+	notDeliveredKey     = "mailvet.idempotency.not_delivered"
 )
 
 // run runs the request that owns the key and keeps its response if it succeeded; otherwise, or
@@ -257,8 +265,9 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 	c.Response().Writer = rec.ResponseWriter
 
 	res := c.Response()
+	undelivered, _ := c.Get(notDeliveredKey).(bool)
 	switch {
-	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow:
+	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow, undelivered:
 		return err
 	case body != nil && !body.eof:
 		// The handler answered without reading the whole file: the hash would not be the request's.

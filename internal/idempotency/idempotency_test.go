@@ -230,6 +230,39 @@ func TestAnswerKeptWithItsEffect(t *testing.T) {
 	}
 }
 
+// A success whose answer did not reach the client (NotDelivered) is not kept: the retry runs, and
+// the retry's delivered answer is the one replayed.
+func TestUndeliveredAnswerIsNotKept(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	var lost atomic.Bool
+	lost.Store(true)
+	h.e.POST("/answers", func(c echo.Context) error {
+		n := h.runs.Add(1)
+		err := c.String(http.StatusOK, fmt.Sprintf("answer %d", n))
+		if lost.Swap(false) {
+			NotDelivered(c)
+		}
+		return err
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func() (*http.Response, string) {
+		req := httptest.NewRequest(http.MethodPost, "/answers", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k")
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		r := rec.Result()
+		return r, text(t, r)
+	}
+	post()
+	if r, body := post(); body != "answer 2" || r.Header.Get(ReplayedHeader) != "" {
+		t.Fatalf("retry: %q %v, want a run of its own", body, r.Header)
+	}
+	if r, body := post(); body != "answer 2" || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("second retry: %q %v, want the delivered answer replayed", body, r.Header)
+	}
+}
+
 // Concurrent duplicates wait for the first and replay it: one run, the same answer for all.
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	t.Parallel()
