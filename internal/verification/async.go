@@ -2,10 +2,12 @@ package verification
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -62,10 +64,23 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 			WebhookURL: cb.URL, WebhookSecret: secret}); err != nil {
 			return err
 		}
-		return usage.Adopt(ctx, tx, id)
+		if err := usage.Adopt(ctx, tx, id); err != nil {
+			return err
+		}
+		if req.Stored != nil {
+			return req.Stored(ctx, tx, id, w)
+		}
+		return nil
 	})
 	if err != nil {
-		hold.Close()
+		// Postgres's own refusal means nothing committed, and the hold goes back. Any other
+		// failure, a connection lost during the COMMIT, leaves the outcome open: a committed job
+		// owns the hold, adopted, and its end bills it; an uncommitted hold expires
+		// (docs/reliability.md, "Metering guarantees").
+		var refused *pgconn.PgError
+		if errors.As(err, &refused) {
+			hold.Close()
+		}
 		s.log.Error("store job", "err", err)
 		return uuid.Nil, w, unavailable(fmt.Errorf("%w: %w", ErrUnstored, err)) // the cause: a key deleted meanwhile is a 401 (internal/problem)
 	}
