@@ -294,3 +294,40 @@ func TestIdempotentAsyncVerifyWithLostCommitAnswer(t *testing.T) {
 		t.Fatalf("sandbox: %d callbacks, want the first attempt's only", n)
 	}
 }
+
+// An async verify whose transaction breaks before its COMMIT (the connection lost while the job
+// is being inserted) stored nothing, so its hold goes back at once rather than holding the
+// customer's quota until it expires; the retry with the key then runs.
+func TestAsyncVerifyLostBeforeCommitReleasesItsHold(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-lost-insert"), Pool: pool, NATS: b.srv.nc, JS: b.js,
+		Ready: health.NewChecker(0), Local: b.engine})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore)
+	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+
+	body := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	pgProxy.CutAfter(func(sent []byte) bool { return bytes.Contains(sent, []byte("INSERT INTO jobs")) })
+	if r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-cut"); r.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost its connection mid-transaction", r.status, r.raw)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
+		t.Fatalf("%d jobs after a transaction cut before its COMMIT, want none", n)
+	}
+	if c := b.usage(acct); c.Held != 0 || c.Holds != 0 {
+		t.Fatalf("counts %+v, want the hold of the job never stored given back", c)
+	}
+	r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-cut").
+		want(t, http.StatusAccepted, "")
+	if r.header.Get(idempotency.ReplayedHeader) == "true" {
+		t.Fatalf("the retry was a replay of an answer never stored: %v", r.header)
+	}
+}

@@ -59,6 +59,7 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 	// The job is stored and takes over the request's hold in one transaction: from then on its
 	// end bills and releases the hold (docs/architecture.md, "Metering and admission").
 	id := hold.ID()
+	committing := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := job.NewStore(tx).Create(ctx, job.New{ID: id, AccountID: who.Account, KeyID: who.Key, Email: email,
 			WebhookURL: cb.URL, WebhookSecret: secret}); err != nil {
@@ -68,17 +69,20 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 			return err
 		}
 		if req.Stored != nil {
-			return req.Stored(ctx, tx, id, w)
+			if err := req.Stored(ctx, tx, id, w); err != nil {
+				return err
+			}
 		}
+		committing = true
 		return nil
 	})
 	if err != nil {
-		// Postgres's own refusal means nothing committed, and the hold goes back. Any other
-		// failure, a connection lost during the COMMIT, leaves the outcome open: a committed job
-		// owns the hold, adopted, and its end bills it; an uncommitted hold expires
+		// A failure before the COMMIT, or Postgres's own refusal of it, means nothing committed,
+		// and the hold goes back. A connection lost during the COMMIT leaves the outcome open: a
+		// committed job owns the hold, adopted, and its end bills it; an uncommitted hold expires
 		// (docs/reliability.md, "Metering guarantees").
 		var refused *pgconn.PgError
-		if errors.As(err, &refused) {
+		if !committing || errors.As(err, &refused) {
 			hold.Close()
 		}
 		s.log.Error("store job", "err", err)
