@@ -25,10 +25,14 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -38,8 +42,8 @@ const Version = "0.1.0"
 // DefaultBaseURL is where `make run` and `make demo` serve the API (docs/development.md, "The local system").
 const DefaultBaseURL = "http://localhost:8080"
 
-// DefaultMaxRetries is how many times a request refused for the rate limit (or answered 503 with
-// Retry-After) is sent again when retrying is on.
+// DefaultMaxRetries is how many times a request refused for the rate limit (answered 503 with
+// Retry-After, or lost to a network failure) is sent again when retrying is on.
 const DefaultMaxRetries = 3
 
 // Chunk sizes: VerifyBatch sends 50 addresses a request (the route takes up to 100, but smaller
@@ -122,6 +126,16 @@ func WithTimeout(d time.Duration) Option {
 // runs and bills it once; a 409 idempotency_key_in_use (its first attempt still running) is sent
 // again after Retry-After. A 503 to a delivery replay is not retried, since it may have acted
 // before its answer failed.
+//
+// Retrying on also retries network failures (a refused or reset connection, one closed before
+// the answer, a WithTimeout expiry), after 0.5 s, then 1 s, 2 s, … with the same jitter and
+// bound, when a repeat is safe: a read or a delete, a POST with an Idempotency-Key (and, for an
+// upload, a body that can be replayed: see UploadList), or any request whose connection was
+// refused, since nothing was sent. A POST without a key (Verify, VerifyStream, CancelList,
+// RetryDelivery) whose request may have reached the server is not sent again, and neither is a
+// stream that has started, nor a call whose context ended. A DeleteList or RevokeKey whose retry
+// is answered list_not_found or key_not_found, after an attempt whose answer was lost, returns
+// nil: that attempt deleted it (docs/clients.md, "Network failures").
 func WithRetryOnRateLimit(on bool) Option {
 	return func(c *Client) { c.retryOnRateLimit = on }
 }
@@ -227,12 +241,97 @@ func newIdempotencyKey() string {
 }
 
 // upload is a request body that is not JSON: a file, streamed as it is read (docs/lists.md,
-// "Uploading"). It can be sent once only, so a request carrying one is never retried.
+// "Uploading"). It can be sent again only when it can be replayed (see rewind).
 type upload struct {
 	body        io.Reader
 	contentType string
 	header      http.Header // extra request headers, e.g. Mailvet-Webhook-Secret
+
+	start   int64      // body's offset before the first attempt, when body is an io.Seeker
+	seeker  bool       // body is an io.Seeker whose offset could be read
+	current *guard     // the body handed to the latest attempt
+	mu      sync.Mutex // see guard.mu
 }
+
+// prepare notes where a seekable body starts, so that later attempts can send it from there.
+func (u *upload) prepare() {
+	if s, ok := u.body.(io.Seeker); ok {
+		if off, err := s.Seek(0, io.SeekCurrent); err == nil {
+			u.start, u.seeker = off, true
+		}
+	}
+}
+
+// reader is the body of one attempt. The previous attempt's reader is shut first, so that a
+// transport goroutine still holding it cannot read from the file once it has been rewound.
+func (u *upload) reader() io.Reader {
+	if u.current != nil {
+		u.current.shut()
+	}
+	u.current = &guard{r: u.body}
+	if u.seeker {
+		u.current.mu = &u.mu
+	}
+	return u.current
+}
+
+// rewind readies the body to be sent again and says whether it can be: a body no attempt has
+// read from yet (the connection failed before the request was written), or an io.Seeker (a file,
+// a bytes.Reader) sought back to where it started. Any other reader that was read from (a pipe,
+// standard input) cannot be replayed.
+func (u *upload) rewind() bool {
+	if u.current == nil {
+		return true
+	}
+	if !u.current.shut() {
+		return true
+	}
+	if !u.seeker {
+		return false
+	}
+	_, err := u.body.(io.Seeker).Seek(u.start, io.SeekStart)
+	return err == nil
+}
+
+// guard is an attempt's view of an upload body: it records whether it was read and, once shut,
+// reads nothing more.
+type guard struct {
+	r io.Reader
+	// mu, for a body that can be rewound, is held during each read, so that shut waits for a read
+	// in flight before the body is sought back. A body that cannot be rewound has none: a read of a
+	// pipe may block for as long as the pipe is silent, and nothing waits for it.
+	mu           *sync.Mutex
+	read, closed atomic.Bool
+}
+
+func (g *guard) Read(p []byte) (int, error) {
+	if g.mu != nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+	}
+	if g.closed.Load() {
+		return 0, errBodyShut
+	}
+	g.read.Store(true)
+	if g.closed.Load() {
+		// shut ran between the two loads and may have found no read yet: this one must not be.
+		return 0, errBodyShut
+	}
+	return g.r.Read(p)
+}
+
+// shut stops g's reads and says whether any was made.
+func (g *guard) shut() bool {
+	g.closed.Store(true)
+	if g.mu != nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+	}
+	return g.read.Load()
+}
+
+// errBodyShut is what a shut upload body reads: its attempt is over.
+var errBodyShut = errors.New("mailvet: the upload's attempt is over")
 
 // attempt is a response whose status was the one expected; release closes its body and frees
 // its context once the caller has read it.
@@ -250,7 +349,7 @@ func (c *Client) send(ctx context.Context, r request, want int, stream bool) (*a
 }
 
 // sendUpload is send with an optional upload body instead of r's JSON body. An upload is sent
-// once: its reader cannot be rewound, so an answer that would be retried is returned instead.
+// again only when its body can be replayed (upload.rewind).
 func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int, stream bool) (*attempt, error) {
 	var payload []byte
 	if r.body != nil {
@@ -259,27 +358,50 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 			return nil, fmt.Errorf("mailvet: encode %s %s: %w", r.method, r.path, err)
 		}
 	}
-	retries := c.maxRetries
 	if up != nil {
-		retries = 0
+		up.prepare()
+		defer func() { // net/http may still hold the last attempt's body
+			if up.current != nil {
+				up.current.shut()
+			}
+		}()
 	}
 	// One key per call, sent on every attempt, so that the API runs and bills the call once.
 	var key string
 	if r.idempotent() {
 		key = newIdempotencyKey()
 	}
+	maybeSent := false // an earlier attempt may have reached the server: its answer was lost
 	for n := 0; ; n++ {
 		a, err := c.once(ctx, r, payload, up, stream, key)
 		if err != nil {
-			return nil, err
+			retry, sent := transportFailure(ctx, err)
+			// A request that may have reached the server is sent again only when a repeat does
+			// nothing more: a read or a delete, or a POST with an Idempotency-Key (docs/clients.md,
+			// "Network failures"). One that never left (a refused connection) may always be.
+			if !retry || n >= c.retries() || (sent && !r.safeToRepeat(key)) || (up != nil && !up.rewind()) {
+				return nil, err
+			}
+			maybeSent = maybeSent || sent
+			wait := transportRetryWait << min(n, 6)
+			if !c.waitToRetry(ctx, wait+jitter(wait)) {
+				return nil, err
+			}
+			continue
 		}
 		if a.resp.StatusCode == want {
 			return a, nil
 		}
 		apiErr := readError(a.resp)
+		if maybeSent && goneAlready(r, want, apiErr) {
+			// The lost attempt deleted it: the call did what was asked (docs/clients.md, "Network
+			// failures").
+			a.resp.Body = http.NoBody
+			return a, nil
+		}
 		a.release()
 		wait, retryable := c.retryWait(r, apiErr)
-		if !retryable || n >= retries || wait > MaxRetryWait {
+		if !retryable || n >= c.retries() || wait > MaxRetryWait || (up != nil && !up.rewind()) {
 			return nil, apiErr
 		}
 		wait += jitter(wait)
@@ -299,6 +421,90 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 		case <-t.C:
 		}
 	}
+}
+
+// retries is how many times a request may be sent again: none with retrying off.
+func (c *Client) retries() int {
+	if !c.retryOnRateLimit {
+		return 0
+	}
+	return c.maxRetries
+}
+
+// transportRetryWait is the wait before the first retry after a network failure; it doubles on
+// each failure after that (0.5 s, 1 s, 2 s with the default three retries), and gets its jitter
+// like every other wait.
+const transportRetryWait = 500 * time.Millisecond
+
+// waitToRetry waits d before a retry after a network failure and says whether to send it: not
+// when the context ends first, or its deadline would pass before the retry is sent (the network
+// failure is then the error to report).
+func (c *Client) waitToRetry(ctx context.Context, d time.Duration) bool {
+	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(d).After(deadline) {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// transportFailure reads the error of an attempt that got no answer. retry says whether another
+// attempt may cure it: a refused or reset connection, one closed before the answer (EOF), a
+// timeout of the attempt (WithTimeout, the http.Client's). Never the caller's context ending, nor
+// a failure no new connection changes (a malformed URL, a certificate refused, a host name that
+// does not exist). sent says whether the request may have reached the server: false only when
+// the connection was never made (net.OpError "dial"), so that nothing was written.
+func transportFailure(ctx context.Context, err error) (retry, sent bool) {
+	if ctx.Err() != nil {
+		return false, true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		if op.Op == "dial" {
+			var dns *net.DNSError
+			if errors.As(err, &dns) && dns.IsNotFound {
+				return false, false
+			}
+			return true, false
+		}
+		return true, true
+	}
+	if errors.Is(err, ErrTimeout) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true, true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true, true
+	}
+	return false, true
+}
+
+// safeToRepeat says whether r may be sent again though its first attempt may have acted: a read
+// or a delete (HTTP's idempotent methods: a second one changes nothing more), or a POST carrying
+// idemKey, which the API runs once however often it is sent (docs/api.md, "Idempotency"). A POST
+// without a key (a single verification, a stream, a cancel, a delivery replay) is not.
+func (r request) safeToRepeat(idemKey string) bool {
+	switch r.method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete:
+		return true
+	}
+	return idemKey != ""
+}
+
+// goneAlready says whether e, the answer to a retry of r after an attempt whose answer was lost,
+// says that what r deletes is no longer there: a key or a list the lost attempt revoked or
+// deleted answers 404 to the retry (docs/api.md). Only deletions that answer 204 qualify: a
+// history deletion answers its counts (those of the retry), an account deletion's retry is
+// 401 invalid_api_key, which a wrong key answers too.
+func goneAlready(r request, want int, e *Error) bool {
+	return r.method == http.MethodDelete && want == http.StatusNoContent && e.Status == http.StatusNotFound &&
+		(e.Code == CodeKeyNotFound || e.Code == CodeListNotFound)
 }
 
 // retryWait says whether r's answer e may be retried under the client's options and how long to
@@ -354,12 +560,9 @@ func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload
 	var body io.Reader
 	switch {
 	case up != nil:
-		body = up.body
-		if _, ok := body.(io.Closer); ok {
-			// net/http closes a body that is an io.Closer; the caller's file is the caller's
-			// to close.
-			body = struct{ io.Reader }{body}
-		}
+		// A guard, not the caller's reader: net/http closes a body that is an io.Closer, and the
+		// caller's file is the caller's to close.
+		body = up.reader()
 	case payload != nil:
 		body = bytes.NewReader(payload)
 	}
@@ -378,6 +581,10 @@ func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if up != nil {
+		if l, ok := up.body.(interface{ Len() int }); ok && l.Len() > 0 {
+			// As http.NewRequest does for the in-memory readers it knows, which the guard hides.
+			req.ContentLength = int64(l.Len())
+		}
 		for k, vs := range up.header {
 			req.Header[k] = vs
 		}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -426,5 +428,69 @@ func TestE2ELostBatchAnswerIsChargedOnce(t *testing.T) {
 	}
 	if got := after.CallsUsed - before.CallsUsed; got != len(emails) {
 		t.Fatalf("the batch was charged %d calls, want %d: the retry was verified and charged again", got, len(emails))
+	}
+}
+
+// cutsFirstAnswer passes every request to the API, but cuts the connection of the first one of
+// method (its answer read and dropped, a reset returned): the API acted, the client never heard.
+type cutsFirstAnswer struct {
+	method string
+
+	mu  sync.Mutex
+	cut bool
+	n   int // requests of method
+}
+
+func (c *cutsFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || r.Method != c.method {
+		return resp, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if c.cut {
+		return resp, nil
+	}
+	c.cut = true
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+// A key revocation and a list deletion whose connection is cut after the real API acted are sent
+// again; the API answers the retry key_not_found and list_not_found, which the client reports as
+// done (docs/clients.md, "Network failures"): the key no longer works, the list is gone.
+func TestE2ELostDeleteAnswerIsDone(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	ctx := context.Background()
+	rt := &cutsFirstAnswer{method: http.MethodDelete}
+	m := client.New(s.ProvisioningKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
+		client.WithHTTPClient(&http.Client{Transport: rt}))
+	k, err := m.CreateKey(ctx, "doomed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RevokeKey(ctx, k.ID); err != nil || rt.n != 2 {
+		t.Fatalf("RevokeKey after a cut answer = %v after %d DELETEs, want nil after 2", err, rt.n)
+	}
+	var e *client.Error
+	if _, err := client.New(k.Key, client.WithBaseURL(s.URL)).Verify(ctx, "ann@acme.example"); !errors.As(err, &e) || e.Code != client.CodeInvalidAPIKey {
+		t.Fatalf("the revoked key: %v, want invalid_api_key", err)
+	}
+
+	rt2 := &cutsFirstAnswer{method: http.MethodDelete}
+	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithRetryOnRateLimit(true),
+		client.WithHTTPClient(&http.Client{Transport: rt2}))
+	l, err := c.UploadList(ctx, strings.NewReader("ann@acme.example\n"), client.ListUpload{Format: client.ListText})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteList(ctx, l.ID); err != nil || rt2.n != 2 {
+		t.Fatalf("DeleteList after a cut answer = %v after %d DELETEs, want nil after 2", err, rt2.n)
+	}
+	if _, err := c.List(ctx, l.ID); !errors.As(err, &e) || e.Code != client.CodeListNotFound {
+		t.Fatalf("the deleted list: %v, want list_not_found", err)
 	}
 }

@@ -28,9 +28,13 @@ const DefaultListPoll = time.Second
 // memory, so a file of any size up to the API's limits (1,000,000 rows, 100 MB by default) goes
 // through. If body is an io.Closer, UploadList does not close it.
 //
-// Because body can be read only once, an upload is never retried: a 429 or 503 is returned
-// as an *Error even with WithRetryOnRateLimit(true). The per-minute rate limit does not apply
-// to lists, so a 429 here is monthly_quota_exceeded, which waiting cannot cure. WithTimeout does
+// With WithRetryOnRateLimit(true) an upload is sent again (a 503, a lost answer) only when body
+// can be replayed: an io.Seeker (an *os.File, a *bytes.Reader, a *strings.Reader) is sought back
+// to where it was when UploadList was called, and a body not read yet (a connection refused) is
+// sent as it is; the Idempotency-Key, the same on each attempt, has the API store the list once.
+// Any other reader (a pipe, standard input, an io.MultiReader) is sent once, and an answer that
+// would be retried is returned. The per-minute rate limit does not apply to lists, so a 429 here
+// is monthly_quota_exceeded, which waiting cannot cure. WithTimeout does
 // not bound an upload either, because the API answers only once it has read and stored the whole
 // file: bound it with ctx. A file the API cannot read is an *Error with Code invalid_request and,
 // when one line is at fault, its Line. Nothing is stored or charged then.
@@ -148,7 +152,8 @@ func (c *Client) CancelList(ctx context.Context, id string) (List, error) {
 }
 
 // DeleteList deletes a list's rows, results and counts for good (DELETE /v1/email/lists/{id});
-// a list still running is canceled first.
+// a list still running is canceled first. When an attempt's answer was lost and the retry is
+// answered list_not_found, the lost attempt deleted it, and DeleteList returns nil.
 func (c *Client) DeleteList(ctx context.Context, id string) error {
 	return c.call(ctx, request{http.MethodDelete, "/v1/email/lists/" + pathEscape(id), nil}, http.StatusNoContent, nil)
 }

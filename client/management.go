@@ -41,7 +41,9 @@ func (c *Client) CreateKeyWithMode(ctx context.Context, label, mode string) (Cre
 	return k, err
 }
 
-// RevokeKey revokes the standard key with this id; it stops working on the next request.
+// RevokeKey revokes the standard key with this id; it stops working on the next request. When an
+// attempt's answer was lost and the retry is answered key_not_found, the lost attempt revoked it,
+// and RevokeKey returns nil.
 func (c *Client) RevokeKey(ctx context.Context, id string) error {
 	return c.call(ctx, request{http.MethodDelete, "/v1/management/keys/" + pathEscape(id), nil}, http.StatusNoContent, nil)
 }
@@ -101,7 +103,8 @@ func (c *Client) AuditEvents(ctx context.Context, q AuditQuery) (AuditPage, erro
 // (DELETE /v1/management/account; docs/personal-data.md, "Deleting an account"). accountID must
 // be the account's id, as Account returns it: the API refuses any other with invalid_request.
 // Every key of the account stops working at once, so a retry of a deletion that committed (its
-// answer lost) is invalid_api_key. An account paying for a subscription is an *Error with Code
+// answer lost, with retrying on) is returned as invalid_api_key: the client cannot tell it from
+// a key that was wrong from the start, so it does not report it as done. An account paying for a subscription is an *Error with Code
 // subscription_active.
 func (c *Client) DeleteAccount(ctx context.Context, accountID string) error {
 	return c.call(ctx, request{http.MethodDelete, "/v1/management/account", map[string]string{"confirm": accountID}}, http.StatusNoContent, nil)

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,8 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
 
@@ -196,5 +206,128 @@ func BenchmarkSingleVerifyIdempotencyKey(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// commitAfterJobInsert matches what a connection sent once it carries the COMMIT (a simple-query
+// message, as pgx sends it) of the transaction that stored an asynchronous job.
+func commitAfterJobInsert(sent []byte) bool {
+	i := bytes.Index(sent, []byte("INSERT INTO jobs"))
+	return i >= 0 && bytes.Contains(sent[i:], []byte("Q\x00\x00\x00\x0bcommit\x00"))
+}
+
+// An async verify whose job commits while the API loses the COMMIT's answer (the connection to
+// Postgres breaks right after the COMMIT left) is answered with an error, and the client retries
+// with its Idempotency-Key: the retry gets the job that was stored, not a second one, and that
+// job is billed once when it completes (docs/api.md, "Idempotency"; docs/reliability.md,
+// "Metering guarantees").
+func TestIdempotentAsyncVerifyWithLostCommitAnswer(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-lost-commit"), Pool: pool, NATS: b.srv.nc, JS: b.js,
+		Ready: health.NewChecker(0), Local: b.engine})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore) // before the pool closes
+	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+
+	body := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	verify := func() reply {
+		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-lost")
+	}
+	pgProxy.CutAfter(commitAfterJobInsert)
+	first := verify()
+	if first.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost the COMMIT's answer", first.status, first.raw)
+	}
+	var stored string
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT id::text FROM jobs WHERE account_id = $1`, acct).Scan(&stored),
+		"the job of the first attempt, committed although its answer was lost")
+
+	again := verify().want(t, http.StatusAccepted, "")
+	if again.body["job_id"] != stored || again.header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("the retry answered job %v (%v), want the stored job %s replayed", again.body["job_id"], again.header, stored)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 1 {
+		t.Fatalf("%d jobs, want the first attempt's only", n)
+	}
+	// The first attempt never queued its job: the job runner's sweep does so for a pending job,
+	// under the same message id; this test does not wait for its 30 s.
+	id, err := uuid.Parse(stored)
+	mustOK(t, err)
+	mustOK(t, queue.PublishJob(context.Background(), b.js, queue.Layout{}, id))
+	wait.For(t, 10*time.Second, "the job to complete", func() bool {
+		return b.count(`SELECT count(*) FROM jobs WHERE id = $1 AND state = 'completed'`, id) == 1
+	})
+	if n := b.rows(acct, func(r usagetest.Row) bool { return r.ItemKey == "job:"+stored && r.Billable }); n != 1 {
+		t.Errorf("%d billable rows for the job, want 1", n)
+	}
+	if c := b.usage(acct); c.Billable != 1 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("counts %+v, want the one job billed and nothing held", c)
+	}
+
+	// A sandbox key's job, completed at once with its callback stored in the same transaction,
+	// is not made twice either.
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	pgProxy.CutAfter(commitAfterJobInsert)
+	if r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", sandbox, body, idempotency.Header, "order-lost"); r.status < 500 {
+		t.Fatalf("sandbox: first attempt %d %s: want an error", r.status, r.raw)
+	}
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT id::text FROM jobs WHERE account_id = $1`, a.ID).Scan(&stored),
+		"the sandbox job of the first attempt")
+	r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", sandbox, body, idempotency.Header, "order-lost").
+		want(t, http.StatusAccepted, "")
+	if r.body["job_id"] != stored {
+		t.Fatalf("sandbox: the retry answered job %v, want the stored job %s", r.body["job_id"], stored)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, a.ID); n != 1 {
+		t.Fatalf("sandbox: %d jobs, want the first attempt's only", n)
+	}
+	if n := b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1`, a.ID); n != 1 {
+		t.Fatalf("sandbox: %d callbacks, want the first attempt's only", n)
+	}
+}
+
+// An async verify whose transaction breaks before its COMMIT (the connection lost while the job
+// is being inserted) stored nothing, so its hold goes back at once rather than holding the
+// customer's quota until it expires; the retry with the key then runs.
+func TestAsyncVerifyLostBeforeCommitReleasesItsHold(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-lost-insert"), Pool: pool, NATS: b.srv.nc, JS: b.js,
+		Ready: health.NewChecker(0), Local: b.engine})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore)
+	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+
+	body := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	pgProxy.CutAfter(func(sent []byte) bool { return bytes.Contains(sent, []byte("INSERT INTO jobs")) })
+	if r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-cut"); r.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost its connection mid-transaction", r.status, r.raw)
+	}
+	if n := b.count(`SELECT count(*) FROM jobs WHERE account_id = $1`, acct); n != 0 {
+		t.Fatalf("%d jobs after a transaction cut before its COMMIT, want none", n)
+	}
+	if c := b.usage(acct); c.Held != 0 || c.Holds != 0 {
+		t.Fatalf("counts %+v, want the hold of the job never stored given back", c)
+	}
+	r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-cut").
+		want(t, http.StatusAccepted, "")
+	if r.header.Get(idempotency.ReplayedHeader) == "true" {
+		t.Fatalf("the retry was a replay of an answer never stored: %v", r.header)
 	}
 }

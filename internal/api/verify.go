@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -65,11 +66,13 @@ func (s *Server) verifyCaller(c echo.Context) verification.Caller {
 
 // setRateHeaders writes the RateLimit-* headers (docs/api.md, "Headers") of the rate window a
 // verify request left, when admission ran; rateLimitHeaders covers the other responses.
-func setRateHeaders(c echo.Context, w verification.Window) {
+func setRateHeaders(c echo.Context, w verification.Window) { rateHeaders(c.Response().Header(), w) }
+
+// rateHeaders sets the RateLimit-* headers of w in h.
+func rateHeaders(h http.Header, w verification.Window) {
 	if !w.Known {
 		return
 	}
-	h := c.Response().Header()
 	h.Set("RateLimit-Limit", strconv.Itoa(w.Limit))
 	if w.RemainingKnown {
 		h.Set("RateLimit-Remaining", strconv.Itoa(w.Remaining))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verification"
 )
@@ -61,7 +62,10 @@ func (s *Server) verifyBatch(c echo.Context) error {
 	}
 	defer ans.Close()
 	if err := c.JSON(http.StatusOK, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
-		return nil // the client went away before it had the results: they are not owed
+		// The client went away before it had the results: they are not owed, and not kept for an
+		// Idempotency-Key's retry, which is verified and billed once it is delivered.
+		idempotency.NotDelivered(c)
+		return nil
 	}
 	ans.Deliver()
 	return nil

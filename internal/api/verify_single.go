@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/verification"
 )
 
@@ -45,7 +46,10 @@ func (s *Server) verifyOne(c echo.Context) error {
 	// and its hold goes back (docs/reliability.md, "Metering guarantees").
 	defer ans.Close()
 	if err := c.JSON(http.StatusOK, ans.Results[0]); err != nil {
-		return nil // the client went away before it had the result: it is not owed
+		// The client went away before it had the result: it is not owed, and not kept for an
+		// Idempotency-Key's retry, which is verified and billed once it is delivered.
+		idempotency.NotDelivered(c)
+		return nil
 	}
 	ans.Deliver()
 	return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -996,5 +997,67 @@ func TestAnswerNotWrittenIsNotBilled(t *testing.T) {
 	}
 	if c := b.usage(acct); c.Quota != 0 || c.Billable != 0 || c.Held != 0 || c.Holds != 0 {
 		t.Errorf("counts %+v, want nothing used, billed or held", c)
+	}
+}
+
+// A single verification or a batch sent with an Idempotency-Key whose answer could not be written
+// was not billed, and is not kept for replay either: of two retries with the key sent at once, one
+// is verified and billed, once, when its answer is delivered, and the other gets that answer;
+// a later retry replays it without billing it again (docs/api.md, "Idempotency";
+// docs/reliability.md, "Metering guarantees").
+func TestAnswerNotWrittenIsBilledOnceWhenRetriedWithItsKey(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	for i, c := range []struct {
+		path   string
+		body   any
+		emails int
+	}{
+		{"/v1/email/verify", map[string]string{"email": "x@mailinator.com"}, 1},
+		{"/v1/email/verify", map[string]string{"email": "ann@acme.test"}, 1},
+		{"/v1/email/verify/batch", map[string]any{"emails": []string{"ann@acme.test", "x@mailinator.com", "junk"}}, 3},
+	} {
+		acct, key := b.customer(plan.Free)
+		idem := fmt.Sprintf("lost-%d", i)
+		raw, err := json.Marshal(c.body)
+		mustOK(t, err)
+		req := httptest.NewRequest(http.MethodPost, c.path, bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set(idempotency.Header, idem)
+		b.srv.Handler().ServeHTTP(&goneWriter{header: http.Header{}}, req)
+		if n := b.rows(acct, func(usagetest.Row) bool { return true }); n != 0 {
+			t.Fatalf("%s: %d usage rows for an answer never written", c.path, n)
+		}
+
+		retries := make([]reply, 2)
+		var wg sync.WaitGroup
+		for k := range retries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				retries[k] = callHandler(t, b.srv.Handler(), http.MethodPost, c.path, key, c.body, idempotency.Header, idem)
+			}()
+		}
+		wg.Wait()
+		rows := b.rows(acct, func(usagetest.Row) bool { return true })
+		charged := b.charged(acct)
+		replayed := retries[0].header.Get(idempotency.ReplayedHeader) + "," + retries[1].header.Get(idempotency.ReplayedHeader)
+		if rows != c.emails || charged == 0 {
+			t.Errorf("%s: after the retries that got the answer, %d usage rows and %d charged, want %d rows and a charge (replayed: %s)",
+				c.path, rows, charged, c.emails, replayed)
+			continue
+		}
+		if retries[0].status != http.StatusOK || !bytes.Equal(retries[0].raw, retries[1].raw) || (replayed != ",true" && replayed != "true,") {
+			t.Errorf("%s: retries %d %s and %d %s (replayed: %s), want one answer, run once and replayed once",
+				c.path, retries[0].status, retries[0].raw, retries[1].status, retries[1].raw, replayed)
+		}
+		again := b.call(http.MethodPost, c.path, key, c.body, idempotency.Header, idem).want(t, http.StatusOK, "")
+		if again.header.Get(idempotency.ReplayedHeader) != "true" || !bytes.Equal(again.raw, retries[0].raw) {
+			t.Errorf("%s: third retry %s %v, want the delivered answer %s replayed", c.path, again.raw, again.header, retries[0].raw)
+		}
+		if n, ch := b.rows(acct, func(usagetest.Row) bool { return true }), b.charged(acct); n != rows || ch != charged {
+			t.Errorf("%s: the replay billed again: %d rows and %d charged, want %d and %d", c.path, n, ch, rows, charged)
+		}
 	}
 }

@@ -4,7 +4,9 @@
 // 24 hours gets the first response again (status, headers, body) without running, and so
 // without being billed, again; the same key with another request is refused; a retry that
 // arrives while the first request still runs waits for it. A request that fails (any status
-// outside 2xx) gives its key back, so that a retry runs.
+// outside 2xx) gives its key back, so that a retry runs, unless its effect may have committed
+// with its response (Keep) without the handler hearing so; so does one whose answer did not
+// reach the client and was not charged (NotDelivered).
 //
 // Guard is an Echo middleware wrapped around each such route; the keys live in Postgres (Store),
 // so every replica sees them, and Sweep deletes them after their 24 hours.
@@ -196,6 +198,40 @@ func (g *Guard) replay(c echo.Context, rt Route, sum []byte, account, key string
 	return err
 }
 
+// Keep stores the response of a request that holds its Idempotency-Key with db, the transaction
+// that makes the request's effect (an asynchronous job), so that the two commit together: when
+// that commit succeeds but its answer is lost, the handler answers an error (and calls
+// MayHaveCommitted) while the effect is stored, and a retry gets this response, not a second
+// effect (docs/api.md, "Idempotency"). A handler that goes on to answer normally has its actual
+// response stored over it; one that answers an error otherwise gives the key back, response and
+// all (an effect undone after its commit).
+type Keep func(ctx context.Context, db database.DB, status int, header http.Header, body []byte) error
+
+// MayHaveCommitted says that the error the handler of c answers may follow a transaction that
+// committed with its response (Keep) without the handler hearing so: the key is given back only
+// if no response was stored.
+func MayHaveCommitted(c echo.Context) { c.Set(mayHaveCommittedKey, true) }
+
+// KeepOf returns the Keep of the request c, or nil when it holds no Idempotency-Key, or when its
+// body is a stream not hashed yet.
+func KeepOf(c echo.Context) Keep {
+	k, _ := c.Get(keepKey).(Keep)
+	return k
+}
+
+// NotDelivered says that the response of the request c did not reach the client and that the
+// handler took back what it would have charged (docs/reliability.md, "Metering guarantees"): the
+// response is not kept and the key is given back, so that a retry with it runs and is charged
+// once it is delivered, instead of getting a result never charged.
+func NotDelivered(c echo.Context) { c.Set(notDeliveredKey, true) }
+
+// Keys of the request context.
+const (
+	keepKey             = "mailvet.idempotency.keep"
+	mayHaveCommittedKey = "mailvet.idempotency.may_have_committed"
+	notDeliveredKey     = "mailvet.idempotency.not_delivered"
+)
+
 // run runs the request that owns the key and keeps its response if it succeeded; otherwise, or
 // if the handler panics, it releases the key. sum is the request's hash, nil for a stream route.
 func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte, account, key string, owner uuid.UUID) error {
@@ -206,7 +242,8 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 5*time.Second)
 		defer cancel()
-		if err := g.store.release(ctx, account, key, owner); err != nil {
+		unsure, _ := c.Get(mayHaveCommittedKey).(bool)
+		if err := g.store.release(ctx, account, key, owner, unsure); err != nil {
 			// The key stays taken until its lease ends (DefaultLease); retries wait, then get 409.
 			g.log.Warn("idempotency: release key", "err", err)
 		}
@@ -217,14 +254,20 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 		body = &hashingBody{ReadCloser: req.Body, h: requestHash(c, rt)}
 		req.Body = body
 	}
+	if sum != nil {
+		c.Set(keepKey, Keep(func(ctx context.Context, db database.DB, status int, header http.Header, body []byte) error {
+			return completeIn(ctx, db, account, key, owner, record{hash: sum, status: status, header: replayHeader(header), body: body})
+		}))
+	}
 	rec := &recorder{ResponseWriter: c.Response().Writer}
 	c.Response().Writer = rec
 	err := next(c)
 	c.Response().Writer = rec.ResponseWriter
 
 	res := c.Response()
+	undelivered, _ := c.Get(notDeliveredKey).(bool)
 	switch {
-	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow:
+	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow, undelivered:
 		return err
 	case body != nil && !body.eof:
 		// The handler answered without reading the whole file: the hash would not be the request's.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
@@ -38,6 +39,7 @@ func (c *clock) Add(d time.Duration) {
 // database; the account is the X-Account header.
 type harness struct {
 	t     *testing.T
+	pool  *pgxpool.Pool
 	guard *Guard
 	clock *clock
 	e     *echo.Echo
@@ -53,7 +55,7 @@ func newHarness(t *testing.T, stream bool) (*harness, string) {
 	pool := pgtest.New(t)
 	a, err := account.NewStore(pool).Create(context.Background(), account.NewAccount{Tier: plan.Free})
 	pgtest.Must(t, err, "create account")
-	h := &harness{t: t, clock: &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, e: echo.New()}
+	h := &harness{t: t, pool: pool, clock: &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, e: echo.New()}
 	h.guard = New(pool, h.clock.Now, func(c echo.Context) string { return c.Request().Header.Get("X-Account") }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.guard.Poll = 10 * time.Millisecond
 	h.e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -171,6 +173,93 @@ func TestFailureReleasesTheKey(t *testing.T) {
 	}
 	if n := h.runs.Load(); n != 1 {
 		t.Fatalf("runs %d", n)
+	}
+}
+
+// A handler that stores its answer in its effect's transaction (Keep) and then fails because it
+// did not hear the commit's answer (MayHaveCommitted) keeps the key: the retry gets that answer.
+// One that fails after its commit was acknowledged, having undone its effect, gives the key back,
+// answer and all: the retry runs.
+func TestAnswerKeptWithItsEffect(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	var unsure atomic.Bool
+	h.e.POST("/kept", func(c echo.Context) error {
+		keep := KeepOf(c)
+		if keep == nil {
+			return errors.New("no Keep for a request with a key")
+		}
+		n := h.runs.Add(1)
+		header := http.Header{"Location": {fmt.Sprintf("/things/%d", n)}}
+		if err := keep(c.Request().Context(), h.pool, http.StatusCreated, header, []byte(fmt.Sprintf("thing %d", n))); err != nil {
+			return err
+		}
+		if unsure.Load() {
+			MayHaveCommitted(c)
+		}
+		return c.String(http.StatusServiceUnavailable, "the commit's answer was lost")
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func(key string) *http.Response {
+		req := httptest.NewRequest(http.MethodPost, "/kept", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, key)
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+
+	unsure.Store(true)
+	if r := post("k-unsure"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d %s", r.StatusCode, text(t, r))
+	}
+	r := post("k-unsure")
+	if body := text(t, r); r.StatusCode != http.StatusCreated || body != "thing 1" || r.Header.Get("Location") != "/things/1" ||
+		r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %v, want the answer kept with the effect", r.StatusCode, body, r.Header)
+	}
+
+	unsure.Store(false)
+	if r := post("k-undone"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d %s", r.StatusCode, text(t, r))
+	}
+	if r := post("k-undone"); r.StatusCode != http.StatusServiceUnavailable || r.Header.Get(ReplayedHeader) != "" {
+		t.Fatalf("retry: %d %v, want a run of its own", r.StatusCode, r.Header)
+	}
+	if n := h.runs.Load(); n != 3 {
+		t.Fatalf("runs %d, want 3", n)
+	}
+}
+
+// A success whose answer did not reach the client (NotDelivered) is not kept: the retry runs, and
+// the retry's delivered answer is the one replayed.
+func TestUndeliveredAnswerIsNotKept(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	var lost atomic.Bool
+	lost.Store(true)
+	h.e.POST("/answers", func(c echo.Context) error {
+		n := h.runs.Add(1)
+		err := c.String(http.StatusOK, fmt.Sprintf("answer %d", n))
+		if lost.Swap(false) {
+			NotDelivered(c)
+		}
+		return err
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func() (*http.Response, string) {
+		req := httptest.NewRequest(http.MethodPost, "/answers", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k")
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		r := rec.Result()
+		return r, text(t, r)
+	}
+	post()
+	if r, body := post(); body != "answer 2" || r.Header.Get(ReplayedHeader) != "" {
+		t.Fatalf("retry: %q %v, want a run of its own", body, r.Header)
+	}
+	if r, body := post(); body != "answer 2" || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("second retry: %q %v, want the delivered answer replayed", body, r.Header)
 	}
 }
 

@@ -103,11 +103,17 @@ func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time
 
 // complete stores the response of the request that owns the key.
 func (s *Store) complete(ctx context.Context, account, key string, owner uuid.UUID, r record) error {
+	return completeIn(ctx, s.db, account, key, owner, r)
+}
+
+// completeIn stores the response of the request that owns the key with db: the store's pool, or
+// the transaction of the request's effect (Keep).
+func completeIn(ctx context.Context, db database.DB, account, key string, owner uuid.UUID, r record) error {
 	header, err := json.Marshal(r.header)
 	if err != nil {
 		return err
 	}
-	_, err = s.db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true
+	_, err = db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true
 		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner, keyedHash(account, key, r.hash), r.status, header, seal(account, key, r.body))
 	if err != nil {
 		return fmt.Errorf("%w: complete: %w", ErrDatastore, err)
@@ -115,9 +121,13 @@ func (s *Store) complete(ctx context.Context, account, key string, owner uuid.UU
 	return nil
 }
 
-// release gives the key up, so that the next request with it runs.
-func (s *Store) release(ctx context.Context, account, key string, owner uuid.UUID) error {
-	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner)
+// release gives the key up, so that the next request with it runs. With ifUnstored, a key whose
+// response is stored is kept: the response of an effect that committed (Keep) although the
+// handler saw its commit fail. The delete then waits for that transaction's lock on the row, so it
+// decides right also while the commit's outcome is still open.
+func (s *Store) release(ctx context.Context, account, key string, owner uuid.UUID, ifUnstored bool) error {
+	_, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 AND owner = $3
+		AND (NOT $4 OR status IS NULL)`, account, lookupOf(key), owner, ifUnstored)
 	if err != nil {
 		return fmt.Errorf("%w: release: %w", ErrDatastore, err)
 	}

@@ -2,10 +2,12 @@ package verification
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mailvet/mailvet/internal/job"
 	"github.com/mailvet/mailvet/internal/queue"
@@ -57,15 +59,32 @@ func (s *Service) Async(ctx context.Context, req Request, email string, cb Callb
 	// The job is stored and takes over the request's hold in one transaction: from then on its
 	// end bills and releases the hold (docs/architecture.md, "Metering and admission").
 	id := hold.ID()
+	committing := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := job.NewStore(tx).Create(ctx, job.New{ID: id, AccountID: who.Account, KeyID: who.Key, Email: email,
 			WebhookURL: cb.URL, WebhookSecret: secret}); err != nil {
 			return err
 		}
-		return usage.Adopt(ctx, tx, id)
+		if err := usage.Adopt(ctx, tx, id); err != nil {
+			return err
+		}
+		if req.Stored != nil {
+			if err := req.Stored(ctx, tx, id, w); err != nil {
+				return err
+			}
+		}
+		committing = true
+		return nil
 	})
 	if err != nil {
-		hold.Close()
+		// A failure before the COMMIT, or Postgres's own refusal of it, means nothing committed,
+		// and the hold goes back. A connection lost during the COMMIT leaves the outcome open: a
+		// committed job owns the hold, adopted, and its end bills it; an uncommitted hold expires
+		// (docs/reliability.md, "Metering guarantees").
+		var refused *pgconn.PgError
+		if !committing || errors.As(err, &refused) {
+			hold.Close()
+		}
 		s.log.Error("store job", "err", err)
 		return uuid.Nil, w, unavailable(fmt.Errorf("%w: %w", ErrUnstored, err)) // the cause: a key deleted meanwhile is a 401 (internal/problem)
 	}

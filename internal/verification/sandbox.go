@@ -183,8 +183,13 @@ func (s *Service) sandboxAsync(ctx context.Context, req Request, email string, c
 			WebhookURL: cb.URL}, body); err != nil {
 			return err
 		}
-		delivery, err = webhook.CreateDelivery(ctx, tx, id, account, cb.URL, secret, body)
-		return err
+		if delivery, err = webhook.CreateDelivery(ctx, tx, id, account, cb.URL, secret, body); err != nil {
+			return err
+		}
+		if req.Stored != nil {
+			return req.Stored(ctx, tx, id, w)
+		}
+		return nil
 	})
 	if err != nil {
 		s.log.Error("store sandbox job", "err", err)

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -164,6 +165,10 @@ type Request struct {
 	Key string
 	// Start is when the request began, for the results' latency; zero means now.
 	Start time.Time
+	// Stored, when set, runs inside the transaction that stores an asynchronous job, with the
+	// job's id and the caller's window: the API keeps the request's Idempotency-Key answer there,
+	// so that the key and the job commit together (docs/api.md, "Idempotency").
+	Stored func(ctx context.Context, tx pgx.Tx, job uuid.UUID, w Window) error
 }
 
 func (r Request) start() time.Time {

@@ -53,7 +53,17 @@ export interface MailvetOptions {
    * key, a portal session) sends one Idempotency-Key on all its attempts, so the API runs and bills
    * it once, and a 409 `idempotency_key_in_use` is retried after Retry-After; a delivery replay is
    * not retried after a 503. Also splits a batch or stream chunk larger than
-   * the account's per-minute limit. Default false.
+   * the account's per-minute limit.
+   *
+   * Also retries network failures (a refused or reset connection, one closed before the answer,
+   * a `timeoutMs` expiry), after 0.5 s, then 1 s, 2 s, … with the same jitter and limit, when a
+   * repeat is safe: a GET or DELETE, a POST with an Idempotency-Key (for `lists.upload`, a body
+   * that is not a ReadableStream), or any request whose connection was refused (ECONNREFUSED:
+   * nothing was sent). A POST without a key (verify, verifyStream, lists.cancel,
+   * deliveries.retry) that may have reached the server is not sent again, nor a stream that has
+   * started, nor an aborted call. `keys.revoke` and `lists.delete` answered `key_not_found` or
+   * `list_not_found` on such a retry resolve: the lost attempt did it (docs/clients.md, "Network
+   * failures"). Default false.
    */
   retryOnRateLimit?: boolean;
   /** Retries of one request when `retryOnRateLimit` is on. Default 3. */
@@ -199,7 +209,7 @@ interface Call extends CallOptions {
   /** Rate-limit units the request needs: a 429 whose limit is smaller can never pass, so it is not retried. */
   units?: number;
   stream?: boolean;
-  /** A file body sent as it is, instead of JSON; a request carrying one is never retried. */
+  /** A file body sent as it is, instead of JSON; a request carrying a ReadableStream is never retried. */
   upload?: { body: ListBody; contentType: string; headers: Record<string, string> };
   /**
    * The request verifies or creates something (a verification, single, async or batch; a list, a
@@ -373,7 +383,9 @@ export class Mailvet {
    * Deletes the account and everything stored for it (DELETE /v1/management/account;
    * docs/personal-data.md, "Deleting an account"). `accountId` must be the account's id, as
    * {@link account} returns it: any other is refused with `invalid_request`. Every key of the
-   * account stops working at once, so a retry of a deletion that committed is `invalid_api_key`.
+   * account stops working at once, so a retry of a deletion that committed (its answer lost, with
+   * `retryOnRateLimit`) is thrown as `invalid_api_key`: a wrong key answers the same, so the client
+   * does not report the account deleted.
    * An account paying for a subscription is refused with `subscription_active` (409).
    */
   async deleteAccount(accountId: string, options: CallOptions = {}): Promise<void> {
@@ -414,7 +426,10 @@ export class Mailvet {
       const body = mode === undefined ? { label } : { label, mode };
       return this.#json<CreatedKey>({ ...call, method: "POST", path: "/v1/management/keys", key: "provisioning", body, idempotent: true });
     },
-    /** Revokes a standard key, effective at once. */
+    /**
+     * Revokes a standard key, effective at once. When an attempt's answer was lost and the retry is
+     * answered `key_not_found`, the lost attempt revoked it, and this resolves.
+     */
     revoke: async (id: string, options: CallOptions = {}): Promise<void> => {
       await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/management/keys/${encodeURIComponent(id)}`, key: "provisioning" });
     },
@@ -480,9 +495,11 @@ export class Mailvet {
   readonly lists = {
     /**
      * Uploads a file as a list (POST /v1/email/lists) and resolves to the list, queued or
-     * running. The body is sent as it is; a ReadableStream is streamed, never held whole. An
-     * upload is never retried, because a stream cannot be sent twice (the per-minute rate limit
-     * does not apply to lists anyway), and no timeout applies unless `timeoutMs` is given: the
+     * running. The body is sent as it is; a ReadableStream is streamed, never held whole. With
+     * `retryOnRateLimit`, a string, Blob, Uint8Array or ArrayBuffer body is sent again after a 503
+     * or a network failure, with the same Idempotency-Key, so the API stores the list once; a
+     * ReadableStream is never retried, because a stream cannot be sent twice (the per-minute rate
+     * limit does not apply to lists anyway). No timeout applies unless `timeoutMs` is given: the
      * API answers once it has read the whole file. A file the API cannot read is a MailvetError
      * `invalid_request` whose `line` is the line at fault.
      */
@@ -524,7 +541,11 @@ export class Mailvet {
     /** Stops a queued or running list; resolves to it, canceled. A finished list is `list_finished` (409). */
     cancel: (id: string, options: CallOptions = {}): Promise<List> =>
       this.#json<List>({ ...options, method: "POST", path: `/v1/email/lists/${encodeURIComponent(id)}/cancel`, key: "standard" }),
-    /** Deletes a list's rows, results and counts for good; a running list is canceled first. */
+    /**
+     * Deletes a list's rows, results and counts for good; a running list is canceled first. When
+     * an attempt's answer was lost and the retry is answered `list_not_found`, the lost attempt
+     * deleted it, and this resolves.
+     */
     delete: async (id: string, options: CallOptions = {}): Promise<void> => {
       await this.#json<unknown>({ ...options, method: "DELETE", path: `/v1/email/lists/${encodeURIComponent(id)}`, key: "standard" });
     },
@@ -655,6 +676,10 @@ export class Mailvet {
     // One key per call, sent on every attempt of it.
     if (call.idempotent) headers["Idempotency-Key"] = newIdempotencyKey();
     const timeout = call.timeoutMs ?? (call.stream ? this.#streamTimeoutMs : this.#timeoutMs);
+    // An upload's body that is a stream is read as it is sent, once: it cannot be sent again.
+    const replayable = !(body instanceof ReadableStream);
+    // An earlier attempt may have reached the server, and its answer was lost.
+    let maybeSent = false;
     for (let attempt = 0; ; attempt++) {
       const deadline = startDeadline(call.signal, timeout);
       let res: Response;
@@ -666,7 +691,17 @@ export class Mailvet {
         res = await this.#fetch(this.#base + call.path, init);
       } catch (err) {
         deadline.done();
-        throw this.#transportError(err, call.signal, deadline, this.#what(call));
+        const failure = this.#transportError(err, call.signal, deadline, this.#what(call));
+        const sent = !refused(err);
+        // A request that may have reached the server is sent again only when a repeat does
+        // nothing more: a read or a delete, or a POST with an Idempotency-Key (docs/clients.md,
+        // "Network failures"). One whose connection was refused was never sent.
+        if (!this.#retry || attempt >= this.#maxRetries || !replayable || !networkFailure(err, call.signal, deadline) ||
+          (sent && call.method === "POST" && !call.idempotent)) throw failure;
+        maybeSent ||= sent;
+        const wait = transportRetryMs * 2 ** Math.min(attempt, 6);
+        await sleep(wait + jitter(wait), call.signal);
+        continue;
       }
       if (res.ok) return { res, deadline };
       let err: MailvetError;
@@ -677,8 +712,12 @@ export class Mailvet {
       } finally {
         deadline.done();
       }
-      // An upload's body may be a stream, read once: it cannot be sent again.
-      let wait = call.upload === undefined ? this.#retryDelay(err, attempt, call) : undefined;
+      if (maybeSent && call.method === "DELETE" && err.status === 404 && (err.error === "key_not_found" || err.error === "list_not_found")) {
+        // The lost attempt revoked the key or deleted the list: the call did what was asked
+        // (docs/clients.md, "Network failures").
+        return { res: new Response(null, { status: 204 }), deadline };
+      }
+      let wait = replayable ? this.#retryDelay(err, attempt, call) : undefined;
       if (wait === undefined || wait > maxRetryWaitMs) throw err;
       wait += jitter(wait);
       call.onWait?.(new Date(Date.now() + wait), err);
@@ -815,6 +854,43 @@ function nextCursor(seen: Set<string>, cursor: string | null | undefined, path: 
 // rate-limit window they share) do not all come back in the same millisecond.
 function jitter(waitMs: number): number {
   return Math.random() * Math.min(waitMs / 10, 1000);
+}
+
+/**
+ * The wait before the first retry after a network failure, in ms; it doubles on each failure after
+ * that (0.5 s, 1 s, 2 s with the default three retries) and gets its jitter like every other wait.
+ */
+const transportRetryMs = 500;
+
+// networkFailure says whether err, a rejected fetch, is a failure another attempt may cure: the
+// client's own timeout, or fetch's network error (a TypeError: refused, reset, closed before the
+// answer). Never the caller's abort, nor a request fetch could not make (a malformed URL or
+// header: Node's ERR_ codes) or a host name that does not exist (ENOTFOUND).
+function networkFailure(err: unknown, signal: AbortSignal | undefined, deadline: Deadline): boolean {
+  if (signal?.aborted) return false;
+  if (deadline.timedOut()) return true;
+  if (!(err instanceof TypeError)) return false;
+  return !codesOf(err).some((code) => code.startsWith("ERR_") || code === "ENOTFOUND");
+}
+
+// refused says whether err is a connection refused, so that nothing of the request was sent:
+// ECONNREFUSED in Node's cause chain (an AggregateError's errors when it tried several addresses).
+// A browser's fetch does not say why it failed, so there a failure always counts as sent.
+function refused(err: unknown): boolean {
+  const codes = codesOf(err);
+  return codes.length > 0 && codes.every((code) => code === "ECONNREFUSED");
+}
+
+// codesOf is the error codes (Node's err.code) found in err, its causes and, for an
+// AggregateError, the errors it gathers.
+function codesOf(err: unknown, depth = 0): string[] {
+  if (!(err instanceof Error) || depth > 5) return [];
+  const codes: string[] = [];
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === "string") codes.push(code);
+  if (err instanceof AggregateError) for (const e of err.errors) codes.push(...codesOf(e, depth + 1));
+  codes.push(...codesOf(err.cause, depth + 1));
+  return codes;
 }
 
 // causes is an error's message followed by those of its causes: Node's fetch says only "fetch

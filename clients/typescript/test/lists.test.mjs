@@ -1,5 +1,5 @@
 // Unit tests of the bulk-list calls (docs/lists.md) against the scripted fake API of fake.mjs:
-// the upload's body, headers and query, no retry of an upload, the typed line of a bad file,
+// the upload's body, headers and query, no retry of a streamed upload, the typed line of a bad file,
 // the other routes' methods and paths, streamed and truncated downloads, and wait's polling.
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
@@ -70,14 +70,22 @@ describe("lists.upload", () => {
     assert.equal(f.requests.length, 3);
   });
 
-  test("is never retried, even with retryOnRateLimit: the body may be a stream read once", async () => {
-    const f = await fake((req, res) => send(res, 503, envelope("service_unavailable"), { "Retry-After": "1" }));
+  test("a body in memory is sent again after a 503 with the same key; a ReadableStream, read once, is not", async () => {
+    const f = await fake((req, res) => {
+      if (req.index === 1) return send(res, 202, list("queued"));
+      send(res, 503, envelope("service_unavailable"), { "Retry-After": "0" });
+    });
     const mv = new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true });
-    const err = await mv.lists.upload(csv).catch((e) => e);
+    const l = await mv.lists.upload(csv);
+    assert.equal(l.id, id);
+    assert.deepEqual(f.requests.map((r) => r.raw), [csv, csv]);
+    assert.equal(f.requests[1].headers["idempotency-key"], f.requests[0].headers["idempotency-key"]);
+    const stream = new ReadableStream({ start(ctl) { ctl.enqueue(new TextEncoder().encode(csv)); ctl.close(); } });
+    const err = await mv.lists.upload(stream).catch((e) => e);
     assert.ok(err instanceof MailvetError);
     assert.equal(err.status, 503);
-    assert.equal(err.retryAfter, 1);
-    assert.equal(f.requests.length, 1);
+    assert.equal(err.retryAfter, 0);
+    assert.equal(f.requests.length, 3);
   });
 
   test("a file the API cannot read is a MailvetError carrying the line at fault", async () => {

@@ -1,7 +1,8 @@
 // Package tcpproxy is a loopback TCP proxy for fault tests: put it between a process and a real
 // dependency (Postgres, NATS, an SMTP server), then Cut (or Hold) and Restore the link, or Pause
 // and Resume it, to watch the process notice an outage and recover, without stopping the shared
-// server itself.
+// server itself; or CutAfter a given request, to lose the answer to a request the dependency
+// received.
 package tcpproxy
 
 import (
@@ -27,6 +28,9 @@ type Proxy struct {
 
 	// paused is closed when a Pause ends (Resume, Cut or Close); nil when there is none.
 	paused chan struct{}
+
+	// cutAfter is the armed CutAfter; nil when none is armed.
+	cutAfter *cutRule
 }
 
 // Start listens on 127.0.0.1 on a free port and forwards to target.
@@ -99,6 +103,39 @@ func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endPause()
+}
+
+// CutAfter arms a one-time cut of one connection: the first on which match reports true for
+// what its client has sent since CutAfter was called (up to and including the chunk just read)
+// loses its client side before that chunk is passed on, and the chunk then reaches the target,
+// followed by the end of the stream. The target acts on a request whose answer no one hears, as
+// when a link breaks just after a COMMIT left: the client sees its connection fail, and cannot
+// tell whether the request took effect. Other connections are left alone.
+func (p *Proxy) CutAfter(match func(sent []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutAfter = &cutRule{match: match}
+}
+
+// cutRule is one CutAfter.
+type cutRule struct{ match func(sent []byte) bool }
+
+// armedCut returns the armed CutAfter, or nil.
+func (p *Proxy) armedCut() *cutRule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cutAfter
+}
+
+// takeCut disarms r if it is still armed, and reports whether it was: one connection is cut.
+func (p *Proxy) takeCut(r *cutRule) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cutAfter != r {
+		return false
+	}
+	p.cutAfter = nil
+	return true
 }
 
 // endPause ends a pause, if one lasts. p.mu must be held.
@@ -193,24 +230,52 @@ func (p *Proxy) forward(client net.Conn) {
 		return
 	}
 	defer p.untrack(upstream)
-	done := make(chan struct{}, 2)
-	go func() { p.pipe(upstream, client); done <- struct{}{} }()
-	go func() { p.pipe(client, upstream); done <- struct{}{} }()
-	<-done // either side closing ends both: the deferred untracks close the other
+	done := make(chan bool, 2)
+	go func() { done <- p.pipe(upstream, client, true) }()
+	go func() { done <- p.pipe(client, upstream, false) }()
+	// Either side closing ends both: the deferred untracks close the other. After a CutAfter,
+	// the target's side is closed only once it has answered or ended the stream: closed earlier,
+	// with its answer unread, it would be reset, and the target could lose the chunk.
+	if cut := <-done; cut {
+		<-done
+	}
 	if release := p.holding(); release != nil {
 		<-release // a black hole does not pass a close on either
 	}
 }
 
 // pipe copies src to dst until either fails, dropping what it reads while the link is held and
-// keeping it back while the link is paused.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// keeping it back while the link is paused. fromClient marks the client's direction, the one
+// CutAfter watches; it reports whether it ended with CutAfter's cut.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) (cut bool) {
 	buf := make([]byte, 32<<10)
+	var (
+		rule *cutRule // the CutAfter sent is gathered for
+		sent []byte   // what the client sent since rule was armed
+	)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if resume := p.pausing(); resume != nil {
 				<-resume
+			}
+		}
+		if n > 0 && fromClient {
+			if r := p.armedCut(); r != nil {
+				if r != rule {
+					rule, sent = r, nil
+				}
+				sent = append(sent, buf[:n]...)
+				if r.match(sent) && p.takeCut(r) {
+					// The client goes first, so that no answer can reach it; the target gets the
+					// chunk and then the end of the stream, as from a client that died.
+					src.Close()
+					_, _ = dst.Write(buf[:n])
+					if tc, ok := dst.(*net.TCPConn); ok {
+						_ = tc.CloseWrite()
+					}
+					return true
+				}
 			}
 		}
 		if n > 0 && !p.held.Load() {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -161,5 +162,77 @@ func TestCloseEndsAHold(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close hung on a held proxy")
+	}
+}
+
+// CutAfter passes the matching chunk on and then cuts its connection, once: the target receives
+// the request and the end of the stream, its answer never reaches the client, and other
+// connections, and later ones, are left alone.
+func TestCutAfterDeliversTheRequestAndLosesTheAnswer(t *testing.T) {
+	got := make(chan string, 4)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						got <- "EOF"
+						return
+					}
+					got <- line
+					_, _ = c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	p, err := Start(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	other := dial(t, p)
+	if err := roundTrip(other, time.Second); err != nil {
+		t.Fatalf("other connection before: %v", err)
+	}
+	<-got
+	p.CutAfter(func(sent []byte) bool { return strings.Contains(string(sent), "commit\n") })
+	c := dial(t, p)
+	if err := roundTrip(c, time.Second); err != nil {
+		t.Fatalf("a chunk that does not match: %v", err)
+	}
+	<-got
+	if _, err := c.Write([]byte("commit\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := c.Read(make([]byte, 64)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the client read %d bytes, %v: want its connection cut", n, err)
+	}
+	for _, want := range []string{"commit\n", "EOF"} {
+		select {
+		case line := <-got:
+			if line != want {
+				t.Fatalf("the target got %q, want %q", line, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("the target did not get %q", want)
+		}
+	}
+	if err := roundTrip(other, time.Second); err != nil {
+		t.Fatalf("other connection after: %v", err)
+	}
+	if err := roundTrip(dial(t, p), time.Second); err != nil {
+		t.Fatalf("a new connection after the cut: %v", err)
 	}
 }
