@@ -42,10 +42,18 @@ type pool struct {
 	needTLS   bool                  // MAIL FROM was answered 530: start TLS before it
 	slotUntil time.Time             // no new session before this: the fleet had no slot free (fleet.go)
 	slotRetry time.Duration         // the pause after the last failed Acquire; 0 after a success
+	used      time.Time             // when addresses last came here (enqueue)
+	retired   bool                  // forgotten by the prober (forget.go): takes no more addresses
 }
 
-func (pl *pool) enqueue(js ...*job) {
+// enqueue queues js here, and reports false, taking nothing, once the pool is retired.
+func (pl *pool) enqueue(js ...*job) bool {
 	pl.mu.Lock()
+	if pl.retired {
+		pl.mu.Unlock()
+		return false
+	}
+	pl.used = time.Now()
 	moved := pl.admitLocked(js)
 	if len(pl.live) > 0 {
 		// A host that works: the stretch on unreachable ones ends here.
@@ -62,6 +70,7 @@ func (pl *pool) enqueue(js ...*job) {
 	for _, j := range moved {
 		pl.p.failover(j, err)
 	}
+	return true
 }
 
 // maxSessionsLocked is the number of sessions the pool may have: none while the breaker is

@@ -174,6 +174,8 @@ type Prober struct {
 	caMu sync.Mutex
 	ca   map[string]*caState
 
+	mem memory // what is forgotten when (forget.go); pools under mu, catch-all under caMu
+
 	sessions, roundTrips, commands, dials atomic.Int64
 }
 
@@ -204,6 +206,7 @@ func New(cfg Config) (*Prober, error) {
 		pools:   map[netip.Addr]*pool{},
 		closing: make(chan struct{}),
 		ca:      map[string]*caState{},
+		mem:     memory{forgetAfter: forgetAfter, sweepEvery: sweepEvery},
 	}
 	if cfg.Proxy != "" {
 		u, err := url.Parse(cfg.Proxy)
@@ -296,7 +299,7 @@ func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, 
 	ch := make(chan done, len(reqs))
 	p.loadCatchAll(ctx, reqs)
 	var jobs []*job
-	byPool := map[*pool][]*job{}
+	byPool := map[netip.Addr][]*job{}
 	for i, req := range reqs {
 		domain := strings.ToLower(req.Domain)
 		if p.blocked.match(domain) {
@@ -335,11 +338,10 @@ func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, 
 		j := &job{addr: req.Addr, domain: domain, targets: targets, deadline: deadline, queued: time.Now()}
 		j.finishFn = func(r Result) { ch <- done{i, r} }
 		jobs = append(jobs, j)
-		pl := p.pool(targets[0].ip)
-		byPool[pl] = append(byPool[pl], j)
+		byPool[targets[0].ip] = append(byPool[targets[0].ip], j)
 	}
-	for pl, js := range byPool {
-		pl.enqueue(js...)
+	for ip, js := range byPool {
+		p.enqueue(ip, js...)
 	}
 
 	var timeout <-chan time.Time
@@ -381,6 +383,7 @@ func (p *Prober) pool(ip netip.Addr) *pool {
 	defer p.mu.Unlock()
 	pl, ok := p.pools[ip]
 	if !ok {
+		p.forgetPoolsLocked(time.Now())
 		pl = &pool{p: p, ip: ip, addr: netip.AddrPortFrom(ip, uint16(p.cfg.Port)).String()}
 		p.pools[ip] = pl
 	}
@@ -414,7 +417,7 @@ func (p *Prober) failover(j *job, err error) {
 		j.finish(r)
 		return
 	}
-	p.pool(j.targets[j.next].ip).enqueue(j)
+	p.enqueue(j.targets[j.next].ip, j)
 }
 
 // target is one address of one MX host.
@@ -548,6 +551,7 @@ func (p *Prober) catchAllFor(domain string, room int, alone bool) (known, catchA
 func (p *Prober) caStateLocked(domain string) *caState {
 	st := p.ca[domain]
 	if st == nil {
+		p.forgetCatchAllLocked(time.Now())
 		st = &caState{}
 		p.ca[domain] = st
 	}
@@ -569,7 +573,7 @@ func (p *Prober) resolveCatchAllWith(cp *caProbe, o caOutcome, rep Reply) {
 	}
 	cp.outcome, cp.reply = o, rep
 	close(cp.done)
-	st := p.ca[cp.domain]
+	st := p.caStateLocked(cp.domain)
 	if st.inflight == cp {
 		st.inflight = nil
 	}
