@@ -183,7 +183,7 @@ func New(d Deps) *Server {
 	// A client's X-Request-Id is kept only if it is short and plain; otherwise RequestID makes one.
 	e.Use(boundRequestID)
 	e.Use(middleware.RequestID())
-	e.Use(noStore)
+	e.Use(baseHeaders)
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
 	e.Use(s.bodyDeadline)
@@ -249,14 +249,20 @@ func routeOf(c echo.Context) string {
 	return route
 }
 
-// noStore marks every response Cache-Control: no-store before anything else can answer, so
-// that refusals carry it too: results, keys and account data are the customer's own, and no
-// cache on the way may keep them (docs/api.md, "Conventions"). The public documents (the error
-// reference, /openapi.json) set their own; the dashboard's pages set their own headers.
-func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+// baseHeaders sets the headers of docs/security.md ("HTTP headers") before anything else can
+// answer, so that refusals and the answers Echo makes itself carry them too. Every response is
+// Cache-Control: no-store: results, keys and account data are the customer's own, and no cache on
+// the way may keep them (docs/api.md, "Conventions"); the public documents (the error reference,
+// /openapi.json) set their own. Under the dashboard's paths the dashboard's headers are set, its
+// Content-Security-Policy among them, also on an answer its handler never sees: a body over
+// 2 MB or a method Echo does not route is refused here, in the envelope.
+func baseHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix) {
-			c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		h := c.Response().Header()
+		if strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix) {
+			dashboard.SetHeaders(h)
+		} else {
+			h.Set(echo.HeaderCacheControl, "no-store")
 		}
 		return next(c)
 	}

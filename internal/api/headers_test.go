@@ -1,0 +1,46 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// dashboardHeaders are the headers every answer under /dashboard carries (docs/security.md,
+// "HTTP headers"; the dashboard's own answers are checked by its
+// TestEveryAnswerCarriesTheSecurityHeaders).
+var dashboardHeaders = []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy", "Cache-Control"}
+
+// The answers under the dashboard's paths that its handler never makes carry its headers too:
+// Echo's refusal of a method it does not route and of a body over 2 MB, and the dashboard's
+// router's answer to a path beside its pages.
+func TestEchoAnswersUnderTheDashboardCarryItsHeaders(t *testing.T) {
+	t.Parallel()
+	h := newBareServer(t).Handler()
+	page, _ := serve(h, httptest.NewRequest(http.MethodGet, "/dashboard/no-such-page", nil))
+	if page.StatusCode != http.StatusNotFound || !strings.Contains(page.Header.Get("Content-Security-Policy"), "form-action 'self'") {
+		t.Fatalf("the dashboard's own 404 page: %d, Content-Security-Policy %q", page.StatusCode, page.Header.Get("Content-Security-Policy"))
+	}
+	big := httptest.NewRequest(http.MethodPost, "/dashboard/signin", strings.NewReader(strings.Repeat("x", MaxBodyBytes+1)))
+	big.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range []struct {
+		name   string
+		req    *http.Request
+		status int
+	}{
+		{"a method Echo does not route", httptest.NewRequest("PURGE", "/dashboard/signin", nil), http.StatusMethodNotAllowed},
+		{"a body over 2 MB", big, http.StatusRequestEntityTooLarge},
+		{"a path beside the dashboard's", httptest.NewRequest(http.MethodGet, "/dashboard.php", nil), http.StatusNotFound},
+	} {
+		resp, body := serve(h, c.req)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d, want %d: %s", c.name, resp.StatusCode, c.status, body)
+		}
+		for _, k := range dashboardHeaders {
+			if got, want := resp.Header.Get(k), page.Header.Get(k); got != want {
+				t.Errorf("%s (%d): %s = %q, want the dashboard's %q", c.name, resp.StatusCode, k, got, want)
+			}
+		}
+	}
+}
