@@ -1,10 +1,15 @@
 package api
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/config"
+	"github.com/mailvet/mailvet/internal/health"
 )
 
 // dashboardHeaders are the headers every answer under /dashboard carries (docs/security.md,
@@ -40,6 +45,49 @@ func TestEchoAnswersUnderTheDashboardCarryItsHeaders(t *testing.T) {
 		for _, k := range dashboardHeaders {
 			if got, want := resp.Header.Get(k), page.Header.Get(k); got != want {
 				t.Errorf("%s (%d): %s = %q, want the dashboard's %q", c.name, resp.StatusCode, k, got, want)
+			}
+		}
+	}
+}
+
+// With an https public URL every answer tells browsers to use https only, for a year (HSTS),
+// the dashboard's and the API's, refusals included; with an http one (local development) none
+// does (docs/security.md, "HTTP headers").
+func TestStrictTransportSecurityFollowsThePublicURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		publicURL, want string
+	}{
+		{"https://api.example.com", "max-age=31536000"},
+		{"HTTPS://api.example.com:8443/", "max-age=31536000"},
+		{"http://localhost:8080", ""},
+		{"", ""}, // the default: http://localhost and the port
+	} {
+		cfg, err := config.Load(config.RoleAPI, false, func(k string) string {
+			if k == "MAILVET_PUBLIC_URL" {
+				return c.publicURL
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := New(Deps{Config: cfg, Log: app.NewLogger(io.Discard, "test"), Ready: health.NewChecker(0)}).Handler()
+		for _, req := range []*http.Request{
+			httptest.NewRequest(http.MethodGet, "/healthz", nil),
+			httptest.NewRequest(http.MethodGet, "/openapi.json", nil),
+			httptest.NewRequest(http.MethodGet, "/docs/errors", nil),
+			httptest.NewRequest(http.MethodGet, "/", nil),
+			httptest.NewRequest(http.MethodGet, "/v1/email/jobs/x", nil), // 401: no key
+			httptest.NewRequest(http.MethodGet, "/v1/nope", nil),
+			httptest.NewRequest(http.MethodGet, "/dashboard/no-such-page", nil),
+			httptest.NewRequest(http.MethodGet, "/dashboard/static/app.js", nil),
+			httptest.NewRequest("PURGE", "/dashboard/signin", nil),
+		} {
+			resp, _ := serve(h, req)
+			if got := resp.Header.Get("Strict-Transport-Security"); got != c.want {
+				t.Errorf("public URL %q: %s %s (%d): Strict-Transport-Security %q, want %q",
+					c.publicURL, req.Method, req.URL.Path, resp.StatusCode, got, c.want)
 			}
 		}
 	}
