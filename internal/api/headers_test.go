@@ -10,6 +10,7 @@ import (
 	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/config"
 	"github.com/mailvet/mailvet/internal/health"
+	"github.com/mailvet/mailvet/internal/plan"
 )
 
 // dashboardHeaders are the headers every answer under /dashboard carries (docs/security.md,
@@ -89,6 +90,50 @@ func TestStrictTransportSecurityFollowsThePublicURL(t *testing.T) {
 				t.Errorf("public URL %q: %s %s (%d): Strict-Transport-Security %q, want %q",
 					c.publicURL, req.Method, req.URL.Path, resp.StatusCode, got, c.want)
 			}
+		}
+	}
+}
+
+// Every answer is X-Content-Type-Options: nosniff, so that no browser reads a JSON answer, a
+// download or an error quoting the client's text as HTML: the API's, the public documents',
+// Echo's own refusals and the account export (docs/security.md, "HTTP headers"). /openapi.json
+// declares the header required, so every test that checks a response against it checks it too.
+func TestEveryAnswerIsNosniff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, key := b.account(plan.Free, "")
+	big := httptest.NewRequest(http.MethodPost, "/v1/email/verify", strings.NewReader(strings.Repeat("x", MaxBodyBytes+1)))
+	export := httptest.NewRequest(http.MethodGet, "/v1/management/account/export", nil)
+	export.Header.Set("Authorization", "Bearer "+key)
+	keys := httptest.NewRequest(http.MethodPost, "/v1/management/keys", strings.NewReader(`{"label": "ci"}`))
+	keys.Header.Set("Authorization", "Bearer "+key)
+	keys.Header.Set("Content-Type", "application/json")
+	for _, c := range []struct {
+		req    *http.Request
+		status int
+	}{
+		{httptest.NewRequest(http.MethodGet, "/healthz", nil), http.StatusOK},
+		{httptest.NewRequest(http.MethodGet, "/openapi.json", nil), http.StatusOK},
+		{httptest.NewRequest(http.MethodGet, "/docs/errors", nil), http.StatusOK},
+		{httptest.NewRequest(http.MethodGet, "/", nil), http.StatusFound},
+		{httptest.NewRequest(http.MethodGet, "/v1/nope", nil), http.StatusNotFound},
+		{httptest.NewRequest(http.MethodPost, "/healthz", nil), http.StatusMethodNotAllowed},
+		{httptest.NewRequest(http.MethodGet, "/v1/email/jobs/x", nil), http.StatusUnauthorized},
+		{big, http.StatusRequestEntityTooLarge},
+		{export, http.StatusOK},
+		{keys, http.StatusCreated},
+		{httptest.NewRequest(http.MethodGet, "/dashboard/signin", nil), http.StatusOK},
+	} {
+		resp, body := serve(b.srv.Handler(), c.req)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: %d, want %d: %.200s", c.req.Method, c.req.URL.Path, resp.StatusCode, c.status, body)
+		}
+		if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s %s (%d): X-Content-Type-Options %q, want nosniff", c.req.Method, c.req.URL.Path, resp.StatusCode, got)
+		}
+		// Keys, exports and refusals are the customer's own (docs/api.md, "Conventions").
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-store" && c.req.URL.Path != "/openapi.json" && c.req.URL.Path != "/docs/errors" {
+			t.Errorf("%s %s (%d): Cache-Control %q, want no-store", c.req.Method, c.req.URL.Path, resp.StatusCode, cc)
 		}
 	}
 }

@@ -251,9 +251,9 @@ func routeOf(c echo.Context) string {
 
 // baseHeaders sets the headers of docs/security.md ("HTTP headers") before anything else can
 // answer, so that refusals and the answers Echo makes itself carry them too. Every response is
-// Cache-Control: no-store: results, keys and account data are the customer's own, and no cache on
-// the way may keep them (docs/api.md, "Conventions"); the public documents (the error reference,
-// /openapi.json) set their own. Under the dashboard's paths the dashboard's headers are set, its
+// X-Content-Type-Options: nosniff, and Cache-Control: no-store: results, keys and account data
+// are the customer's own, and no cache on the way may keep them (docs/api.md, "Conventions");
+// the public documents (the error reference, /openapi.json) set their own. Under the dashboard's paths the dashboard's headers are set, its
 // Content-Security-Policy among them, also on an answer its handler never sees: a body over
 // 2 MB or a method Echo does not route is refused here, in the envelope.
 //
@@ -265,6 +265,9 @@ func baseHeaders(https bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			h := c.Response().Header()
+			// Every answer is taken as the type it is labelled with: a JSON answer, a download
+			// or an error that echoes the client's text is never sniffed into HTML or script.
+			h.Set("X-Content-Type-Options", "nosniff")
 			if https {
 				h.Set("Strict-Transport-Security", hsts)
 			}
