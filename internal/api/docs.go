@@ -30,7 +30,6 @@ const publicDocCache = "public, max-age=300"
 func (s *Server) errorDocs(c echo.Context) error {
 	h := c.Response().Header()
 	h.Set(echo.HeaderCacheControl, publicDocCache)
-	h.Set("X-Content-Type-Options", "nosniff")
 	// The page is static text with an inline style sheet: nothing else may load or run.
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	return c.Blob(http.StatusOK, echo.MIMETextHTMLCharsetUTF8, errorDocsPage())

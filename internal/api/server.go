@@ -183,7 +183,7 @@ func New(d Deps) *Server {
 	// A client's X-Request-Id is kept only if it is short and plain; otherwise RequestID makes one.
 	e.Use(boundRequestID)
 	e.Use(middleware.RequestID())
-	e.Use(noStore)
+	e.Use(baseHeaders(strings.HasPrefix(d.Config.PublicURL, "https://")))
 	e.Use(s.observe)
 	e.Use(s.recoverPanics)
 	e.Use(s.bodyDeadline)
@@ -249,18 +249,42 @@ func routeOf(c echo.Context) string {
 	return route
 }
 
-// noStore marks every response Cache-Control: no-store before anything else can answer, so
-// that refusals carry it too: results, keys and account data are the customer's own, and no
-// cache on the way may keep them (docs/api.md, "Conventions"). The public documents (the error
-// reference, /openapi.json) set their own; the dashboard's pages set their own headers.
-func noStore(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if !strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix) {
-			c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+// baseHeaders sets the headers of docs/security.md ("HTTP headers") before anything else can
+// answer, so that refusals and the answers Echo makes itself carry them too. Every response is
+// X-Content-Type-Options: nosniff, and Cache-Control: no-store: results, keys and account data
+// are the customer's own, and no cache on the way may keep them (docs/api.md, "Conventions");
+// the public documents (the error reference, /openapi.json) set their own. Under the dashboard's paths the dashboard's headers are set, its
+// Content-Security-Policy among them, also on an answer its handler never sees: a body over
+// 2 MB or a method Echo does not route is refused here, in the envelope.
+//
+// https says the public URL (MAILVET_PUBLIC_URL) is https: customers reach the server over TLS,
+// usually ended by a proxy in front of it (docs/deployment.md), so browsers are told to use
+// nothing else for a year (hsts). With an http public URL (local development) they are not: it
+// would keep a browser off that host's plain http for the year.
+func baseHeaders(https bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Response().Header()
+			// Every answer is taken as the type it is labelled with: a JSON answer, a download
+			// or an error that echoes the client's text is never sniffed into HTML or script.
+			h.Set("X-Content-Type-Options", "nosniff")
+			if https {
+				h.Set("Strict-Transport-Security", hsts)
+			}
+			if strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix) {
+				dashboard.SetHeaders(h)
+			} else {
+				h.Set(echo.HeaderCacheControl, "no-store")
+			}
+			return next(c)
 		}
-		return next(c)
 	}
 }
+
+// hsts is the Strict-Transport-Security of an https deployment: a year, this host only. Neither
+// includeSubDomains nor preload: the operator's other hosts under the same domain are theirs to
+// decide, and a preload list entry outlives any deployment.
+const hsts = "max-age=31536000"
 
 // recoverPanics turns a panic into a 500 envelope; the stack goes to the log, never to the body.
 // A panic after the response began (a stream, a download) can no longer change its status: the

@@ -92,7 +92,6 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp := c.Response()
 	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	resp.Header().Set("Cache-Control", "no-store")
-	resp.Header().Set("X-Content-Type-Options", "nosniff")
 	resp.WriteHeader(http.StatusOK)
 	resp.Flush()
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,7 +117,20 @@ func (h *Handler) openPortal(w http.ResponseWriter, r *http.Request, s *session)
 		h.billingError(w, r, s, err)
 		return
 	}
-	http.Redirect(w, r, u, http.StatusSeeOther)
+	h.toStripe(w, r, s, u)
+}
+
+// toStripe sends the browser to a page of Stripe's, Checkout or the billing portal: with a
+// redirect when the dashboard's form-action allows its origin (stripeOrigins), else with a page
+// that links to it. A browser refuses a form's redirect to an origin form-action does not name,
+// but not a link the user follows, so a Stripe account on a custom domain still reaches its page
+// (docs/dashboard.md, "Headers").
+func (h *Handler) toStripe(w http.ResponseWriter, r *http.Request, s *session, u string) {
+	if pu, err := url.Parse(u); err == nil && slices.Contains(stripeOrigins, pu.Scheme+"://"+pu.Host) {
+		http.Redirect(w, r, u, http.StatusSeeOther)
+		return
+	}
+	h.render(w, r, http.StatusOK, "stripe", &view{Title: "Continue to Stripe", Nav: "billing", Session: s, Data: u})
 }
 
 const msgNotSold = "That plan is not sold online on this deployment; ask its operator."
@@ -189,7 +204,7 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	// A session already open for this tier is the one to pay: it completes once, so a second
 	// upgrade (a double click, another tab) cannot start a second subscription.
-	http.Redirect(w, r, co.URL, http.StatusSeeOther)
+	h.toStripe(w, r, s, co.URL)
 }
 
 // maxCapEUR is account.SetSpendCap's upper bound, repeated here only for the form's message.

@@ -240,16 +240,34 @@ func (h *Handler) routes() {
 	h.mux = m
 }
 
-// ServeHTTP sets the headers every dashboard response carries and dispatches the request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hd := w.Header()
-	// Pages show account data and one-time keys: never cache them, never frame them, and run
-	// only the dashboard's own scripts and styles.
+// stripeOrigins are the origins of Stripe's hosted pages, Checkout and the billing portal, to
+// which the billing page's buttons are answered with a redirect. A browser holds a form's
+// redirects to the page's form-action too, so the policy allows them there; a Stripe URL on
+// another origin (a custom domain of the Stripe account) is given as a link instead (toStripe).
+var stripeOrigins = []string{"https://checkout.stripe.com", "https://billing.stripe.com"}
+
+// csp is the dashboard's Content-Security-Policy (docs/dashboard.md, "Headers"): only the
+// dashboard's own scripts, styles and images, no plugins, no <base>, no framing, and forms that
+// post only to the dashboard, so that markup slipped into a page could not send a form elsewhere.
+var csp = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self' " +
+	strings.Join(stripeOrigins, " ")
+
+// SetHeaders sets the headers every dashboard answer carries (docs/dashboard.md, "Headers").
+// Pages show account data and one-time keys: never cache them, never frame them, and run only
+// the dashboard's own scripts and styles. The API server sets them on every request under Prefix
+// before anything else can answer, so that the answers it makes itself there (a body over 2 MB,
+// a method it does not route) carry them as well.
+func SetHeaders(hd http.Header) {
 	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	hd.Set("Content-Security-Policy", csp)
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "same-origin")
+}
+
+// ServeHTTP sets the headers every dashboard response carries and dispatches the request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	SetHeaders(w.Header())
 	// Every input is bounded: forms are small, so anything larger is refused unread. A list
 	// upload streams its file to the verification service, which holds it to the list limits;
 	// its form's own fields and boundaries get uploadSlack on top, and the body an idle deadline.

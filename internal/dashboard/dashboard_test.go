@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -689,11 +690,13 @@ func TestListUploadStreams(t *testing.T) {
 }
 
 // fakeCheckout stands in for Stripe Checkout (internal/billing, tested against stripe-mock): it
-// counts the sessions opened.
+// counts the sessions opened. Its pages are on Stripe's own origin, or on origin if set (a Stripe
+// account's custom domain).
 type fakeCheckout struct {
 	mu       sync.Mutex
 	sessions int
 	expires  []time.Time
+	origin   string
 }
 
 func (f *fakeCheckout) PrepareCustomer(context.Context, billing.CheckoutRequest) (string, error) {
@@ -705,7 +708,8 @@ func (f *fakeCheckout) CheckoutURL(_ context.Context, r billing.CheckoutRequest)
 	defer f.mu.Unlock()
 	f.sessions++
 	f.expires = append(f.expires, r.ExpiresAt)
-	return fmt.Sprintf("https://checkout.stripe.test/c/pay/cs_%d", f.sessions), nil
+	origin := cmp.Or(f.origin, "https://checkout.stripe.com")
+	return fmt.Sprintf("%s/c/pay/cs_%d", origin, f.sessions), nil
 }
 
 func (f *fakeCheckout) Sells(t plan.Tier) bool { return t != plan.Free }
