@@ -1,12 +1,15 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/httpbody"
@@ -34,6 +37,21 @@ func (s *Server) idempotentUpload() echo.MiddlewareFunc {
 		},
 		BodyError: s.uploadError,
 	})
+}
+
+// keepJSON stores with tx, the transaction of the request's effect, the answer that c.JSON would
+// give with status, the handler's headers h and v, as the answer of the request's Idempotency-Key
+// (idempotency.Keep): the key and the effect commit together (docs/api.md, "Idempotency").
+func keepJSON(ctx context.Context, keep idempotency.Keep, tx pgx.Tx, status int, h http.Header, v any) error {
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return keep(ctx, tx, status, h, append(body, '\n'))
 }
 
 // sandboxIdempotency keeps a sandbox key's Idempotency-Keys apart from its account's live ones

@@ -19,6 +19,7 @@ import (
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
+	"github.com/mailvet/mailvet/internal/testkit/tcpproxy"
 	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
@@ -327,6 +328,206 @@ func TestAsyncVerifyLostBeforeCommitReleasesItsHold(t *testing.T) {
 	}
 	r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-cut").
 		want(t, http.StatusAccepted, "")
+	if r.header.Get(idempotency.ReplayedHeader) == "true" {
+		t.Fatalf("the retry was a replay of an answer never stored: %v", r.header)
+	}
+}
+
+// proxiedAPI is a second API server on b's database and NATS whose Postgres connections pass
+// through a proxy the test cuts (pgtest.Proxied).
+func (b *verifyBundle) proxiedAPI(t *testing.T, name string) (*Server, *tcpproxy.Proxy) {
+	t.Helper()
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), name), Pool: pool, NATS: b.srv.nc, JS: b.js,
+		Ready: health.NewChecker(0), Local: b.engine})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore) // before the pool closes
+	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+	return api, pgProxy
+}
+
+// commitAfter matches what a connection sent once it carries the COMMIT (a simple-query message,
+// as pgx sends it) of a transaction that ran stmt.
+func commitAfter(stmt string) func(sent []byte) bool {
+	return func(sent []byte) bool {
+		i := bytes.Index(sent, []byte(stmt))
+		return i >= 0 && bytes.Contains(sent[i:], []byte("Q\x00\x00\x00\x0bcommit\x00"))
+	}
+}
+
+// A list upload whose transaction commits while the API loses the COMMIT's answer is answered
+// with an error, and the client uploads the file again with its Idempotency-Key: the retry gets
+// the list that was stored (202, replayed), not a second list, and that list holds and bills its
+// addresses once (docs/api.md, "Idempotency").
+func TestIdempotentListUploadWithLostCommitAnswer(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Builder)
+	api, pgProxy := b.proxiedAPI(t, "api-lost-list-commit")
+	file := "ann@acme.test\nbob@acme.test\nann@acme.test\n"
+	upload := func() reply {
+		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/lists?name=lost", key, file,
+			"Content-Type", "text/plain", idempotency.Header, "upload-lost")
+	}
+	pgProxy.CutAfter(commitAfter("INSERT INTO lists ("))
+	if first := upload(); first.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost the COMMIT's answer", first.status, first.raw)
+	}
+	// Postgres gets the COMMIT after the API saw its connection end.
+	var stored string
+	wait.For(t, 5*time.Second, "the list of the first attempt, committed although its answer was lost", func() bool {
+		return b.pool.QueryRow(context.Background(), `SELECT id::text FROM lists WHERE account_id = $1`, acct).Scan(&stored) == nil
+	})
+
+	again := upload().want(t, http.StatusAccepted, "")
+	if again.body["id"] != stored || again.header.Get("Location") != uploadPath+"/"+stored ||
+		again.header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("the retry answered list %v (%v), want the stored list %s replayed", again.body["id"], again.header, stored)
+	}
+	if again.body["state"] != "queued" || again.body["rows"] != float64(3) || again.body["unique"] != float64(2) {
+		t.Errorf("replayed list %v, want the list as stored: queued, 3 rows, 2 unique addresses", again.body)
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 1 {
+		t.Fatalf("%d lists, want the first attempt's only", n)
+	}
+	if c := b.usage(acct); c.Held != 2 || c.Holds != 1 {
+		t.Fatalf("counts %+v, want the one list's 2 addresses held once", c)
+	}
+	// The first attempt never started its list: the verifier workers' sweep starts a queued
+	// list; this test does not wait for it.
+	id, err := uuid.Parse(acct)
+	mustOK(t, err)
+	chunks, err := b.srv.lists.Start(context.Background(), id)
+	mustOK(t, err)
+	mustOK(t, queue.PublishChunks(context.Background(), b.js, queue.Layout{}, time.Second, chunks, nil))
+	b.waitList(key, stored, "completed")
+	if c := b.usage(acct); c.Billable != 2 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("counts %+v, want the list's 2 addresses billed once and nothing held", c)
+	}
+}
+
+// A list upload whose transaction breaks before its COMMIT stored nothing: no list, nothing
+// held, and its key is given back at once, so that the retry runs and stores the list.
+func TestListUploadLostBeforeCommitReleasesItsKey(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	acct, key := b.customer(plan.Builder)
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-list-cut"), Pool: pool, NATS: b.srv.nc, JS: b.js,
+		Ready: health.NewChecker(0), Local: b.engine})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore)
+	file := "ann@acme.test\nbob@acme.test\n"
+	upload := func() reply {
+		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/lists", key, file,
+			"Content-Type", "text/plain", idempotency.Header, "upload-cut")
+	}
+	pgProxy.CutAfter(func(sent []byte) bool { return bytes.Contains(sent, []byte("INSERT INTO list_addresses")) })
+	if r := upload(); r.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost its connection mid-transaction", r.status, r.raw)
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 0 {
+		t.Fatalf("%d lists after a transaction cut before its COMMIT, want none", n)
+	}
+	if c := b.usage(acct); c.Held != 0 || c.Holds != 0 {
+		t.Fatalf("counts %+v, want nothing held for a list never stored", c)
+	}
+	r := upload().want(t, http.StatusAccepted, "")
+	if r.header.Get(idempotency.ReplayedHeader) == "true" {
+		t.Fatalf("the retry was a replay of an answer never stored: %v", r.header)
+	}
+	if n := b.count(`SELECT count(*) FROM lists WHERE account_id = $1`, acct); n != 1 {
+		t.Fatalf("%d lists, want the retry's", n)
+	}
+}
+
+// keyServer is an API server (management routes only) whose Postgres connections pass through a
+// proxy the test cuts.
+func keyServer(t *testing.T) (*testBundle, *Server, *tcpproxy.Proxy) {
+	t.Helper()
+	b := setup(t, map[string]string{"MAILVET_PLAN_BUILDER_MAX_KEYS": "2"})
+	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	cfg, err := database.ParseConfig(url)
+	mustOK(t, err)
+	pool, err := database.OpenConfig(context.Background(), cfg)
+	mustOK(t, err)
+	t.Cleanup(pool.Close)
+	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-keys-cut"), Pool: pool, Ready: health.NewChecker(0)})
+	t.Cleanup(api.Close)
+	t.Cleanup(pgProxy.Restore)
+	return b, api, pgProxy
+}
+
+// A key creation whose transaction commits while the API loses the COMMIT's answer is answered
+// with an error, and the client retries with its Idempotency-Key: the retry gets the key that was
+// made, secret and all (the only time it is shown), not a second key counted against max_keys
+// (docs/api.md, "Idempotency").
+func TestIdempotentKeyCreationWithLostCommitAnswer(t *testing.T) {
+	t.Parallel()
+	b, api, pgProxy := keyServer(t)
+	a, mgmt := b.account(plan.Builder, "")
+	create := func() reply {
+		return callHandler(t, api.Handler(), http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "ci"},
+			idempotency.Header, "key-lost")
+	}
+	pgProxy.CutAfter(commitAfter("INSERT INTO api_keys"))
+	if first := create(); first.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost the COMMIT's answer", first.status, first.raw)
+	}
+	// Postgres gets the COMMIT after the API saw its connection end.
+	var stored, prefix string
+	wait.For(t, 5*time.Second, "the key of the first attempt, committed although its answer was lost", func() bool {
+		return b.pool.QueryRow(context.Background(), `SELECT id::text, prefix FROM api_keys WHERE account_id = $1 AND kind = 'standard'`,
+			a.ID).Scan(&stored, &prefix) == nil
+	})
+
+	again := create().want(t, http.StatusCreated, "")
+	raw, _ := again.body["key"].(string)
+	if again.body["id"] != stored || again.body["prefix"] != prefix || again.header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("the retry answered key %v %v (%v), want the stored key %s (%s) replayed", again.body["id"], again.body["prefix"], again.header, stored, prefix)
+	}
+	// The replayed secret is the stored key's: it authenticates.
+	keys := callHandler(t, api.Handler(), http.MethodGet, "/v1/management/keys", mgmt, nil).want(t, http.StatusOK, "")
+	if got := len(keys.body["keys"].([]any)); got != 1 {
+		t.Fatalf("%d keys, want the first attempt's only: %s", got, keys.raw)
+	}
+	callHandler(t, api.Handler(), http.MethodGet, "/v1/email/lists", raw, nil).want(t, http.StatusOK, "")
+	// One key counted against max_keys (2): one more fits.
+	callHandler(t, api.Handler(), http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "two"}).
+		want(t, http.StatusCreated, "")
+}
+
+// A key creation whose transaction breaks before its COMMIT made no key, and gives its
+// Idempotency-Key back at once: the retry runs and makes the key.
+func TestKeyCreationLostBeforeCommitReleasesItsKey(t *testing.T) {
+	t.Parallel()
+	b, api, pgProxy := keyServer(t)
+	a, mgmt := b.account(plan.Builder, "")
+	create := func() reply {
+		return callHandler(t, api.Handler(), http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "ci"},
+			idempotency.Header, "key-cut")
+	}
+	pgProxy.CutAfter(func(sent []byte) bool { return bytes.Contains(sent, []byte("INSERT INTO api_keys")) })
+	if r := create(); r.status < 500 {
+		t.Fatalf("first attempt %d %s: want an error, the API lost its connection mid-transaction", r.status, r.raw)
+	}
+	var n int
+	pgtest.Must(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard'`,
+		a.ID).Scan(&n), "count keys")
+	if n != 0 {
+		t.Fatalf("%d keys after a transaction cut before its COMMIT, want none", n)
+	}
+	r := create().want(t, http.StatusCreated, "")
 	if r.header.Get(idempotency.ReplayedHeader) == "true" {
 		t.Fatalf("the retry was a replay of an answer never stored: %v", r.header)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/idempotency"
 )
 
 // keyJSON is a listed standard key (docs/api.md): never the raw key.
@@ -80,18 +81,38 @@ func (s *Server) createKey(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	var k account.CreatedKey
+	// The answer of the request's Idempotency-Key commits with the key: a key made while the API
+	// lost its COMMIT's answer is what the retry gets, its secret included (sealed, as every
+	// kept answer is), not a second key counted against max_keys.
+	keep, kept := idempotency.KeepOf(c), false
 	err := s.audited(ctx, func(tx pgx.Tx) error {
 		var err error
 		k, err = account.NewStore(tx).CreateStandardKeyIn(ctx, principalOf(c).AccountID, *req.Label, mode, "", s.cfg.Plans.MaxKeys)
 		if err != nil {
 			return err
 		}
-		return record(ctx, tx, s.auditEvent(c, audit.KeyCreated, keyDetail(k.Key)))
+		if err := record(ctx, tx, s.auditEvent(c, audit.KeyCreated, keyDetail(k.Key))); err != nil || keep == nil {
+			return err
+		}
+		if err := keepJSON(ctx, keep, tx, http.StatusCreated, nil, createdKey(k)); err != nil {
+			return err
+		}
+		kept = true
+		return nil
 	})
 	if err != nil {
+		if kept {
+			// Only the COMMIT followed the Keep: the key may be stored with its answer.
+			idempotency.MayHaveCommitted(c)
+		}
 		return err
 	}
-	return c.JSON(http.StatusCreated, createdKeyJSON{keyJSON: toKeyJSON(k.Key), Key: k.Raw, Warning: KeyWarning})
+	return c.JSON(http.StatusCreated, createdKey(k))
+}
+
+// createdKey is the answer to a key creation: the one response that carries the raw key.
+func createdKey(k account.CreatedKey) createdKeyJSON {
+	return createdKeyJSON{keyJSON: toKeyJSON(k.Key), Key: k.Raw, Warning: KeyWarning}
 }
 
 func (s *Server) deleteKey(c echo.Context) error {

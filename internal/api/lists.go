@@ -11,11 +11,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/clientaddr"
 	"github.com/mailvet/mailvet/internal/dashboard"
 	"github.com/mailvet/mailvet/internal/httpbody"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/problem"
 	"github.com/mailvet/mailvet/internal/verdict"
@@ -134,8 +136,30 @@ func (s *Server) uploadList(c echo.Context) error {
 	limit := s.cfg.Lists.MaxBytes
 	body := httpbody.WithMinRate(c.Response(), http.MaxBytesReader(c.Response(), req.Body, limit), s.uploadIdle,
 		time.Now().Add(s.uploadReceive), s.cfg.Uploads.MinRate, s.uploadRateGrace)
-	l, err := s.verify.UploadList(req.Context(), verification.ListUpload{Caller: s.verifyCaller(c), Format: format,
-		Column: column, Name: name, WebhookURL: hook, WebhookSecret: secret, Address: address, Size: req.ContentLength}, body)
+	up := verification.ListUpload{Caller: s.verifyCaller(c), Format: format,
+		Column: column, Name: name, WebhookURL: hook, WebhookSecret: secret, Address: address, Size: req.ContentLength}
+	// The answer of the request's Idempotency-Key commits with its list: a list stored while the
+	// API lost its COMMIT's answer is what the key's retry gets, not a second list. The file is
+	// spooled whole before the list's transaction begins, so the request is hashed, and its Keep
+	// known, by then.
+	kept := false
+	up.Stored = func(ctx context.Context, tx pgx.Tx, l list.List) error {
+		keep := idempotency.KeepOf(c)
+		if keep == nil {
+			return nil
+		}
+		h := http.Header{echo.HeaderLocation: {uploadPath + "/" + l.ID.String()}}
+		if err := keepJSON(ctx, keep, tx, http.StatusAccepted, h, l.View(s.cfg.PublicURL, s.now())); err != nil {
+			return err
+		}
+		kept = true
+		return nil
+	}
+	l, err := s.verify.UploadList(req.Context(), up, body)
+	if err != nil && kept {
+		// Only the COMMIT followed the Keep: the list may be stored with its answer.
+		idempotency.MayHaveCommitted(c)
+	}
 	var busy *verification.UploadBusyError
 	if errors.As(err, &busy) && busy.Holders != nil {
 		s.log.Warn("upload refused: no upload slot", "account", busy.Account, "address", busy.Address, "reason", busy.Reason,

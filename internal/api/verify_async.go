@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -27,13 +26,8 @@ func (s *Server) verifyAsync(c echo.Context, start time.Time, hookURL string, se
 		// the API lost its COMMIT's answer is what the key's retry gets, not a second job.
 		req.Stored = func(ctx context.Context, tx pgx.Tx, id uuid.UUID, w verification.Window) error {
 			h := http.Header{}
-			h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 			rateHeaders(h, w)
-			body, err := json.Marshal(asyncAnswer(id))
-			if err != nil {
-				return err
-			}
-			return keep(ctx, tx, http.StatusAccepted, h, append(body, '\n'))
+			return keepJSON(ctx, keep, tx, http.StatusAccepted, h, asyncAnswer(id))
 		}
 	}
 	id, w, err := s.verify.Async(c.Request().Context(), req, email, cb)

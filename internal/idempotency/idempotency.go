@@ -199,12 +199,12 @@ func (g *Guard) replay(c echo.Context, rt Route, sum []byte, account, key string
 }
 
 // Keep stores the response of a request that holds its Idempotency-Key with db, the transaction
-// that makes the request's effect (an asynchronous job), so that the two commit together: when
-// that commit succeeds but its answer is lost, the handler answers an error (and calls
-// MayHaveCommitted) while the effect is stored, and a retry gets this response, not a second
-// effect (docs/api.md, "Idempotency"). A handler that goes on to answer normally has its actual
-// response stored over it; one that answers an error otherwise gives the key back, response and
-// all (an effect undone after its commit).
+// that makes the request's effect (an asynchronous job, a list, an API key), so that the two
+// commit together: when that commit succeeds but its answer is lost, the handler answers an error
+// (and calls MayHaveCommitted) while the effect is stored, and a retry gets this response, not a
+// second effect (docs/api.md, "Idempotency"). A handler that goes on to answer normally has its
+// actual response stored over it; one that answers an error otherwise gives the key back,
+// response and all (an effect undone after its commit).
 type Keep func(ctx context.Context, db database.DB, status int, header http.Header, body []byte) error
 
 // MayHaveCommitted says that the error the handler of c answers may follow a transaction that
@@ -213,10 +213,15 @@ type Keep func(ctx context.Context, db database.DB, status int, header http.Head
 func MayHaveCommitted(c echo.Context) { c.Set(mayHaveCommittedKey, true) }
 
 // KeepOf returns the Keep of the request c, or nil when it holds no Idempotency-Key, or when its
-// body is a stream not hashed yet.
+// body is a stream not read to its end yet: a stream route's request is hashed as it is read, so
+// its Keep exists once the handler has read the whole body (a list upload's file is spooled
+// before its transaction begins).
 func KeepOf(c echo.Context) Keep {
-	k, _ := c.Get(keepKey).(Keep)
-	return k
+	k, _ := c.Get(keepKey).(func() Keep)
+	if k == nil {
+		return nil
+	}
+	return k()
 }
 
 // NotDelivered says that the response of the request c did not reach the client and that the
@@ -254,11 +259,18 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 		body = &hashingBody{ReadCloser: req.Body, h: requestHash(c, rt)}
 		req.Body = body
 	}
-	if sum != nil {
-		c.Set(keepKey, Keep(func(ctx context.Context, db database.DB, status int, header http.Header, body []byte) error {
-			return completeIn(ctx, db, account, key, owner, record{hash: sum, status: status, header: replayHeader(header), body: body})
-		}))
-	}
+	c.Set(keepKey, func() Keep {
+		h := sum
+		if h == nil {
+			if !body.eof {
+				return nil // the hash is not the request's until the whole body is read
+			}
+			h = body.h.Sum(nil)
+		}
+		return func(ctx context.Context, db database.DB, status int, header http.Header, b []byte) error {
+			return completeIn(ctx, db, account, key, owner, record{hash: h, status: status, header: replayHeader(header), body: b})
+		}
+	})
 	rec := &recorder{ResponseWriter: c.Response().Writer}
 	c.Response().Writer = rec
 	err := next(c)

@@ -263,6 +263,56 @@ func TestUndeliveredAnswerIsNotKept(t *testing.T) {
 	}
 }
 
+// A stream route's request has a Keep once its handler has read the whole body, and not before:
+// only then is the request's hash known. That Keep works as a JSON route's: the answer it stored
+// before an unsure failure is the retry's, and the retry's body is compared with the first's.
+func TestStreamKeepOnceTheBodyIsRead(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, true)
+	h.e.POST("/kept", func(c echo.Context) error {
+		if KeepOf(c) != nil {
+			return errors.New("a Keep before the stream was read")
+		}
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		keep := KeepOf(c)
+		if keep == nil {
+			return errors.New("no Keep for a stream read to its end")
+		}
+		n := h.runs.Add(1)
+		if err := keep(c.Request().Context(), h.pool, http.StatusCreated, http.Header{"Location": {fmt.Sprintf("/things/%d", n)}},
+			[]byte(fmt.Sprintf("thing %d of %q", n, body))); err != nil {
+			return err
+		}
+		MayHaveCommitted(c)
+		return c.String(http.StatusServiceUnavailable, "the commit's answer was lost")
+	}, h.guard.Middleware(Route{Stream: true, Body: func(c echo.Context) io.Reader { return c.Request().Body },
+		BodyError: func(err error) error { return err }}))
+	post := func(body string) *http.Response {
+		req := httptest.NewRequest(http.MethodPost, "/kept", strings.NewReader(body))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k-stream")
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	if r := post("file"); r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d %s", r.StatusCode, text(t, r))
+	}
+	r := post("file")
+	if body := text(t, r); r.StatusCode != http.StatusCreated || body != `thing 1 of "file"` || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %v, want the answer kept with the effect", r.StatusCode, body, r.Header)
+	}
+	if r := post("another file"); r.StatusCode != http.StatusConflict {
+		t.Fatalf("another body with the key: %d %s, want refused", r.StatusCode, text(t, r))
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs %d, want 1", n)
+	}
+}
+
 // Concurrent duplicates wait for the first and replay it: one run, the same answer for all.
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	t.Parallel()

@@ -151,17 +151,24 @@ func Live(alias string) string {
 // snapshot, so the counts always add up to the list's verified.
 func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (l List, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
-		if l, err = scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2
-			AND `+Live("lists"), id, account)); err != nil {
-			return err
-		}
-		l.Counts, err = counts(ctx, tx, id)
+		l, err = get(ctx, tx, account, id)
 		return err
 	})
 	if err != nil {
 		return List{}, err
 	}
 	return l, nil
+}
+
+// get reads one list of the account with its counts in tx.
+func get(ctx context.Context, tx pgx.Tx, account string, id uuid.UUID) (List, error) {
+	l, err := scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2
+		AND `+Live("lists"), id, account))
+	if err != nil {
+		return List{}, err
+	}
+	l.Counts, err = counts(ctx, tx, id)
+	return l, err
 }
 
 // Page sizes of Page.

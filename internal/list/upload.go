@@ -28,14 +28,19 @@ type Upload struct {
 	// Sandbox: the upload's key is a sandbox key. The list is then answered by the sandbox and
 	// admitted against nothing: no hold, no quota, no spend cap (docs/sandbox.md).
 	Sandbox bool
+	// Stored, when set, runs last inside the import's transaction, just before its COMMIT, with
+	// the list as stored: the API keeps the request's Idempotency-Key answer there, so that the
+	// key and the list commit together (docs/api.md, "Idempotency").
+	Stored func(ctx context.Context, tx pgx.Tx, l List) error
 }
 
 // Import stores an upload in one transaction — its rows by COPY as they are read, its unique
 // addresses, and the admission of those addresses against the free tier's monthly quota or a
 // paid tier's spend cap — and returns the list, queued. Any error leaves nothing stored and
 // nothing charged: an *InputError or *TooManyRowsError from the file, a usage refusal
-// (*usage.QuotaExceeded, *usage.SpendCapExceeded) or a datastore error. The caller starts the
-// list with Start.
+// (*usage.QuotaExceeded, *usage.SpendCapExceeded) or a datastore error; the one exception is a
+// COMMIT whose answer was lost, after which the list may be stored, queued and held. The caller
+// starts the list with Start.
 //
 // Only the statements whose work grows with the file (its COPY, the numbering of its unique
 // addresses, the commit) have the bulk budget. The others — taking a connection and beginning,
@@ -120,9 +125,17 @@ func (s *Store) Import(ctx context.Context, u Upload, rd *Reader) (List, error) 
 		chunks = (int(unique) + s.cfg.ChunkSize - 1) / s.cfg.ChunkSize
 		qctx, qcancel = quick()
 		defer qcancel()
-		_, err = tx.Exec(qctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4 WHERE id = $1`,
-			id, rd.Rows(), unique, chunks)
-		return err
+		if _, err = tx.Exec(qctx, `UPDATE lists SET rows = $2, unique_addresses = $3, chunks = $4 WHERE id = $1`,
+			id, rd.Rows(), unique, chunks); err != nil || u.Stored == nil {
+			return err
+		}
+		sctx, scancel := quick()
+		defer scancel()
+		l, err := get(sctx, tx, u.AccountID, id)
+		if err != nil {
+			return err
+		}
+		return u.Stored(sctx, tx, l)
 	}()
 	if err == nil {
 		err = tx.Commit(ctx)

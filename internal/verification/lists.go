@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
@@ -280,13 +281,17 @@ type ListUpload struct {
 	Address string
 	// Size is the announced size of the file (Content-Length), -1 or 0 when not announced.
 	Size int64
+	// Stored, when set, runs inside the transaction that stores the list, just before its
+	// COMMIT (list.Upload.Stored).
+	Stored func(ctx context.Context, tx pgx.Tx, l list.List) error
 }
 
 // UploadList receives file, stores it as a list, admits its unique addresses and starts it
 // (docs/lists.md). The adapter has checked the upload's parameters; this refuses an upload that
 // cannot run (the broker down), is announced larger than the limit, or finds no upload slot
 // before it reads any of file, and holds file to the size and row limits as it reads it. Any
-// error leaves nothing stored and nothing charged.
+// error leaves nothing stored and nothing charged, but a COMMIT whose answer was lost: its list
+// may be stored, held and queued, and the workers' sweep then starts it (docs/reliability.md).
 func (s *Service) UploadList(ctx context.Context, u ListUpload, file io.Reader) (list.List, error) {
 	if !s.fleet.Up() {
 		return list.List{}, unavailable(queue.ErrUnavailable) // before reading the file: it could not run
@@ -330,7 +335,7 @@ func (s *Service) UploadList(ctx context.Context, u ListUpload, file io.Reader) 
 	defer cancel()
 	// A sandbox key's list carries Sandbox and is not admitted against the quota (docs/sandbox.md).
 	l, err := s.lists.Import(ictx, list.Upload{AccountID: who.Account, KeyID: who.Key, Tier: who.Tier, Plan: who.Limits,
-		Name: u.Name, WebhookURL: u.WebhookURL, WebhookSecret: secret, Now: s.now(), Sandbox: who.Sandbox}, rd)
+		Name: u.Name, WebhookURL: u.WebhookURL, WebhookSecret: secret, Now: s.now(), Sandbox: who.Sandbox, Stored: u.Stored}, rd)
 	if err != nil {
 		return list.List{}, err
 	}
