@@ -147,3 +147,31 @@ func TestPrivateMXIsNeverDialled(t *testing.T) {
 		t.Fatalf("the prober opened %d sessions", s.Sessions)
 	}
 }
+
+// A server that took the connection and then broke SMTP — lines of one reply with different
+// codes, a reply line longer than the prober reads — leaves the address unknown with reason
+// temporarily_unavailable: it was reached, so never connection_refused, and never a verdict read
+// from the broken reply.
+func TestServerBreakingTheProtocolIsNotARefusedConnection(t *testing.T) {
+	t.Parallel()
+	for name, rcpt := range map[string]string{
+		"codes differ":  "550-5.1.1 No such user\r\n250 Ok",
+		"line too long": "550 5.1.1 " + strings.Repeat("x", 8<<10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w, err := mailsim.Start(mailsim.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w.Close)
+			w.AddDomain("broken.test", mailsim.Domain{A: []string{"127.0.0.1"}})
+			port, _ := rawMX(t, rcpt)
+			v := hostileVerifier(t, w, port, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+			r := v.Verify(context.Background(), "ann@broken.test")
+			if r.Status != verdict.StatusUnknown || r.Reason != verdict.ReasonTemporarilyUnavail || r.SMTPReply != nil {
+				t.Fatalf("%s, want unknown, temporarily_unavailable, no reply", jsonOf(r))
+			}
+		})
+	}
+}

@@ -70,6 +70,9 @@ func errReason(err error) verdict.Reason {
 		return verdict.ReasonSenderRejected
 	case strings.Contains(msg, "STARTTLS:"), strings.Contains(msg, "TLS handshake:"):
 		return verdict.ReasonTLSFailed
+	case errors.Is(err, smtp.ErrProtocol):
+		// It took the connection and broke SMTP: it was reached, so not connection_refused.
+		return verdict.ReasonTemporarilyUnavail
 	case errors.Is(err, smtp.ErrNoHost):
 		// Every MX address was tried and none gave a session: refused, unreachable, a banner
 		// that was not 220, or a tarpit that let the connection time out.

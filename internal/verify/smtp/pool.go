@@ -1,6 +1,7 @@
 package smtp
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -111,6 +112,10 @@ func (pl *pool) requeueJobs(js []*job, penalty bool) {
 		case j.attempts > 3 && j.lastReply.Code != 0:
 			// Sessions were had, and each ended with a 421: a busy server, not a refused one.
 			j.finish(Result{Verdict: Unknown, Host: j.host(), Reply: j.lastReply})
+		case j.attempts > 3 && j.lastErr != nil:
+			// Sessions were had and each failed: why the last one did (a server breaking the
+			// protocol, say) is the answer's reason, not a refused connection.
+			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: fmt.Errorf("%w: %w", ErrNoHost, j.lastErr)})
 		case j.attempts > 3:
 			j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrNoHost})
 		default:

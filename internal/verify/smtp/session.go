@@ -431,6 +431,7 @@ func (s *session) abandon(batch []rcpt, err error, final bool) {
 		case it.j.expired(now) || isTimeout(err):
 			it.j.finish(Result{Verdict: Unknown, Host: it.j.host(), Err: fmt.Errorf("%w: %v", ErrTimeout, err)})
 		default:
+			it.j.lastErr = err
 			back = append(back, it.j)
 		}
 	}
@@ -460,7 +461,7 @@ func isTimeout(err error) bool {
 // command was about to be sent, or that followed the last reply a write asked for. The server
 // talks before its turn (an early talker) or answers some command twice; either way which reply
 // answers which command is no longer known, so none of them is trusted.
-var errUnsolicited = errors.New("smtp: the server sent a reply no command asked for")
+var errUnsolicited = fmt.Errorf("%w: it sent a reply no command asked for", ErrProtocol)
 
 // send writes cmds and reads one reply per command: all in one write when the server offers
 // PIPELINING (RFC 2920), otherwise one at a time. It returns the replies read before any error,
@@ -516,21 +517,24 @@ func (s *session) read() (Reply, error) {
 	first := 0
 	for n := 0; ; n++ {
 		line, err := s.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return Reply{}, fmt.Errorf("%w: a reply line longer than %d bytes", ErrProtocol, s.r.Size())
+		}
 		if err != nil {
 			return Reply{}, err
 		}
 		l := strings.TrimRight(string(line), "\r\n")
 		if len(l) < 3 || n >= maxReplyLines {
-			return Reply{}, fmt.Errorf("malformed reply %q", l)
+			return Reply{}, fmt.Errorf("%w: malformed reply %q", ErrProtocol, l)
 		}
 		code, err := strconv.Atoi(l[:3])
 		if err != nil || code < 200 || code > 599 {
-			return Reply{}, fmt.Errorf("malformed reply %q", l)
+			return Reply{}, fmt.Errorf("%w: malformed reply %q", ErrProtocol, l)
 		}
 		if n == 0 {
 			first = code
 		} else if code != first {
-			return Reply{}, fmt.Errorf("malformed reply: code %d after %d", code, first)
+			return Reply{}, fmt.Errorf("%w: malformed reply: code %d after %d", ErrProtocol, code, first)
 		}
 		text := ""
 		if len(l) > 4 {
@@ -545,7 +549,7 @@ func (s *session) read() (Reply, error) {
 			return Reply{Code: code, Enhanced: enh, Text: rest}, nil
 		}
 		if l[3] != '-' {
-			return Reply{}, fmt.Errorf("malformed reply %q", l)
+			return Reply{}, fmt.Errorf("%w: malformed reply %q", ErrProtocol, l)
 		}
 	}
 }

@@ -66,6 +66,9 @@ var (
 	ErrNoHost  = errors.New("smtp: no MX host could be reached")
 	ErrBlocked = errors.New("smtp: provider blocks probing")
 	ErrClosed  = errors.New("smtp: prober closed")
+	// ErrProtocol is a server that took the connection and broke SMTP: a malformed reply, or
+	// replies out of turn (docs/architecture.md, "Misbehaving servers").
+	ErrProtocol = errors.New("smtp: the server broke the protocol")
 
 	// ErrForbiddenAddress explains an Unknown verdict whose MX addresses are all private or
 	// reserved (and not in Config.AllowCIDRs): they were not dialled. It wraps
@@ -406,7 +409,7 @@ func (p *Prober) failover(j *job, err error) {
 			j.finish(Result{Verdict: Unknown, Host: j.targets[len(j.targets)-1].host, Err: err})
 			return
 		}
-		r := Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrNoHost, err)}
+		r := Result{Verdict: Unknown, Err: fmt.Errorf("%w: %w", ErrNoHost, err)}
 		var be *bannerError
 		if errors.As(err, &be) {
 			// The last host took the connection and greeted with a refusal (421 busy, 554 no
@@ -440,6 +443,7 @@ type job struct {
 	unreachedFor   time.Duration
 	attempts       int   // times it was handed back unanswered
 	lastReply      Reply // the 421 it was last handed back after, if any: its answer when attempts run out
+	lastErr        error // the failure of the session it was last handed back from, if any
 	reached        bool  // some target failed for a reason other than a forbidden address
 	finishFn       func(Result)
 	finished       atomic.Bool
