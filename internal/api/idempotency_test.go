@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"net/http"
 	"strings"
 	"sync"
@@ -226,17 +227,7 @@ func TestIdempotentAsyncVerifyWithLostCommitAnswer(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
 	acct, key := b.customer(plan.Builder)
-	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
-	cfg, err := database.ParseConfig(url)
-	mustOK(t, err)
-	pool, err := database.OpenConfig(context.Background(), cfg)
-	mustOK(t, err)
-	t.Cleanup(pool.Close)
-	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-lost-commit"), Pool: pool, NATS: b.srv.nc, JS: b.js,
-		Ready: health.NewChecker(0), Local: b.engine})
-	t.Cleanup(api.Close)
-	t.Cleanup(pgProxy.Restore) // before the pool closes
-	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+	api, pgProxy := b.proxiedAPI(t, "api-lost-commit", true)
 
 	body := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
 	verify := func() reply {
@@ -303,17 +294,7 @@ func TestAsyncVerifyLostBeforeCommitReleasesItsHold(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
 	acct, key := b.customer(plan.Builder)
-	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
-	cfg, err := database.ParseConfig(url)
-	mustOK(t, err)
-	pool, err := database.OpenConfig(context.Background(), cfg)
-	mustOK(t, err)
-	t.Cleanup(pool.Close)
-	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-lost-insert"), Pool: pool, NATS: b.srv.nc, JS: b.js,
-		Ready: health.NewChecker(0), Local: b.engine})
-	t.Cleanup(api.Close)
-	t.Cleanup(pgProxy.Restore)
-	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+	api, pgProxy := b.proxiedAPI(t, "api-lost-insert", true)
 
 	body := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
 	pgProxy.CutAfter(func(sent []byte) bool { return bytes.Contains(sent, []byte("INSERT INTO jobs")) })
@@ -333,21 +314,31 @@ func TestAsyncVerifyLostBeforeCommitReleasesItsHold(t *testing.T) {
 	}
 }
 
-// proxiedAPI is a second API server on b's database and NATS whose Postgres connections pass
-// through a proxy the test cuts (pgtest.Proxied).
-func (b *verifyBundle) proxiedAPI(t *testing.T, name string) (*Server, *tcpproxy.Proxy) {
+// proxiedPool is a pool on connString's database whose connections pass through a proxy the
+// test cuts (pgtest.Proxied).
+func proxiedPool(t *testing.T, connString string) (*pgxpool.Pool, *tcpproxy.Proxy) {
 	t.Helper()
-	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
+	url, pgProxy := pgtest.Proxied(t, connString)
 	cfg, err := database.ParseConfig(url)
 	mustOK(t, err)
 	pool, err := database.OpenConfig(context.Background(), cfg)
 	mustOK(t, err)
 	t.Cleanup(pool.Close)
+	t.Cleanup(pgProxy.Restore) // before the pool closes
+	return pool, pgProxy
+}
+
+// proxiedAPI is a second API server on b's database and NATS whose Postgres connections pass
+// through a proxy the test cuts; with workers, it waits until it sees b's verifier worker.
+func (b *verifyBundle) proxiedAPI(t *testing.T, name string, workers bool) (*Server, *tcpproxy.Proxy) {
+	t.Helper()
+	pool, pgProxy := proxiedPool(t, b.pool.Config().ConnString())
 	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), name), Pool: pool, NATS: b.srv.nc, JS: b.js,
 		Ready: health.NewChecker(0), Local: b.engine})
 	t.Cleanup(api.Close)
-	t.Cleanup(pgProxy.Restore) // before the pool closes
-	wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+	if workers {
+		wait.For(t, 15*time.Second, "the API under test to see the verifier worker", func() bool { return api.dispatch.WorkersAlive(context.Background()) })
+	}
 	return api, pgProxy
 }
 
@@ -368,7 +359,7 @@ func TestIdempotentListUploadWithLostCommitAnswer(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
 	acct, key := b.customer(plan.Builder)
-	api, pgProxy := b.proxiedAPI(t, "api-lost-list-commit")
+	api, pgProxy := b.proxiedAPI(t, "api-lost-list-commit", false)
 	file := "ann@acme.test\nbob@acme.test\nann@acme.test\n"
 	upload := func() reply {
 		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/lists?name=lost", key, file,
@@ -417,16 +408,7 @@ func TestListUploadLostBeforeCommitReleasesItsKey(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})
 	acct, key := b.customer(plan.Builder)
-	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
-	cfg, err := database.ParseConfig(url)
-	mustOK(t, err)
-	pool, err := database.OpenConfig(context.Background(), cfg)
-	mustOK(t, err)
-	t.Cleanup(pool.Close)
-	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-list-cut"), Pool: pool, NATS: b.srv.nc, JS: b.js,
-		Ready: health.NewChecker(0), Local: b.engine})
-	t.Cleanup(api.Close)
-	t.Cleanup(pgProxy.Restore)
+	api, pgProxy := b.proxiedAPI(t, "api-list-cut", false)
 	file := "ann@acme.test\nbob@acme.test\n"
 	upload := func() reply {
 		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/lists", key, file,
@@ -456,15 +438,9 @@ func TestListUploadLostBeforeCommitReleasesItsKey(t *testing.T) {
 func keyServer(t *testing.T) (*testBundle, *Server, *tcpproxy.Proxy) {
 	t.Helper()
 	b := setup(t, map[string]string{"MAILVET_PLAN_BUILDER_MAX_KEYS": "2"})
-	url, pgProxy := pgtest.Proxied(t, b.pool.Config().ConnString())
-	cfg, err := database.ParseConfig(url)
-	mustOK(t, err)
-	pool, err := database.OpenConfig(context.Background(), cfg)
-	mustOK(t, err)
-	t.Cleanup(pool.Close)
+	pool, pgProxy := proxiedPool(t, b.pool.Config().ConnString())
 	api := New(Deps{Config: b.cfg, Log: app.NewLogger(testLogOut(t), "api-keys-cut"), Pool: pool, Ready: health.NewChecker(0)})
 	t.Cleanup(api.Close)
-	t.Cleanup(pgProxy.Restore)
 	return b, api, pgProxy
 }
 
