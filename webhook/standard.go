@@ -14,8 +14,9 @@ import (
 // The Standard Webhooks headers Mailvet sends beside X-Service-Signature (docs/api.md,
 // "Signature"). Header names are case-insensitive; http.Header.Get takes care of that.
 const (
-	// HeaderID is the delivery's id: the same on every attempt of one delivery (a replay is a
-	// new delivery with an id of its own), and equal to X-Mailvet-Delivery.
+	// HeaderID is the original delivery's id: the same on every attempt of one delivery and on
+	// every replay of it (a replay is a new delivery whose own id is in X-Mailvet-Delivery), so
+	// deduplicating on it also catches a replay of a callback already processed.
 	HeaderID = "webhook-id"
 	// HeaderTimestamp is when this attempt was sent, in Unix seconds.
 	HeaderTimestamp = "webhook-timestamp"

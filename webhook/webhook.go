@@ -24,8 +24,8 @@
 //
 //	err := webhook.VerifyRequest(r.Header, body, secret, webhook.VerifyOptions{RequireStandard: true})
 //
-// Deduplicate deliveries on webhook-id (equal to X-Mailvet-Delivery; docs/api.md, "The callback
-// request"). This package is the one implementation of both schemes: the service's own webhook
+// Deduplicate deliveries on webhook-id, the same on every attempt and every replay of a callback
+// (docs/api.md, "The callback request"). This package is the one implementation of both schemes: the service's own webhook
 // worker signs with Sign and SignStandard.
 package webhook
 

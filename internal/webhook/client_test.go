@@ -114,7 +114,10 @@ func TestClassify(t *testing.T) {
 		{3, 0, true, false, outcomeFailed},
 		{1, 0, false, true, outcomeFailed},
 		{1, 404, false, false, outcomeFailed},
-		{1, 429, false, false, outcomeFailed},
+		{1, 410, false, false, outcomeFailed},
+		{1, 429, false, false, outcomeRetry},
+		{2, 429, false, false, outcomeRetry},
+		{3, 429, false, false, outcomeFailed},
 		{1, 302, false, false, outcomeFailed},
 		{1, 304, false, false, outcomeFailed},
 	}

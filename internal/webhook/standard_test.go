@@ -1,12 +1,16 @@
 package webhook
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"net/http"
 	"net/textproto"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/webhook"
 )
 
@@ -78,6 +82,71 @@ func TestUnsignedDeliveryHasNoStandardHeaders(t *testing.T) {
 			if _, ok := h.header[textproto.CanonicalMIMEHeaderKey(name)]; ok {
 				t.Errorf("unsigned delivery carries %s", name)
 			}
+		}
+	}
+}
+
+// A receiver may get the same callback more than once: an attempt cut off by a worker crash
+// after it arrived is made again, and a failed delivery may be replayed. Every one of those
+// requests carries the same webhook-id, the original delivery's id, and the same body bytes, so a
+// receiver that deduplicates on webhook-id (as Standard Webhooks libraries do) processes it once;
+// X-Mailvet-Delivery names the delivery each request belongs to (docs/api.md, "Signature").
+func TestWebhookIDStableAcrossCrashRetryAndReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	arrived1 := make(chan struct{})
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		switch n {
+		case 1:
+			close(arrived1)
+			<-r.Context().Done() // hang until the worker goes away
+		case 2:
+			w.WriteHeader(http.StatusGone)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	o := Options{AttemptTimeout: time.Second, AckWait: 4 * time.Second, DrainTimeout: time.Millisecond,
+		Client: ClientOptions{AllowPrivate: true}}
+	first := b.startWorker(t, o)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	id := b.create(t, b.accountID, rc.url("/cb"), secret, sampleBody, true)
+	waitChan(t, arrived1, "attempt 1")
+	first.stop() // DrainTimeout 1 ms: the attempt in flight is abandoned as in a crash
+	b.startWorker(t, o)
+	if r := b.waitFinal(t, id, 20*time.Second); r.state != StateFailed || r.attempts != 2 {
+		t.Fatalf("delivery %+v, want failed after an interrupted attempt and a 410", r)
+	}
+	if as := b.attempts(t, id); len(as) != 2 || as[0].err == nil || *as[0].err != interruptedError {
+		t.Fatalf("attempt log %+v, want interrupted then 410", as)
+	}
+	replay, err := Replay(context.Background(), b.pool, b.js, queue.Layout{}, b.accountID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.waitFinal(t, replay, 15*time.Second); r.state != StateDelivered {
+		t.Fatalf("replay %+v, want delivered", r)
+	}
+	hits := rc.snapshot()
+	if len(hits) != 3 {
+		t.Fatalf("receiver got %d requests, want 3", len(hits))
+	}
+	wantDelivery := []string{id.String(), id.String(), replay.String()}
+	for i, h := range hits {
+		if got := h.header.Get("webhook-id"); got != id.String() {
+			t.Errorf("request %d webhook-id %q, want the original delivery's %s", i+1, got, id)
+		}
+		if got := h.header.Get("X-Mailvet-Delivery"); got != wantDelivery[i] {
+			t.Errorf("request %d X-Mailvet-Delivery %q, want %s", i+1, got, wantDelivery[i])
+		}
+		if !bytes.Equal(h.body, sampleBody) {
+			t.Errorf("request %d body %q, want the stored bytes", i+1, h.body)
+		}
+		if err := webhook.VerifyRequest(h.header, h.body, secret, webhook.VerifyOptions{RequireStandard: true, Now: func() time.Time { return h.at }}); err != nil {
+			t.Errorf("request %d Standard Webhooks signature: %v", i+1, err)
+		}
+		if err := Verify([]byte(secret), h.body, h.header.Get(SignatureHeader)); err != nil {
+			t.Errorf("request %d X-Service-Signature: %v", i+1, err)
 		}
 	}
 }

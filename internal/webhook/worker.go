@@ -26,6 +26,7 @@ import (
 	"github.com/mailvet/mailvet/internal/loop"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/queuelag"
+	"github.com/mailvet/mailvet/internal/safetext"
 	"github.com/mailvet/mailvet/internal/sealed"
 )
 
@@ -213,7 +214,11 @@ func (w *Worker) RunRetention(ctx context.Context) error {
 
 // claimed is a delivery whose next attempt this worker owns.
 type claimed struct {
-	id        uuid.UUID
+	id uuid.UUID
+	// root is the delivery this one replays, or id itself: the webhook-id of every attempt, so
+	// that a receiver deduplicating on it takes a replay for the callback it may already have
+	// (docs/api.md, "Signature").
+	root      uuid.UUID
 	attempt   int
 	url       string
 	body      []byte
@@ -266,15 +271,17 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	out := classify(c.attempt, res.status, res.transport, res.final)
 	var backoff time.Duration
 	if out == outcomeRetry {
-		backoff = Backoff(c.attempt)
+		// A receiver's Retry-After may lengthen the schedule's wait, never shorten it.
+		backoff = max(Backoff(c.attempt), res.retryAfter)
 	}
 	w.m.attempts.WithLabelValues(res.label).Inc()
 	w.m.attemptDur.Observe(res.duration.Seconds())
 
 	var createdAt time.Time
+	var applied bool
 	for try := 0; ; try++ {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		createdAt, err = w.finish(fctx, c, res, out, backoff-time.Since(failedAt))
+		createdAt, applied, err = w.finish(fctx, c, res, out, backoff-time.Since(failedAt))
 		cancel()
 		if err == nil || try == 2 || ctx.Err() != nil {
 			break
@@ -287,10 +294,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(w.o.lease())
 		return
 	}
-	switch out {
-	case outcomeRetry:
+	switch {
+	case !applied:
+		// Another attempt moved the delivery on (finish), perhaps redelivered this very message.
+		// claim is what knows whether anything is left to do: it acks a finished delivery and
+		// makes a retrying one wait out its backoff, so the message goes back to it.
+		_ = msg.NakWithDelay(w.o.lease())
+	case out == outcomeRetry:
 		_ = msg.NakWithDelay(max(backoff-time.Since(failedAt), time.Millisecond))
-	case outcomeDelivered:
+	case out == outcomeDelivered:
 		w.m.latency.WithLabelValues(StateDelivered).Observe(time.Since(createdAt).Seconds())
 		_ = msg.Ack()
 	default:
@@ -317,13 +329,13 @@ func (w *Worker) claim(ctx context.Context, id uuid.UUID) (*claimed, time.Durati
 			    next_attempt_at = now() + $2 * interval '1 millisecond'
 			WHERE id = $1 AND state IN ('pending', 'retrying') AND attempts < $3
 			  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-			RETURNING id, attempts, url, body, signature, webhook_secret),
+			RETURNING id, attempts, url, body, signature, webhook_secret, coalesce(replay_of, id) AS root),
 		a AS (
 			INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, error)
 			SELECT id, attempts, now(), 0, $4 FROM d)
-		SELECT attempts, url, body, signature, webhook_secret FROM d`,
+		SELECT attempts, url, body, signature, webhook_secret, root FROM d`,
 		id, w.o.lease().Milliseconds(), MaxAttempts, interruptedError,
-	).Scan(&c.attempt, &c.url, &c.body, &c.signature, &c.secret)
+	).Scan(&c.attempt, &c.url, &c.body, &c.signature, &c.secret, &c.root)
 	if err == nil {
 		return c, 0, nil
 	}
@@ -370,9 +382,12 @@ type result struct {
 	errText   string
 	transport bool // a network failure: retried while attempts remain
 	final     bool // refused before sending: never retried
-	body      string
-	duration  time.Duration
-	label     string
+	// retryAfter is what the answer's Retry-After asked for (429 and 5xx only), capped at
+	// MaxBackoff.
+	retryAfter time.Duration
+	body       string
+	duration   time.Duration
+	label      string
 }
 
 // attempt POSTs the stored body once.
@@ -426,10 +441,13 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 		res.label = labelSuccess
 	case resp.StatusCode >= 500 && resp.StatusCode <= 599:
 		res.label, res.errText = labelServerErr, "HTTP "+strconv.Itoa(resp.StatusCode)
+		res.retryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	case resp.StatusCode >= 300 && resp.StatusCode <= 399:
+		res.label, res.errText = labelClientErr, redirectText(resp.StatusCode, resp.Header.Get("Location"))
 	default:
 		res.label, res.errText = labelClientErr, "HTTP "+strconv.Itoa(resp.StatusCode)
-		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-			res.errText += " (redirects are not followed)"
+		if resp.StatusCode == http.StatusTooManyRequests {
+			res.retryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 		}
 	}
 	return res
@@ -437,9 +455,10 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 
 // sign sets the signature headers of attempt c (docs/api.md, "Signature"): X-Service-Signature,
 // the same on every attempt, and the Standard Webhooks headers, whose signature covers this
-// attempt's timestamp and so is computed now. webhook-id is the delivery id, stable across the
-// attempts of a delivery, like X-Mailvet-Delivery. A delivery stored before secrets were sealed
-// has only its stored X-Service-Signature and gets no Standard Webhooks headers.
+// attempt's timestamp and so is computed now. webhook-id is the original delivery's id, stable
+// across the attempts of a delivery and across its replays; X-Mailvet-Delivery names the delivery
+// itself. A delivery stored before secrets were sealed has only its stored X-Service-Signature and
+// gets no Standard Webhooks headers.
 func (w *Worker) sign(h http.Header, c *claimed) error {
 	if c.secret == nil {
 		if c.signature != nil {
@@ -454,7 +473,7 @@ func (w *Worker) sign(h http.Header, c *claimed) error {
 	sig := Sign([]byte(secret), c.body)
 	c.serviceSig = &sig
 	h.Set(SignatureHeader, sig)
-	id, ts := c.id.String(), time.Now().Unix()
+	id, ts := c.root.String(), time.Now().Unix()
 	h.Set(HeaderID, id)
 	h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	h.Set(HeaderSignature, SignStandard([]byte(secret), id, ts, c.body))
@@ -505,19 +524,54 @@ func errorText(err error, timeout time.Duration) string {
 	return err.Error()
 }
 
-// cleanText makes a response body storable as Postgres text: valid UTF-8 (the cut at
-// MaxStoredResponse may split a character) and no NUL bytes.
+// cleanText makes a receiver's text safe to store and show (docs/api.md, "Retries"): valid
+// UTF-8 (the cut at MaxStoredResponse may split a character), and none of the characters
+// safetext calls unsafe but line feeds and tabs, which bodies use for layout. Whoever reads the
+// delivery log through the API (a terminal, a log viewer, the customer's own pages) shows it as
+// it is, where an escape sequence or a bidirectional override would act; and NUL cannot be stored
+// in Postgres text.
 func cleanText(b []byte) string {
 	s := string(b)
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return strings.ReplaceAll(s, "\x00", "")
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !safetext.Unsafe(r) {
+			return r
+		}
+		return -1
+	}, s)
+}
+
+// maxLocationText bounds the Location a redirect's error text quotes.
+const maxLocationText = 200
+
+// redirectText is the error text of a 3xx answer: its status and, when it has one, the Location
+// it points to, as the receiver sent it (safe to show, at most maxLocationText bytes), so that
+// the customer can see which URL to register instead (docs/api.md, "Retries").
+func redirectText(status int, location string) string {
+	text := "HTTP " + strconv.Itoa(status)
+	location = strings.TrimSpace(safetext.Strip(strings.ToValidUTF8(location, "")))
+	if len(location) > maxLocationText {
+		cut := maxLocationText
+		for cut > 0 && !utf8.RuneStart(location[cut]) {
+			cut--
+		}
+		location = location[:cut] + "…"
+	}
+	if location != "" {
+		text += " to " + location
+	}
+	return text + " (redirects are not followed)"
 }
 
 // finish records the outcome of attempt c.attempt and moves the delivery on: delivered, failed,
-// or retrying with next_attempt_at after wait. It returns the delivery's creation time.
-func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome, wait time.Duration) (time.Time, error) {
+// or retrying with next_attempt_at after wait. It returns the delivery's creation time, and
+// whether the outcome was applied to the delivery: it is not when the delivery was moved on
+// meanwhile (an operator, or the next attempt claimed after this one's lease ran out while its
+// worker was alive but stalled). A 2xx is applied even then, as long as the delivery is
+// unfinished: the receiver has the callback, whatever the later attempt answers.
+func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome, wait time.Duration) (time.Time, bool, error) {
 	state := StateRetrying
 	switch out {
 	case outcomeDelivered:
@@ -551,14 +605,14 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 		    finished_at = CASE WHEN $7::text IN ('delivered', 'failed') THEN now() END,
 		    signature = coalesce(signature, $9),
 		    webhook_secret = CASE WHEN $7::text = 'delivered' THEN NULL ELSE webhook_secret END
-		WHERE id = $1 AND attempts = $2 AND state IN ('pending', 'retrying')
+		WHERE id = $1 AND (attempts = $2 OR $7::text = 'delivered') AND state IN ('pending', 'retrying')
 		RETURNING created_at, coalesce(replay_of, id)`,
 		c.id, c.attempt, res.duration.Milliseconds(), status, errText, body, state, max(wait.Milliseconds(), 0), c.serviceSig,
 	).Scan(&createdAt, &root)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Someone else moved the delivery on (an operator, a lease that ran out); the attempt row
 		// is still worth keeping, and the message is done with.
-		return time.Now(), nil
+		return time.Now(), false, nil
 	}
 	if err == nil && state == StateDelivered {
 		// Once one of an original and its replays is delivered, no new replay can be made
@@ -571,7 +625,7 @@ func (w *Worker) finish(ctx context.Context, c *claimed, res result, out outcome
 			w.log.Warn("webhook: erase the secrets of a delivered replay's family", "delivery_id", c.id, "err", xerr)
 		}
 	}
-	return createdAt, err
+	return createdAt, err == nil, err
 }
 
 // Config is what the delivery worker takes from the process configuration; the binaries that run

@@ -79,7 +79,8 @@ func TestDeliveryRetries(t *testing.T) {
 	}{
 		{name: "5xx then success", script: statuses(503, 200), state: StateDelivered, attempts: 2, statuses: "503,200"},
 		{name: "4xx is final", script: statuses(404, 200), state: StateFailed, attempts: 1, statuses: "404"},
-		{name: "429 is final", script: statuses(429, 200), state: StateFailed, attempts: 1, statuses: "429"},
+		{name: "410 Gone is final", script: statuses(410, 200), state: StateFailed, attempts: 1, statuses: "410"},
+		{name: "429 is retried", script: statuses(429, 200), state: StateDelivered, attempts: 2, statuses: "429,200"},
 		{name: "3xx is final and not followed", script: func(n int, w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/moved" {
 				w.WriteHeader(200) // reaching this would mean the redirect was followed

@@ -223,7 +223,7 @@ export type DeliveryAttempt = {
   http_status: number | null;
   /** Transport error or reason of failure; null when none. */
   error: string | null;
-  /** Start of the receiver's response body; null when none. */
+  /** The first 4 KiB of the receiver's response body, made safe to show: invalid UTF-8 replaced with U+FFFD, control characters other than line feed and tab and bidirectional controls removed; null when no response came (docs/api.md, "Retries"). */
   response_body: string | null;
 };
 
@@ -414,9 +414,9 @@ export type AccountExport = {
   keys: Array<Record<string, unknown>>;
   /** Asynchronous jobs: job_id, status, email, webhook_url, result, created_at, completed_at, expired_at. */
   jobs: Array<Record<string, unknown>>;
-  /** Bulk lists' metadata: id, name, format, columns, status, rows, unique_addresses, verified, webhook_url, created_at, finished_at, expires_at. The rows and results download from GET /v1/email/lists/{id}/results. */
+  /** Bulk lists' metadata: id, name, format, columns, status, rows, unique_addresses, verified, webhook_url, created_at, finished_at, expires_at. The rows and results download from GET /v1/email/lists/{id}/results. A list past its expires_at is left out, purged or not (docs/lists.md, "States"). */
   lists: Array<Record<string, unknown>>;
-  /** Webhook deliveries' metadata: id, job_id, list_id, url, status, attempts, last_status, created_at, finished_at. */
+  /** Webhook deliveries' metadata: id, job_id, list_id, url, status, attempts, last_status, created_at, finished_at. The deliveries of a list past its expires_at are left out with it. */
   deliveries: Array<Record<string, unknown>>;
   /** The result snapshots still retained (MAILVET_RESULT_RETENTION): occurred_at, route, result. */
   results: Array<Record<string, unknown>>;

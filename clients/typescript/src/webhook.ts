@@ -45,7 +45,7 @@ export async function verifyWebhookSignature(
 }
 
 // The Standard Webhooks headers every signed callback carries beside X-Service-Signature
-// (docs/api.md, "Signature"): webhook-id is the delivery's id (the same on each attempt),
+// (docs/api.md, "Signature"): webhook-id is the original delivery's id (the same on each attempt and replay),
 // webhook-timestamp the attempt's Unix seconds, webhook-signature "v1," and the base64 of
 // HMAC-SHA256 over "<id>.<timestamp>.<raw body>". The rules match webhook/standard.go
 // (VerifyStandard, VerifyRequest) and are tested with the same golden vectors.
