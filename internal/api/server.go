@@ -75,6 +75,18 @@ const MaxBodyBytes = 2 << 20
 // the bound is for clients that trickle a body to hold a connection and a handler open.
 const DefaultBodyReadTimeout = 10 * time.Second
 
+// StreamWriteStall is how long a stream waits for the client to take each line (docs/api.md,
+// "Limits"): a client that reads nothing for that long, its TCP window full, is treated as one
+// that went away. It bounds each line, not a whole flush, so a slow reader that keeps reading is
+// never cut by it.
+const StreamWriteStall = 10 * time.Second
+
+// StreamWriteLimit is how long after it began a stream may still be written to its client
+// (docs/api.md, "Limits"): the stream's deadline plus one stall. It keeps a client that trickles
+// the stream in from holding it open past its hold's lifetime (the deadline plus a minute,
+// docs/reliability.md, "Metering guarantees").
+const StreamWriteLimit = verification.StreamDeadline + StreamWriteStall
+
 // Server is the API server.
 type Server struct {
 	cfg    config.Config
@@ -88,7 +100,11 @@ type Server struct {
 	now    func() time.Time
 
 	bodyTimeout time.Duration
-	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
+	// streamStall bounds how long a stream waits for the client to take a line, and
+	// streamWriteLimit how long after the request began it is written at all (verifyStream).
+	streamStall      time.Duration
+	streamWriteLimit time.Duration
+	uploadIdle       time.Duration // the longest pause in an upload's body (httpbody)
 	// uploadRateGrace is how long an upload runs before its minimum rate is checked (minRate).
 	uploadRateGrace time.Duration
 	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
@@ -146,6 +162,7 @@ func New(d Deps) *Server {
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
 	}
+	s.streamStall, s.streamWriteLimit = StreamWriteStall, StreamWriteLimit
 	stripe := billing.NewStripe(billingConfig(d.Config))
 	if s.portal == nil {
 		s.portal = stripe

@@ -93,25 +93,48 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	resp.Header().Set("Cache-Control", "no-store")
 	resp.Header().Set("X-Content-Type-Options", "nosniff")
+	// The write deadlines below stay on the connection after the response (the HTTP server
+	// resets only read deadlines between requests), so it is not reused for another request.
+	resp.Header().Set(echo.HeaderConnection, "close")
+	rc := http.NewResponseController(resp.Writer)
+	writeBy := start.Add(s.streamWriteLimit)
+	// Every write to the client is bounded (docs/api.md, "Limits"): a client that does not take
+	// a line within streamStall, or reads on past streamWriteLimit, makes the write fail as a
+	// client that went away does, and the lines not flushed yet are not charged.
+	bound := func() {
+		d := time.Now().Add(s.streamStall)
+		if writeBy.Before(d) {
+			d = writeBy
+		}
+		_ = rc.SetWriteDeadline(d)
+	}
+	bound()
 	resp.WriteHeader(http.StatusOK)
 	resp.Flush()
 
 	enc := json.NewEncoder(resp)
-	undelivered, cause := st.Run(func(lines []verification.Line) error {
+	undelivered, cause := st.Run(func(lines []verification.Line) (int, error) {
 		// A line is owed once the flush that carries it to the connection has succeeded: the
 		// encoder only fills the response's buffer, and a client that is gone shows only when
-		// the buffer is written out. Lines of a failed flush are taken back, like those not
-		// written at all, even if some of their bytes left before the connection broke.
-		for _, l := range lines {
+		// the buffer is written out. A line of a failed flush is taken back, like those not
+		// written at all, even if some of its bytes left before the connection broke. Each line
+		// is flushed under its own deadline, so that streamStall is the time a client may take
+		// for one line, however many are ready at once.
+		for k, l := range lines {
+			bound()
 			if err := enc.Encode(l.Result); err != nil {
-				return err
+				return k, err
+			}
+			if err := rc.Flush(); err != nil {
+				return k, err
 			}
 		}
-		return http.NewResponseController(resp.Writer).Flush()
+		return len(lines), nil
 	})
 	if cause != nil {
+		bound()
 		_ = enc.Encode(s.streamError(cause, emails, undelivered))
-		resp.Flush()
+		_ = rc.Flush()
 	}
 	return nil
 }

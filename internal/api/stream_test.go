@@ -1,0 +1,231 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/wait"
+	"github.com/mailvet/mailvet/internal/usage/usagetest"
+)
+
+// smallSendBuffers gives the server's side of each connection a small socket send buffer, so that
+// a client that stops reading fills the TCP path within a few dozen lines, as on a real network
+// with a client that is stuck, instead of after megabytes of loopback buffering.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+// streamServer serves b's API over real TCP with small send buffers; ended is closed when the
+// handler of the first stream request has returned.
+func streamServer(t *testing.T, b *verifyBundle) (ts *httptest.Server, ended chan struct{}) {
+	t.Helper()
+	ended = make(chan struct{})
+	h := b.srv.Handler()
+	var once bool
+	ts = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/email/verify/stream" && !once {
+			once = true
+			close(ended)
+		}
+	}))
+	ts.Listener = smallSendBuffers{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts, ended
+}
+
+// openStream sends a stream request on a raw connection whose receive buffer is small, and
+// returns the connection and its response, whose body is not read yet. rcvbuf is the socket's
+// receive buffer size.
+func openStream(t *testing.T, ts *httptest.Server, key string, emails []string, rcvbuf int) (net.Conn, *http.Response) {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf) })
+	}}
+	conn, err := d.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	body, _ := json.Marshal(map[string]any{"emails": emails})
+	fmt.Fprintf(conn, "POST /v1/email/verify/stream HTTP/1.1\r\nHost: mailvet\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 512), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: status %d", resp.StatusCode)
+	}
+	return conn, resp
+}
+
+// readLines reads the complete lines of r until it ends, waiting pause before each read of a
+// few bytes (0: no pause); err is why it ended (nil: the response ended properly).
+func readLines(r io.Reader, chunk int, pause time.Duration) (lines []map[string]any, err error) {
+	var buf []byte
+	p := make([]byte, chunk)
+	for {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		n, rerr := r.Read(p)
+		buf = append(buf, p[:n]...)
+		for {
+			i := strings.IndexByte(string(buf), '\n')
+			if i < 0 {
+				break
+			}
+			var m map[string]any
+			if json.Unmarshal(buf[:i], &m) == nil {
+				lines = append(lines, m)
+			}
+			buf = buf[i+1:]
+		}
+		if rerr == io.EOF {
+			return lines, nil
+		}
+		if rerr != nil {
+			return lines, rerr
+		}
+	}
+}
+
+// streamEmails is n addresses: most decided by the API at once (disposable, billable), every
+// fourth one by the worker fleet.
+func streamEmails(n int) []string {
+	emails := make([]string, n)
+	for i := range emails {
+		if i%4 == 3 {
+			emails[i] = fmt.Sprintf("ann+%d@acme.test", i)
+		} else {
+			emails[i] = fmt.Sprintf("u%d@mailinator.com", i)
+		}
+	}
+	return emails
+}
+
+// A client that stops reading a stream, its TCP window full, does not hold the stream open: once
+// a line has waited streamStall to be taken, the server gives up on the client, as on one that
+// went away. Only the lines that were flushed to the connection are billed (each of them reaches
+// a client that reads on), the rest of the hold is given back, and the stream's subscription to
+// the fleet's answers ends. The response is cut without HTTP's final chunk, so a client that reads
+// on sees an incomplete transfer, never a stream that looks complete.
+func TestStreamStalledReaderIsCutAndBilledOnlyForWhatWasFlushed(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	b.srv.streamStall = time.Second
+	acct, key := b.customer(plan.Free)
+	ts, ended := streamServer(t, b)
+	// One stream first, for the subscriptions the API's NATS connection keeps once it has
+	// published (JetStream's acknowledgement inbox); another account's, so that the counts below
+	// are the stalled stream's alone.
+	_, other := b.customer(plan.Free)
+	streamLines(t, b, other, []string{"ann@acme.test"}, nil)
+	subs := b.srv.nc.NumSubscriptions()
+
+	emails := streamEmails(400)
+	// The headers are read, then nothing more, as by a client stuck on something else.
+	_, resp := openStream(t, ts, key, emails, 4096)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's handler is still writing to a client that stopped reading 10 s ago")
+	}
+	if c := b.usage(acct); c.Holds != 0 || c.Held != 0 {
+		t.Errorf("counts %+v after the stream ended: its hold is still open", c)
+	}
+	wait.For(t, 5*time.Second, "the stream's NATS subscription to end", func() bool { return b.srv.nc.NumSubscriptions() <= subs })
+
+	billed := b.rows(acct, usagetest.Delivered)
+	lines, err := readLines(resp.Body, 4096, 0)
+	if err == nil {
+		t.Errorf("the cut stream ended like a complete response after %d lines", len(lines))
+	}
+	if len(lines) >= len(emails) || billed == 0 {
+		t.Fatalf("%d lines received, %d billed of %d: the stall did not cut the stream mid-way", len(lines), billed, len(emails))
+	}
+	if billed > len(lines) {
+		t.Errorf("%d lines billed, %d received: lines that never reached the client were billed", billed, len(lines))
+	}
+	if c := b.usage(acct); c.Quota != billed || c.Billable != billed {
+		t.Errorf("counts %+v, want %d quota units and billable (the lines flushed)", c, billed)
+	}
+	t.Logf("stalled reader: %d of %d lines received, %d billed", len(lines), len(emails), billed)
+}
+
+// A client that keeps reading, however slowly, is not cut: streamStall bounds the wait for each
+// line to be taken, not for a whole flush, which may carry hundreds of lines.
+func TestStreamSlowReaderGetsEveryLine(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	b.srv.streamStall = time.Second
+	acct, key := b.customer(plan.Free)
+	ts, _ := streamServer(t, b)
+	emails := streamEmails(80)
+	_, resp := openStream(t, ts, key, emails, 16384)
+	// About 5 KB a second: the 80 lines, which are ready at once, take some 7 s to read, every
+	// one within the stall.
+	lines, err := readLines(resp.Body, 512, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("a slow reader was cut after %d lines: %v", len(lines), err)
+	}
+	if len(lines) != len(emails) {
+		t.Fatalf("%d lines for %d emails", len(lines), len(emails))
+	}
+	assertUsage(t, b, acct, len(emails))
+}
+
+// A client that trickles the stream in, taking each line within streamStall but far slower than
+// the stream is verified, is cut once the stream's write time is over, so that no stream holds
+// its room longer than the hold's lifetime (docs/reliability.md, "Metering guarantees").
+func TestStreamTricklingReaderIsCutAtTheWriteLimit(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	b.srv.streamStall, b.srv.streamWriteLimit = time.Second, 3*time.Second
+	acct, key := b.customer(plan.Free)
+	ts, ended := streamServer(t, b)
+	emails := streamEmails(300)
+	start := time.Now()
+	_, resp := openStream(t, ts, key, emails, 4096)
+	done := make(chan struct{})
+	var lines []map[string]any
+	var err error
+	go func() { defer close(done); lines, err = readLines(resp.Body, 64, 50*time.Millisecond) }()
+	select {
+	case <-ended:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stream is still written to a trickling reader 15 s after it began; its write limit is 3 s")
+	}
+	if took := time.Since(start); took > 3*time.Second+2*time.Second {
+		t.Errorf("the stream's handler ended %v after it began, want about its write limit (3 s)", took)
+	}
+	<-done
+	if err == nil || len(lines) >= len(emails) {
+		t.Errorf("%d of %d lines, then %v: want a cut stream", len(lines), len(emails), err)
+	}
+	billed := b.rows(acct, usagetest.Delivered)
+	if billed > len(lines) {
+		t.Errorf("%d billed, %d received", billed, len(lines))
+	}
+	if c := b.usage(acct); c.Holds != 0 || c.Held != 0 {
+		t.Errorf("counts %+v: the hold is still open", c)
+	}
+}
