@@ -229,3 +229,34 @@ func TestStreamTricklingReaderIsCutAtTheWriteLimit(t *testing.T) {
 		t.Errorf("counts %+v: the hold is still open", c)
 	}
 }
+
+// Stream lines come in completion order, and their email is the normalised address (its domain
+// lowercased, the blanks around it removed), so the email cannot tell apart two inputs that
+// normalise alike, nor two copies of one address. Every line names the position of the input it
+// answers (index, from 0), so a client matches each answer to its input exactly.
+func TestStreamLinesNameTheirInputIndex(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	_, key := b.customer(plan.Free)
+	emails := []string{"sue@slow.test", "Ann@ACME.test", "ann@acme.test", " ann@acme.test ", "junk", "nobody@acme.test", "ann@acme.test"}
+	want := []string{"sue@slow.test", "Ann@acme.test", "ann@acme.test", "ann@acme.test", "junk", "nobody@acme.test", "ann@acme.test"}
+	lines, raw := streamLines(t, b, key, emails, nil)
+	if len(lines) != len(emails) {
+		t.Fatalf("%d lines for %d emails", len(lines), len(emails))
+	}
+	seen := make([]bool, len(emails))
+	for k, l := range lines {
+		assertSchema(t, loadSpecSchema(t, "StreamResult"), raw[k], "stream line")
+		i, ok := l["index"].(float64)
+		if !ok || i != float64(int(i)) || int(i) < 0 || int(i) >= len(emails) || seen[int(i)] {
+			t.Fatalf("line %d %s: index missing, out of range or repeated", k, raw[k])
+		}
+		seen[int(i)] = true
+		if l["email"] != want[int(i)] {
+			t.Errorf("line %d answers input %d (%q) with email %v", k, int(i), emails[int(i)], l["email"])
+		}
+	}
+	if lines[len(lines)-1]["index"] != float64(0) {
+		t.Errorf("the slow address (input 0) was not answered last: %s", raw[len(raw)-1])
+	}
+}

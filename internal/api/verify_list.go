@@ -42,6 +42,14 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 	return out, nil
 }
 
+// streamLine is one result line of a stream: the verify result plus the position of the input it
+// answers, since lines come in completion order and their normalised email cannot tell apart
+// inputs that normalise alike (docs/api.md, "Verify a stream").
+type streamLine struct {
+	Index int `json:"index"`
+	verdict.Result
+}
+
 type batchResponse struct {
 	Results []verdict.Result `json:"results"`
 	Count   int              `json:"count"`
@@ -72,7 +80,7 @@ func (s *Server) verifyBatch(c echo.Context) error {
 }
 
 // verifyStream is POST /v1/email/verify/stream: one NDJSON line per result, in completion order,
-// each flushed as soon as it is ready; a line is billed once its flush succeeded. A stream that
+// naming the index of its input, each flushed as soon as it is ready; a line is billed once its flush succeeded. A stream that
 // cannot be completed (the fleet did not answer in time, the server is shutting down) ends with an
 // error line: the error envelope plus the emails that were not verified and not charged. A
 // stream without one is complete (docs/reliability.md).
@@ -122,7 +130,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 		// for one line, however many are ready at once.
 		for k, l := range lines {
 			bound()
-			if err := enc.Encode(l.Result); err != nil {
+			if err := enc.Encode(streamLine{Index: l.Index, Result: l.Result}); err != nil {
 				return k, err
 			}
 			if err := rc.Flush(); err != nil {
