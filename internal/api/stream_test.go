@@ -260,3 +260,71 @@ func TestStreamLinesNameTheirInputIndex(t *testing.T) {
 		t.Errorf("the slow address (input 0) was not answered last: %s", raw[len(raw)-1])
 	}
 }
+
+// The batch and stream limits of docs/api.md ("Limits") are exact: a request at each limit is
+// answered whole, one past it is refused whole with 400 invalid_request before admission (no
+// rate unit spent, nothing held or billed), naming the rule or the element. Duplicates are
+// verified and billed once per occurrence, as documented.
+func TestBatchAndStreamLimitsAreExact(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "100000"}})
+	long := func(n int) string { return strings.Repeat("a", n-len("@acme.test")) + "@acme.test" }
+	many := func(n int, e string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = e
+		}
+		return out
+	}
+	refused := func(path string, body any, says string) {
+		t.Helper()
+		acct, key := b.customer(plan.Scale)
+		r := b.call(http.MethodPost, path, key, body).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, says) {
+			t.Errorf("%s: message %q does not say %q", path, msg, says)
+		}
+		if n := b.count(`SELECT coalesce(sum(used), 0) FROM rate_windows WHERE account_id = $1`, acct); n != 0 {
+			t.Errorf("%s: %d rate units spent by a refused request", path, n)
+		}
+		if c := b.usage(acct); c != (usagetest.Counts{}) {
+			t.Errorf("%s: counts %+v for a refused request", path, c)
+		}
+	}
+
+	// At the limits: 100 and 1,000 addresses, each of the longest length, in one body.
+	_, key := b.customer(plan.Scale)
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": many(100, long(1024))}).want(t, 200, "")
+	if n := len(r.body["results"].([]any)); n != 100 {
+		t.Errorf("batch of 100: %d results", n)
+	}
+	if lines, _ := streamLines(t, b, key, many(1000, long(1024)), nil); len(lines) != 1000 {
+		t.Errorf("stream of 1000: %d lines", len(lines))
+	}
+
+	// One past each.
+	refused("/v1/email/verify/batch", map[string]any{"emails": many(101, "ann@acme.test")}, "1 to 100 addresses, not 101")
+	refused("/v1/email/verify/stream", map[string]any{"emails": many(1001, "ann@acme.test")}, "1 to 1000 addresses, not 1001")
+	for _, path := range []string{"/v1/email/verify/batch", "/v1/email/verify/stream"} {
+		refused(path, map[string]any{"emails": []string{"ann@acme.test", long(1025)}}, "emails[1] is longer than 1024 bytes")
+		refused(path, map[string]any{"emails": []any{"ann@acme.test", "bob@acme.test", 7}}, "emails[2] must be a string")
+		refused(path, map[string]any{"emails": []any{"ann@acme.test", nil}}, "emails[1] must be a string")
+		refused(path, "{\"emails\": [\"ann@acme.test\",\n null ,\"bob@acme.test\"]}", "emails[1] must be a string")
+		refused(path, map[string]any{"emails": []string{"ann@acme.test", "  "}}, "emails[1] is empty")
+		refused(path, map[string]any{"emails": []string{}}, "emails is empty")
+		refused(path, `{"emails":"ann@acme.test"}`, "")
+	}
+
+	// Duplicates: one result, and one billable row, per occurrence.
+	dups := []string{"ann@acme.test", "ann@acme.test", "u1@mailinator.com", "u1@mailinator.com"}
+	acct, key := b.customer(plan.Scale)
+	r = b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": dups}).want(t, 200, "")
+	if n := len(r.body["results"].([]any)); n != len(dups) {
+		t.Errorf("batch with duplicates: %d results", n)
+	}
+	if lines, _ := streamLines(t, b, key, dups, nil); len(lines) != len(dups) {
+		t.Errorf("stream with duplicates: %d lines", len(lines))
+	}
+	if n, c := b.rows(acct, usagetest.Delivered), b.usage(acct); n != 2*len(dups) || c.Billable != 2*len(dups) {
+		t.Errorf("%d rows, counts %+v for two requests of %d addresses each: want one billable row per occurrence", n, c, len(dups))
+	}
+}

@@ -31,7 +31,8 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 	out := make([]string, len(req.Emails))
 	for i, raw := range req.Emails {
 		field := fmt.Sprintf("emails[%d]", i)
-		if err := json.Unmarshal(raw, &out[i]); err != nil {
+		// A JSON null decodes into a string without an error: it is not a string either.
+		if err := json.Unmarshal(raw, &out[i]); err != nil || string(raw) == "null" {
 			return nil, InvalidRequest("Field %s must be a string.", field)
 		}
 		// Checked here too, so that the first bad element is the one named.
