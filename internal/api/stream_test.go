@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/mailsim"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/wait"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
@@ -326,5 +327,120 @@ func TestBatchAndStreamLimitsAreExact(t *testing.T) {
 	}
 	if n, c := b.rows(acct, usagetest.Delivered), b.usage(acct); n != 2*len(dups) || c.Billable != 2*len(dups) {
 		t.Errorf("%d rows, counts %+v for two requests of %d addresses each: want one billable row per occurrence", n, c, len(dups))
+	}
+}
+
+// A batch whose mail servers are slow is answered well within its 30 s deadline: each probe has
+// its own budget (MAILVET_SMTP_TIMEOUT), after which the address is answered unknown (timeout)
+// and billed like any result, instead of the batch waiting on the server or failing whole.
+func TestBatchWithSlowMailServersAnswersTheSlowAsTimeouts(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_SCALE_RATE_LIMIT_PER_MIN": "100000"}})
+	for _, d := range []string{"glacial.test", "glacial2.test"} {
+		if _, err := b.mail.AddServer(mailsim.ServerOptions{Name: "mx." + d}); err != nil {
+			t.Fatal(err)
+		}
+		b.mail.AddDomain(d, mailsim.Domain{MX: []mailsim.MX{{Pref: 10, Host: "mx." + d}}, Users: []string{"sue"}, RcptDelay: time.Minute})
+	}
+	acct, key := b.customer(plan.Scale)
+	var emails []string
+	for i := range 100 {
+		switch i % 3 {
+		case 0:
+			emails = append(emails, fmt.Sprintf("sue+%d@glacial.test", i))
+		case 1:
+			emails = append(emails, fmt.Sprintf("sue+%d@glacial2.test", i))
+		default:
+			emails = append(emails, "ann@acme.test")
+		}
+	}
+	start := time.Now()
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": emails}).want(t, 200, "")
+	took := time.Since(start)
+	for i, x := range r.body["results"].([]any) {
+		res := x.(map[string]any)
+		slow := strings.Contains(emails[i], "glacial")
+		if slow && (res["status"] != "unknown" || res["reason"] != "timeout") {
+			t.Errorf("%s: %v %v, want unknown (timeout)", emails[i], res["status"], res["reason"])
+		}
+		if !slow && res["status"] != "deliverable" {
+			t.Errorf("%s: %v, want deliverable", emails[i], res["status"])
+		}
+	}
+	if took > 20*time.Second {
+		t.Errorf("the batch took %v; its deadline is 30 s", took)
+	}
+	if n, c := b.rows(acct, usagetest.Delivered), b.usage(acct); n != len(emails) || c.Billable != len(emails) {
+		t.Errorf("%d rows, counts %+v: want every result billed, timeouts included", n, c)
+	}
+	t.Logf("batch of 100 with 67 addresses at servers that never answer RCPT: %v", took)
+}
+
+// A batch whose API loses NATS mid-way for longer than ListGrace answers 503 with Retry-After, all
+// or nothing as documented: nothing billed, nothing left held.
+func TestBatchCutOffFromTheFleetIs503AndBillsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupFault(t)
+	b.srv.dispatch.ListGrace = time.Second
+	acct, key := b.customer(plan.Free)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for b.mail.Stats().Rcpts == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.natsProxy.Cut()
+	}()
+	t.Cleanup(func() { b.natsProxy.Restore() })
+	start := time.Now()
+	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": faultList(40)}).
+		want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("503 after %v, want about ListGrace (1 s) after the cut", took)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	assertUsage(t, b, acct, 0)
+	if c := b.usage(acct); c.Holds != 0 || c.Held != 0 {
+		t.Errorf("counts %+v: the batch's hold is still open", c)
+	}
+}
+
+// A client that disconnects mid-stream ends the stream at once: verification stops, the lines
+// its connection had taken are billed (at least those it read) and no others, its hold is given
+// back and the stream's subscription to the fleet's answers ends.
+func TestStreamClientGoneMidwayBillsOnlyWhatWasFlushed(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	acct, key := b.customer(plan.Free)
+	ts, ended := streamServer(t, b)
+	_, other := b.customer(plan.Free)
+	streamLines(t, b, other, []string{"ann@acme.test"}, nil) // the connection's lasting subscriptions
+	subs := b.srv.nc.NumSubscriptions()
+
+	emails := streamEmails(400)
+	conn, resp := openStream(t, ts, key, emails, 4096)
+	br := bufio.NewReader(resp.Body)
+	for i := range 5 {
+		if _, err := br.ReadBytes('\n'); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+	}
+	conn.Close()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream's handler still runs 5 s after its client went away")
+	}
+	if c := b.usage(acct); c.Holds != 0 || c.Held != 0 {
+		t.Errorf("counts %+v after the stream ended: its hold is still open", c)
+	}
+	wait.For(t, 5*time.Second, "the stream's NATS subscription to end", func() bool { return b.srv.nc.NumSubscriptions() <= subs })
+	billed := b.rows(acct, usagetest.Delivered)
+	if billed < 5 || billed >= len(emails) {
+		t.Errorf("%d billed for a stream of %d whose client read 5 lines and left", billed, len(emails))
+	}
+	if c := b.usage(acct); c.Quota != billed || c.Billable != billed {
+		t.Errorf("counts %+v, want %d quota units and billable (the lines flushed)", c, billed)
 	}
 }
