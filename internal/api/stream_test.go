@@ -2,12 +2,14 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,15 +35,19 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 }
 
 // streamServer serves b's API over real TCP with small send buffers; ended is closed when the
-// handler of the first stream request has returned.
-func streamServer(t *testing.T, b *verifyBundle) (ts *httptest.Server, ended chan struct{}) {
+// handler of the first request to path (the stream route when "") has returned.
+func streamServer(t *testing.T, b *verifyBundle, path ...string) (ts *httptest.Server, ended chan struct{}) {
 	t.Helper()
 	ended = make(chan struct{})
 	h := b.srv.Handler()
+	watch := "/v1/email/verify/stream"
+	if len(path) > 0 {
+		watch = path[0]
+	}
 	var once bool
 	ts = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
-		if r.URL.Path == "/v1/email/verify/stream" && !once {
+		if r.URL.Path == watch && !once {
 			once = true
 			close(ended)
 		}
@@ -57,6 +63,12 @@ func streamServer(t *testing.T, b *verifyBundle) (ts *httptest.Server, ended cha
 // receive buffer size.
 func openStream(t *testing.T, ts *httptest.Server, key string, emails []string, rcvbuf int) (net.Conn, *http.Response) {
 	t.Helper()
+	return openPost(t, ts, "/v1/email/verify/stream", key, emails, rcvbuf)
+}
+
+// openPost is openStream for any route that takes emails.
+func openPost(t *testing.T, ts *httptest.Server, path, key string, emails []string, rcvbuf int) (net.Conn, *http.Response) {
+	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf) })
 	}}
@@ -66,14 +78,14 @@ func openStream(t *testing.T, ts *httptest.Server, key string, emails []string, 
 	}
 	t.Cleanup(func() { conn.Close() })
 	body, _ := json.Marshal(map[string]any{"emails": emails})
-	fmt.Fprintf(conn, "POST /v1/email/verify/stream HTTP/1.1\r\nHost: mailvet\r\nAuthorization: Bearer %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: mailvet\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, key, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 512), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("stream: status %d", resp.StatusCode)
+		t.Fatalf("%s: status %d", path, resp.StatusCode)
 	}
 	return conn, resp
 }
@@ -124,7 +136,7 @@ func streamEmails(n int) []string {
 }
 
 // A client that stops reading a stream, its TCP window full, does not hold the stream open: once
-// a line has waited streamStall to be taken, the server gives up on the client, as on one that
+// a line has waited writeStall to be taken, the server gives up on the client, as on one that
 // went away. Only the lines that were flushed to the connection are billed (each of them reaches
 // a client that reads on), the rest of the hold is given back, and the stream's subscription to
 // the fleet's answers ends. The response is cut without HTTP's final chunk, so a client that reads
@@ -132,7 +144,7 @@ func streamEmails(n int) []string {
 func TestStreamStalledReaderIsCutAndBilledOnlyForWhatWasFlushed(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
-	b.srv.streamStall = time.Second
+	b.srv.writeStall = time.Second
 	acct, key := b.customer(plan.Free)
 	ts, ended := streamServer(t, b)
 	// One stream first, for the subscriptions the API's NATS connection keeps once it has
@@ -172,18 +184,18 @@ func TestStreamStalledReaderIsCutAndBilledOnlyForWhatWasFlushed(t *testing.T) {
 	t.Logf("stalled reader: %d of %d lines received, %d billed", len(lines), len(emails), billed)
 }
 
-// A client that keeps reading, however slowly, is not cut: streamStall bounds the wait for each
+// A client that keeps reading, however slowly, is not cut: writeStall bounds the wait for each
 // line to be taken, not for a whole flush, which may carry hundreds of lines.
 func TestStreamSlowReaderGetsEveryLine(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
-	b.srv.streamStall = time.Second
+	b.srv.writeStall = 2 * time.Second
 	acct, key := b.customer(plan.Free)
 	ts, _ := streamServer(t, b)
 	emails := streamEmails(80)
 	_, resp := openStream(t, ts, key, emails, 16384)
 	// About 5 KB a second: the 80 lines, which are ready at once, take some 7 s to read, every
-	// one within the stall.
+	// one well within the stall, the whole far beyond it.
 	lines, err := readLines(resp.Body, 512, 100*time.Millisecond)
 	if err != nil {
 		t.Fatalf("a slow reader was cut after %d lines: %v", len(lines), err)
@@ -194,13 +206,13 @@ func TestStreamSlowReaderGetsEveryLine(t *testing.T) {
 	assertUsage(t, b, acct, len(emails))
 }
 
-// A client that trickles the stream in, taking each line within streamStall but far slower than
+// A client that trickles the stream in, taking each line within writeStall but far slower than
 // the stream is verified, is cut once the stream's write time is over, so that no stream holds
 // its room longer than the hold's lifetime (docs/reliability.md, "Metering guarantees").
 func TestStreamTricklingReaderIsCutAtTheWriteLimit(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
-	b.srv.streamStall, b.srv.streamWriteLimit = time.Second, 3*time.Second
+	b.srv.writeStall, b.srv.streamWriteLimit = time.Second, 3*time.Second
 	acct, key := b.customer(plan.Free)
 	ts, ended := streamServer(t, b)
 	emails := streamEmails(300)
@@ -442,5 +454,89 @@ func TestStreamClientGoneMidwayBillsOnlyWhatWasFlushed(t *testing.T) {
 	}
 	if c := b.usage(acct); c.Quota != billed || c.Billable != billed {
 		t.Errorf("counts %+v, want %d quota units and billable (the lines flushed)", c, billed)
+	}
+}
+
+// A batch whose client does not read its answer, its TCP window full, is not held open either:
+// the client has writeStall to take each part of the answer, then the answer counts as not
+// delivered (docs/api.md, "Limits"): nothing is billed and the hold is given back. A client that
+// reads, even slowly, gets the whole answer, billed.
+func TestBatchStalledReaderIsNotBilledAndReleasesItsHold(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	b.srv.writeStall = 2 * time.Second
+	acct, key := b.customer(plan.Free)
+	ts, ended := streamServer(t, b, "/v1/email/verify/batch")
+	// The headers are in the first part written, so the response begins; then nothing is read.
+	conn, _ := openPost(t, ts, "/v1/email/verify/batch", key, streamEmails(100), 4096)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch's handler is still writing to a client that stopped reading 10 s ago")
+	}
+	conn.Close()
+	if c := b.usage(acct); c != (usagetest.Counts{}) {
+		t.Errorf("counts %+v for an answer the client did not take, want nothing used, billed or held", c)
+	}
+
+	// Read slowly (about 10 KB a second), the same answer arrives whole and is billed.
+	_, resp := openPost(t, ts, "/v1/email/verify/batch", key, streamEmails(100), 4096)
+	var got bytes.Buffer
+	p := make([]byte, 1024)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		n, err := resp.Body.Read(p)
+		got.Write(p[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("a slow reader's batch was cut after %d bytes: %v", got.Len(), err)
+		}
+	}
+	var body batchResponse
+	if err := json.Unmarshal(got.Bytes(), &body); err != nil || body.Count != 100 {
+		t.Fatalf("slow reader: %d bytes, %v, count %d", got.Len(), err, body.Count)
+	}
+	assertUsage(t, b, acct, 100)
+}
+
+// The write deadline a batch or stream leaves on its connection does not outlive the request
+// (net/http clears it once the response is finished): a client that reuses its connection a
+// while after a batch or stream gets its next answer, not a broken connection.
+func TestWriteDeadlineDoesNotOutliveItsRequest(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "10000"}})
+	b.srv.writeStall = 200 * time.Millisecond
+	_, key := b.customer(plan.Free)
+	ts, _ := streamServer(t, b)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	post := func(path string) (reused bool) {
+		t.Helper()
+		var info httptrace.GotConnInfo
+		body, _ := json.Marshal(map[string]any{"emails": []string{"ann@acme.test", "u1@mailinator.com"}})
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+path, bytes.NewReader(body))
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { info = i }}))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s (connection reused: %v): %v", path, info.Reused, err)
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s (connection reused: %v): %d %s %v", path, info.Reused, resp.StatusCode, raw, err)
+		}
+		return info.Reused
+	}
+	post("/v1/email/verify/batch")
+	time.Sleep(time.Second) // well past the deadline the batch's answer was written under
+	if !post("/v1/email/verify/stream") {
+		t.Fatal("the connection was not reused; the test proves nothing")
+	}
+	time.Sleep(time.Second)
+	if !post("/v1/email/verify/batch") {
+		t.Fatal("the connection was not reused; the test proves nothing")
 	}
 }

@@ -70,9 +70,11 @@ func (s *Server) verifyBatch(c echo.Context) error {
 		return err
 	}
 	defer ans.Close()
-	if err := c.JSON(http.StatusOK, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
-		// The client went away before it had the results: they are not owed, and not kept for an
-		// Idempotency-Key's retry, which is verified and billed once it is delivered.
+	wb := s.writeBound(c, start, s.batchWriteLimit)
+	if err := wb.writeJSON(c, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
+		// The client went away, or did not read, before it had the results: they are not owed,
+		// and not kept for an Idempotency-Key's retry, which is verified and billed once it is
+		// delivered.
 		idempotency.NotDelivered(c)
 		return nil
 	}
@@ -102,22 +104,12 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	resp.Header().Set("Cache-Control", "no-store")
 	resp.Header().Set("X-Content-Type-Options", "nosniff")
-	// The write deadlines below stay on the connection after the response (the HTTP server
-	// resets only read deadlines between requests), so it is not reused for another request.
-	resp.Header().Set(echo.HeaderConnection, "close")
-	rc := http.NewResponseController(resp.Writer)
-	writeBy := start.Add(s.streamWriteLimit)
-	// Every write to the client is bounded (docs/api.md, "Limits"): a client that does not take
-	// a line within streamStall, or reads on past streamWriteLimit, makes the write fail as a
-	// client that went away does, and the lines not flushed yet are not charged.
-	bound := func() {
-		d := time.Now().Add(s.streamStall)
-		if writeBy.Before(d) {
-			d = writeBy
-		}
-		_ = rc.SetWriteDeadline(d)
-	}
-	bound()
+	// Every write to the client is bounded (docs/api.md, "Reading a stream"): a client that does
+	// not take a line within writeStall, or reads on past streamWriteLimit, makes the write fail
+	// as a client that went away does, and the lines not flushed yet are not charged.
+	wb := s.writeBound(c, start, s.streamWriteLimit)
+	rc := wb.rc
+	wb.arm()
 	resp.WriteHeader(http.StatusOK)
 	resp.Flush()
 
@@ -127,10 +119,10 @@ func (s *Server) verifyStream(c echo.Context) error {
 		// encoder only fills the response's buffer, and a client that is gone shows only when
 		// the buffer is written out. A line of a failed flush is taken back, like those not
 		// written at all, even if some of its bytes left before the connection broke. Each line
-		// is flushed under its own deadline, so that streamStall is the time a client may take
+		// is flushed under its own deadline, so that writeStall is the time a client may take
 		// for one line, however many are ready at once.
 		for k, l := range lines {
-			bound()
+			wb.arm()
 			if err := enc.Encode(streamLine{Index: l.Index, Result: l.Result}); err != nil {
 				return k, err
 			}
@@ -141,7 +133,7 @@ func (s *Server) verifyStream(c echo.Context) error {
 		return len(lines), nil
 	})
 	if cause != nil {
-		bound()
+		wb.arm()
 		_ = enc.Encode(s.streamError(cause, emails, undelivered))
 		_ = rc.Flush()
 	}
