@@ -141,7 +141,7 @@ func TestStreamSurvivesNATSBlip(t *testing.T) {
 		if _, isErr := l["error"]; isErr {
 			t.Fatalf("line %d is an error after a 1.5 s blip: %s", i, raw[i])
 		}
-		assertSchema(t, loadSpecSchema(t, "VerifyResult"), raw[i], "stream line")
+		assertSchema(t, loadSpecSchema(t, "StreamResult"), raw[i], "stream line")
 		seen[l["email"].(string)]++
 	}
 	for _, e := range emails {

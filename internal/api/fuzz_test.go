@@ -145,7 +145,7 @@ func serveWithin(t *testing.T, h http.Handler, req *http.Request, limit time.Dur
 
 func checkStreamLines(t *testing.T, raw []byte) {
 	t.Helper()
-	schema := loadSpecSchema(t, "VerifyResult")
+	schema := loadSpecSchema(t, "StreamResult")
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(nil, MaxBodyBytes)
 	for sc.Scan() {

@@ -75,6 +75,21 @@ const MaxBodyBytes = 2 << 20
 // the bound is for clients that trickle a body to hold a connection and a handler open.
 const DefaultBodyReadTimeout = 10 * time.Second
 
+// WriteStall is how long the client of a stream or a batch has to take each part of its answer
+// (a stream's line, a few KB of a batch's body; docs/api.md, "Limits"): a client that reads
+// nothing for that long, its TCP window full, is treated as one that went away. It bounds each
+// part, not the whole answer, so a slow reader that keeps reading is not cut by it.
+const WriteStall = 10 * time.Second
+
+// StreamWriteLimit and BatchWriteLimit are how long after it began an answer may still be
+// written to its client (docs/api.md, "Limits"): the route's deadline plus one stall. They keep
+// a client that trickles its answer in from holding the request open past its hold's lifetime
+// (the deadline plus a minute, docs/reliability.md, "Metering guarantees").
+const (
+	StreamWriteLimit = verification.StreamDeadline + WriteStall
+	BatchWriteLimit  = verification.BatchDeadline + WriteStall
+)
+
 // Server is the API server.
 type Server struct {
 	cfg    config.Config
@@ -88,7 +103,13 @@ type Server struct {
 	now    func() time.Time
 
 	bodyTimeout time.Duration
-	uploadIdle  time.Duration // the longest pause in an upload's body (httpbody)
+	// writeStall bounds how long a stream or batch waits for its client to take a part of its
+	// answer, and streamWriteLimit and batchWriteLimit how long after the request began it is
+	// written at all (writeBound).
+	writeStall       time.Duration
+	streamWriteLimit time.Duration
+	batchWriteLimit  time.Duration
+	uploadIdle       time.Duration // the longest pause in an upload's body (httpbody)
 	// uploadRateGrace is how long an upload runs before its minimum rate is checked (minRate).
 	uploadRateGrace time.Duration
 	// uploadReceive is how long an upload's file may take to arrive in all (listReceiveBudget).
@@ -146,6 +167,7 @@ func New(d Deps) *Server {
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = DefaultBodyReadTimeout
 	}
+	s.writeStall, s.streamWriteLimit, s.batchWriteLimit = WriteStall, StreamWriteLimit, BatchWriteLimit
 	stripe := billing.NewStripe(billingConfig(d.Config))
 	if s.portal == nil {
 		s.portal = stripe

@@ -31,7 +31,8 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 	out := make([]string, len(req.Emails))
 	for i, raw := range req.Emails {
 		field := fmt.Sprintf("emails[%d]", i)
-		if err := json.Unmarshal(raw, &out[i]); err != nil {
+		// A JSON null decodes into a string without an error: it is not a string either.
+		if err := json.Unmarshal(raw, &out[i]); err != nil || string(raw) == "null" {
 			return nil, InvalidRequest("Field %s must be a string.", field)
 		}
 		// Checked here too, so that the first bad element is the one named.
@@ -40,6 +41,14 @@ func parseList(c echo.Context, limit int) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// streamLine is one result line of a stream: the verify result plus the position of the input it
+// answers, since lines come in completion order and their normalised email cannot tell apart
+// inputs that normalise alike (docs/api.md, "Verify a stream").
+type streamLine struct {
+	Index int `json:"index"`
+	verdict.Result
 }
 
 type batchResponse struct {
@@ -61,9 +70,11 @@ func (s *Server) verifyBatch(c echo.Context) error {
 		return err
 	}
 	defer ans.Close()
-	if err := c.JSON(http.StatusOK, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
-		// The client went away before it had the results: they are not owed, and not kept for an
-		// Idempotency-Key's retry, which is verified and billed once it is delivered.
+	wb := s.writeBound(c, start, s.batchWriteLimit)
+	if err := wb.writeJSON(c, batchResponse{Results: ans.Results, Count: len(ans.Results)}); err != nil {
+		// The client went away, or did not read, before it had the results: they are not owed,
+		// and not kept for an Idempotency-Key's retry, which is verified and billed once it is
+		// delivered.
 		idempotency.NotDelivered(c)
 		return nil
 	}
@@ -72,7 +83,7 @@ func (s *Server) verifyBatch(c echo.Context) error {
 }
 
 // verifyStream is POST /v1/email/verify/stream: one NDJSON line per result, in completion order,
-// each flushed as soon as it is ready; a line is billed once its flush succeeded. A stream that
+// naming the index of its input, each flushed as soon as it is ready; a line is billed once its flush succeeded. A stream that
 // cannot be completed (the fleet did not answer in time, the server is shutting down) ends with an
 // error line: the error envelope plus the emails that were not verified and not charged. A
 // stream without one is complete (docs/reliability.md).
@@ -92,25 +103,38 @@ func (s *Server) verifyStream(c echo.Context) error {
 	resp := c.Response()
 	resp.Header().Set(echo.HeaderContentType, "application/x-ndjson")
 	resp.Header().Set("Cache-Control", "no-store")
+	// Every write to the client is bounded (docs/api.md, "Reading a stream"): a client that does
+	// not take a line within writeStall, or reads on past streamWriteLimit, makes the write fail
+	// as a client that went away does, and the lines not flushed yet are not charged.
+	wb := s.writeBound(c, start, s.streamWriteLimit)
+	rc := wb.rc
+	wb.arm()
 	resp.WriteHeader(http.StatusOK)
 	resp.Flush()
 
 	enc := json.NewEncoder(resp)
-	undelivered, cause := st.Run(func(lines []verification.Line) error {
+	undelivered, cause := st.Run(func(lines []verification.Line) (int, error) {
 		// A line is owed once the flush that carries it to the connection has succeeded: the
 		// encoder only fills the response's buffer, and a client that is gone shows only when
-		// the buffer is written out. Lines of a failed flush are taken back, like those not
-		// written at all, even if some of their bytes left before the connection broke.
-		for _, l := range lines {
-			if err := enc.Encode(l.Result); err != nil {
-				return err
+		// the buffer is written out. A line of a failed flush is taken back, like those not
+		// written at all, even if some of its bytes left before the connection broke. Each line
+		// is flushed under its own deadline, so that writeStall is the time a client may take
+		// for one line, however many are ready at once.
+		for k, l := range lines {
+			wb.arm()
+			if err := enc.Encode(streamLine{Index: l.Index, Result: l.Result}); err != nil {
+				return k, err
+			}
+			if err := rc.Flush(); err != nil {
+				return k, err
 			}
 		}
-		return http.NewResponseController(resp.Writer).Flush()
+		return len(lines), nil
 	})
 	if cause != nil {
+		wb.arm()
 		_ = enc.Encode(s.streamError(cause, emails, undelivered))
-		resp.Flush()
+		_ = rc.Flush()
 	}
 	return nil
 }

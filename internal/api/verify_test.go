@@ -749,7 +749,7 @@ func TestStreamFlushesInCompletionOrder(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
-		assertSchema(t, loadSpecSchema(t, "VerifyResult"), sc.Bytes(), "stream line")
+		assertSchema(t, loadSpecSchema(t, "StreamResult"), sc.Bytes(), "stream line")
 		lines = append(lines, m)
 	}
 	total := time.Since(start)

@@ -155,12 +155,12 @@ func (s *Service) StartStream(ctx context.Context, req Request, emails []string)
 }
 
 // Run verifies the stream's emails, handing write the results that are ready, in completion
-// order, as soon as they are; a batch of lines is billed once write returned nil, that is once
-// they reached the client. A write that fails means the client went away: verification stops, and
-// what was not written is neither sent nor charged. Undelivered is the indexes, in input order,
+// order, as soon as they are. Write returns how many of its lines, from the first, reached the
+// client, and those are billed; an error means the client went away (or stopped reading):
+// verification stops, and what was not written is neither sent nor charged. Undelivered is the indexes, in input order,
 // of the emails whose result did not reach the client, and cause why (nil when the client went
 // away); a stream with none undelivered is complete (docs/reliability.md).
-func (st *Stream) Run(write func([]Line) error) (undelivered []int, cause error) {
+func (st *Stream) Run(write func([]Line) (int, error)) (undelivered []int, cause error) {
 	if st.sandbox {
 		return st.runSandbox(write)
 	}
@@ -191,17 +191,17 @@ func (st *Stream) Run(write func([]Line) error) (undelivered []int, cause error)
 		for k := range pending {
 			pending[k].Result.LatencyMS = lat
 		}
-		if write(pending) != nil {
-			gone = true
-			cancel() // stop verifying for a client that is not there
-			continue
-		}
-		rows := make([]usage.Row, len(pending))
-		for k, x := range pending {
+		n, err := write(pending)
+		rows := make([]usage.Row, n)
+		for k, x := range pending[:n] {
 			delivered[x.Index] = true
 			rows[k] = usage.ResultRow(st.req.item("verify_stream", x.Index), x.Result, nil)
 		}
 		st.hold.Deliver(rows...)
+		if err != nil {
+			gone = true
+			cancel() // stop verifying for a client that is not there
+		}
 	}
 
 	for i, ok := range delivered {

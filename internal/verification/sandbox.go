@@ -128,15 +128,15 @@ func (s *Service) sandboxStream(ctx context.Context, req Request, emails []strin
 
 // runSandbox is Stream.Run for a sandbox stream: every answer is ready at once, written in input
 // order in one go, and nothing is billed.
-func (st *Stream) runSandbox(write func([]Line) error) (undelivered []int, cause error) {
+func (st *Stream) runSandbox(write func([]Line) (int, error)) (undelivered []int, cause error) {
 	results := st.s.sandboxResults(st.emails, st.start)
 	lines := make([]Line, len(results))
 	for i, r := range results {
 		lines[i] = Line{Index: i, Result: r}
 	}
-	if write(lines) != nil {
-		// The client went away: nothing reached it, and there is nothing to give back.
-		for i := range st.emails {
+	if n, err := write(lines); err != nil {
+		// The client went away: the rest did not reach it, and there is nothing to give back.
+		for i := n; i < len(st.emails); i++ {
 			undelivered = append(undelivered, i)
 		}
 	}

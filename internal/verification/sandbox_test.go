@@ -47,7 +47,7 @@ func TestSandboxCallerIsNeverBilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []verification.Line
-	undelivered, cause := st.Run(func(ls []verification.Line) error { got = append(got, ls...); return nil })
+	undelivered, cause := st.Run(func(ls []verification.Line) (int, error) { got = append(got, ls...); return len(ls), nil })
 	if undelivered != nil || cause != nil || len(got) != 2 || got[0].Result.Reason != verdict.ReasonSandboxUnlisted || got[1].Result.Reason != verdict.ReasonInvalidSyntax {
 		t.Fatalf("stream: %v, %v, %+v", undelivered, cause, got)
 	}
@@ -55,7 +55,7 @@ func TestSandboxCallerIsNeverBilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	undelivered, cause = st.Run(func([]verification.Line) error { return errors.New("client gone") })
+	undelivered, cause = st.Run(func([]verification.Line) (int, error) { return 0, errors.New("client gone") })
 	if len(undelivered) != 2 || cause != nil {
 		t.Errorf("a stream whose client went away: %v, %v", undelivered, cause)
 	}

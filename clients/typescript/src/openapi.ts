@@ -113,6 +113,41 @@ export type VerifyResult = {
   sandbox?: true;
 };
 
+/** One result line of a stream (POST /v1/email/verify/stream): the fields of VerifyResult plus index, the position in the request's emails of the address it answers. Lines come in completion order, and email is the normalised address, so index is what matches a line to its input. */
+export type StreamResult = {
+  /** The position, from 0, in the request's emails of the address this line answers. */
+  index: number;
+  /** The address that was verified, in normalised form: the spaces and tabs around it removed, the domain lowercased and, for an internationalised domain, in its ASCII (`xn--`) form. The local part keeps its case; a UTF-8 local part (RFC 6531) is in Unicode normalisation form C. An address that fails the syntax check is returned with its surrounding spaces and tabs removed but otherwise as sent; a CR or LF anywhere makes it invalid. */
+  email: string;
+  /** `true` only when the mailbox was confirmed (status `deliverable`). */
+  valid: boolean;
+  status: "deliverable" | "undeliverable" | "unknown" | "catch_all" | "invalid";
+  /** Deliverability confidence from 0 to 1 (the confidence table of docs/api.md). */
+  confidence: number;
+  /** The layer that failed; null when none did. */
+  failed_check: "syntax" | "disposable" | "no_mx" | "smtp" | null;
+  disposable: boolean;
+  role: boolean;
+  free_provider: boolean;
+  catch_all: boolean;
+  /** The provider blocks SMTP probing; the mailbox was not probed. */
+  smtp_blocked: boolean;
+  /** The domain has a mail route: MX records, or, without any, an A/AAAA record (implicit MX). */
+  mx_found: boolean;
+  /** Primary MX host name, or the domain itself when it has no MX records but an A/AAAA record (implicit MX, RFC 5321 §5.1); null when none was found. */
+  mx_host: string | null;
+  /** Typo correction of the domain; null when there is none. */
+  suggestion: string | null;
+  /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
+  latency_ms: number;
+  /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
+  /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
+  smtp_reply: SMTPReply | null;
+  /** Present, and true, only on answers to a sandbox key (`sk_test_…`): the answer comes from the sandbox's magic addresses, not from a verification (docs/sandbox.md). Absent on live answers. */
+  sandbox?: true;
+};
+
 /** An SMTP reply as evidence of a verdict: its code, its enhanced status code and the first line of its text, sanitised. */
 export type SMTPReply = {
   /** The three-digit reply code (RFC 5321), e.g. 550. */
