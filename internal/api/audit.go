@@ -73,6 +73,9 @@ type auditPageJSON struct {
 // listAudit is GET /v1/management/audit: the account's audit events, newest first, keyset-
 // paginated with an opaque cursor.
 func (s *Server) listAudit(c echo.Context) error {
+	if err := onlyQuery(c, "limit", "cursor"); err != nil {
+		return err
+	}
 	f := audit.Filter{Cursor: c.QueryParam("cursor")}
 	if len(f.Cursor) > 100 {
 		return InvalidRequest("Query parameter cursor is not one the API issued: use the next_cursor of the previous page.")

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -206,4 +208,89 @@ func TestRefusedUploadStallDoesNotHold(t *testing.T) {
 			t.Errorf("%s: %d, want the refusal (401, or 303 to sign in)", path, resp.StatusCode)
 		}
 	}
+}
+
+// A dashboard form over 2 MB is answered with the dashboard's own page, 413 "The form could not
+// be read" (docs/dashboard.md, "Forms"), not the API's JSON envelope, over a real connection:
+// announced by its Content-Length or chunked, signed in or not. The API's routes keep the
+// envelope.
+func TestDashboardFormOverTheBodyLimitGetsThePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Free, "")
+	ts := httptest.NewServer(b.srv.Handler())
+	defer ts.Close()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path, ct string, body io.Reader) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+path, body)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		if strings.HasPrefix(path, "/v1/") {
+			req.Header.Set("Authorization", "Bearer "+mgmt)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp, string(raw)
+	}
+	csrf := func(path string) string {
+		t.Helper()
+		_, page := send(http.MethodGet, path, "", nil)
+		m := dashboardCSRF.FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no CSRF token on %s", path)
+		}
+		return m[1]
+	}
+	const form = "application/x-www-form-urlencoded"
+	// big is a form whose one field takes it over the limit; chunked hides its length.
+	big := func(token string, chunked bool) io.Reader {
+		body := strings.NewReader(url.Values{"csrf": {token}, "label": {strings.Repeat("x", MaxBodyBytes)}}.Encode())
+		if chunked {
+			return io.MultiReader(body)
+		}
+		return body
+	}
+	wantPage := func(what string, resp *http.Response, page string) {
+		t.Helper()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+			!strings.Contains(page, "The form could not be read") {
+			t.Errorf("%s: %d %s, want the dashboard's 413 page:\n%.300s", what, resp.StatusCode, resp.Header.Get("Content-Type"), page)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self'") {
+			t.Errorf("%s: Content-Security-Policy %q", what, csp)
+		}
+	}
+	for _, chunked := range []bool{false, true} {
+		resp, page := send(http.MethodPost, "/dashboard/signin", form, big(csrf("/dashboard/signin"), chunked))
+		wantPage(fmt.Sprintf("sign-in, chunked %v", chunked), resp, page)
+	}
+
+	const password = "a long enough password for the test"
+	resp, page := send(http.MethodPost, "/dashboard/signup", form, strings.NewReader(url.Values{"csrf": {csrf("/dashboard/signup")},
+		"email": {"ann@example.com"}, "password": {password}, "password_confirm": {password}}.Encode()))
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-up: %d\n%s", resp.StatusCode, page)
+	}
+	for _, chunked := range []bool{false, true} {
+		resp, page := send(http.MethodPost, "/dashboard/keys", form, big(csrf("/dashboard/keys"), chunked))
+		wantPage(fmt.Sprintf("signed in, chunked %v", chunked), resp, page)
+		if !strings.Contains(page, "ann@example.com") {
+			t.Errorf("signed in, chunked %v: the page is not the signed-in layout:\n%.300s", chunked, page)
+		}
+	}
+
+	// The API's routes keep the envelope.
+	resp, raw := send(http.MethodPost, "/v1/management/keys", "application/json", strings.NewReader(`{"label": "`+strings.Repeat("a", MaxBodyBytes)+`"}`))
+	var env map[string]any
+	if err := json.Unmarshal([]byte(raw), &env); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("API: %d %s", resp.StatusCode, raw)
+	}
+	assertEnvelope(t, env, CodePayloadTooLarge)
 }

@@ -30,6 +30,9 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := onlyQuery(c, "status", "limit", "cursor"); err != nil {
+		return err
+	}
 	f := webhook.ListFilter{Status: c.QueryParam("status"), Cursor: c.QueryParam("cursor")}
 	if vals, ok := c.QueryParams()["status"]; ok && vals[0] == "" {
 		// Read as absent, it would list every delivery as if the filter had matched.

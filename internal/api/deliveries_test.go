@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -81,5 +84,59 @@ func TestRetryDeliveryAgainShowsTheReplayState(t *testing.T) {
 	again := b.call(http.MethodPost, "/v1/management/deliveries/"+failed+"/retry", key, nil).want(t, http.StatusAccepted, "").body
 	if again["delivery_id"] != first["delivery_id"] || again["status"] != "delivered" {
 		t.Errorf("a repeated retry after the replay was delivered: %v", again)
+	}
+}
+
+// A bulk list past its expires_at is gone on every route (docs/lists.md, "States"), and so is
+// the delivery of its callback, before a sweep has purged either: the delivery log, the
+// dashboard's Deliveries page and both replays leave it out (404 delivery_not_found, and a replay
+// of it made earlier with it), while the deliveries of a live list and of a job stay.
+func TestDeliveriesOfAnExpiredListAreGone(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true}) // no sweep: the rows stay in the database
+	d, acct := newDashboardClient(t, b, "ann@example.com")
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET tier = 'builder' WHERE id = $1`, acct)
+	mgmt, key := b.provisioningKey(acct), b.standardKey(acct).Raw
+	gone := b.upload(key, "text/plain", "", "ann@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	kept := b.upload(key, "text/plain", "", "bob@acme.test\n").want(t, http.StatusAccepted, "").body["id"].(string)
+	job := newUUID()
+	pgtest.Exec(t, b.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'a@acme.test', 'https://hooks.example.com/x', 'completed')`, job, acct)
+	ofGone, replayOfGone, ofKept, ofJob := newUUID(), newUUID(), newUUID(), newUUID()
+	for _, r := range []struct{ id, column, subject, state, replayOf string }{
+		{ofGone, "list_id", gone, "failed", ""},
+		{replayOfGone, "list_id", gone, "failed", ofGone},
+		{ofKept, "list_id", kept, "failed", ""},
+		{ofJob, "job_id", job, "failed", ""},
+	} {
+		pgtest.Exec(t, b.pool, `INSERT INTO deliveries (id, `+r.column+`, account_id, url, body, state, attempts, replay_of)
+			VALUES ($1, $2, $3, 'https://hooks.example.com/x', '{}', $4, 3, NULLIF($5, '')::uuid)`, r.id, r.subject, acct, r.state, r.replayOf)
+	}
+	pgtest.Exec(t, b.pool, `UPDATE lists SET expires_at = now() - interval '1 second' WHERE id = $1`, gone)
+
+	page := b.call(http.MethodGet, "/v1/management/deliveries", mgmt, nil).want(t, http.StatusOK, "").body
+	var listed []string
+	for _, x := range page["deliveries"].([]any) {
+		listed = append(listed, x.(map[string]any)["id"].(string))
+	}
+	slices.Sort(listed)
+	if want := slices.Sorted(slices.Values([]string{ofKept, ofJob})); !slices.Equal(listed, want) {
+		t.Errorf("delivery log: %v, want %v (the expired list's left out)", listed, want)
+	}
+	for _, id := range []string{ofGone, replayOfGone} {
+		b.call(http.MethodPost, "/v1/management/deliveries/"+id+"/retry", mgmt, nil).want(t, http.StatusNotFound, CodeDeliveryNotFound)
+	}
+	b.call(http.MethodPost, "/v1/management/deliveries/"+ofKept+"/retry", mgmt, nil).want(t, http.StatusAccepted, "")
+
+	req, _ := http.NewRequest(http.MethodGet, d.base+"/dashboard/deliveries", nil)
+	resp, body := d.do(req)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, ofJob) || strings.Contains(body, ofGone) || strings.Contains(body, replayOfGone) {
+		t.Errorf("Deliveries page: %d, want %s and not %s nor %s:\n%s", resp.StatusCode, ofJob, ofGone, replayOfGone, body)
+	}
+	resp, body = d.post("/dashboard/deliveries/"+ofGone+"/retry", url.Values{"csrf": {d.csrf("/dashboard/deliveries")}})
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "There is no such delivery") {
+		t.Errorf("dashboard retry of the expired list's delivery: %d\n%.400s", resp.StatusCode, body)
+	}
+	if n := b.count(`SELECT count(*) FROM deliveries WHERE replay_of IN ($1, $2)`, ofGone, replayOfGone); n != 1 {
+		t.Errorf("%d replays of the expired list's deliveries, want the one stored before it expired", n)
 	}
 }

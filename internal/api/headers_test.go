@@ -19,8 +19,9 @@ import (
 var dashboardHeaders = []string{"Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy", "Cache-Control"}
 
 // The answers under the dashboard's paths that its handler never makes carry its headers too:
-// Echo's refusal of a method it does not route and of a body over 2 MB, and the dashboard's
-// router's answer to a path beside its pages.
+// Echo's refusal of a method it does not route and the dashboard's router's answer to a path
+// beside its pages; and so does its page refusing a body over 2 MB
+// (TestDashboardFormOverTheBodyLimitGetsThePage).
 func TestEchoAnswersUnderTheDashboardCarryItsHeaders(t *testing.T) {
 	t.Parallel()
 	h := newBareServer(t).Handler()

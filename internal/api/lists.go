@@ -46,6 +46,14 @@ func isUpload(c echo.Context) bool {
 	return c.Request().Method == http.MethodPost && (p == uploadPath || p == dashboard.UploadPath)
 }
 
+// ownBodyLimit says the request's body is bounded by its handler, not by the API's 2 MB guard:
+// an upload's, and every request the dashboard serves (its routes are everything under
+// dashboard.Prefix, dashboardRoute), which bounds bodies itself and refuses an oversized form
+// with a page.
+func ownBodyLimit(c echo.Context) bool {
+	return isUpload(c) || strings.HasPrefix(c.Request().URL.Path, dashboard.Prefix)
+}
+
 // uploadList stores an uploaded file as a list, admits its unique addresses, starts it, and
 // answers 202 with the list (docs/lists.md).
 func (s *Server) uploadList(c echo.Context) error {

@@ -173,3 +173,26 @@ func loggedWithID(t *testing.T, out, id string) bool {
 	}
 	return false
 }
+
+// The management routes that take query parameters refuse one they do not know, as the email
+// routes do (docs/api.md, "Conventions"): a mistyped filter (stauts=failed) would otherwise list
+// every delivery as if it had matched.
+func TestManagementListsRefuseUnknownQueryParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Builder, "")
+	for _, c := range []struct{ path, says string }{
+		{"/v1/management/deliveries?stauts=failed", `Unknown query parameter "stauts"; use status, limit and cursor.`},
+		{"/v1/management/deliveries?status=failed&page=2", `Unknown query parameter "page"`},
+		{"/v1/management/deliveries?Limit=10", `Unknown query parameter "Limit"`},
+		{"/v1/management/audit?limt=10", `Unknown query parameter "limt"; use limit and cursor.`},
+		{"/v1/management/audit?limit=10&kind=sign_in", `Unknown query parameter "kind"`},
+	} {
+		r := b.call(http.MethodGet, c.path, mgmt, nil).want(t, http.StatusBadRequest, CodeInvalidRequest)
+		if msg, _ := r.body["message"].(string); !strings.Contains(msg, c.says) {
+			t.Errorf("%s: message %q, want %q", c.path, msg, c.says)
+		}
+	}
+	b.call(http.MethodGet, "/v1/management/deliveries?status=failed&limit=10&cursor=", mgmt, nil).want(t, http.StatusOK, "")
+	b.call(http.MethodGet, "/v1/management/audit?limit=10&cursor=", mgmt, nil).want(t, http.StatusOK, "")
+}

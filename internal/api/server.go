@@ -211,8 +211,10 @@ func New(d Deps) *Server {
 	e.Use(s.bodyDeadline)
 	// The 2 MB body guard (docs/api.md, "Limits"). It refuses a too-large Content-Length before
 	// reading and stops a body without one at the limit. A bulk-list upload is a file with limits
-	// of its own (docs/lists.md).
-	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes) + "B", Skipper: isUpload}))
+	// of its own (docs/lists.md). The dashboard bounds its bodies itself, at the same 2 MB, and
+	// answers a form over it with its own page rather than the JSON envelope (docs/dashboard.md,
+	// "Forms").
+	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(MaxBodyBytes) + "B", Skipper: ownBodyLimit}))
 	// A /v1 query string that Go's URL.Query would silently trim is refused (query.go).
 	e.Use(strictQuery)
 	e.Use(methodNotAllowed) // OPTIONS and Allow on the routes outside /v1 (routes.go)
@@ -276,8 +278,8 @@ func routeOf(c echo.Context) string {
 // X-Content-Type-Options: nosniff, and Cache-Control: no-store: results, keys and account data
 // are the customer's own, and no cache on the way may keep them (docs/api.md, "Conventions");
 // the public documents (the error reference, /openapi.json) set their own. Under the dashboard's paths the dashboard's headers are set, its
-// Content-Security-Policy among them, also on an answer its handler never sees: a body over
-// 2 MB or a method Echo does not route is refused here, in the envelope.
+// Content-Security-Policy among them, also on an answer its handler never sees: a method Echo
+// does not route is refused here, in the envelope.
 //
 // https says the public URL (MAILVET_PUBLIC_URL) is https: customers reach the server over TLS,
 // usually ended by a proxy in front of it (docs/deployment.md), so browsers are told to use

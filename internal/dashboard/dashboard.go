@@ -255,8 +255,8 @@ var csp = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri
 // SetHeaders sets the headers every dashboard answer carries (docs/dashboard.md, "Headers").
 // Pages show account data and one-time keys: never cache them, never frame them, and run only
 // the dashboard's own scripts and styles. The API server sets them on every request under Prefix
-// before anything else can answer, so that the answers it makes itself there (a body over 2 MB,
-// a method it does not route) carry them as well.
+// before anything else can answer, so that the answers it makes itself there (a method it does
+// not route) carry them as well.
 func SetHeaders(hd http.Header) {
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("Content-Security-Policy", csp)

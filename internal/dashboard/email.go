@@ -381,7 +381,7 @@ func (h *Handler) forgot(w http.ResponseWriter, r *http.Request, csrf string) {
 // mailReset issues a reset token for the user of email, if there is one, and mails its link.
 func (h *Handler) mailReset(ctx context.Context, email string) error {
 	var userID, stored string
-	err := h.pool.QueryRow(ctx, `SELECT id, email FROM dashboard_users WHERE lower(email) = lower($1)`, email).Scan(&userID, &stored)
+	err := h.pool.QueryRow(ctx, `SELECT id, email FROM dashboard_users WHERE email_folded = $1`, foldEmail(email)).Scan(&userID, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // nothing to send, and nothing the answer said
 	}

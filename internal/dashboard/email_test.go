@@ -17,7 +17,7 @@ func (f *fixture) keyCount(t *testing.T, email string) int {
 	t.Helper()
 	var n int
 	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM api_keys k JOIN dashboard_users u ON u.account_id = k.account_id
-		WHERE lower(u.email) = lower($1) AND k.revoked_at IS NULL`, email).Scan(&n), "count keys")
+		WHERE u.email_folded = lower($1) AND k.revoked_at IS NULL`, email).Scan(&n), "count keys")
 	return n
 }
 
@@ -25,7 +25,7 @@ func (f *fixture) unconfirmed(t *testing.T, email string) bool {
 	t.Helper()
 	var u bool
 	pgtest.Must(t, f.pool.QueryRow(t.Context(), `SELECT a.email_unconfirmed FROM accounts a JOIN dashboard_users u ON u.account_id = a.id
-		WHERE lower(u.email) = lower($1)`, email).Scan(&u), "read email_unconfirmed")
+		WHERE u.email_folded = lower($1)`, email).Scan(&u), "read email_unconfirmed")
 	return u
 }
 

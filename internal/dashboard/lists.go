@@ -238,7 +238,7 @@ func (h *Handler) uploadList(w http.ResponseWriter, r *http.Request, s *session)
 	form, file, long, err := readUploadForm(r)
 	if err != nil {
 		discardBody(w, r)
-		h.badForm(w, r, s)
+		h.badForm(w, r, s, err)
 		return
 	}
 	if !sameToken(form.Get(csrfField), s.CSRF) {

@@ -56,7 +56,7 @@ func (h *Handler) recordOrLog(ctx context.Context, e audit.Event) {
 func (h *Handler) passwordRefused(r *http.Request, email string, kind audit.Kind, at attempt) {
 	ctx := r.Context()
 	var accountID, stored string
-	err := h.pool.QueryRow(ctx, `SELECT account_id, email FROM dashboard_users WHERE lower(email) = lower($1)`, email).
+	err := h.pool.QueryRow(ctx, `SELECT account_id, email FROM dashboard_users WHERE email_folded = $1`, foldEmail(email)).
 		Scan(&accountID, &stored)
 	detail := "wrong password"
 	if kind == audit.PasswordChange {

@@ -194,7 +194,7 @@ func (h *Handler) withSession(readForm bool, next func(http.ResponseWriter, *htt
 		}
 		if r.Method == http.MethodPost && readForm {
 			if r, err = parseForm(r); err != nil {
-				h.badForm(w, r, s)
+				h.badForm(w, r, s, err)
 				return
 			}
 			if !sameToken(r.PostForm.Get(csrfField), s.CSRF) {
@@ -373,7 +373,7 @@ func (h *Handler) public(next func(http.ResponseWriter, *http.Request, string)) 
 		if r.Method == http.MethodPost {
 			var err error
 			if r, err = parseForm(r); err != nil {
-				h.badForm(w, r, nil)
+				h.badForm(w, r, nil, err)
 				return
 			}
 			if !sameToken(r.PostForm.Get(csrfField), token) {
@@ -394,7 +394,15 @@ func (h *Handler) csrfFailure(w http.ResponseWriter, r *http.Request, s *session
 		Error: "This form has expired or did not come from the dashboard. Go back, reload the page and try again."})
 }
 
-func (h *Handler) badForm(w http.ResponseWriter, r *http.Request, s *session) {
+// badForm answers a form that could not be read: one over maxFormBody is a 413, anything else
+// (a malformed body) a 400 (docs/dashboard.md, "Forms").
+func (h *Handler) badForm(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	var mbe *http.MaxBytesError
+	if errors.Is(err, errFormTooLarge) || errors.As(err, &mbe) {
+		h.render(w, r, http.StatusRequestEntityTooLarge, "message", &view{Title: "Form too large", Session: s,
+			Error: "The form could not be read: it is over 2 MB, far more than any form of the dashboard sends."})
+		return
+	}
 	h.render(w, r, http.StatusBadRequest, "message", &view{Title: "Bad request", Session: s,
 		Error: "The form could not be read; it may be too large."})
 }
@@ -438,6 +446,10 @@ func parseForm(r *http.Request) (*http.Request, error) {
 	}
 	if mt, _, _ := strings.Cut(ct, ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/x-www-form-urlencoded" {
 		return r, r.ParseForm() // no body to read as a form: the query only
+	}
+	if r.ContentLength > maxFormBody {
+		// Refused unread, as the API refuses a body it announces over its limit.
+		return r, errFormTooLarge
 	}
 	form, long, err := readURLEncoded(r.Body)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,13 +61,13 @@ const (
 )
 
 func accountSubject(email string) string {
-	s := sha256.Sum256([]byte(strings.ToLower(email)))
+	s := sha256.Sum256([]byte(foldEmail(email)))
 	return "account:" + hex.EncodeToString(s[:])
 }
 
 // pairSubject is the account of email from one client address.
 func pairSubject(email, address string) string {
-	s := sha256.Sum256([]byte(strings.ToLower(email) + "\x00" + address))
+	s := sha256.Sum256([]byte(foldEmail(email) + "\x00" + address))
 	return "pair:" + hex.EncodeToString(s[:])
 }
 

@@ -41,6 +41,11 @@ func checkEmail(e string) (string, error) {
 	return e, nil
 }
 
+// foldEmail is the form in which a dashboard user's email is unique and looked up, so that it
+// is found in any case (dashboard_users.email_folded, migrations/00029): lowered here rather than
+// by Postgres's lower(), which folds only A to Z in a database created with the C locale.
+func foldEmail(e string) string { return strings.ToLower(e) }
+
 type credentialsForm struct {
 	Email string
 	Next  string // the sign-in form's page to return to (safeReturn), kept through a failed attempt
@@ -177,9 +182,9 @@ func (h *Handler) createUser(ctx context.Context, r *http.Request, email, hash s
 	err := h.audited(ctx, func(tx pgx.Tx) error {
 		stale = ""
 		err := tx.QueryRow(ctx, `DELETE FROM accounts a USING dashboard_users u
-			WHERE u.account_id = a.id AND lower(u.email) = lower($1) AND a.email_unconfirmed
+			WHERE u.account_id = a.id AND u.email_folded = $1 AND a.email_unconfirmed
 				AND a.created_at < $2 AND a.stripe_customer_id IS NULL
-			RETURNING a.id`, email, h.now().Add(-h.confirmTTL())).Scan(&stale)
+			RETURNING a.id`, foldEmail(email), h.now().Add(-h.confirmTTL())).Scan(&stale)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
@@ -193,8 +198,8 @@ func (h *Handler) createUser(ctx context.Context, r *http.Request, email, hash s
 				return err
 			}
 		}
-		if _, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
-			userID, a.ID, email, hash); err != nil {
+		if _, err = tx.Exec(ctx, `INSERT INTO dashboard_users (id, account_id, email, email_folded, password_hash) VALUES ($1, $2, $3, $4, $5)`,
+			userID, a.ID, email, foldEmail(email), hash); err != nil {
 			return err
 		}
 		if confirm {
@@ -224,7 +229,7 @@ var dummyHash = defaultHasher.hash("mailvet-dashboard-no-such-user")
 // checkCredentials returns the user of email if password is theirs.
 func (h *Handler) checkCredentials(ctx context.Context, email, password string) (string, bool, error) {
 	var id, hash string
-	err := h.pool.QueryRow(ctx, `SELECT id, password_hash FROM dashboard_users WHERE lower(email) = lower($1)`, email).Scan(&id, &hash)
+	err := h.pool.QueryRow(ctx, `SELECT id, password_hash FROM dashboard_users WHERE email_folded = $1`, foldEmail(email)).Scan(&id, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		id, hash = "", dummyHash // the same work as for a real account: timing tells nothing
 	} else if err != nil {

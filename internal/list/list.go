@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/listlive"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/usage"
 )
@@ -137,14 +138,8 @@ func scanList(row pgx.Row) (List, error) {
 }
 
 // Live is the SQL condition, on the lists row named alias, that keeps the lists whose retention
-// has not passed: one past its expires_at is gone for its account at once, on every route and in
-// the account's export, whether or not a verifier's sweep (Purge) has deleted its rows yet
-// (docs/lists.md, "States"). The clock is Postgres's, which set expires_at. Every query that
-// answers an account about its lists takes this one condition, so that none of them shows a list
-// the others call gone.
-func Live(alias string) string {
-	return "(" + alias + ".expires_at IS NULL OR " + alias + ".expires_at > now())"
-}
+// has not passed (listlive.Live, which the packages this one imports take too).
+func Live(alias string) string { return listlive.Live(alias) }
 
 // Get returns the list id of account with its counts, or ErrNotFound (also once it has expired). Two small reads whatever
 // the list's size: the counts are kept up to date as chunks complete. They are read in one

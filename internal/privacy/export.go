@@ -12,6 +12,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/list"
+	"github.com/mailvet/mailvet/internal/listlive"
 )
 
 // ExportLimit is the most entries of each list of an export (jobs, lists, deliveries, results,
@@ -25,7 +26,7 @@ const exportTimeout = 10 * time.Minute
 // exportSections are the lists of an export, in order, each one query whose rows are JSON
 // objects. None reads a password hash, a key hash, a webhook secret or a signed body. A bulk list
 // past its expires_at is left out with its callbacks' deliveries, which its purge deletes with it:
-// it is gone for its account from that moment (list.Live; docs/lists.md, "States").
+// it is gone for its account from that moment (listlive; docs/lists.md, "States").
 var exportSections = []struct{ name, sql string }{
 	{"users", `SELECT jsonb_build_object('id', id, 'email', email, 'created_at', created_at, 'updated_at', updated_at)
 		FROM dashboard_users WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
@@ -45,7 +46,7 @@ var exportSections = []struct{ name, sql string }{
 			'status', state, 'attempts', attempts, 'last_status', last_status, 'created_at', created_at,
 			'finished_at', finished_at)
 		FROM deliveries WHERE account_id = $1
-			AND (list_id IS NULL OR EXISTS (SELECT 1 FROM lists l WHERE l.id = deliveries.list_id AND ` + list.Live("l") + `))
+			AND ` + listlive.OfLive("deliveries.list_id") + `
 		ORDER BY created_at, id LIMIT $2`},
 	{"results", `SELECT jsonb_build_object('occurred_at', occurred_at, 'route', route, 'result', snapshot)
 		FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL ORDER BY occurred_at, id LIMIT $2`},

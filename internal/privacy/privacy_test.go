@@ -42,8 +42,8 @@ func seed(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) fixture {
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, email, stripe_customer_id, created_at) VALUES ($1, 'free', $2, $3, $4)`,
 		f.id, f.email, "cus_"+name, at)
 	user := uuid.NewString()
-	pgtest.Exec(t, pool, `INSERT INTO dashboard_users (id, account_id, email, password_hash) VALUES ($1, $2, $3, $4)`,
-		user, f.id, f.email, "hash-"+f.id)
+	pgtest.Exec(t, pool, `INSERT INTO dashboard_users (id, account_id, email, email_folded, password_hash) VALUES ($1, $2, $3, $4, $5)`,
+		user, f.id, f.email, strings.ToLower(f.email), "hash-"+f.id)
 	pgtest.Exec(t, pool, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
 		VALUES (sha256(convert_to($1::text, 'UTF8')), $2, sha256(convert_to($3::text, 'UTF8')), now() + interval '1 hour')`, f.id, user, user)
 	pgtest.Exec(t, pool, `INSERT INTO dashboard_signin_failures (subject, window_start, failures)

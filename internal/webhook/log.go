@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/keyset"
+	"github.com/mailvet/mailvet/internal/listlive"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 )
@@ -102,7 +103,7 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 		SELECT id, job_id, list_id, url, state, signature IS NOT NULL OR webhook_secret IS NOT NULL, attempts, last_status, last_error,
 		       replay_of, created_at, finished_at
 		FROM deliveries
-		WHERE account_id = $1
+		WHERE account_id = $1 AND `+listlive.OfLive("deliveries.list_id")+`
 		  AND ($2::text = '' OR state = $2)
 		  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4::uuid))
 		ORDER BY created_at DESC, id DESC
@@ -177,7 +178,7 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 	var state string
 	var root uuid.UUID
 	err = tx.QueryRow(ctx, `
-		SELECT state, COALESCE(replay_of, id) FROM deliveries WHERE id = $1 AND account_id = $2`,
+		SELECT state, COALESCE(replay_of, id) FROM deliveries WHERE id = $1 AND account_id = $2 AND `+listlive.OfLive("deliveries.list_id"),
 		deliveryID, accountID).Scan(&state, &root)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, ErrDeliveryNotFound
