@@ -132,6 +132,10 @@ func TestDeliveriesOfAnExpiredListAreGone(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, ofJob) || strings.Contains(body, ofGone) || strings.Contains(body, replayOfGone) {
 		t.Errorf("Deliveries page: %d, want %s and not %s nor %s:\n%s", resp.StatusCode, ofJob, ofGone, replayOfGone, body)
 	}
+	// Each delivery names what it announces: the job, or the list with a link to its page.
+	if !strings.Contains(body, `List <a href="/dashboard/lists/`+kept+`"><code>`+kept+`</code></a>`) || !strings.Contains(body, "Job <code>"+job+"</code>") {
+		t.Errorf("Deliveries page: want the list's delivery to name list %s and the job's job %s:\n%s", kept, job, body)
+	}
 	resp, body = d.post("/dashboard/deliveries/"+ofGone+"/retry", url.Values{"csrf": {d.csrf("/dashboard/deliveries")}})
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "There is no such delivery") {
 		t.Errorf("dashboard retry of the expired list's delivery: %d\n%.400s", resp.StatusCode, body)
