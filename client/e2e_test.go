@@ -104,8 +104,8 @@ func TestE2EVerifyShowsEveryOutcome(t *testing.T) {
 		t.Fatalf("%d results for %d addresses", len(results), len(emails))
 	}
 	for i, r := range results {
-		if r.Email != emails[i] {
-			t.Fatalf("result %d is for %s, want %s: not in input order", i, r.Email, emails[i])
+		if r.Email != emails[i] || r.Index != i {
+			t.Fatalf("result %d is for %s with index %d, want %s: not in input order", i, r.Email, r.Index, emails[i])
 		}
 		if i%3 == 1 && r.Status != client.StatusInvalid {
 			t.Errorf("%s: %s", r.Email, r.Status)
@@ -168,6 +168,59 @@ func TestE2EVerifyShowsEveryOutcome(t *testing.T) {
 	_, err = c.VerifyAsync(ctx, "ann@acme.example", client.AsyncOptions{WebhookURL: "http://127.0.0.1/hook"})
 	if !errors.As(err, &e) || e.Code != client.CodeInvalidRequest {
 		t.Errorf("bad webhook URL: %v", err)
+	}
+}
+
+// A streamed result's Index is the position in the caller's input of the address it answers,
+// across requests: inputs that differ only in the domain's case or surrounding blanks, and an
+// address given again, all come back with the same Email, and only Index tells them apart
+// (docs/api.md, "Verify a stream"). 1,006 addresses are two requests (StreamChunkSize), so the
+// second request's indexes are counted on from the first's 1,000.
+func TestE2EStreamIndexIsThePositionInTheInput(t *testing.T) {
+	t.Parallel()
+	s := demoapi.Start(t, roomy)
+	c := client.New(s.StandardKey, client.WithBaseURL(s.URL), client.WithTimeout(30*time.Second))
+	emails := make([]string, client.StreamChunkSize+6)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("s%04d@mailinator.com", i) // disposable: decided at once
+	}
+	for i, e := range map[int]string{
+		0: "ann@acme.example", 1: " ann@ACME.example", 2: "ann@Acme.Example\t", 3: "zoe@acme.example",
+		4: "zoe@ACME.EXAMPLE ", 999: "ann@acme.example", 1000: "ann@acme.example", 1001: "  zoe@Acme.example",
+		1002: "ann@ACME.example", 1003: "temp@mailinator.com", 1004: "temp@MAILINATOR.com", 1005: "zoe@acme.example",
+	} {
+		emails[i] = e
+	}
+	// normalised is the Email the API answers for an input: trimmed, the domain lowercased.
+	normalised := func(e string) string {
+		local, domain, _ := strings.Cut(strings.Trim(e, " \t"), "@")
+		return local + "@" + strings.ToLower(domain)
+	}
+	seen := make([]bool, len(emails))
+	n := 0
+	for r, err := range c.VerifyStream(context.Background(), emails) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if r.Index < 0 || r.Index >= len(emails) || seen[r.Index] {
+			t.Fatalf("result %d (%s) has index %d: outside the input or seen already", n, r.Email, r.Index)
+		}
+		seen[r.Index] = true
+		in := emails[r.Index]
+		if want := normalised(in); r.Email != want {
+			t.Errorf("index %d is %q, answered as %s, want %s", r.Index, in, r.Email, want)
+		}
+		want := [2]string{"invalid", "disposable"}
+		if w, ok := demoWants[r.Email]; ok {
+			want = w
+		}
+		if r.Status != want[0] || r.Reason != want[1] {
+			t.Errorf("index %d (%q): %s/%s, want %v", r.Index, in, r.Status, r.Reason, want)
+		}
+	}
+	if n != len(emails) {
+		t.Errorf("%d results for %d addresses", n, len(emails))
 	}
 }
 

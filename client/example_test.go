@@ -57,7 +57,7 @@ func ExampleClient_VerifyStream() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println(r.Email, r.Status)
+		fmt.Println(emails[r.Index], r.Email, r.Status) // the input it answers, in completion order
 	}
 }
 

@@ -26,6 +26,9 @@ import (
 
 const deliverable = `{"email":"ann@acme.example","valid":true,"status":"deliverable","confidence":0.95,"failed_check":null,"disposable":false,"role":false,"free_provider":false,"catch_all":false,"smtp_blocked":false,"mx_found":true,"mx_host":"mx.acme.example","suggestion":null,"latency_ms":3.5,"reason":"accepted"}`
 
+// streamLine is deliverable as a stream's result line answering the request's i-th address.
+func streamLine(i int) string { return fmt.Sprintf(`{"index":%d,`, i) + deliverable[1:] }
+
 // fake answers the i-th request (from 0) with answer(i, r) and records when each arrived.
 type fake struct {
 	mu      sync.Mutex
@@ -393,7 +396,7 @@ func TestStreamErrorLine(t *testing.T) {
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.Header().Set("X-Request-Id", fmt.Sprintf("req-%d", i))
-		fmt.Fprintln(w, deliverable)
+		fmt.Fprintln(w, streamLine(0))
 		if i == 0 {
 			fmt.Fprintln(w, `{"error":"service_unavailable","message":"1 of 2 addresses were not verified: the fleet did not answer.","action":"Send the addresses listed in emails again; nothing was charged for them.","docs":"d","emails":["bob@initech.example"]}`)
 		}
@@ -434,8 +437,8 @@ func TestStreamCutInsideALine(t *testing.T) {
 	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.Header().Set("X-Request-Id", "req-cut")
-		fmt.Fprintln(w, deliverable)
-		fmt.Fprint(w, deliverable[:40])
+		fmt.Fprintln(w, streamLine(0))
+		fmt.Fprint(w, streamLine(1)[:40])
 	})
 	var got []string
 	var streamErr error
@@ -452,11 +455,45 @@ func TestStreamCutInsideALine(t *testing.T) {
 	}
 }
 
+// A line whose index is missing, outside the request or answered already cannot be matched to its
+// input: it ends the stream with an error instead of a result given the wrong Index.
+func TestStreamLineWithoutAUsableIndex(t *testing.T) {
+	t.Parallel()
+	for name, second := range map[string]string{
+		"missing":      deliverable,
+		"repeated":     streamLine(2),
+		"past the end": streamLine(3),
+		"negative":     streamLine(-1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				fmt.Fprintln(w, streamLine(2))
+				fmt.Fprintln(w, second)
+				fmt.Fprintln(w, streamLine(0))
+			})
+			var got []int
+			var streamErr error
+			for r, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)) {
+				if err != nil {
+					streamErr = err
+					continue
+				}
+				got = append(got, r.Index)
+			}
+			if fmt.Sprint(got) != "[2]" || streamErr == nil || !strings.Contains(streamErr.Error(), "line 2: index") {
+				t.Fatalf("indexes %v, err %v; want the first line's result, then an error naming line 2's index", got, streamErr)
+			}
+		})
+	}
+}
+
 // An error line in the first of two requests owes the second request's addresses too.
 func TestStreamErrorOwesLaterChunks(t *testing.T) {
 	t.Parallel()
 	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, deliverable)
+		fmt.Fprintln(w, streamLine(0))
 		fmt.Fprintln(w, `{"error":"service_unavailable","message":"m","action":"a","docs":"d","emails":["x"]}`)
 	})
 	emails := make([]string, 1002)

@@ -83,7 +83,7 @@ func TestTransportFailureRetriedOnlyWhenSafe(t *testing.T) {
 				}
 			}
 			return nil
-		}, false, func(w http.ResponseWriter) { fmt.Fprintln(w, deliverable) }},
+		}, false, func(w http.ResponseWriter) { fmt.Fprintln(w, streamLine(0)) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,7 +246,7 @@ func TestStreamCutAfterLinesIsNotRetried(t *testing.T) {
 	t.Parallel()
 	f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
-		fmt.Fprintln(w, deliverable)
+		fmt.Fprintln(w, streamLine(0))
 		w.(http.Flusher).Flush()
 		hangUp(t, w)
 	})

@@ -42,6 +42,14 @@ type Result struct {
 	// Sandbox is true on every answer to a sandbox key (sk_test_…), which comes from the
 	// sandbox's magic addresses, not from a verification (docs/sandbox.md).
 	Sandbox bool `json:"sandbox,omitempty"`
+	// Index is the position, from 0, in the emails given to VerifyStream or VerifyBatch of the
+	// address this result answers; 0 for the one address of Verify and Job. A stream's results
+	// come in completion order, and Email is the normalised address, the same for inputs that
+	// differ only in the domain's case or in surrounding blanks and for an address given twice,
+	// so Index is what matches a result to its input (docs/api.md, "Verify a stream"). It is the
+	// client's count across all of a call's requests, not a field of the API's verify result, so
+	// it is not read from nor written to JSON.
+	Index int `json:"-"`
 }
 
 // SMTPReply is a mail server's reply as evidence of a verdict (SMTPReply).

@@ -120,6 +120,9 @@ func (c *Client) VerifyBatchWith(ctx context.Context, emails []string, opts Batc
 		if len(br.Results) != len(chunk) {
 			return fmt.Errorf("mailvet: batch of %d answered %d results", len(chunk), len(br.Results))
 		}
+		for k := range br.Results {
+			br.Results[k].Index = len(results) + k
+		}
 		results = append(results, br.Results...)
 		if report != nil {
 			report(BatchProgress{Done: len(results), Total: len(emails)})
@@ -157,8 +160,11 @@ const maxStreamLine = 2 << 20
 // VerifyStream verifies any number of addresses through the NDJSON stream route
 // (POST /v1/email/verify/stream) and yields each result as its line arrives: in completion order
 // within a request, requests one after the other in chunks of StreamChunkSize. Match results to
-// inputs by Result.Email, which is the normalised address (docs/api.md: trimmed, the domain
-// lowercased and in ASCII form; the local part as sent).
+// inputs by Result.Index, the position in emails of the address a result answers (the API's
+// index on the line, plus the addresses of the requests before it): Result.Email is the
+// normalised address (docs/api.md: trimmed, the domain lowercased and in ASCII form; the local
+// part as sent), the same for inputs that differ only in the domain's case or in surrounding
+// blanks, and for an address given twice.
 //
 // The iteration ends after the first error, which is yielded with a zero Result. A stream the
 // service could not complete ends with an error line (docs/reliability.md): it is yielded as an
@@ -171,7 +177,7 @@ func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Re
 		stopped := false // the consumer broke out of the loop
 		sent := 0        // addresses of the requests completed so far
 		err := c.chunked(emails, StreamChunkSize, func(chunk []string) error {
-			ok, err := c.streamChunk(ctx, chunk, yield)
+			ok, err := c.streamChunk(ctx, chunk, sent, yield)
 			if stopped = !ok; stopped {
 				return errStopped
 			}
@@ -194,8 +200,10 @@ func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Re
 // errStopped ends chunked when the consumer stopped the iteration.
 var errStopped = errors.New("stopped")
 
-// streamChunk streams one request's results into yield; ok is false when yield asked to stop.
-func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Result, error) bool) (ok bool, err error) {
+// streamChunk streams one request's results into yield, each with its Index in the caller's
+// input: offset, the addresses of the requests before this one, plus the line's index. ok is
+// false when yield asked to stop.
+func (c *Client) streamChunk(ctx context.Context, chunk []string, offset int, yield func(Result, error) bool) (ok bool, err error) {
 	const path = "/v1/email/verify/stream"
 	a, err := c.send(ctx, request{http.MethodPost, path, map[string][]string{"emails": chunk}}, http.StatusOK, true)
 	if err != nil {
@@ -206,6 +214,7 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 	sc := bufio.NewScanner(a.resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
 	n := 0
+	answered := make([]bool, len(chunk)) // by the line's index
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -215,7 +224,10 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 			e.RequestID = id
 			return true, e
 		}
-		var r Result
+		var r struct {
+			Index *int `json:"index"`
+			Result
+		}
 		if err := json.Unmarshal(line, &r); err != nil {
 			if !sc.Scan() && sc.Err() == nil {
 				// The last bytes, and no JSON: the API ends every line with a newline, so the
@@ -224,8 +236,19 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, yield func(Res
 			}
 			return true, fmt.Errorf("mailvet: POST %s%s: line %d: %w", path, requestIDNote(id), n+1, err)
 		}
+		// An index that is missing, outside the request or answered already would match the
+		// result to the wrong input: the answer is not the API's (docs/api.md, "Verify a stream").
+		if r.Index == nil || *r.Index < 0 || *r.Index >= len(chunk) || answered[*r.Index] {
+			got := "none"
+			if r.Index != nil {
+				got = fmt.Sprint(*r.Index)
+			}
+			return true, fmt.Errorf("mailvet: POST %s%s: line %d: index %s is not that of an address of the request without a result yet (%d addresses)", path, requestIDNote(id), n+1, got, len(chunk))
+		}
+		answered[*r.Index] = true
+		r.Result.Index = offset + *r.Index
 		n++
-		if !yield(r, nil) {
+		if !yield(r.Result, nil) {
 			return false, nil
 		}
 	}

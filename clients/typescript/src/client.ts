@@ -19,6 +19,7 @@ import type {
   List,
   ListPage,
   RetryDeliveryResponse,
+  StreamResult,
   UsageSummary,
   VerifyResult,
 } from "./openapi.js";
@@ -352,11 +353,16 @@ export class Mailvet {
   /**
    * Verifies any number of addresses with POST /v1/email/verify/stream, 1,000 per request, one
    * request after the other, and yields each result as its NDJSON line arrives — in completion
-   * order, not input order (match on `email`). A stream that ends with an error line throws a
-   * MailvetError whose `emails` are every address without a result, including those of requests
-   * not sent yet: send them again. Breaking out of the loop cancels the request.
+   * order, not input order. Each result's `index` is the position in `emails` of the address it
+   * answers (the line's index plus the addresses of the requests before it): match on it, not on
+   * `email`, which is the normalised address, the same for inputs that differ only in the
+   * domain's case or in surrounding blanks and for an address given twice (docs/api.md, "Verify a
+   * stream"). A line whose index is missing, outside its request or already answered is thrown as
+   * an `invalid_response`. A stream that ends with an error line throws a MailvetError whose
+   * `emails` are every address without a result, including those of requests not sent yet: send
+   * them again. Breaking out of the loop cancels the request.
    */
-  async *verifyStream(emails: readonly string[], options: CallOptions = {}): AsyncGenerator<VerifyResult, void, undefined> {
+  async *verifyStream(emails: readonly string[], options: CallOptions = {}): AsyncGenerator<StreamResult, void, undefined> {
     let size = streamChunkSize;
     for (let i = 0; i < emails.length; ) {
       const chunk = emails.slice(i, i + size);
@@ -369,7 +375,7 @@ export class Mailvet {
         size = smaller;
         continue;
       }
-      yield* this.#lines(opened.res, opened.deadline, options.signal, chunk.length, emails.slice(i + chunk.length));
+      yield* this.#lines(opened.res, opened.deadline, options.signal, i, chunk.length, emails.slice(i + chunk.length));
       i += chunk.length;
     }
   }
@@ -761,9 +767,11 @@ export class Mailvet {
     return `${call.method} ${this.#base}${call.path}`;
   }
 
-  // #lines yields the results of one stream response as their lines arrive. rest are the
-  // addresses of requests not sent yet, added to the emails of a final error line.
-  async *#lines(res: Response, deadline: Deadline, signal: AbortSignal | undefined, want: number, rest: readonly string[]): AsyncGenerator<VerifyResult, void, undefined> {
+  // #lines yields the results of one stream response as their lines arrive, each index counted
+  // in the caller's input: offset, the addresses of the requests before this one, plus the
+  // line's own. rest are the addresses of requests not sent yet, added to the emails of a final
+  // error line.
+  async *#lines(res: Response, deadline: Deadline, signal: AbortSignal | undefined, offset: number, want: number, rest: readonly string[]): AsyncGenerator<StreamResult, void, undefined> {
     if (!res.body) {
       deadline.done();
       throw clientError("invalid_response", "the stream response has no body", res.status);
@@ -774,7 +782,8 @@ export class Mailvet {
     let buffered = "";
     let got = 0;
     let finished = false;
-    const parse = (line: string): VerifyResult => {
+    const answered = new Set<number>(); // the lines' indexes
+    const parse = (line: string): StreamResult => {
       let v: unknown;
       try {
         v = JSON.parse(line);
@@ -788,7 +797,14 @@ export class Mailvet {
         const emails = [...(Array.isArray(line.emails) ? (line.emails as string[]) : []), ...rest];
         throw new MailvetError(res.status, { ...line, emails }, ids);
       }
-      return v as VerifyResult;
+      // An index that is missing, outside the request or answered already would match the
+      // result to the wrong input: the answer is not the API's (docs/api.md, "Verify a stream").
+      const index = (v as { index?: unknown } | null)?.index;
+      if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= want || answered.has(index)) {
+        throw clientError("invalid_response", `line ${got + 1} of the stream has index ${JSON.stringify(index) ?? "none"}, not that of an address of the request (${want}) without a result yet`, res.status, ids);
+      }
+      answered.add(index);
+      return { ...(v as StreamResult), index: offset + index };
     };
     try {
       for (;;) {
@@ -814,15 +830,13 @@ export class Mailvet {
       if (buffered.trim() !== "") {
         // The API ends every line with a newline: a last line without one was cut. Cut inside the
         // JSON, it is the stream's end before its last line, not a malformed answer.
-        let last: VerifyResult;
+        const text = buffered.trim();
         try {
-          last = parse(buffered.trim());
-        } catch (err) {
-          if (err instanceof MailvetError && err.error === "invalid_response") {
-            throw clientError("stream_incomplete", `the stream ended in the middle of a line after ${got} of ${want} results, without an error line`, res.status, ids);
-          }
-          throw err;
+          JSON.parse(text);
+        } catch {
+          throw clientError("stream_incomplete", `the stream ended in the middle of a line after ${got} of ${want} results, without an error line`, res.status, ids);
         }
+        const last = parse(text);
         yield last;
         got++;
       }

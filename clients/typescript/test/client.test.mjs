@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { Mailvet, MailvetError } from "../dist/index.js";
-import { envelope, rateLimited, result, send, sleep, startFake } from "./fake.mjs";
+import { envelope, rateLimited, result, send, sleep, startFake, streamResult } from "./fake.mjs";
 
 const fakes = [];
 async function fake(handler) {
@@ -576,9 +576,9 @@ describe("verifyStream", () => {
     const released = new Promise((r) => { release = r; });
     const f = await fake(async (req, res) => {
       res.writeHead(200, { "Content-Type": "application/x-ndjson" });
-      res.write(JSON.stringify(result(req.body.emails[1])) + "\n");
+      res.write(JSON.stringify(streamResult(req.body.emails[1], 1)) + "\n");
       await released; // the second line waits until the client has the first
-      res.end(JSON.stringify(result(req.body.emails[0])) + "\n");
+      res.end(JSON.stringify(streamResult(req.body.emails[0], 0)) + "\n");
     });
     const it = new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(["a@acme.example", "b@acme.example"]);
     const first = await it.next();
@@ -591,7 +591,7 @@ describe("verifyStream", () => {
   });
 
   test("sends 1,000 addresses per request, one after the other", async () => {
-    const f = await fake((req, res) => streamLines(res, req.body.emails.map(result)));
+    const f = await fake((req, res) => streamLines(res, req.body.emails.map(streamResult)));
     const emails = emailsOf(2500);
     const got = [];
     for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) got.push(r.email);
@@ -600,10 +600,40 @@ describe("verifyStream", () => {
     assert.equal(f.maxInFlight, 1);
   });
 
+  test("each result's index is its address's position in the input, counted across requests", async () => {
+    // Every address the same, answered in reverse order: only index says which input a line
+    // answers. latency_ms carries the line's own index, to check the offset added to it.
+    const f = await fake((req, res) => streamLines(res, req.body.emails.map((e, i) => ({ ...streamResult(e.trim().toLowerCase(), i), latency_ms: i })).reverse()));
+    const emails = Array.from({ length: 2500 }, (_, i) => (i % 2 ? " ann@ACME.example" : "ann@acme.example"));
+    const got = [];
+    for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) {
+      assert.equal(r.email, "ann@acme.example");
+      assert.equal(r.index, Math.floor(r.index / 1000) * 1000 + r.latency_ms, `index ${r.index}`);
+      got.push(r.index);
+    }
+    assert.deepEqual(got.slice(0, 3), [999, 998, 997], "in the order the lines came");
+    assert.deepEqual(got.slice(1000, 1003), [1999, 1998, 1997], "the second request's, counted on from the first's");
+    assert.deepEqual([...got].sort((a, b) => a - b), emails.map((_, i) => i));
+  });
+
+  for (const [name, bad] of [["missing", undefined], ["repeated", 2], ["past the end", 3], ["negative", -1], ["not an integer", 0.5], ["a string", "1"]]) {
+    test(`a line whose index is ${name} is an invalid_response, not a result matched to the wrong input`, async () => {
+      const f = await fake((req, res) => streamLines(res, [streamResult(req.body.emails[2], 2), { ...result(req.body.emails[1]), index: bad }, streamResult(req.body.emails[0], 0)]));
+      const got = [];
+      const err = await (async () => {
+        for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) got.push(r.index);
+      })().catch((e) => e);
+      assert.deepEqual(got, [2]);
+      assert.ok(err instanceof MailvetError, String(err));
+      assert.equal(err.error, "invalid_response");
+      assert.match(err.message, /line 2 of the stream has index/);
+    });
+  }
+
   test("a final error line is thrown as a MailvetError naming every address without a result", async () => {
     const f = await fake((req, res) => {
       const [done, ...missing] = req.body.emails;
-      streamLines(res, [result(done), envelope("service_unavailable", { message: `${missing.length} of ${req.body.emails.length} addresses were not verified: the server is shutting down.`, emails: missing })]);
+      streamLines(res, [streamResult(done, 0), envelope("service_unavailable", { message: `${missing.length} of ${req.body.emails.length} addresses were not verified: the server is shutting down.`, emails: missing })]);
     });
     const emails = emailsOf(1200);
     const got = [];
@@ -622,7 +652,7 @@ describe("verifyStream", () => {
   test("a stream the server cuts off is a network_error with the answer's request id", async () => {
     const f = await fake(async (req, res) => {
       res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-stream" });
-      res.write(JSON.stringify(result(req.body.emails[0])) + "\n");
+      res.write(JSON.stringify(streamResult(req.body.emails[0], 0)) + "\n");
       await sleep(20);
       res.socket.destroy();
     });
@@ -635,7 +665,7 @@ describe("verifyStream", () => {
   });
 
   test("a stream that ends early without an error line is a stream_incomplete", async () => {
-    const f = await fake((req, res) => streamLines(res, [result(req.body.emails[0])]));
+    const f = await fake((req, res) => streamLines(res, [streamResult(req.body.emails[0], 0)]));
     const err = await (async () => {
       for await (const _ of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emailsOf(3))) { /* drain */ }
     })().catch((e) => e);
@@ -645,7 +675,7 @@ describe("verifyStream", () => {
   test("lines split across chunks, inside a multi-byte character, are read whole", async () => {
     const f = await fake(async (req, res) => {
       res.writeHead(200, { "Content-Type": "application/x-ndjson" });
-      const bytes = Buffer.from(req.body.emails.map((e) => JSON.stringify(result(e)) + "\n").join(""), "utf8");
+      const bytes = Buffer.from(req.body.emails.map((e, i) => JSON.stringify(streamResult(e, i)) + "\n").join(""), "utf8");
       // One byte a write, flushed apart, so that é's two bytes arrive in different chunks.
       for (let i = 0; i < bytes.length; i += 7) { res.write(bytes.subarray(i, i + 7)); if (i % 70 === 0) await sleep(1); }
       res.end();
@@ -659,8 +689,8 @@ describe("verifyStream", () => {
   test("a stream that ends in the middle of a line, without an error line, is a stream_incomplete", async () => {
     const f = await fake((req, res) => {
       res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-cut" });
-      res.write(JSON.stringify(result(req.body.emails[0])) + "\n");
-      res.end(JSON.stringify(result(req.body.emails[1])).slice(0, 40));
+      res.write(JSON.stringify(streamResult(req.body.emails[0], 0)) + "\n");
+      res.end(JSON.stringify(streamResult(req.body.emails[1], 1)).slice(0, 40));
     });
     const got = [];
     const err = await (async () => {
@@ -677,9 +707,9 @@ describe("verifyStream", () => {
     const f = await fake(async (req, res) => {
       res.on("close", closed);
       res.writeHead(200, { "Content-Type": "application/x-ndjson" });
-      for (const e of req.body.emails) {
+      for (const [i, e] of req.body.emails.entries()) {
         if (res.destroyed) return;
-        res.write(JSON.stringify(result(e)) + "\n");
+        res.write(JSON.stringify(streamResult(e, i)) + "\n");
         await sleep(20);
       }
       res.end();
@@ -694,7 +724,7 @@ describe("verifyStream", () => {
   test("a 429 before the stream starts is retried like any request", async () => {
     const f = await fake((req, res) => {
       if (req.index === 0) return rateLimited(res, 100, 1000);
-      streamLines(res, req.body.emails.map(result));
+      streamLines(res, req.body.emails.map(streamResult));
     });
     const got = [];
     for await (const r of new Mailvet({ baseUrl: f.url, ...keys, retryOnRateLimit: true }).verifyStream(emailsOf(3))) got.push(r.email);

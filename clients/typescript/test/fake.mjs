@@ -56,6 +56,11 @@ export function result(email) {
   };
 }
 
+/** streamResult is a stream's result line for email, the index-th address of its request. */
+export function streamResult(email, index) {
+  return { index, ...result(email) };
+}
+
 /** envelope is an API error envelope with extra fields. */
 export function envelope(code, extra = {}) {
   return { error: code, message: `message of ${code}`, action: `action of ${code}`, docs: `http://localhost/docs/errors#${code}`, ...extra };

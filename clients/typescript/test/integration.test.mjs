@@ -11,7 +11,7 @@
 // the minute ends: at most 60 s, about 30 s on average. Retry timing to the millisecond is proven
 // against the fake in client.test.mjs; this test proves that the real server's 429 and reset_at
 // drive it. 450 leaves the next window enough for the rest of the batch as long as the earlier
-// tests used at most 400 addresses in the batch's first minute (they use about 30).
+// tests used at most 400 addresses in the batch's first minute (they use about 40).
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -168,6 +168,24 @@ describe("against bin/api -dev -demo", () => {
       got.push(r.email);
     }
     assert.deepEqual(got.sort(), [...emails].sort());
+  });
+
+  test("verifyStream's index tells apart inputs that normalise to the same address", async () => {
+    // The same address again, with its domain in capitals, with blanks around it: all answered
+    // with the same normalised email, each on its own line with its own index (docs/api.md,
+    // "Verify a stream").
+    const emails = ["ann@acme.example", " ann@ACME.example", "zoe@acme.example", "ann@Acme.Example\t", "ann@acme.example",
+      "zoe@ACME.EXAMPLE ", "temp@mailinator.com", "temp@MAILINATOR.com", "zoe@acme.example", "ann@acme.example"];
+    const normalised = (e) => { const [local, domain] = e.trim().split("@"); return `${local}@${domain.toLowerCase()}`; };
+    const seen = new Set();
+    for await (const r of client().verifyStream(emails)) {
+      assert.ok(Number.isInteger(r.index) && r.index >= 0 && r.index < emails.length && !seen.has(r.index), `index ${r.index}`);
+      seen.add(r.index);
+      const input = emails[r.index];
+      assert.equal(r.email, normalised(input), JSON.stringify(input));
+      assert.equal(r.status, demo[r.email].status, JSON.stringify(input));
+    }
+    assert.equal(seen.size, emails.length);
   });
 
   test("verifyAsync queues a job that job() then shows completed; the delivery is listed", async () => {

@@ -52,7 +52,7 @@ const mv = new Mailvet({ baseUrl: "http://localhost:8080", apiKey: "sk_live_x", 
 export async function run(): Promise<string> {
   const r: VerifyResult = await mv.verify("ann@acme.example");
   const all: VerifyResult[] = await mv.verifyBatch(["a@acme.example"]);
-  for await (const s of mv.verifyStream(["a@acme.example"])) console.log(s.status === "deliverable", s.reason);
+  for await (const s of mv.verifyStream(["a@acme.example"])) console.log(s.status === "deliverable", s.reason, s.index + 1);
   const acct: Account = await mv.account();
   try { await mv.verify("x"); } catch (e) { if (e instanceof MailvetError && e.error === "rate_limit_exceeded") return e.reset_at ?? ""; }
   // @ts-expect-error: status is an enum of the API's statuses

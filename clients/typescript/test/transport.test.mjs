@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { after, describe, test } from "node:test";
 import { Mailvet, MailvetError } from "../dist/index.js";
-import { envelope, result, send, sleep, startFake } from "./fake.mjs";
+import { envelope, result, send, sleep, startFake, streamResult } from "./fake.mjs";
 
 const fakes = [];
 async function fake(handler) {
@@ -33,7 +33,7 @@ describe("network failures", () => {
     {
       name: "stream", retry: false,
       call: async (mv) => { for await (const _ of mv.verifyStream(["a@acme.example"])) { /* drain */ } },
-      answer: (res) => { res.writeHead(200, { "Content-Type": "application/x-ndjson" }); res.end(JSON.stringify(result("a@acme.example")) + "\n"); },
+      answer: (res) => { res.writeHead(200, { "Content-Type": "application/x-ndjson" }); res.end(JSON.stringify(streamResult("a@acme.example", 0)) + "\n"); },
     },
   ];
   for (const c of cases) {
@@ -115,7 +115,7 @@ describe("network failures", () => {
   test("a stream cut after a line is not sent again: it is reported incomplete", async () => {
     const f = await fake((req, res) => {
       res.writeHead(200, { "Content-Type": "application/x-ndjson" });
-      res.write(JSON.stringify(result("a@acme.example")) + "\n");
+      res.write(JSON.stringify(streamResult("a@acme.example", 0)) + "\n");
       setTimeout(() => hangUp(res), 50);
     });
     const got = [];
