@@ -76,8 +76,11 @@ type Error struct {
 
 	// Emails, on the error line that ends an incomplete stream (StreamError in
 	// /openapi.json), lists the addresses that were not verified and not charged, in input
-	// order: send them again.
-	Emails []string
+	// order: send them again. VerifyStream adds those of the requests it did not send, and sets
+	// Indexes to their positions in its emails, as the client counts them: the request's
+	// addresses it had no result line for, then those not sent.
+	Emails  []string
+	Indexes []int
 
 	Fields map[string]any
 }

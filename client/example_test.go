@@ -54,6 +54,11 @@ func ExampleClient_VerifyStream() {
 			log.Printf("not verified (and not charged), send again: %v", apiErr.Emails)
 			break
 		}
+		var cut *client.StreamCutError
+		if errors.As(err, &cut) {
+			log.Printf("the stream was cut (%v); no result for inputs %v, send again: %v", cut.Err, cut.Indexes, cut.Emails)
+			break
+		}
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -412,8 +412,8 @@ func TestStreamErrorLine(t *testing.T) {
 		got = append(got, r.Email)
 	}
 	var e *client.Error
-	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" || e.RequestID != "req-0" {
-		t.Fatalf("stream error = %v (request id %q)", streamErr, e.RequestID)
+	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" || fmt.Sprint(e.Indexes) != "[1]" || e.RequestID != "req-0" {
+		t.Fatalf("stream error = %v (request id %q, indexes %v)", streamErr, e.RequestID, e.Indexes)
 	}
 	if fmt.Sprint(got) != "[ann@acme.example]" {
 		t.Errorf("results %v", got)

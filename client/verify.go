@@ -169,8 +169,10 @@ const maxStreamLine = 2 << 20
 // The iteration ends after the first error, which is yielded with a zero Result. A stream the
 // service could not complete ends with an error line (docs/reliability.md): it is yielded as an
 // *Error with Code "service_unavailable" whose Emails lists every address without a result, in
-// input order: those of that request (not charged) and those of the chunks not sent. Rate
-// limiting before a request's answer starts is retried as for every method
+// input order: those of that request (not charged) and those of the chunks not sent; Indexes are
+// their positions in emails. A stream cut without that line (the connection dropped, a proxy
+// ended it) is yielded as a *StreamCutError that names the addresses without a result the same
+// way. Rate limiting before a request's answer starts is retried as for every method
 // (WithRetryOnRateLimit).
 func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Result, error] {
 	return func(yield func(Result, error) bool) {
@@ -181,10 +183,14 @@ func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Re
 			if stopped = !ok; stopped {
 				return errStopped
 			}
+			// The later chunks are not sent: they are owed too.
 			var apiErr *Error
-			if errors.As(err, &apiErr) && len(apiErr.Emails) > 0 {
-				// The later chunks are not sent: they are owed too.
-				apiErr.Emails = append(apiErr.Emails, emails[sent+len(chunk):]...)
+			var cut *StreamCutError
+			switch rest := sent + len(chunk); {
+			case errors.As(err, &cut):
+				cut.Indexes, cut.Emails = owe(cut.Indexes, cut.Emails, emails, rest)
+			case errors.As(err, &apiErr) && len(apiErr.Emails) > 0:
+				apiErr.Indexes, apiErr.Emails = owe(apiErr.Indexes, apiErr.Emails, emails, rest)
 			}
 			if err == nil {
 				sent += len(chunk)
@@ -195,6 +201,60 @@ func (c *Client) VerifyStream(ctx context.Context, emails []string) iter.Seq2[Re
 			yield(Result{}, err)
 		}
 	}
+}
+
+// owe adds the addresses of emails from position rest on, which were never sent, to the positions
+// and addresses a stream left without a result. Both lists are allocated once, to their final
+// length, when the stream has failed: nothing is kept for them while it runs.
+func owe(indexes []int, owed, emails []string, rest int) ([]int, []string) {
+	tail := len(emails) - rest
+	ix := make([]int, len(indexes), len(indexes)+tail)
+	copy(ix, indexes)
+	out := make([]string, len(owed), len(owed)+tail)
+	copy(out, owed)
+	for i := rest; i < len(emails); i++ {
+		ix = append(ix, i)
+	}
+	return ix, append(out, emails[rest:]...)
+}
+
+// StreamCutError ends VerifyStream when a request's stream ended before a line for each of its
+// addresses and without the error line that names them (docs/api.md, "Verify a stream"): the
+// connection was cut, a proxy ended the answer, or the context's deadline passed while reading.
+// Indexes and Emails name every address without a result, in input order, as the error line's
+// *Error does: those of the cut request and those of the requests not sent. The API bills a line
+// once it has written it to the connection (docs/reliability.md, "Metering guarantees"), so a
+// line in flight when the connection broke may have been charged without reaching you: sending
+// these addresses again can charge a few twice, but leaves none without a result.
+//
+// Err is the cause, with the request id; errors.Is sees through it: io.ErrUnexpectedEOF for a
+// stream that ended early, or the transport's error (a reset connection, ErrTimeout, the
+// context's error).
+type StreamCutError struct {
+	Indexes []int    // positions in VerifyStream's emails of the addresses without a result, ascending
+	Emails  []string // the addresses at Indexes, as given to VerifyStream
+	Err     error
+}
+
+func (e *StreamCutError) Error() string {
+	return fmt.Sprintf("%v; %d addresses without a result (StreamCutError.Emails)", e.Err, len(e.Emails))
+}
+
+func (e *StreamCutError) Unwrap() error { return e.Err }
+
+// unanswered is the positions in the caller's input, and the addresses, of the request's
+// addresses without a result line: the request's own list and its answered lines are all it
+// takes.
+func unanswered(chunk []string, answered []bool, offset, n int) ([]int, []string) {
+	ix := make([]int, 0, len(chunk)-n)
+	owed := make([]string, 0, len(chunk)-n)
+	for k, done := range answered {
+		if !done {
+			ix = append(ix, offset+k)
+			owed = append(owed, chunk[k])
+		}
+	}
+	return ix, owed
 }
 
 // errStopped ends chunked when the consumer stopped the iteration.
@@ -215,6 +275,10 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, offset int, yi
 	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
 	n := 0
 	answered := make([]bool, len(chunk)) // by the line's index
+	cut := func(err error) error {
+		ix, owed := unanswered(chunk, answered, offset, n)
+		return &StreamCutError{Indexes: ix, Emails: owed, Err: err}
+	}
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -222,6 +286,9 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, offset int, yi
 		}
 		if e, isErr := decodeEnvelope(line, http.StatusServiceUnavailable); isErr {
 			e.RequestID = id
+			if len(e.Emails) > 0 {
+				e.Indexes, _ = unanswered(chunk, answered, offset, n)
+			}
 			return true, e
 		}
 		var r struct {
@@ -232,7 +299,7 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, offset int, yi
 			if !sc.Scan() && sc.Err() == nil {
 				// The last bytes, and no JSON: the API ends every line with a newline, so the
 				// stream was cut inside its last line, an incomplete stream like the one below.
-				return true, fmt.Errorf("mailvet: POST %s%s: the stream ended inside a line after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF)
+				return true, cut(fmt.Errorf("mailvet: POST %s%s: the stream ended inside a line after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF))
 			}
 			return true, fmt.Errorf("mailvet: POST %s%s: line %d: %w", path, requestIDNote(id), n+1, err)
 		}
@@ -253,12 +320,12 @@ func (c *Client) streamChunk(ctx context.Context, chunk []string, offset int, yi
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return true, fmt.Errorf("mailvet: POST %s%s: after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), timeoutCause(a.ctx, err))
+		return true, cut(fmt.Errorf("mailvet: POST %s%s: after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), timeoutCause(a.ctx, err)))
 	}
 	if n != len(chunk) {
 		// A complete stream has one line per address (docs/api.md); fewer without an error line
 		// means the connection ended early: io.ErrUnexpectedEOF, as for a cut connection.
-		return true, fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF)
+		return true, cut(fmt.Errorf("mailvet: POST %s%s: the stream ended after %d of %d results: %w", path, requestIDNote(id), n, len(chunk), io.ErrUnexpectedEOF))
 	}
 	return true, nil
 }

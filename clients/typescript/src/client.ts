@@ -1,6 +1,6 @@
 // The Mailvet API client: every route of docs/api.md over fetch, with the retry rules of its
 // client checklist (wait until reset_at + 50 ms after a 429, Retry-After after a 503).
-import { clientError, MailvetError } from "./errors.js";
+import { clientError, type ErrorExtra, MailvetError } from "./errors.js";
 import type {
   Account,
   AccountExport,
@@ -375,7 +375,7 @@ export class Mailvet {
         size = smaller;
         continue;
       }
-      yield* this.#lines(opened.res, opened.deadline, options.signal, i, chunk.length, emails.slice(i + chunk.length));
+      yield* this.#lines(opened.res, opened.deadline, options.signal, emails, i, chunk.length);
       i += chunk.length;
     }
   }
@@ -755,8 +755,9 @@ export class Mailvet {
   // #transportError is the error of a request that got no complete answer; what names the
   // request ("POST https://…/v1/email/verify") for the message.
   // ids is the answer's request id when one had begun (a stream or a download cut short), so that
-  // the failure can be quoted to support like any other.
-  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline, what: string, ids: { requestId?: string } = {}): unknown {
+  // the failure can be quoted to support like any other, and for a stream cut short the inputs it
+  // left without a result.
+  #transportError(err: unknown, signal: AbortSignal | undefined, deadline: Deadline, what: string, ids: ErrorExtra = {}): unknown {
     if (signal?.aborted) return signal.reason;
     if (deadline.timedOut()) return clientError("timeout", `${what} timed out.`, 0, { cause: err, ...ids });
     if (err instanceof MailvetError) return err;
@@ -767,11 +768,11 @@ export class Mailvet {
     return `${call.method} ${this.#base}${call.path}`;
   }
 
-  // #lines yields the results of one stream response as their lines arrive, each index counted
-  // in the caller's input: offset, the addresses of the requests before this one, plus the
-  // line's own. rest are the addresses of requests not sent yet, added to the emails of a final
-  // error line.
-  async *#lines(res: Response, deadline: Deadline, signal: AbortSignal | undefined, offset: number, want: number, rest: readonly string[]): AsyncGenerator<StreamResult, void, undefined> {
+  // #lines yields the results of one stream response, the request of emails[offset, offset+want),
+  // as their lines arrive, each index counted in the caller's input: offset plus the line's own.
+  // An error that ends the stream early names the inputs without a result (owed), those of the
+  // requests not sent yet included.
+  async *#lines(res: Response, deadline: Deadline, signal: AbortSignal | undefined, emails: readonly string[], offset: number, want: number): AsyncGenerator<StreamResult, void, undefined> {
     if (!res.body) {
       deadline.done();
       throw clientError("invalid_response", "the stream response has no body", res.status);
@@ -782,7 +783,19 @@ export class Mailvet {
     let buffered = "";
     let got = 0;
     let finished = false;
-    const answered = new Set<number>(); // the lines' indexes
+    const answered = new Uint8Array(want); // 1 at the index of each line received
+    // owed lists the positions and addresses without a result, built only once the stream has
+    // failed: the request's unanswered ones, then every address after the request, never sent.
+    const owedIndexes = (): number[] => {
+      const indexes: number[] = [];
+      for (let k = 0; k < want; k++) if (!answered[k]) indexes.push(offset + k);
+      for (let i = offset + want; i < emails.length; i++) indexes.push(i);
+      return indexes;
+    };
+    const owed = (): { indexes: number[]; emails: string[] } => {
+      const indexes = owedIndexes();
+      return { indexes, emails: indexes.map((i) => emails[i] as string) };
+    };
     const parse = (line: string): StreamResult => {
       let v: unknown;
       try {
@@ -794,16 +807,17 @@ export class Mailvet {
         // The error line of an incomplete stream (StreamError in openapi.json): the addresses
         // without a result, plus those of later requests, which were never sent.
         const line = v as Record<string, unknown>;
-        const emails = [...(Array.isArray(line.emails) ? (line.emails as string[]) : []), ...rest];
-        throw new MailvetError(res.status, { ...line, emails }, ids);
+        const indexes = owedIndexes();
+        const listed = [...(Array.isArray(line.emails) ? (line.emails as string[]) : []), ...emails.slice(offset + want)];
+        throw new MailvetError(res.status, { ...line, emails: listed }, { ...ids, indexes });
       }
       // An index that is missing, outside the request or answered already would match the
       // result to the wrong input: the answer is not the API's (docs/api.md, "Verify a stream").
       const index = (v as { index?: unknown } | null)?.index;
-      if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= want || answered.has(index)) {
+      if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= want || answered[index]) {
         throw clientError("invalid_response", `line ${got + 1} of the stream has index ${JSON.stringify(index) ?? "none"}, not that of an address of the request (${want}) without a result yet`, res.status, ids);
       }
-      answered.add(index);
+      answered[index] = 1;
       return { ...(v as StreamResult), index: offset + index };
     };
     try {
@@ -812,7 +826,7 @@ export class Mailvet {
         try {
           chunk = await reader.read();
         } catch (err) {
-          throw this.#transportError(err, signal, deadline, `POST ${this.#base}/v1/email/verify/stream`, ids);
+          throw this.#transportError(err, signal, deadline, `POST ${this.#base}/v1/email/verify/stream`, { ...ids, ...owed() });
         }
         if (chunk.done) break;
         buffered += decoder.decode(chunk.value, { stream: true });
@@ -834,7 +848,7 @@ export class Mailvet {
         try {
           JSON.parse(text);
         } catch {
-          throw clientError("stream_incomplete", `the stream ended in the middle of a line after ${got} of ${want} results, without an error line`, res.status, ids);
+          throw clientError("stream_incomplete", `the stream ended in the middle of a line after ${got} of ${want} results, without an error line`, res.status, { ...ids, ...owed() });
         }
         const last = parse(text);
         yield last;
@@ -842,7 +856,7 @@ export class Mailvet {
       }
       finished = true;
       if (got !== want) {
-        throw clientError("stream_incomplete", `the stream ended after ${got} of ${want} results without an error line`, res.status, ids);
+        throw clientError("stream_incomplete", `the stream ended after ${got} of ${want} results without an error line`, res.status, { ...ids, ...owed() });
       }
     } finally {
       deadline.done();

@@ -43,8 +43,16 @@ export class MailvetError extends Error {
   readonly current_overage_eur?: number;
   /** How many more emails the spend cap allows this month (payment_required): a request of at most this many passes it. */
   readonly room?: number;
-  /** The addresses that were not verified and not charged (a stream's error line): send them again. */
+  /**
+   * verifyStream: the addresses without a result, in input order, as given, including those of
+   * requests not sent yet: send them again. On a stream's error line, they were not verified and
+   * not charged. On a stream cut without one (`stream_incomplete`, or a `network_error` or
+   * `timeout` after the stream began), a few may have been charged: the API bills a line once it
+   * has written it, and a line in flight when the connection broke never arrived.
+   */
   readonly emails?: string[];
+  /** verifyStream: the positions in its `emails` of the addresses in `emails`, ascending. */
+  readonly indexes?: number[];
   /** The line of an uploaded file that could not be read (a list upload's invalid_request, docs/lists.md). */
   readonly line?: number;
   /** The `Retry-After` header in seconds, when the response had one. */
@@ -63,7 +71,7 @@ export class MailvetError extends Error {
   constructor(
     status: number,
     body: Partial<ApiError> & Record<string, unknown>,
-    extra: { retryAfter?: number; requestId?: string; cause?: unknown } = {},
+    extra: ErrorExtra = {},
   ) {
     super(typeof body.message === "string" ? body.message : `HTTP ${status}`, extra.cause === undefined ? undefined : { cause: extra.cause });
     this.name = "MailvetError";
@@ -80,10 +88,24 @@ export class MailvetError extends Error {
     if (typeof body.room === "number") this.room = body.room;
     if (typeof body.line === "number") this.line = body.line;
     if (Array.isArray(body.emails)) this.emails = body.emails.filter((e): e is string => typeof e === "string");
+    if (extra.emails !== undefined) this.emails = extra.emails;
+    if (extra.indexes !== undefined) this.indexes = extra.indexes;
     if (extra.retryAfter !== undefined) this.retryAfter = extra.retryAfter;
     if (extra.requestId !== undefined) this.requestId = extra.requestId;
     this.body = body;
   }
+}
+
+/**
+ * What a MailvetError carries beside the envelope; `emails` and `indexes` name the inputs a stream
+ * left without a result.
+ */
+export interface ErrorExtra {
+  retryAfter?: number;
+  requestId?: string;
+  cause?: unknown;
+  emails?: string[];
+  indexes?: number[];
 }
 
 /** clientError is a MailvetError for a failure that has no error envelope from the API. */
@@ -91,7 +113,7 @@ export function clientError(
   code: ClientErrorCode,
   message: string,
   status = 0,
-  extra: { retryAfter?: number; requestId?: string; cause?: unknown } = {},
+  extra: ErrorExtra = {},
 ): MailvetError {
   return new MailvetError(status, { error: code, message, action: "", docs: "" }, extra);
 }

@@ -16,7 +16,7 @@ export type {
   VerifyAsyncOptions,
 } from "./client.js";
 export { MailvetError } from "./errors.js";
-export type { ClientErrorCode } from "./errors.js";
+export type { ClientErrorCode, ErrorExtra } from "./errors.js";
 export {
   verifyWebhookSignature,
   verifyWebhook,

@@ -646,6 +646,7 @@ describe("verifyStream", () => {
     assert.equal(err.status, 200);
     assert.match(err.message, /999 of 1000 addresses/);
     assert.deepEqual(err.emails, emails.slice(1), "the line's addresses, then the 200 never sent");
+    assert.deepEqual(err.indexes, emails.map((_, i) => i).slice(1), "their positions in the input");
     assert.equal(f.requests.length, 1);
   });
 
@@ -699,6 +700,66 @@ describe("verifyStream", () => {
     assert.deepEqual(got, ["u0@acme.example"]);
     assert.equal(err?.error, "stream_incomplete", String(err));
     assert.equal(err.requestId, "rid-cut");
+  });
+
+  // 1,005 addresses, two requests, written as a caller might (blanks, an uppercase domain, a
+  // repeat), so that the error is seen to name them as given, not normalised.
+  const cutInput = () => {
+    const emails = Array.from({ length: 1005 }, (_, i) => `u${String(i).padStart(4, "0")}@acme.example`);
+    emails[7] = " ann@ACME.example";
+    emails[8] = "ann@acme.example";
+    emails[1002] = "zoe@Acme.Example\t";
+    return emails;
+  };
+  const answeredFirst = [999, 3, 8, 0]; // completion order
+  for (const [name, code, end] of [
+    ["the connection is dropped", "network_error", (res) => res.socket.destroy()],
+    ["the stream ends between lines", "stream_incomplete", (res) => res.end()],
+    ["the stream ends inside a line", "stream_incomplete", (res) => res.end(JSON.stringify(streamResult("u0005@acme.example", 5)).slice(0, 30))],
+  ]) {
+    test(`a stream cut without an error line (${name}) names the inputs without a result, the unsent request's too, as given`, async () => {
+      const f = await fake(async (req, res) => {
+        res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-cut" });
+        for (const k of answeredFirst) res.write(JSON.stringify(streamResult(req.body.emails[k], k)) + "\n");
+        await sleep(20);
+        end(res);
+      });
+      const emails = cutInput();
+      const got = [];
+      const err = await (async () => {
+        for await (const r of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) got.push(r.index);
+      })().catch((e) => e);
+      assert.deepEqual(got, answeredFirst);
+      assert.ok(err instanceof MailvetError, String(err));
+      assert.equal(err.error, code);
+      assert.equal(err.requestId, "rid-cut");
+      const wantIndexes = emails.map((_, i) => i).filter((i) => !answeredFirst.includes(i));
+      assert.deepEqual(err.indexes, wantIndexes, "the 996 of the first request without a line, then 1000-1004");
+      assert.deepEqual(err.emails, wantIndexes.map((i) => emails[i]));
+      assert.equal(err.emails[5], " ann@ACME.example");
+      assert.equal(err.emails.at(-3), "zoe@Acme.Example\t");
+      assert.equal(f.requests.length, 1, "the request after a cut stream is not sent");
+    });
+  }
+
+  test("a cut in the second request names only its inputs without a line, at their positions in the whole input", async () => {
+    const f = await fake(async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      const n = req.index === 0 ? req.body.emails.length : 2;
+      for (let k = 0; k < n; k++) res.write(JSON.stringify(streamResult(req.body.emails[k], k)) + "\n");
+      if (req.index === 0) return res.end();
+      await sleep(20);
+      res.socket.destroy();
+    });
+    const emails = cutInput();
+    let results = 0;
+    const err = await (async () => {
+      for await (const _ of new Mailvet({ baseUrl: f.url, ...keys }).verifyStream(emails)) results++;
+    })().catch((e) => e);
+    assert.equal(results, 1002);
+    assert.equal(err?.error, "network_error", String(err));
+    assert.deepEqual(err.indexes, [1002, 1003, 1004]);
+    assert.deepEqual(err.emails, emails.slice(1002));
   });
 
   test("breaking out of the loop closes the request", async () => {
