@@ -292,6 +292,9 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 	if cerr := g.store.complete(ctx, account, key, owner, record{hash: sum, status: res.Status,
 		header: replayHeader(res.Header()), body: rec.buf.Bytes()}); cerr != nil {
 		g.log.Warn("idempotency: keep response", "err", cerr)
+		// The request succeeded: an answer its handler kept with its effect (Keep) is the one the
+		// retry must get, so only a key with no stored answer is given back.
+		c.Set(mayHaveCommittedKey, true)
 		return err
 	}
 	kept = true
