@@ -278,6 +278,11 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 
 	res := c.Response()
 	undelivered, _ := c.Get(notDeliveredKey).(bool)
+	if err != nil && res.Committed && res.Status >= 200 && res.Status <= 299 {
+		// The handler had its effect and began its success, which did not reach the client:
+		// an answer it kept with that effect (Keep) is the one the client's retry must get.
+		c.Set(mayHaveCommittedKey, true)
+	}
 	switch {
 	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow, undelivered:
 		return err

@@ -543,3 +543,42 @@ func TestKeptAnswerSurvivesAFailedComplete(t *testing.T) {
 		t.Fatalf("runs %d, want 1", n)
 	}
 }
+
+// brokenWriter is a connection that went away: its status is taken, its body fails.
+type brokenWriter struct{ header http.Header }
+
+func (w *brokenWriter) Header() http.Header       { return w.header }
+func (w *brokenWriter) WriteHeader(int)           {}
+func (w *brokenWriter) Write([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+
+// A handler whose effect committed with its answer (Keep) and whose 2xx could not be written (the
+// client went away) leaves that answer to its key: the client's retry replays it instead of
+// making, and charging, a second effect.
+func TestKeptAnswerSurvivesAnUnwrittenSuccess(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.e.POST("/kept", func(c echo.Context) error {
+		n := h.runs.Add(1)
+		body := fmt.Sprintf("thing %d", n)
+		if err := KeepOf(c)(c.Request().Context(), h.pool, http.StatusCreated, http.Header{}, []byte(body)); err != nil {
+			return err
+		}
+		return c.String(http.StatusCreated, body)
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func(w http.ResponseWriter) {
+		req := httptest.NewRequest(http.MethodPost, "/kept", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k")
+		h.e.ServeHTTP(w, req)
+	}
+	post(&brokenWriter{header: http.Header{}})
+	rec := httptest.NewRecorder()
+	post(rec)
+	r := rec.Result()
+	if body := text(t, r); r.StatusCode != http.StatusCreated || body != "thing 1" || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %v, want the answer kept with the effect replayed", r.StatusCode, body, r.Header)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs %d, want 1", n)
+	}
+}
