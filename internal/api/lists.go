@@ -72,14 +72,10 @@ func (s *Server) uploadList(c echo.Context) error {
 	if enc := req.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		return InvalidRequest("Content-Encoding %q is not supported: send the file uncompressed; nothing was stored or charged.", clip(enc))
 	}
-	q := c.QueryParams()
-	for k := range q {
-		switch k {
-		case "column", "name", "webhook_url", "callback_url", "webhook_secret":
-		default:
-			return InvalidRequest("Unknown query parameter %q; use column, name, webhook_url and webhook_secret.", clip(k))
-		}
+	if err := onlyQuery(c, "column", "name", "webhook_url", "callback_url", "webhook_secret"); err != nil {
+		return err
 	}
+	q := c.QueryParams()
 	// A callback parameter given empty (a template whose variable was unset) is refused as in a
 	// JSON body, rather than read as absent: the list would run without the callback, or
 	// unsigned, and nobody would be told.

@@ -100,13 +100,10 @@ type historyDeleted struct {
 }
 
 func (s *Server) deleteHistory(c echo.Context) error {
-	q := c.QueryParams()
-	for k := range q {
-		if k != "email" {
-			return InvalidRequest("Unknown query parameter %q; use email.", clip(k))
-		}
+	if err := onlyQuery(c, "email"); err != nil {
+		return err
 	}
-	raw := q.Get("email")
+	raw := c.QueryParam("email")
 	// Checked before Normalize, whose lower-casing would turn bytes that are not UTF-8 into
 	// U+FFFD and so delete another address's data; a NUL the database cannot compare at all
 	// (docs/api.md, "DELETE /v1/email/history").

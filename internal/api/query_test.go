@@ -196,3 +196,31 @@ func TestManagementListsRefuseUnknownQueryParameters(t *testing.T) {
 	b.call(http.MethodGet, "/v1/management/deliveries?status=failed&limit=10&cursor=", mgmt, nil).want(t, http.StatusOK, "")
 	b.call(http.MethodGet, "/v1/management/audit?limit=10&cursor=", mgmt, nil).want(t, http.StatusOK, "")
 }
+
+// The email routes that check their own query parameters name the same unknown one every time,
+// the first in sorted order, as the list and management routes do (onlyQuery): not whichever a
+// map happened to yield first.
+func TestUnknownQueryParameterNamedAlike(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	acct, _ := b.account(plan.Builder, "")
+	std := b.standardKey(acct.ID).Raw
+	for _, c := range []struct {
+		method, path string
+		body         any
+		headers      []string
+		says         string
+	}{
+		{http.MethodDelete, "/v1/email/history?email=ann%40acme.example&zeta=1&alpha=2", nil, nil,
+			`Unknown query parameter "alpha"; use email.`},
+		{http.MethodPost, "/v1/email/lists?zeta=1&alpha=2", "email\nann@acme.example\n", []string{"Content-Type", "text/csv"},
+			`Unknown query parameter "alpha"; use column, name, webhook_url, callback_url and webhook_secret.`},
+	} {
+		for range 20 {
+			r := b.call(c.method, c.path, std, c.body, c.headers...).want(t, http.StatusBadRequest, CodeInvalidRequest)
+			if msg, _ := r.body["message"].(string); msg != c.says {
+				t.Fatalf("%s %s: message %q, want %q", c.method, c.path, msg, c.says)
+			}
+		}
+	}
+}

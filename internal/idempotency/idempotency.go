@@ -278,6 +278,11 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 
 	res := c.Response()
 	undelivered, _ := c.Get(notDeliveredKey).(bool)
+	if err != nil && res.Committed && res.Status >= 200 && res.Status <= 299 {
+		// The handler had its effect and began its success, which did not reach the client:
+		// an answer it kept with that effect (Keep) is the one the client's retry must get.
+		c.Set(mayHaveCommittedKey, true)
+	}
 	switch {
 	case err != nil, !res.Committed, res.Status < 200, res.Status > 299, rec.overflow, undelivered:
 		return err
@@ -292,6 +297,9 @@ func (g *Guard) run(c echo.Context, next echo.HandlerFunc, rt Route, sum []byte,
 	if cerr := g.store.complete(ctx, account, key, owner, record{hash: sum, status: res.Status,
 		header: replayHeader(res.Header()), body: rec.buf.Bytes()}); cerr != nil {
 		g.log.Warn("idempotency: keep response", "err", cerr)
+		// The request succeeded: an answer its handler kept with its effect (Keep) is the one the
+		// retry must get, so only a key with no stored answer is given back.
+		c.Set(mayHaveCommittedKey, true)
 		return err
 	}
 	kept = true

@@ -500,3 +500,85 @@ func requestHashOf(t *testing.T, h *harness, body string) []byte {
 	_, _ = io.WriteString(hh, body)
 	return hh.Sum(nil)
 }
+
+// A request whose effect committed with its answer (Keep) and that answered 2xx keeps that answer
+// for its key when the store fails to keep the actual response over it: the retry replays the
+// committed answer instead of running, and charging, a second time.
+func TestKeptAnswerSurvivesAFailedComplete(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	// The one statement that rewrites a stored response, complete's, fails; Keep's, which stores
+	// the first, does not.
+	pgtest.Exec(t, h.pool, `CREATE FUNCTION refuse_second_store() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.status IS NOT NULL THEN RAISE EXCEPTION 'store down'; END IF;
+			RETURN NEW;
+		END $$`)
+	pgtest.Exec(t, h.pool, `CREATE TRIGGER refuse_second_store BEFORE UPDATE ON idempotency_keys
+		FOR EACH ROW EXECUTE FUNCTION refuse_second_store()`)
+	h.e.POST("/kept", func(c echo.Context) error {
+		n := h.runs.Add(1)
+		body := fmt.Sprintf("thing %d", n)
+		if err := KeepOf(c)(c.Request().Context(), h.pool, http.StatusCreated, http.Header{"Location": {fmt.Sprintf("/things/%d", n)}}, []byte(body)); err != nil {
+			return err
+		}
+		return c.String(http.StatusCreated, body)
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func() *http.Response {
+		req := httptest.NewRequest(http.MethodPost, "/kept", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k")
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	if r := post(); r.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.StatusCode, text(t, r))
+	}
+	r := post()
+	if body := text(t, r); r.StatusCode != http.StatusCreated || body != "thing 1" || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %v, want the answer kept with the effect replayed", r.StatusCode, body, r.Header)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs %d, want 1", n)
+	}
+}
+
+// brokenWriter is a connection that went away: its status is taken, its body fails.
+type brokenWriter struct{ header http.Header }
+
+func (w *brokenWriter) Header() http.Header       { return w.header }
+func (w *brokenWriter) WriteHeader(int)           {}
+func (w *brokenWriter) Write([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+
+// A handler whose effect committed with its answer (Keep) and whose 2xx could not be written (the
+// client went away) leaves that answer to its key: the client's retry replays it instead of
+// making, and charging, a second effect.
+func TestKeptAnswerSurvivesAnUnwrittenSuccess(t *testing.T) {
+	t.Parallel()
+	h, acct := newHarness(t, false)
+	h.e.POST("/kept", func(c echo.Context) error {
+		n := h.runs.Add(1)
+		body := fmt.Sprintf("thing %d", n)
+		if err := KeepOf(c)(c.Request().Context(), h.pool, http.StatusCreated, http.Header{}, []byte(body)); err != nil {
+			return err
+		}
+		return c.String(http.StatusCreated, body)
+	}, h.guard.Middleware(Route{Body: func(c echo.Context) io.Reader { return c.Request().Body }, BodyError: func(err error) error { return err }}))
+	post := func(w http.ResponseWriter) {
+		req := httptest.NewRequest(http.MethodPost, "/kept", strings.NewReader("a"))
+		req.Header.Set("X-Account", acct)
+		req.Header.Set(Header, "k")
+		h.e.ServeHTTP(w, req)
+	}
+	post(&brokenWriter{header: http.Header{}})
+	rec := httptest.NewRecorder()
+	post(rec)
+	r := rec.Result()
+	if body := text(t, r); r.StatusCode != http.StatusCreated || body != "thing 1" || r.Header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q %v, want the answer kept with the effect replayed", r.StatusCode, body, r.Header)
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("runs %d, want 1", n)
+	}
+}

@@ -72,8 +72,8 @@ func (p *Prober) forgetCatchAllLocked(now time.Time) {
 }
 
 // enqueue queues js at the pool of ip. A pool forgotten between its look-up and the queueing
-// takes nothing (retired); the look-up then makes a new one, which a sweep leaves alone for
-// forgetAfter.
+// takes nothing (retired), and the look-up is made again: a new pool counts as idle until its
+// first addresses come (pool.used), so a sweep may take it in that gap too.
 func (p *Prober) enqueue(ip netip.Addr, js ...*job) {
 	for !p.pool(ip).enqueue(js...) {
 	}
