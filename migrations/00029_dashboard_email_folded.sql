@@ -9,14 +9,21 @@
 --
 -- The rows already stored are lowered here with translate(), which maps characters whatever the
 -- locale: from every character that Go's unicode.ToLower changes (Unicode 15.0) to what it
--- changes it into. TestFoldMigrationLowersAsGo checks the two lists against Go's tables.
+-- changes it into. TestFoldMigrationLowersAsGo checks the two lists against Go's tables. The
+-- same function fills email_folded for a writer that leaves it out — a replica of the previous
+-- release during a rolling upgrade (docs/deployment.md, "Upgrades and rollback") — so that its
+-- sign-ups keep working and stay unique (TestOldWriterGetsTheFold).
 --
 -- On a database that already holds two users whose emails differ only in the case of a
 -- non-ASCII letter (possible only under a locale whose lower() left that letter alone), the
 -- unique index cannot be built and this migration fails, naming the email: one of the two
 -- accounts has to be deleted or its email changed first (docs/operations.md, "bin/api").
 ALTER TABLE dashboard_users ADD COLUMN email_folded text;
-UPDATE dashboard_users SET email_folded = translate(email,
+
+-- +goose StatementBegin
+CREATE FUNCTION dashboard_fold_email(email text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fold$ SELECT translate(email,
         'ABCDEFGHIJKLMNOPQRSTUVWXYZÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÐÑÒÓÔÕ'
         || 'ÖØÙÚÛÜÝÞĀĂĄĆĈĊČĎĐĒĔĖĘĚĜĞĠĢĤĦĨĪĬĮİĲĴĶĹĻĽĿŁŃŅŇŊŌŎŐ'
         || 'ŒŔŖŘŚŜŞŠŢŤŦŨŪŬŮŰŲŴŶŸŹŻŽƁƂƄƆƇƉƊƋƎƏƐƑƓƔƖƗƘƜƝƟƠƢƤƦƧ'
@@ -76,7 +83,26 @@ UPDATE dashboard_users SET email_folded = translate(email,
         || '𐓻𐖗𐖘𐖙𐖚𐖛𐖜𐖝𐖞𐖟𐖠𐖡𐖣𐖤𐖥𐖦𐖧𐖨𐖩𐖪𐖫𐖬𐖭𐖮𐖯𐖰𐖱𐖳𐖴𐖵𐖶𐖷𐖸𐖹𐖻𐖼𐳀𐳁𐳂𐳃𐳄𐳅𐳆𐳇𐳈𐳉𐳊𐳋'
         || '𐳌𐳍𐳎𐳏𐳐𐳑𐳒𐳓𐳔𐳕𐳖𐳗𐳘𐳙𐳚𐳛𐳜𐳝𐳞𐳟𐳠𐳡𐳢𐳣𐳤𐳥𐳦𐳧𐳨𐳩𐳪𐳫𐳬𐳭𐳮𐳯𐳰𐳱𐳲𑣀𑣁𑣂𑣃𑣄𑣅𑣆𑣇𑣈'
         || '𑣉𑣊𑣋𑣌𑣍𑣎𑣏𑣐𑣑𑣒𑣓𑣔𑣕𑣖𑣗𑣘𑣙𑣚𑣛𑣜𑣝𑣞𑣟𖹠𖹡𖹢𖹣𖹤𖹥𖹦𖹧𖹨𖹩𖹪𖹫𖹬𖹭𖹮𖹯𖹰𖹱𖹲𖹳𖹴𖹵𖹶𖹷𖹸'
-        || '𖹹𖹺𖹻𖹼𖹽𖹾𖹿𞤢𞤣𞤤𞤥𞤦𞤧𞤨𞤩𞤪𞤫𞤬𞤭𞤮𞤯𞤰𞤱𞤲𞤳𞤴𞤵𞤶𞤷𞤸𞤹𞤺𞤻𞤼𞤽𞤾𞤿𞥀𞥁𞥂𞥃');
+        || '𖹹𖹺𖹻𖹼𖹽𖹾𖹿𞤢𞤣𞤤𞤥𞤦𞤧𞤨𞤩𞤪𞤫𞤬𞤭𞤮𞤯𞤰𞤱𞤲𞤳𞤴𞤵𞤶𞤷𞤸𞤹𞤺𞤻𞤼𞤽𞤾𞤿𞥀𞥁𞥂𞥃') $fold$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION dashboard_users_fill_fold() RETURNS trigger LANGUAGE plpgsql AS $fill$
+BEGIN
+    IF NEW.email_folded IS NULL
+       OR (TG_OP = 'UPDATE' AND NEW.email IS DISTINCT FROM OLD.email
+           AND NEW.email_folded IS NOT DISTINCT FROM OLD.email_folded) THEN
+        NEW.email_folded := dashboard_fold_email(NEW.email);
+    END IF;
+    RETURN NEW;
+END
+$fill$;
+-- +goose StatementEnd
+
+CREATE TRIGGER dashboard_users_fill_fold BEFORE INSERT OR UPDATE ON dashboard_users
+    FOR EACH ROW EXECUTE FUNCTION dashboard_users_fill_fold();
+
+UPDATE dashboard_users SET email_folded = dashboard_fold_email(email);
 ALTER TABLE dashboard_users ALTER COLUMN email_folded SET NOT NULL;
 DROP INDEX dashboard_users_email;
 CREATE UNIQUE INDEX dashboard_users_email ON dashboard_users (email_folded);
@@ -84,4 +110,7 @@ CREATE UNIQUE INDEX dashboard_users_email ON dashboard_users (email_folded);
 -- +goose Down
 DROP INDEX dashboard_users_email;
 CREATE UNIQUE INDEX dashboard_users_email ON dashboard_users (lower(email));
+DROP TRIGGER dashboard_users_fill_fold ON dashboard_users;
+DROP FUNCTION dashboard_users_fill_fold();
+DROP FUNCTION dashboard_fold_email(text);
 ALTER TABLE dashboard_users DROP COLUMN email_folded;
