@@ -754,6 +754,31 @@ func TestUpgradeReusesTheOpenCheckout(t *testing.T) {
 	}
 }
 
+// Coming back from Checkout (its success URL) changes no plan: the tier moves only with Stripe's
+// subscription event (docs/dashboard.md, "How an upgrade works"), so a browser that reaches the
+// success URL without paying gets nothing.
+func TestReturnFromCheckoutChangesNoPlan(t *testing.T) {
+	f := newFixture(t, nil)
+	f.h.checkout = &fakeCheckout{}
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	resp, _ := b.post("/dashboard/billing/checkout", url.Values{"csrf": {b.csrf("/dashboard/billing")}, "tier": {"scale"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("upgrade: %d", resp.StatusCode)
+	}
+	resp, body := b.get("/dashboard/billing?done=checkout")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Your plan changes as soon as Stripe confirms the payment") {
+		t.Fatalf("success page: %d\n%.500s", resp.StatusCode, body)
+	}
+	var tier string
+	if err := f.pool.QueryRow(context.Background(), `SELECT tier FROM accounts WHERE email = 'ann@example.com'`).Scan(&tier); err != nil {
+		t.Fatal(err)
+	}
+	if tier != "free" {
+		t.Fatalf("tier %s after the success URL alone, want free until Stripe's event", tier)
+	}
+}
+
 // A form with one field far too long (1 MB pasted into it) comes back with a message naming that
 // field and the other fields as they were, instead of a "could not be read" page that loses them
 // all (issue 32): the playground, the list upload and the sign-up form.
