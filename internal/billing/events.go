@@ -134,9 +134,9 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	// events out of order, so an older one that comes second must be a no-op. A "created" event
 	// of the same second as a state already applied is the first state, never a later one (a
 	// card charged at once makes created/incomplete and updated/active share their second). An
-	// ended subscription (ended) is the last state: an event of the same second that does not
-	// end it was sent before the ending, and Stripe sends nothing after it that would correct a
-	// subscription revived by it (docs/api.md, "Stripe webhook").
+	// ended subscription (deleted, or in one of endedStatuses) is in its last state: an event of
+	// the same second that does not end it was sent before the end, and Stripe sends nothing
+	// afterwards that would correct a subscription it revived (docs/api.md, "Stripe webhook").
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO stripe_subscriptions AS s (id, customer_id, status, paying, tier, event_at, object)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
