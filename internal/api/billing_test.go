@@ -6,8 +6,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 )
 
@@ -133,5 +138,54 @@ func TestBillingPortalNotConfigured(t *testing.T) {
 	}
 	if r.header.Get("Retry-After") != "" {
 		t.Errorf("Retry-After %q on an answer that retrying cannot change", r.header.Get("Retry-After"))
+	}
+}
+
+// Neither Stripe secret reaches a log line or an answer: not on a webhook with a wrong, missing or
+// good signature, not when Stripe refuses the key (its message names the key masked, as Stripe's
+// does), not when Stripe is unreachable (docs/security.md).
+func TestStripeSecretsAreNotLogged(t *testing.T) {
+	t.Parallel()
+	const secretKey = "sk_test_51SecretNeverLogged0000000000"
+	const hookSecret = "whsec_SecretNeverLogged0000000000"
+	env := map[string]string{"STRIPE_SECRET_KEY": secretKey, "STRIPE_WEBHOOK_SECRET": hookSecret,
+		"MAILVET_STRIPE_PRICE_BUILDER": priceBuilder,
+		"MAILVET_STRIPE_API_BASE": fakeStripe(t, 401, `{"error": {"type": "invalid_request_error",
+			"message": "Invalid API Key provided: sk_test_****************0000"}}`)}
+	var logs logtest.Buffer
+	b := setup(t, env, func(d *Deps) { d.Log = app.NewLogger(&logs, "test") })
+	_, key := b.account(plan.Free, "cus_secret")
+	var answers []string
+	good := subEvent("evt_secret", "customer.subscription.created", time.Now(), map[string]any{"customer": "cus_secret"})
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: hookSecret})
+	wrong := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: "whsec_other"})
+	answers = append(answers,
+		string(b.call(http.MethodPost, "/v1/stripe/webhook", "", good).want(t, 400, CodeInvalidRequest).raw),
+		string(b.call(http.MethodPost, "/v1/stripe/webhook", "", good, "Stripe-Signature", wrong.Header).want(t, 400, CodeInvalidRequest).raw),
+		string(b.call(http.MethodPost, "/v1/stripe/webhook", "", good, "Stripe-Signature", signed.Header).want(t, 200, "").raw),
+		string(b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).
+			want(t, 500, CodeBillingPortalUnavailable).raw))
+	unreachable := setup(t, map[string]string{"STRIPE_SECRET_KEY": secretKey, "MAILVET_STRIPE_API_BASE": closedPort(t)},
+		func(d *Deps) { d.Log = app.NewLogger(&logs, "test") })
+	_, key2 := unreachable.account(plan.Builder, "cus_secret2")
+	answers = append(answers, string(unreachable.call(http.MethodPost, "/v1/management/billing/portal", key2,
+		map[string]string{"return_url": returnURL}).want(t, 503, CodeServiceUnavailable).raw))
+	if !strings.Contains(logs.String(), "evt_secret") {
+		t.Fatalf("the log has no line of the applied event, so the test saw no log: %q", logs.String())
+	}
+	for _, s := range []string{secretKey, hookSecret, "SecretNeverLogged"} {
+		if strings.Contains(logs.String(), s) {
+			t.Errorf("the log holds a Stripe secret (%s): %s", s, logs.String())
+		}
+		for _, a := range answers {
+			if strings.Contains(a, s) {
+				t.Errorf("an answer holds a Stripe secret (%s): %s", s, a)
+			}
+		}
+	}
+	for _, a := range answers {
+		if strings.Contains(a, "Invalid API Key") {
+			t.Errorf("Stripe's message reaches the customer: %s", a)
+		}
 	}
 }

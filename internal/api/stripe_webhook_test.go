@@ -222,3 +222,55 @@ func TestStripeWebhookRejects(t *testing.T) {
 	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: good, Secret: whsec})
 	unconfigured.call(http.MethodPost, "/v1/stripe/webhook", "", good, "Stripe-Signature", signed.Header).want(t, 503, CodeServiceUnavailable)
 }
+
+// A downgrade that leaves the account with more keys than its new tier allows revokes none: every
+// key keeps working, the key list shows the count above the maximum, and no key can be created
+// until revocations bring the count below it (docs/api.md, "POST /v1/management/keys"). The new
+// tier's limits apply from the next request.
+func TestDowngradeKeepsKeysAboveTheNewMaximum(t *testing.T) {
+	t.Parallel()
+	b := setup(t, stripeEnv)
+	a, mgmt := b.account(plan.Free, "cus_down")
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	b.deliver(subEvent("evt_d1", "customer.subscription.created", t0, map[string]any{
+		"id": "sub_down", "customer": "cus_down",
+		"items": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "si_1", "object": "subscription_item", "price": map[string]any{"id": priceScale, "object": "price"}}}},
+	})).want(t, 200, "")
+	var keys, raws []string
+	for range 7 {
+		k := b.standardKey(a.ID)
+		keys, raws = append(keys, k.ID), append(raws, k.Raw)
+	}
+	// Scale → builder in the billing portal (builder allows 5 keys).
+	b.deliver(subEvent("evt_d2", "customer.subscription.updated", t0.Add(time.Minute), map[string]any{
+		"id": "sub_down", "customer": "cus_down"})).want(t, 200, "")
+	acct := b.accountJSON(mgmt)
+	if acct["tier"] != "builder" || acct["limits"].(map[string]any)["max_keys"] != float64(5) ||
+		acct["limits"].(map[string]any)["rate_limit_per_min"] != float64(100) {
+		t.Fatalf("after the downgrade: %v", acct)
+	}
+	list := b.call(http.MethodGet, "/v1/management/keys", mgmt, nil).want(t, 200, "")
+	if list.body["count"] != float64(7) || list.body["max"] != float64(5) {
+		t.Fatalf("key list after the downgrade: count %v, max %v; want 7 of 5", list.body["count"], list.body["max"])
+	}
+	var active int
+	mustOK(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL`,
+		a.ID).Scan(&active))
+	if active != 7 {
+		t.Fatalf("%d standard keys active after the downgrade, want all 7", active)
+	}
+	for _, raw := range raws {
+		b.call(http.MethodGet, "/v1/email/lists", raw, nil).want(t, 200, "")
+	}
+	create := func() reply {
+		return b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]any{"label": "more"})
+	}
+	create().want(t, 429, CodeKeyLimitReached)
+	for _, id := range keys[:2] {
+		b.call(http.MethodDelete, "/v1/management/keys/"+id, mgmt, nil).want(t, 204, "")
+	}
+	create().want(t, 429, CodeKeyLimitReached) // 5 of 5
+	b.call(http.MethodDelete, "/v1/management/keys/"+keys[2], mgmt, nil).want(t, 204, "")
+	create().want(t, 201, "")
+}

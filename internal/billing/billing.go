@@ -15,6 +15,7 @@ import (
 	"github.com/stripe/stripe-go/v76/billingportal/session"
 	checkoutsession "github.com/stripe/stripe-go/v76/checkout/session"
 	"github.com/stripe/stripe-go/v76/customer"
+	"github.com/stripe/stripe-go/v76/subscription"
 
 	"github.com/mailvet/mailvet/internal/plan"
 )
@@ -34,11 +35,13 @@ var (
 // Stripe opens billing portal and Checkout sessions through the Stripe API (or stripe-mock in
 // tests).
 type Stripe struct {
-	sessions   session.Client
-	customers  customer.Client
-	checkouts  checkoutsession.Client
-	prices     map[plan.Tier]string // tier ⇒ Stripe price id (the reverse of Config.Prices)
-	configured bool
+	sessions  session.Client
+	customers customer.Client
+	checkouts checkoutsession.Client
+	// subscriptions lists a customer's subscriptions before a second Checkout (Subscribed).
+	subscriptions subscription.Client
+	prices        map[plan.Tier]string // tier ⇒ Stripe price id (the reverse of Config.Prices)
+	configured    bool
 }
 
 // Bounds of a Stripe call. Every call is made on a request's path (the management portal route,
@@ -87,11 +90,12 @@ func NewStripe(cfg Config) *Stripe {
 		prices[tier] = id
 	}
 	return &Stripe{
-		sessions:   session.Client{B: b, Key: cfg.SecretKey},
-		customers:  customer.Client{B: b, Key: cfg.SecretKey},
-		checkouts:  checkoutsession.Client{B: b, Key: cfg.SecretKey},
-		prices:     prices,
-		configured: cfg.SecretKey != "",
+		sessions:      session.Client{B: b, Key: cfg.SecretKey},
+		customers:     customer.Client{B: b, Key: cfg.SecretKey},
+		checkouts:     checkoutsession.Client{B: b, Key: cfg.SecretKey},
+		subscriptions: subscription.Client{B: b, Key: cfg.SecretKey},
+		prices:        prices,
+		configured:    cfg.SecretKey != "",
 	}
 }
 

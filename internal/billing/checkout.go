@@ -15,6 +15,11 @@ import (
 // MAILVET_STRIPE_PRICE_SCALE), so it cannot be bought through Checkout.
 var ErrNoPrice = errors.New("no Stripe price is configured for this tier")
 
+// ErrAlreadySubscribed: the customer already has a subscription at Stripe that pays, whose events
+// have not moved the account yet (Stripe's webhook is late or failing): a new Checkout session
+// would charge the customer a second time.
+var ErrAlreadySubscribed = errors.New("the customer already has a paying subscription at Stripe")
+
 // CheckoutRequest is an upgrade from the dashboard (docs/dashboard.md, "How an upgrade works").
 type CheckoutRequest struct {
 	AccountID  string
@@ -85,6 +90,32 @@ func (s *Stripe) CheckoutURL(ctx context.Context, r CheckoutRequest) (string, er
 		return "", fmt.Errorf("%w: Stripe returned a Checkout session without a URL", ErrPortalUnavailable)
 	}
 	return cs.URL, nil
+}
+
+// Subscribed reports whether customerID has a subscription at Stripe that pays (active, trialing
+// or past_due, as the webhook counts them: Events). The dashboard asks before it opens a new
+// Checkout session for a customer it already had: the account's tier follows Stripe's webhook,
+// so a customer who paid while the webhook was late or failing still looks free, and would pay
+// again (docs/dashboard.md, "How an upgrade works").
+func (s *Stripe) Subscribed(ctx context.Context, customerID string) (bool, error) {
+	if !s.configured {
+		return false, ErrNotConfigured
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	params := &stripe.SubscriptionListParams{Customer: stripe.String(customerID)}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	it := s.subscriptions.List(params)
+	for it.Next() {
+		if sub := it.Subscription(); sub != nil && paying(sub.Status) {
+			return true, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return false, stripeError(err)
+	}
+	return false, nil
 }
 
 // Sells reports whether tier can be bought through Checkout on this deployment.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +93,55 @@ func TestCheckoutURLAgainstStripeMock(t *testing.T) {
 	}
 	if _, err := NewStripe(Config{}).PrepareCustomer(ctx, r); !errors.Is(err, ErrNotConfigured) {
 		t.Fatalf("unconfigured: %v", err)
+	}
+}
+
+// Subscribed asks Stripe for the customer's subscriptions and counts those that pay as the webhook
+// does: against stripe-mock (whose customer always has an active subscription) the request is one
+// Stripe accepts; against a Stripe with a given answer, only active, trialing and past_due count,
+// and Stripe unreachable is the outage error the dashboard answers 503 for.
+func TestSubscribedAgainstStripe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mock := NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: stripetest.URL(t)})
+	if paying, err := mock.Subscribed(ctx, "cus_mock"); err != nil || !paying {
+		t.Fatalf("stripe-mock: %v, %v; want its active subscription found", paying, err)
+	}
+	answer := func(statuses ...string) string {
+		var data []string
+		for i, st := range statuses {
+			data = append(data, fmt.Sprintf(`{"id": "sub_%d", "object": "subscription", "status": %q}`, i, st))
+		}
+		return `{"object": "list", "url": "/v1/subscriptions", "has_more": false, "data": [` + strings.Join(data, ",") + `]}`
+	}
+	for _, tt := range []struct {
+		statuses []string
+		paying   bool
+	}{
+		{nil, false},
+		{[]string{"incomplete_expired", "unpaid", "incomplete", "paused"}, false},
+		{[]string{"unpaid", "past_due"}, true},
+		{[]string{"trialing"}, true},
+		{[]string{"active"}, true},
+	} {
+		var customer string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			customer = r.URL.Query().Get("customer")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(answer(tt.statuses...)))
+		}))
+		s := NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: srv.URL})
+		paying, err := s.Subscribed(ctx, "cus_42")
+		srv.Close()
+		if err != nil || paying != tt.paying || customer != "cus_42" {
+			t.Errorf("%v: %v, %v (asked for %q); want %v", tt.statuses, paying, err, customer, tt.paying)
+		}
+	}
+	down := NewStripe(Config{SecretKey: stripetest.SecretKey, APIBase: "http://127.0.0.1:1"})
+	if _, err := down.Subscribed(ctx, "cus_42"); !errors.Is(err, ErrProviderUnreachable) {
+		t.Errorf("Stripe unreachable: %v", err)
+	}
+	if _, err := NewStripe(Config{}).Subscribed(ctx, "cus_42"); !errors.Is(err, ErrNotConfigured) {
+		t.Errorf("unconfigured: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -132,14 +133,17 @@ func (ev *Events) applySubscription(ctx context.Context, tx pgx.Tx, e stripe.Eve
 	// of one customer run one at a time (lockCustomer), but Stripe may send a subscription's
 	// events out of order, so an older one that comes second must be a no-op. A "created" event
 	// of the same second as a state already applied is the first state, never a later one (a
-	// card charged at once makes created/incomplete and updated/active share their second).
+	// card charged at once makes created/incomplete and updated/active share their second). An
+	// ended subscription (deleted, or in one of endedStatuses) is in its last state: an event of
+	// the same second that does not end it was sent before the end, and Stripe sends nothing
+	// afterwards that would correct a subscription it revived (docs/api.md, "Stripe webhook").
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO stripe_subscriptions AS s (id, customer_id, status, paying, tier, event_at, object)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (id) DO UPDATE SET customer_id = $2, status = $3, paying = $4, tier = $5, event_at = $6, object = $7
-		WHERE s.event_at < $6 OR (s.event_at = $6 AND NOT $8)`,
+		WHERE s.event_at < $6 OR (s.event_at = $6 AND NOT $8 AND (s.status <> ALL($10::text[]) OR $9))`,
 		sub.ID, sub.Customer.ID, status, !deleted && paying(sub.Status), tier, created, []byte(e.Data.Raw),
-		e.Type == "customer.subscription.created")
+		e.Type == "customer.subscription.created", deleted || slices.Contains(endedStatuses, status), endedStatuses)
 	if err != nil {
 		return "", err
 	}
@@ -241,6 +245,10 @@ func lockCustomer(ctx context.Context, tx pgx.Tx, customerID string) error {
 	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7002))`, customerID)
 	return err
 }
+
+// endedStatuses are the subscription states Stripe never moves out of: a canceled subscription
+// (customer.subscription.deleted) and an incomplete one whose first payment window expired.
+var endedStatuses = []string{"canceled", "incomplete_expired"}
 
 // paying lists the subscription states in which the customer has the paid tier: trialing and
 // past_due keep access while Stripe retries the payment.

@@ -411,3 +411,43 @@ func TestTierFollowsTodaysPriceMapping(t *testing.T) {
 		t.Fatalf("tier %s after the price was remapped to builder", tier)
 	}
 }
+
+// A subscription that ended (deleted, or an incomplete one expired) is never brought back by an
+// event of the same second that Stripe sent before the ending but delivered after it: Stripe
+// sends nothing more for an ended subscription, so nothing would ever take the paid tier back.
+func TestEndedSubscriptionIsNotRevivedBySameSecondEvent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, stripe_customer_id) VALUES ('0b6f7d8e-3333-4c3e-9a55-00000000000e', 'free', 'cus_9')`)
+	ev := NewEvents(pool, map[string]plan.Tier{"price_s": plan.Scale})
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, s := range []struct {
+		id, typ, sub string
+		at           time.Time
+		status       string
+		outcome      Outcome
+		tier, state  string
+	}{
+		{"evt_1", "customer.subscription.created", "sub_A", t0, "active", Applied, "scale", "active"},
+		// Deleted and its last update share a second; the update arrives second.
+		{"evt_3", "customer.subscription.deleted", "sub_A", t0.Add(time.Hour), "canceled", Applied, "free", "canceled"},
+		{"evt_2", "customer.subscription.updated", "sub_A", t0.Add(time.Hour), "active", Stale, "free", "canceled"},
+		// The same for an incomplete subscription that expired.
+		{"evt_4", "customer.subscription.created", "sub_B", t0.Add(2 * time.Hour), "incomplete", Applied, "free", "incomplete"},
+		{"evt_6", "customer.subscription.updated", "sub_B", t0.Add(3 * time.Hour), "incomplete_expired", Applied, "free", "incomplete_expired"},
+		{"evt_5", "customer.subscription.updated", "sub_B", t0.Add(3 * time.Hour), "trialing", Stale, "free", "incomplete_expired"},
+		// An ended subscription still takes a later ending of the same second (deleted after an
+		// update to canceled).
+		{"evt_7", "customer.subscription.deleted", "sub_B", t0.Add(3 * time.Hour), "canceled", Applied, "free", "canceled"},
+	} {
+		out, err := ev.Apply(context.Background(), subEvent(t, s.id, s.typ, s.sub, s.at, s.status))
+		if err != nil || out != s.outcome {
+			t.Fatalf("%s: %v, %v; want %v", s.id, out, err, s.outcome)
+		}
+		var tier, state string
+		pgtest.Must(t, pool.QueryRow(context.Background(), `SELECT tier, subscription_status FROM accounts`).Scan(&tier, &state), "read")
+		if tier != s.tier || state != s.state {
+			t.Fatalf("after %s: %s/%s, want %s/%s", s.id, tier, state, s.tier, s.state)
+		}
+	}
+}

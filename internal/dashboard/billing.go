@@ -98,6 +98,9 @@ func (h *Handler) billingError(w http.ResponseWriter, r *http.Request, s *sessio
 		status, msg = http.StatusInternalServerError, "Billing is not set up on this Mailvet deployment; ask its operator."
 	case errors.Is(err, billing.ErrNoPrice):
 		status, msg = http.StatusUnprocessableEntity, msgNotSold
+	case errors.Is(err, billing.ErrAlreadySubscribed):
+		status, msg = http.StatusConflict, "You already have a subscription at Stripe: its confirmation has not reached "+
+			"Mailvet yet, and your plan changes as soon as it does. Do not pay again; see it in the billing portal."
 	}
 	h.billingAnswer(w, r, s, status, msg)
 }
@@ -165,7 +168,10 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 		h.billingAnswer(w, r, s, http.StatusUnprocessableEntity, msgNotSold)
 		return
 	}
-	if req.CustomerID == "" {
+	// A customer the account already had may have paid a subscription whose webhook has not
+	// arrived; one created here has none.
+	known := req.CustomerID != ""
+	if !known {
 		if req.CustomerID, err = h.checkout.PrepareCustomer(ctx, req); err != nil {
 			h.billingError(w, r, s, err)
 			return
@@ -177,6 +183,19 @@ func (h *Handler) startCheckout(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	var stripeErr error
 	co, reused, err := h.accounts.Checkout(ctx, a.ID, h.now(), func(expires time.Time) (string, plan.Tier, error) {
+		// Asked only when a new session is to be opened: the account still looks free, so a
+		// paying subscription at Stripe is one whose webhook is late, and a second session would
+		// charge the customer twice (docs/dashboard.md, "How an upgrade works").
+		if known {
+			paying, err := h.checkout.Subscribed(ctx, req.CustomerID)
+			if err == nil && paying {
+				err = billing.ErrAlreadySubscribed
+			}
+			if err != nil {
+				stripeErr = err
+				return "", "", err
+			}
+		}
 		req.ExpiresAt = expires
 		u, err := h.checkout.CheckoutURL(ctx, req)
 		stripeErr = err

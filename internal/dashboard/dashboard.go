@@ -59,6 +59,7 @@ type Checkout interface {
 	PrepareCustomer(ctx context.Context, r billing.CheckoutRequest) (string, error)
 	CheckoutURL(ctx context.Context, r billing.CheckoutRequest) (string, error)
 	Sells(tier plan.Tier) bool
+	Subscribed(ctx context.Context, customerID string) (bool, error)
 }
 
 // Verification is the verification service (internal/verification, *verification.Service) as

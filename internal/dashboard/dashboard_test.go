@@ -697,6 +697,16 @@ type fakeCheckout struct {
 	sessions int
 	expires  []time.Time
 	origin   string
+	// paying: the customer's subscriptions at Stripe include one that pays (Subscribed).
+	paying  bool
+	lookups int
+}
+
+func (f *fakeCheckout) Subscribed(context.Context, string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	return f.paying, nil
 }
 
 func (f *fakeCheckout) PrepareCustomer(context.Context, billing.CheckoutRequest) (string, error) {
@@ -751,6 +761,71 @@ func TestUpgradeReusesTheOpenCheckout(t *testing.T) {
 	now = now.Add(account.CheckoutWindow)
 	if resp, _ := upgrade("scale"); resp.StatusCode != http.StatusSeeOther || fc.sessions != 2 {
 		t.Fatalf("after the session expired: %d, %d sessions", resp.StatusCode, fc.sessions)
+	}
+}
+
+// Coming back from Checkout (its success URL) changes no plan: the tier moves only with Stripe's
+// subscription event (docs/dashboard.md, "How an upgrade works"), so a browser that reaches the
+// success URL without paying gets nothing.
+func TestReturnFromCheckoutChangesNoPlan(t *testing.T) {
+	f := newFixture(t, nil)
+	f.h.checkout = &fakeCheckout{}
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	resp, _ := b.post("/dashboard/billing/checkout", url.Values{"csrf": {b.csrf("/dashboard/billing")}, "tier": {"scale"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("upgrade: %d", resp.StatusCode)
+	}
+	resp, body := b.get("/dashboard/billing?done=checkout")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Your plan changes as soon as Stripe confirms the payment") {
+		t.Fatalf("success page: %d\n%.500s", resp.StatusCode, body)
+	}
+	var tier string
+	if err := f.pool.QueryRow(context.Background(), `SELECT tier FROM accounts WHERE email = 'ann@example.com'`).Scan(&tier); err != nil {
+		t.Fatal(err)
+	}
+	if tier != "free" {
+		t.Fatalf("tier %s after the success URL alone, want free until Stripe's event", tier)
+	}
+}
+
+// A customer who paid for a subscription whose webhook has not reached Mailvet (Stripe retrying
+// it, a wrong STRIPE_WEBHOOK_SECRET) still looks free once the Checkout session's window is over;
+// upgrading again must not open a second session that would charge them twice. A customer the
+// upgrade has just created has nothing to find, and Stripe is not asked.
+func TestUpgradeRefusedWhileAPaidSubscriptionAwaitsItsWebhook(t *testing.T) {
+	f := newFixture(t, nil)
+	fc := &fakeCheckout{paying: true}
+	f.h.checkout = fc
+	now := time.Now()
+	f.h.now = func() time.Time { return now }
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	upgrade := func() (*http.Response, string) {
+		return b.post("/dashboard/billing/checkout", url.Values{"csrf": {b.csrf("/dashboard/billing")}, "tier": {"builder"}})
+	}
+	if resp, _ := upgrade(); resp.StatusCode != http.StatusSeeOther || fc.sessions != 1 || fc.lookups != 0 {
+		t.Fatalf("first upgrade: %d, %d sessions, %d look-ups; want a session and no look-up for the new customer",
+			resp.StatusCode, fc.sessions, fc.lookups)
+	}
+	// Paid at Stripe; the webhook does not arrive; the session's window ends.
+	now = now.Add(account.CheckoutWindow)
+	resp, body := upgrade()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "already have a subscription") || fc.sessions != 1 {
+		t.Fatalf("upgrade with a paying subscription at Stripe: %d, %d sessions\n%.600s", resp.StatusCode, fc.sessions, body)
+	}
+	var open bool
+	if err := f.pool.QueryRow(context.Background(), `SELECT checkout_url IS NOT NULL AND checkout_expires_at > $1 FROM accounts
+		WHERE email = 'ann@example.com'`, now).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if open {
+		t.Fatal("a session was recorded as open")
+	}
+	// Without a paying subscription (the first one ended, say), the upgrade goes ahead.
+	fc.paying = false
+	if resp, _ := upgrade(); resp.StatusCode != http.StatusSeeOther || fc.sessions != 2 {
+		t.Fatalf("upgrade without a paying subscription: %d, %d sessions", resp.StatusCode, fc.sessions)
 	}
 }
 
