@@ -544,7 +544,7 @@ func TestProxy503ToAPostIsNotRepeated(t *testing.T) {
 	if n := len(f.requests()); n != 1 {
 		t.Fatalf("%d requests for a POST without a key answered by a proxy's 503; want one", n)
 	}
-	// (The stream, the other verification without a key, is in TestVerificationsCarryAnIdempotencyKey.)
+	// (The stream, the other verification without a key, is in TestBatchRequestsCarryAnIdempotencyKey.)
 	// An async verification carries an Idempotency-Key: whatever the proxy did with an attempt,
 	// the API runs the job once, so it is sent again, with the same key.
 	_, err := c.VerifyAsync(context.Background(), "ann@acme.example", client.AsyncOptions{WebhookURL: "https://hooks.example.com/x"})
