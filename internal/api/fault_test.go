@@ -219,11 +219,18 @@ func TestStreamEndsWithErrorLineWhenNATSStaysDown(t *testing.T) {
 		got[l["email"].(string)] = true
 	}
 	var missing []string
-	for _, e := range last["emails"].([]any) {
+	indexes := last["indexes"].([]any)
+	for k, e := range last["emails"].([]any) {
 		if got[e.(string)] {
 			t.Errorf("%s is both delivered and listed as not verified", e)
 		}
+		if i := int(indexes[k].(float64)); emails[i] != e {
+			t.Errorf("the error line's index %d names %s, not %s", i, emails[i], e)
+		}
 		missing = append(missing, e.(string))
+	}
+	if len(indexes) != len(last["emails"].([]any)) {
+		t.Errorf("%d indexes for %d emails in the error line", len(indexes), len(last["emails"].([]any)))
 	}
 	if len(got)+len(missing) != len(emails) || len(missing) == 0 {
 		t.Fatalf("%d delivered + %d listed as not verified, want %d in all, some missing", len(got), len(missing), len(emails))

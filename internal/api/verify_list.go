@@ -140,8 +140,8 @@ func (s *Server) verifyStream(c echo.Context) error {
 }
 
 // streamError is the last line of a stream that could not be completed: the error envelope of
-// cause, plus the emails that were not verified (and not charged), in input order, so that the
-// client can send exactly those again.
+// cause, plus the emails that were not verified (and not charged) and their positions in the
+// request, in input order, so that the client can send exactly those again.
 func (s *Server) streamError(cause error, emails []string, undelivered []int) *Error {
 	e := toEnvelope(cause)
 	e.Header = nil
@@ -155,6 +155,7 @@ func (s *Server) streamError(cause error, emails []string, undelivered []int) *E
 	for k, i := range undelivered {
 		list[k] = emails[i]
 	}
-	e.Extra = map[string]any{"emails": list}
+	// indexes tells apart inputs that emails cannot: an address sent twice, or in two forms.
+	e.Extra = map[string]any{"emails": list, "indexes": undelivered}
 	return e
 }

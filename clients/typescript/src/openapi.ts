@@ -353,6 +353,8 @@ export type StreamError = ApiError & {
   error?: "service_unavailable";
   /** The addresses of the request that have no result line, in input order. */
   emails: Array<string>;
+  /** Their positions in the request's emails, in the same order: tells apart an address sent twice or in two forms. */
+  indexes: Array<number>;
   [key: string]: unknown;
 };
 
