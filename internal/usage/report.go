@@ -110,9 +110,13 @@ func Summarize(ctx context.Context, db DB, accountID string, tier string, free b
 	}
 	s.CallsUsed = Used(quota, billable, held, free)
 	s.CallsRemaining = max(0, included-s.CallsUsed)
-	s.OverageCalls = max(0, s.CallsUsed-included)
-	if !free {
-		s.EstimatedCostEUR = math.Round(float64(s.OverageCalls)*overagePrice*100) / 100
+	if free {
+		// The free tier has no overage: admission refuses past the quota instead. Its count can
+		// still pass the quota (a downgrade while paid requests held room, a quota lowered during
+		// the month), which is no call charged (docs/api.md, "GET /v1/management/usage/summary").
+		return s, nil
 	}
+	s.OverageCalls = max(0, s.CallsUsed-included)
+	s.EstimatedCostEUR = math.Round(float64(s.OverageCalls)*overagePrice*100) / 100
 	return s, nil
 }

@@ -244,6 +244,7 @@ export type UsageSummary = {
   calls_used: number;
   calls_included: number;
   calls_remaining: number;
+  /** Billable verifications past calls_included this month; always 0 on the free tier, which has no overage. */
   overage_calls: number;
   /** Overage calls × the tier's overage price, rounded to the cent; always 0 on the free tier. */
   estimated_cost_eur: number;
