@@ -54,7 +54,8 @@ type verifyBundle struct {
 type verifyOpts struct {
 	env       map[string]string
 	noWorkers bool
-	now       time.Time // when set, the API's clock stands still here
+	now       time.Time        // when set, the API's clock stands still here
+	clock     func() time.Time // when set, the API's clock (a testclock the test moves)
 	// proxyNATS connects the API to NATS through a TCP proxy (verifyBundle.natsProxy) that fault
 	// tests cut, with the production connection options (queue.Connect).
 	proxyNATS bool
@@ -114,6 +115,9 @@ func setupVerify(t testing.TB, o verifyOpts) *verifyBundle {
 		d.NATS, d.JS, d.Local = nc, js, b.engine
 		if !o.now.IsZero() {
 			d.Now = func() time.Time { return o.now }
+		}
+		if o.clock != nil {
+			d.Now = o.clock
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -364,7 +364,7 @@ func Admission(err error) *Problem {
 		if rl.Asked <= rl.Limit {
 			// A request larger than a whole window gets no Retry-After: retrying it as it is
 			// can never pass, and clients that honour the header would wait for nothing.
-			retryAfter(p, strconv.Itoa(SecondsUntil(rl.Reset, time.Now())))
+			retryAfter(p, strconv.Itoa(SecondsUntil(rl.Reset, decidedAt(rl.At))))
 		}
 		return p
 	case errors.As(err, &qe):
@@ -382,7 +382,7 @@ func Admission(err error) *Problem {
 		p := New(http.StatusTooManyRequests, CodeMonthlyQuotaExceeded, action, "%s", msg)
 		p.Extra = map[string]any{"limit": qe.Limit, "used": qe.Used, "reset_at": isoTime(qe.Reset)}
 		if qe.Asked <= qe.Limit {
-			retryAfter(p, strconv.Itoa(SecondsUntil(qe.Reset, time.Now())))
+			retryAfter(p, strconv.Itoa(SecondsUntil(qe.Reset, decidedAt(qe.At))))
 		}
 		return p
 	case errors.As(err, &sc):
@@ -458,6 +458,16 @@ func DatastoreUnavailable() *Problem {
 func SecondsUntil(t, now time.Time) int {
 	d := t.Sub(now)
 	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// decidedAt is the instant a refusal's Retry-After counts from: when admission decided, on the
+// clock its reset_at is on, so that Retry-After and RateLimit-Reset agree (docs/api.md, "Headers");
+// the wall clock when the refusal does not say.
+func decidedAt(at time.Time) time.Time {
+	if at.IsZero() {
+		return time.Now()
+	}
+	return at
 }
 
 func isoTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }

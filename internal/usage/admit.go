@@ -59,6 +59,9 @@ type RateLimited struct {
 	Used  int
 	Asked int // the emails of the refused request
 	Reset time.Time
+	// At is when admission decided, on the clock Reset is on: Retry-After counts from it, as
+	// RateLimit-Reset does (docs/api.md, "Headers"). Zero: the wall clock.
+	At time.Time
 	// Sandbox is set when the limit is the sandbox keys' own (docs/sandbox.md, "Limits").
 	Sandbox bool
 }
@@ -73,6 +76,7 @@ type QuotaExceeded struct {
 	Used  int       // units delivered or held this month
 	Asked int       // the verifications of the refused request
 	Reset time.Time // start of the next UTC month
+	At    time.Time // when admission decided, as RateLimited.At
 }
 
 func (e *QuotaExceeded) Error() string {
@@ -191,7 +195,7 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 		if err != nil {
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Asked: r.Units, Reset: d.Reset}
+		return d, &RateLimited{Limit: r.RatePerMin, Used: cur, Asked: r.Units, Reset: d.Reset, At: a.now}
 	}
 	d.Remaining, d.RateRead = max(0, r.RatePerMin-*a.used), true
 	if r.NoRate {
@@ -199,7 +203,7 @@ func (a *admission) decide(ctx context.Context, db DB) (Decision, error) {
 	}
 	switch {
 	case r.Free && !a.ok:
-		return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: a.quota + a.held, Asked: r.Units, Reset: d.Month.AddDate(0, 1, 0)}
+		return d, &QuotaExceeded{Limit: r.MonthlyCalls, Used: a.quota + a.held, Asked: r.Units, Reset: d.Month.AddDate(0, 1, 0), At: a.now}
 	case !a.ok:
 		// On a refusal the month's counts are as they were without this request's hold.
 		return d, &SpendCapExceeded{HardCapEUR: a.capEUR, CurrentOverageEUR: overageEUR(a.billable, r.MonthlyCalls, r.OverageEUR),

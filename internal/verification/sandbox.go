@@ -58,7 +58,7 @@ func (s *Service) sandboxAdmit(ctx context.Context, who Caller, n int) (Window, 
 		return w, fmt.Errorf("%w: sandbox rate window: %v", usage.ErrUnavailable, err)
 	}
 	w.Remaining, w.RemainingKnown = max(0, s.sandboxRate-used), true
-	return w, &usage.RateLimited{Limit: s.sandboxRate, Used: used, Asked: n, Reset: w.Reset, Sandbox: true}
+	return w, &usage.RateLimited{Limit: s.sandboxRate, Used: used, Asked: n, Reset: w.Reset, At: w.At, Sandbox: true}
 }
 
 func (s *Service) sandboxUsed(ctx context.Context, account string, now time.Time) (int, error) {
