@@ -1,12 +1,19 @@
 package api
 
 import (
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
 )
@@ -55,5 +62,83 @@ func TestRefusalsResetWhenTheRequestPassesAgain(t *testing.T) {
 	}
 	if s, _ := strconv.Atoi(r.header.Get("RateLimit-Limit")); s != 3 {
 		t.Errorf("RateLimit-Limit %q", r.header.Get("RateLimit-Limit"))
+	}
+}
+
+// Two API replicas, each with its own pool and admission groups, take 60 requests of two accounts
+// at once: a paid account 4 emails short of its hard spend cap sends single verifications, a free
+// one 6 units short of its quota sends batches of 2. Exactly 4 and 3 are admitted, every other
+// answer is the refusal (no 500, no deadlock between the replicas' groups), and once the holds
+// have settled the month's counts are exactly at the cap and the quota (docs/reliability.md,
+// "Metering guarantees").
+func TestCapAndQuotaAreExactAcrossReplicasAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000",
+		"MAILVET_PLAN_BUILDER_MONTHLY_CALLS": "5", "MAILVET_OVERAGE_EUR_BUILDER": "1"}})
+	paid, paidKey := b.customer(plan.Builder)
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 4 WHERE id = $1`, paid)
+	usagetest.SetMonth(t, b.pool, paid, time.Now(), 0, 5)
+	free, freeKey := b.customer(plan.Free)
+	usagetest.SetMonth(t, b.pool, free, time.Now(), 494, 0)
+	second := New(Deps{Config: b.cfg, Log: app.NewLogger(io.Discard, "replica2"), Pool: pgtest.Pool(t, b.pool.Config().ConnString()),
+		NATS: b.srv.nc, JS: b.js, Local: b.engine, Ready: b.srv.ready})
+	t.Cleanup(second.Close)
+	replicas := []http.Handler{b.srv.Handler(), second.Handler()}
+
+	type outcome struct {
+		free   bool
+		status int
+		code   string
+	}
+	const n = 60
+	out := make(chan outcome, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Disposable and syntax-failing addresses are decided by the API: billable on the
+			// paid account, quota units on the free one, with no fleet in the way.
+			path, key, body := "/v1/email/verify", paidKey, fmt.Sprintf(`{"email":"u%d@mailinator.com"}`, i)
+			if i%3 == 0 {
+				path, key, body = "/v1/email/verify/batch", freeKey, fmt.Sprintf(`{"emails":["bad%d","bad%d-2"]}`, i, i)
+			}
+			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			<-start
+			resp, raw := serve(replicas[i%2], req)
+			code := ""
+			if resp.StatusCode != http.StatusOK {
+				code = string(raw)
+			}
+			out <- outcome{free: key == freeKey, status: resp.StatusCode, code: code}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(out)
+	got := map[string]int{}
+	for o := range out {
+		who := "paid"
+		if o.free {
+			who = "free"
+		}
+		got[fmt.Sprintf("%s %d", who, o.status)]++
+		if o.status != http.StatusOK && o.status != http.StatusPaymentRequired && o.status != http.StatusTooManyRequests {
+			t.Errorf("%s: %d %s", who, o.status, o.code)
+		}
+	}
+	want := map[string]int{"paid 200": 4, "paid 402": 36, "free 200": 3, "free 429": 17}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers %v, want %v", got, want)
+	}
+	b.settle()
+	if c := usagetest.Of(t, b.pool, paid); c.Billable != 9 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("paid counts %+v, want 9 billable (5 included + the cap's 4), nothing held", c)
+	}
+	if c := usagetest.Of(t, b.pool, free); c.Quota != 500 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("free counts %+v, want the whole quota of 500 used, nothing held", c)
 	}
 }
