@@ -142,3 +142,71 @@ func TestCapAndQuotaAreExactAcrossReplicasAtOnce(t *testing.T) {
 		t.Errorf("free counts %+v, want the whole quota of 500 used, nothing held", c)
 	}
 }
+
+// A tier change in the middle of a month, written as the Stripe webhook writes it, applies from
+// the next request: its rate limit (in the same minute's window), its included volume, overage
+// price and spend cap. The month's billable count is read against the tier the account has when
+// it is read (docs/api.md, "Metering"): an upgrade absorbs overage already run up, a downgrade
+// shows it at once. Back on free, the quota counts the month's free-tier units, not what was
+// billed on the paid plan.
+func TestTierChangeAppliesFromTheNextRequest(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{now: time.Now(), env: map[string]string{ // one rate window throughout
+		"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "2", "MAILVET_PLAN_FREE_MONTHLY_CALLS": "5",
+		"MAILVET_PLAN_BUILDER_MONTHLY_CALLS": "10", "MAILVET_OVERAGE_EUR_BUILDER": "1",
+		"MAILVET_PLAN_SCALE_MONTHLY_CALLS": "20", "MAILVET_OVERAGE_EUR_SCALE": "0.5"}})
+	acct, key := b.customer(plan.Free)
+	mgmt := b.provisioningKey(acct)
+	i := 0
+	send := func(status int, code, limit string) reply {
+		t.Helper()
+		i++
+		r := b.verify(key, map[string]string{"email": fmt.Sprintf("u%d@mailinator.com", i)}).want(t, status, code)
+		if r.header.Get("RateLimit-Limit") != limit {
+			t.Errorf("request %d: RateLimit-Limit %q, want %s", i, r.header.Get("RateLimit-Limit"), limit)
+		}
+		return r
+	}
+	tier := func(t plan.Tier) {
+		pgtest.Exec(b.t, b.pool, `UPDATE accounts SET tier = $2, subscription_status = 'active', updated_at = now() WHERE id = $1`, acct, string(t))
+	}
+	summary := func(used, included, remaining, over int, cost float64) {
+		t.Helper()
+		b.settle()
+		s := b.call(http.MethodGet, "/v1/management/usage/summary", mgmt, nil).want(t, http.StatusOK, "").body
+		want := map[string]any{"calls_used": float64(used), "calls_included": float64(included), "calls_remaining": float64(remaining),
+			"overage_calls": float64(over), "estimated_cost_eur": cost}
+		for k, v := range want {
+			if s[k] != v {
+				t.Errorf("summary on %v: %s = %v, want %v (%v)", s["tier"], k, s[k], v, s)
+			}
+		}
+	}
+
+	send(200, "", "2")
+	send(200, "", "2")
+	send(http.StatusTooManyRequests, CodeRateLimitExceeded, "2")
+	summary(2, 5, 3, 0, 0)
+
+	tier(plan.Builder)
+	if r := send(200, "", "100"); r.header.Get("RateLimit-Remaining") != "97" {
+		t.Errorf("upgraded in the same minute: RateLimit-Remaining %q, want 97 (3 of the window's 100 used)", r.header.Get("RateLimit-Remaining"))
+	}
+	summary(3, 10, 7, 0, 0) // the billable verifications of the free days count too
+	usagetest.SetMonth(t, b.pool, acct, time.Now(), 2, 12)
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 3 WHERE id = $1`, acct) // builder: room for 13
+	summary(12, 10, 0, 2, 2)
+	send(200, "", "100")
+	send(http.StatusPaymentRequired, CodePaymentRequired, "100")
+
+	tier(plan.Scale) // 20 included at EUR 0.5: the cap of EUR 3 leaves room for 26 − 13
+	summary(13, 20, 7, 0, 0)
+	send(200, "", "1000")
+	tier(plan.Builder) // the overage comes back, and the cap is full again
+	summary(14, 10, 0, 4, 4)
+	send(http.StatusPaymentRequired, CodePaymentRequired, "100")
+
+	tier(plan.Free) // the 2 free-day units; the window's 7 units are past free's 2 a minute
+	summary(2, 5, 3, 0, 0)
+	send(http.StatusTooManyRequests, CodeRateLimitExceeded, "2")
+}

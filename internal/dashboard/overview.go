@@ -65,8 +65,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 // reconcile sums the chart's days that fall in the summary's period and explains, when it is not
 // the month's count, why (docs/dashboard.md, "What a customer can do"): on the free tier the
 // count is of quota units, which also take addresses that failed the syntax check (not billable)
-// and those still being verified; the chart counts billable verifications once they are
-// delivered; and the 30 days of the chart can start after the first of the month.
+// and those still being verified; the chart counts billable verifications on the day they were
+// delivered, the month in the month they were admitted; and the 30 days of the chart can start
+// after the first of the month.
 func reconcile(sum usage.Summary, days []usage.Day, free bool) (int, string) {
 	in := 0
 	first := sum.Period.Start.Format(time.DateOnly)
@@ -87,9 +88,15 @@ func reconcile(sum usage.Summary, days []usage.Day, free bool) (int, string) {
 	if !covered && len(days) > 0 {
 		why = append(why, "the chart's 30 days start after the first of the month")
 	}
+	if in > sum.CallsUsed {
+		// A result is on the chart on the day it was delivered and counted in the month its
+		// request was admitted (docs/api.md, "GET /v1/management/usage").
+		why = append(why, "results of requests and lists admitted in the month before and delivered in this one are on this month's days of the chart, and counted in the month before")
+	}
 	if len(why) == 0 {
-		// Paid tiers count the same billable verifications in both; the month's and the day's
-		// counts are written in one transaction, so only a page read between two can see this.
+		// Otherwise paid tiers count the same billable verifications in both; the month's and
+		// the day's counts are written in one transaction, so only a page read between two can
+		// see this.
 		why = append(why, "a verification finished while the page was being read; reload it")
 	}
 	return in, fmt.Sprintf("The chart's days in this month add up to %s billable verifications, the count above is %s: %s.",

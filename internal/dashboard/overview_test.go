@@ -59,6 +59,14 @@ func TestReconcile(t *testing.T) {
 	if in != 6 || !strings.Contains(why, "start after the first of the month") || strings.Contains(why, "syntax") {
 		t.Errorf("window after the 1st: %d %q", in, why)
 	}
+	// On 1 December, results of a request admitted on 30 November and answered after midnight
+	// (or of a list uploaded in November) are on the chart's 1 December and billed to November
+	// (docs/api.md, "GET /v1/management/usage"): reloading would not change that.
+	dec.CallsUsed = 0
+	in, why = reconcile(dec, days(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), append(make([]int, 29), 2)...), false)
+	if in != 2 || !strings.Contains(why, "admitted in the month before") || strings.Contains(why, "reload") {
+		t.Errorf("delivered after the month's end: %d %q", in, why)
+	}
 }
 
 // The account id an operator needs for an upgrade is on the overview and the settings page, in
