@@ -210,3 +210,51 @@ func TestTierChangeAppliesFromTheNextRequest(t *testing.T) {
 	summary(2, 5, 3, 0, 0)
 	send(http.StatusTooManyRequests, CodeRateLimitExceeded, "2")
 }
+
+// A batch or stream is admitted for its worst case, all of its emails, or refused whole
+// (docs/api.md, "Metering"): with 50 left of the free quota, or room for 50 under a spend cap, a
+// batch or stream of 100 is refused with nothing held or charged, and one of 50 passes.
+func TestListLargerThanTheRoomIsRefusedWhole(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{"MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000",
+		"MAILVET_PLAN_BUILDER_RATE_LIMIT_PER_MIN": "1000", "MAILVET_OVERAGE_EUR_BUILDER": "1"}})
+	emails := func(n int, format string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(format, i)
+		}
+		return out
+	}
+	free, freeKey := b.customer(plan.Free)
+	usagetest.SetMonth(t, b.pool, free, time.Now(), 450, 0)
+	paid, paidKey := b.customer(plan.Builder)
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET hard_cap_eur = 50 WHERE id = $1`, paid)
+	usagetest.SetMonth(t, b.pool, paid, time.Now(), 0, 5000)
+
+	for _, route := range []string{"/v1/email/verify/batch", "/v1/email/verify/stream"} {
+		r := b.call(http.MethodPost, route, freeKey, map[string]any{"emails": emails(100, "bad%d")}).
+			want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+		if m, _ := r.body["message"].(string); !strings.Contains(m, "needs 100 verifications; 50 of the monthly quota of 500 are left") {
+			t.Errorf("free %s: message %q", route, m)
+		}
+		r = b.call(http.MethodPost, route, paidKey, map[string]any{"emails": emails(100, "u%d@mailinator.com")}).
+			want(t, http.StatusPaymentRequired, CodePaymentRequired)
+		if r.body["room"] != float64(50) {
+			t.Errorf("paid %s: room %v, want 50", route, r.body["room"])
+		}
+	}
+	if c := b.usage(free); c.Quota != 450 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("free after the refusals: %+v, want nothing held or charged", c)
+	}
+	if c := b.usage(paid); c.Billable != 5000 || c.Held != 0 || c.Holds != 0 {
+		t.Errorf("paid after the refusals: %+v, want nothing held or charged", c)
+	}
+	b.call(http.MethodPost, "/v1/email/verify/batch", freeKey, map[string]any{"emails": emails(50, "bad%d")}).want(t, http.StatusOK, "")
+	b.call(http.MethodPost, "/v1/email/verify/batch", paidKey, map[string]any{"emails": emails(50, "u%d@mailinator.com")}).want(t, http.StatusOK, "")
+	if c := b.usage(free); c.Quota != 500 || c.Held != 0 {
+		t.Errorf("free after the batch of 50: %+v, want the quota's 500", c)
+	}
+	if c := b.usage(paid); c.Billable != 5050 || c.Held != 0 {
+		t.Errorf("paid after the batch of 50: %+v, want 5,050 billable", c)
+	}
+}
