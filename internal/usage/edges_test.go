@@ -2,8 +2,11 @@ package usage_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage"
@@ -134,4 +137,78 @@ func TestFreeSummaryShowsNoOverage(t *testing.T) {
 	if _, err := usage.Admit(ctx, pool, freeReq(acct, 1)); !errors.As(err, &qe) || qe.Used != 840 {
 		t.Fatalf("admission: %v, want 429 at the summary's 840 used", err)
 	}
+}
+
+// The sweep takes the month rows of the holds it ends in account order, as admission groups and
+// bills do (docs/architecture.md, "Metering and admission"), so it cannot deadlock with them: an
+// admission group that holds the first account's month row and then takes the others' waits for
+// nothing the sweep holds, and the sweep ends every expired hold once the group commits.
+func TestExpireTakesMonthRowsInAccountOrder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	var accts []string
+	for range 16 {
+		acct := newAccount(t, pool, "scale")
+		accts = append(accts, acct)
+		r := usage.Request{AccountID: acct, Units: 1, MonthlyCalls: 100, Now: now, NoRate: true, Lifetime: time.Millisecond}
+		if _, err := usage.Admit(ctx, pool, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(accts)
+	time.Sleep(20 * time.Millisecond)
+
+	group, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer group.Rollback(ctx) //nolint:errcheck // committed below; this covers a failed test
+	admit := func(acct string) {
+		t.Helper()
+		r := usage.Request{AccountID: acct, Units: 1, MonthlyCalls: 100, Now: now, NoRate: true, Lifetime: time.Minute}
+		if _, err := usage.Admit(ctx, group, r); err != nil {
+			t.Fatalf("admission of %s: %v", acct, err)
+		}
+	}
+	admit(accts[0])
+	type swept struct {
+		n   int
+		err error
+	}
+	done := make(chan swept, 1)
+	go func() {
+		n, err := usage.Expire(ctx, pool)
+		done <- swept{n, err}
+	}()
+	waitForLockWait(t, pool)
+	for _, acct := range accts[1:] {
+		admit(acct)
+	}
+	if err := group.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-done; s.err != nil || s.n != len(accts) {
+		t.Fatalf("sweep: %d holds ended, %v; want all %d", s.n, s.err, len(accts))
+	}
+	for _, acct := range accts {
+		if c := usagetest.Of(t, pool, acct); c.Held != 1 || c.Holds != 1 {
+			t.Errorf("%s: %+v, want only the group's hold", acct, c)
+		}
+	}
+}
+
+// waitForLockWait waits until a statement on pool waits for a row lock.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+	t.Fatal("no statement waits for a lock")
 }
