@@ -461,6 +461,8 @@ func TestSpendCap(t *testing.T) {
 	usagetest.SetMonth(t, b.pool, acct, time.Now(), 0, 5000)
 	// 2 more billable calls would cost 0.008 EUR: within the 0.01 cap. The worst case of 3 is not.
 	b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x"}}).want(t, 200, "")
+	// Its hold is released behind the response: until then its 2 emails still count as held.
+	b.settle()
 	r := b.call(http.MethodPost, "/v1/email/verify/batch", key, map[string]any{"emails": []string{"a@x", "b@x", "c@x"}}).
 		want(t, http.StatusPaymentRequired, CodePaymentRequired)
 	if r.body["hard_cap_eur"] != 0.01 || r.body["current_overage_eur"] != float64(0) {
