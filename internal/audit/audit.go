@@ -53,7 +53,7 @@ const (
 	SpendCapChanged Kind = "spend_cap_changed"
 	PlanChanged     Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
 	AccountDeleted  Kind = "account_deleted"
-	EmailConfirmed  Kind = "email_confirmed" // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
+	EmailConfirmed  Kind = "email_confirmed"  // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
 	AccountExported Kind = "account_exported" // the account's data export was downloaded (API or dashboard)
 )
 
