@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -67,6 +68,33 @@ func TestManagementKeyChangesAreAudited(t *testing.T) {
 	body := b.call(http.MethodGet, "/v1/management/audit", mgmt, nil).want(t, 200, "").raw
 	if strings.Contains(string(body), raw) || strings.Contains(string(body), mgmt) {
 		t.Fatal("the audit log shows a key itself")
+	}
+}
+
+// The account export sends everything the account holds in one answer: each GET writes an
+// account_exported event naming the provisioning key, so that an export made with a stolen key
+// shows in the audit log; a HEAD, which sends nothing, writes none.
+func TestAccountExportIsAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Builder, "")
+	ts := httptest.NewServer(b.srv.Handler()) // over HTTP, where a HEAD's body is dropped
+	t.Cleanup(ts.Close)
+	req, _ := http.NewRequest(http.MethodHead, ts.URL+"/v1/management/account/export", nil)
+	req.Header.Set("Authorization", "Bearer "+mgmt)
+	resp, err := ts.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD of the export: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if events := b.auditEvents(mgmt, "50"); len(events) != 0 {
+		t.Fatalf("events after a HEAD of the export: %v, want none", events)
+	}
+	b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, http.StatusOK, "")
+	events := b.auditEvents(mgmt, "50")
+	if len(events) != 1 || events[0]["kind"] != string(audit.AccountExported) || events[0]["outcome"] != "success" ||
+		events[0]["actor_type"] != "api_key" || events[0]["actor"] != auth.Mask(mgmt) {
+		t.Fatalf("events after the export: %v, want one account_exported by %s", events, auth.Mask(mgmt))
 	}
 }
 

@@ -222,3 +222,27 @@ func TestCreateKeyModeNullIsLive(t *testing.T) {
 		t.Errorf(`"mode": null made %v`, r.body)
 	}
 }
+
+// Revoking a key stops new requests with it, not the work it started: a job queued with it
+// still runs, is read with another key of the account, and its callback is sent
+// (docs/api.md, "DELETE /v1/management/keys/{id}").
+func TestRevokedKeysQueuedJobStillCompletes(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account("free", "")
+	old := b.standardKey(a.ID)
+	job := b.verify(old.Raw, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}).
+		want(t, http.StatusAccepted, "").body["job_id"].(string)
+	// The rotation: a new key first, then the old one revoked; the new one works throughout.
+	fresh := b.call(http.MethodPost, "/v1/management/keys", mgmt, map[string]string{"label": "rotated"}).want(t, http.StatusCreated, "").body["key"].(string)
+	b.call(http.MethodDelete, "/v1/management/keys/"+old.ID, mgmt, nil).want(t, http.StatusNoContent, "")
+	b.call(http.MethodGet, "/v1/email/jobs/"+job, old.Raw, nil).want(t, http.StatusUnauthorized, CodeInvalidAPIKey)
+
+	b.startWorker(t)
+	if j := b.waitJob(t, fresh, job); j["email"] != "ann@acme.test" || j["result"] == nil {
+		t.Errorf("the revoked key's job: %v", j)
+	}
+	if n := b.count(`SELECT count(*) FROM deliveries WHERE job_id = $1 AND state = 'pending'`, job); n != 1 {
+		t.Errorf("the revoked key's job has %d callbacks to send; want 1", n)
+	}
+}

@@ -56,6 +56,14 @@ func (s *Server) deleteAccount(c echo.Context) error {
 // change: a failure after it cuts the connection, and the client sees a truncated body.
 func (s *Server) exportAccount(c echo.Context) error {
 	p := principalOf(c)
+	if c.Request().Method != http.MethodHead {
+		// Everything the account holds leaves in one answer: it is never sent without its event,
+		// so that an export made with a stolen provisioning key shows in the audit log
+		// (docs/security.md, "Audit log").
+		if err := audit.Record(c.Request().Context(), s.pool, s.auditEvent(c, audit.AccountExported, "account data exported")); err != nil {
+			return datastoreError(err)
+		}
+	}
 	w := &lazyJSON{c: c}
 	err := privacy.Export(c.Request().Context(), s.pool, p.AccountID, w)
 	if err != nil && !w.started {

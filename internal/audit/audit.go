@@ -53,12 +53,13 @@ const (
 	SpendCapChanged Kind = "spend_cap_changed"
 	PlanChanged     Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
 	AccountDeleted  Kind = "account_deleted"
-	EmailConfirmed  Kind = "email_confirmed" // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
+	EmailConfirmed  Kind = "email_confirmed"  // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
+	AccountExported Kind = "account_exported" // the account's data export was downloaded (API or dashboard)
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed}
+	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

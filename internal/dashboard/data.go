@@ -28,6 +28,13 @@ func (h *Handler) dataPage(w http.ResponseWriter, r *http.Request, s *session) {
 // GET /v1/management/account/export). An export cut short after its first byte aborts the
 // connection, so the browser reports a failed download rather than saving half a file.
 func (h *Handler) exportData(w http.ResponseWriter, r *http.Request, s *session) {
+	// Never sent without its event (docs/security.md, "Audit log"); a HEAD sends nothing.
+	if r.Method != http.MethodHead {
+		if err := audit.Record(r.Context(), h.pool, h.sessionEvent(r, s, audit.AccountExported, "account data exported")); err != nil {
+			h.failure(w, r, s, err)
+			return
+		}
+	}
 	out := &download{w: w}
 	err := privacy.Export(r.Context(), h.pool, s.AccountID, out)
 	if err == nil {

@@ -55,6 +55,13 @@ func TestDataPageExportAndDeletion(t *testing.T) {
 		t.Errorf("export: %s", body)
 	}
 
+	var exported int
+	pgtest.Must(t, f.pool.QueryRow(context.Background(), `SELECT count(*) FROM audit_events WHERE account_id = $1 AND kind = 'account_exported'
+		AND actor = 'ann@example.com'`, acct).Scan(&exported), "export events")
+	if exported != 1 {
+		t.Errorf("%d account_exported events by ann@example.com after one export, want 1", exported)
+	}
+
 	del := func(form url.Values) (*http.Response, string) { return b.post("/dashboard/settings/data/delete", form) }
 	token := b.csrf("/dashboard/settings/data")
 	if resp, _ := del(url.Values{"confirm": {"ann@example.com"}, "password": {testPassword}}); resp.StatusCode != http.StatusForbidden {

@@ -151,12 +151,14 @@ func deleteOnce(tctx context.Context, db database.DB, id string, by audit.Event)
 // eraseSmall deletes the rows of account id that are few (work still running, a user, keys,
 // records of the last day): one statement each, in the caller's transaction. Work still running
 // goes first, so that a worker's message taken after the commit finds nothing to do: unfinished
-// jobs are deleted (with their callbacks), unfinished lists canceled (their rows go with Erase).
+// jobs are deleted (with their callbacks), unfinished lists canceled (their rows go with Erase),
+// and the callbacks of finished jobs and lists not sent yet deleted.
 //
 // The order is the order in which the account's own work locks the same rows, so that the
 // deletion never waits for a request or a worker that waits for it: rate windows before
 // anything of metering (an admission takes its rate window, then the month's row); jobs, then
-// lists, then holds (a worker finishing a job or a chunk locks it, then bills it); holds in id
+// lists, then callbacks, then holds (a worker finishing a job or a chunk locks it, bills it and
+// writes its callback, a new row no statement here waits for); holds in id
 // order, then keys (the bill statement locks its holds by id, then its usage rows' foreign keys
 // take the keys); the month's held count after all of them (DeleteAccount).
 func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
@@ -167,6 +169,11 @@ func eraseSmall(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
 		{`DELETE FROM jobs WHERE account_id = $1 AND state IN ('pending', 'processing', 'retrying')`, "unfinished jobs"},
 		{`UPDATE lists SET state = 'canceled', finished_at = now(), updated_at = now()
 			WHERE account_id = $1 AND state IN ('queued', 'running')`, "unfinished lists"},
+		// The callbacks of finished work still to be sent carry its results (addresses): they
+		// stop here, not when Erase reaches the deliveries, which a large list's erasure ahead of
+		// them (or a deletion cut short) can put minutes away. A webhook worker's message then
+		// finds no delivery and is acked.
+		{`DELETE FROM deliveries WHERE account_id = $1 AND state IN ('pending', 'retrying')`, "callbacks not sent"},
 		{`DELETE FROM usage_holds WHERE id IN (
 			SELECT id FROM usage_holds WHERE account_id = $1 ORDER BY id FOR UPDATE)`, "usage holds"},
 		// Revoked, not deleted: deleting a key sets key_id to NULL on every usage row, job and

@@ -298,8 +298,8 @@ export type AuditEvent = {
   id: string;
   /** When it happened, ISO 8601 UTC to the second. */
   at: string;
-  /** What happened: signin (a dashboard sign-in; failure: wrong password), signin_throttled (the sign-in throttle began delaying attempts), signup, signout, password_change (also a reset by mailed link; failure: wrong current password), key_created, key_revoked, spend_cap_changed, plan_changed (a Stripe subscription event moved the account to another plan), account_deleted (failure: wrong password on the dashboard's deletion form), email_confirmed (the account's email was confirmed, by a mailed link or by an operator). New kinds may be added. */
-  kind: "signin" | "signin_throttled" | "signup" | "signout" | "password_change" | "key_created" | "key_revoked" | "spend_cap_changed" | "plan_changed" | "account_deleted" | "email_confirmed";
+  /** What happened: signin (a dashboard sign-in; failure: wrong password), signin_throttled (the sign-in throttle began delaying attempts), signup, signout, password_change (also a reset by mailed link; failure: wrong current password), key_created, key_revoked, spend_cap_changed, plan_changed (a Stripe subscription event moved the account to another plan), account_deleted (failure: wrong password on the dashboard's deletion form), email_confirmed (the account's email was confirmed, by a mailed link or by an operator), account_exported (the account's data export was downloaded, through the API or the dashboard). New kinds may be added. */
+  kind: "signin" | "signin_throttled" | "signup" | "signout" | "password_change" | "key_created" | "key_revoked" | "spend_cap_changed" | "plan_changed" | "account_deleted" | "email_confirmed" | "account_exported";
   outcome: "success" | "failure";
   /** What actor names: a dashboard user's email, an API key's display form, or a part of the system. */
   actor_type: "dashboard_user" | "api_key" | "system";
