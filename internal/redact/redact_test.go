@@ -55,3 +55,17 @@ func TestPeer(t *testing.T) {
 		t.Error("errors.Is no longer sees the cause")
 	}
 }
+
+func TestAddress(t *testing.T) {
+	cause := errors.New("550 5.1.1 <Ann@Example.com>: Recipient address rejected")
+	err := Address(fmt.Errorf("RCPT TO: %w", cause), "ann@example.com", "<recipient>")
+	if got, want := err.Error(), "RCPT TO: 550 5.1.1 <<recipient>>: Recipient address rejected"; got != want {
+		t.Errorf("Address = %q, want %q", got, want)
+	}
+	if !errors.Is(err, cause) {
+		t.Error("errors.Is no longer sees the cause")
+	}
+	if other := errors.New("421 try later"); Address(other, "ann@example.com", "x") != other {
+		t.Error("an error without the address changed")
+	}
+}
