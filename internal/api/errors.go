@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/problem"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/verification"
 )
 
@@ -186,7 +187,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	// A HEAD gets the envelope as its GET would: the HTTP server drops the body of an answer to a
 	// HEAD, and keeps its Content-Type and Content-Length (docs/errors.md).
 	if werr := c.JSON(env.Status, env); werr != nil {
-		s.log.Warn("write error response", "err", werr)
+		s.log.Warn("write error response", "err", redact.Peer(werr))
 	}
 }
 

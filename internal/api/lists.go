@@ -20,6 +20,7 @@ import (
 	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/problem"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/verdict"
 	"github.com/mailvet/mailvet/internal/verification"
 	"github.com/mailvet/mailvet/internal/webhook"
@@ -349,7 +350,7 @@ func (s *Server) listResults(c echo.Context) error {
 	if err := s.lists.Export(ctx, l, format, statuses, formulas, res, res.Flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// client sees an incomplete download instead of a file that looks whole.
-		s.log.Error("list results", "list_id", l.ID, "err", err)
+		s.log.Error("list results", "list_id", l.ID, "err", redact.Peer(err))
 		panic(http.ErrAbortHandler)
 	}
 	return nil

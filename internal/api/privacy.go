@@ -11,6 +11,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/privacy"
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // The routes of a customer's personal data (docs/personal-data.md; docs/api.md, "Personal
@@ -74,7 +75,7 @@ func (s *Server) exportAccount(c echo.Context) error {
 		return datastoreError(err)
 	}
 	if err != nil {
-		s.log.Warn("account export cut short", "account_id", p.AccountID, "err", err)
+		s.log.Warn("account export cut short", "account_id", p.AccountID, "err", redact.Peer(err))
 		panic(http.ErrAbortHandler) // the only way to tell the client the body is incomplete
 	}
 	return nil

@@ -239,7 +239,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		route := routeOf(c)
 		status := c.Response().Status
 		took := time.Since(start)
-		s.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
+		s.requests.WithLabelValues(route, methodLabel(c.Request().Method), strconv.Itoa(status)).Inc()
 		s.latency.WithLabelValues(route).Observe(took.Seconds())
 		level := slog.LevelInfo
 		if status >= 500 {
@@ -251,6 +251,19 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
 		return nil
 	}
+}
+
+// methodLabel is a request's method as the method label of mailvet_http_requests_total: one of
+// HTTP's methods, or "other". Go's server accepts any token as a method, and a label taking each
+// as sent would let any client add series without end (docs/operations.md, "Health, readiness
+// and metrics"). The log line keeps the method as sent.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 // routeOf is the route template that labels a request's log line and metrics. The dashboard is

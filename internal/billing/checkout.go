@@ -9,6 +9,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/mailvet/mailvet/internal/plan"
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // ErrNoPrice: no Stripe price is configured for the tier asked for (MAILVET_STRIPE_PRICE_BUILDER,
@@ -49,7 +50,9 @@ func (s *Stripe) PrepareCustomer(ctx context.Context, r CheckoutRequest) (string
 	params.Context = ctx
 	c, err := s.customers.New(params)
 	if err != nil {
-		return "", stripeError(err)
+		// Stripe's refusal of an address quotes it ("Invalid email address: …"), and the caller
+		// logs the error.
+		return "", redact.Address(stripeError(err), r.Email, "<the account's email>")
 	}
 	if c == nil || c.ID == "" {
 		return "", fmt.Errorf("%w: Stripe created a customer without an id", ErrPortalUnavailable)

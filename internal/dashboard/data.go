@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mailvet/mailvet/internal/privacy"
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // The data page (docs/dashboard.md, "Your data"; docs/personal-data.md): download everything the
@@ -41,7 +42,7 @@ func (h *Handler) exportData(w http.ResponseWriter, r *http.Request, s *session)
 		return
 	}
 	if out.started {
-		h.log.Warn("dashboard: export cut short", "account_id", s.AccountID, "err", err)
+		h.log.Warn("dashboard: export cut short", "account_id", s.AccountID, "err", redact.Peer(err))
 		panic(http.ErrAbortHandler)
 	}
 	h.failure(w, r, s, err)

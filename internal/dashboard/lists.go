@@ -21,6 +21,7 @@ import (
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/listname"
 	problems "github.com/mailvet/mailvet/internal/problem"
+	"github.com/mailvet/mailvet/internal/redact"
 	"github.com/mailvet/mailvet/internal/verification"
 )
 
@@ -563,7 +564,7 @@ func (h *Handler) downloadList(w http.ResponseWriter, r *http.Request, s *sessio
 	if err := h.verify.ExportList(ctx, l, out, nil, list.EscapeFormulas, w, flush); err != nil {
 		// The status line is gone: end the response without its terminating chunk, so that the
 		// browser sees an incomplete download instead of a file that looks whole.
-		h.log.Error("dashboard: list results", "list_id", l.ID, "err", err)
+		h.log.Error("dashboard: list results", "list_id", l.ID, "err", redact.Peer(err))
 		panic(http.ErrAbortHandler)
 	}
 }

@@ -16,9 +16,10 @@ import (
 	"net/netip"
 	"net/smtp"
 	"os"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/mailvet/mailvet/internal/redact"
 )
 
 // Config is the relay (MAILVET_MAIL_* in docs/operations.md, "Configuration").
@@ -84,7 +85,7 @@ var ErrPlaintextRelay = errors.New("mailer: the relay offers no STARTTLS and is 
 // <ann@example.com>: Recipient address rejected"), and the caller logs the error, where no email
 // address goes (docs/personal-data.md, "Where it is stored").
 func (r *Relay) Send(ctx context.Context, m Message) (err error) {
-	defer func() { err = withoutRecipient(err, m.To) }()
+	defer func() { err = redact.Address(err, m.To, "<recipient>") }()
 	if bad(m.To) || bad(m.Subject) || bad(r.cfg.From) {
 		return errors.New("mailer: a line break or control character in an address or the subject")
 	}
@@ -209,25 +210,3 @@ func (a plainAuth) Next(_ []byte, more bool) ([]byte, error) {
 	}
 	return nil, nil
 }
-
-// withoutRecipient returns err with every occurrence of the address to, in any case, replaced by
-// "<recipient>"; errors.Is and errors.As still see err.
-func withoutRecipient(err error, to string) error {
-	if err == nil || to == "" {
-		return err
-	}
-	re := regexp.MustCompile("(?i)" + regexp.QuoteMeta(to))
-	msg := err.Error()
-	if !re.MatchString(msg) {
-		return err
-	}
-	return &scrubbed{msg: re.ReplaceAllLiteralString(msg, "<recipient>"), err: err}
-}
-
-type scrubbed struct {
-	msg string
-	err error
-}
-
-func (e *scrubbed) Error() string { return e.msg }
-func (e *scrubbed) Unwrap() error { return e.err }

@@ -1,5 +1,6 @@
 // Package redact removes credentials from connection strings before they reach a log line or an
-// error message (docs/operations.md, "Logs"). url.URL.Redacted alone is not enough: it masks
+// error message (docs/operations.md, "Logs"), and a client's address from the error of a write
+// to it (Peer). url.URL.Redacted alone is not enough: it masks
 // only a user:password pair, while a NATS URL may carry a bare token as its user part
 // (nats://TOKEN@host) and a Postgres connection string may carry its password as a query
 // parameter (?password=…) or be in keyword/value form (host=… password=…).

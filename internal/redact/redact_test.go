@@ -1,7 +1,11 @@
 package redact
 
 import (
+	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -26,5 +30,42 @@ func TestURL(t *testing.T) {
 		if tt.secret != "" && strings.Contains(got, tt.secret) {
 			t.Errorf("URL(%q) leaks %q", tt.in, tt.secret)
 		}
+	}
+}
+
+func TestPeer(t *testing.T) {
+	if Peer(nil) != nil {
+		t.Error("Peer(nil) is not nil")
+	}
+	plain := errors.New("no connection here")
+	if Peer(plain) != plain {
+		t.Error("an error without a network operation changed")
+	}
+	op := &net.OpError{Op: "write", Net: "tcp",
+		Source: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 5), Port: 8080},
+		Addr:   &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 51234}, Err: syscall.EPIPE}
+	err := Peer(fmt.Errorf("export: %w", op))
+	if got, want := err.Error(), "export: write tcp 10.0.0.5:8080->(the client): broken pipe"; got != want {
+		t.Errorf("Peer = %q, want %q", got, want)
+	}
+	if strings.Contains(err.Error(), "203.0.113.7") {
+		t.Errorf("Peer = %q names the client", err)
+	}
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Error("errors.Is no longer sees the cause")
+	}
+}
+
+func TestAddress(t *testing.T) {
+	cause := errors.New("550 5.1.1 <Ann@Example.com>: Recipient address rejected")
+	err := Address(fmt.Errorf("RCPT TO: %w", cause), "ann@example.com", "<recipient>")
+	if got, want := err.Error(), "RCPT TO: 550 5.1.1 <<recipient>>: Recipient address rejected"; got != want {
+		t.Errorf("Address = %q, want %q", got, want)
+	}
+	if !errors.Is(err, cause) {
+		t.Error("errors.Is no longer sees the cause")
+	}
+	if other := errors.New("421 try later"); Address(other, "ann@example.com", "x") != other {
+		t.Error("an error without the address changed")
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/app"
 	"github.com/mailvet/mailvet/internal/queue"
+	"github.com/mailvet/mailvet/internal/testkit/logtest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/wait"
 )
@@ -301,5 +303,33 @@ func waitChan(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	case <-time.After(15 * time.Second):
 		t.Fatalf("%s never arrived", what)
+	}
+}
+
+// A redirect's Location is named in the delivery log but not in the worker's log line: a receiver
+// that adds a trailing slash repeats the callback URL, token and all.
+func TestRedirectLocationNotLogged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &logtest.Buffer{}
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", r.URL.Path+"/?"+r.URL.RawQuery)
+		w.WriteHeader(http.StatusMovedPermanently)
+	})
+	b.startWorker(t, Options{Client: ClientOptions{AllowPrivate: true}, Log: app.NewLogger(logs, "test")})
+	id := b.create(t, b.accountID, rc.url("/cb?token=leakedT0ken"), "whsec_12345678", sampleBody, true)
+	if r := b.waitFinal(t, id, 15*time.Second); r.state != StateFailed {
+		t.Fatalf("delivery %+v, want failed", r)
+	}
+	var lastError string
+	if err := b.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if want := "HTTP 301 to /cb/?token=leakedT0ken (redirects are not followed)"; lastError != want {
+		t.Errorf("last_error = %q, want %q", lastError, want)
+	}
+	wait.For(t, 5*time.Second, "the failure's log line", func() bool { return strings.Contains(logs.String(), "webhook delivery failed") })
+	if out := logs.String(); strings.Contains(out, "leakedT0ken") || !strings.Contains(out, "HTTP 301 (redirects are not followed)") {
+		t.Errorf("the log names the Location's token, or not the redirect:\n%s", out)
 	}
 }

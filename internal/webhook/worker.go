@@ -307,7 +307,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Ack()
 	default:
 		w.m.latency.WithLabelValues(StateFailed).Observe(time.Since(createdAt).Seconds())
-		log.Info("webhook delivery failed", "attempts", c.attempt, "status", res.status, "err", res.errText)
+		log.Info("webhook delivery failed", "attempts", c.attempt, "status", res.status, "err", res.logText())
 		_ = msg.Ack()
 	}
 }
@@ -451,6 +451,18 @@ func (w *Worker) send(ctx context.Context, c *claimed) result {
 		}
 	}
 	return res
+}
+
+// logText is the attempt's error as the worker's log gives it: errText, but a redirect's without
+// its Location. That often repeats the callback URL, query string included (a redirect that adds
+// a trailing slash keeps it), and a callback URL's query or path may carry the receiver's token,
+// which no log line carries (docs/personal-data.md). The delivery log, the customer's own, keeps
+// the Location.
+func (r result) logText() string {
+	if r.status >= 300 && r.status <= 399 {
+		return redirectText(r.status, "")
+	}
+	return r.errText
 }
 
 // sign sets the signature headers of attempt c (docs/api.md, "Signature"): X-Service-Signature,
