@@ -211,6 +211,13 @@ func (r request) repeatable(e *Error) bool {
 	return strings.HasPrefix(r.path, "/v1/email/verify") || strings.HasSuffix(r.path, "/cancel")
 }
 
+// route is r's path without its query: what errors name, since a query may hold an address
+// (DELETE /v1/email/history?email=…) that has no place in the caller's logs.
+func (r request) route() string {
+	path, _, _ := strings.Cut(r.path, "?")
+	return path
+}
+
 // idempotent says whether r carries an Idempotency-Key: an asynchronous verification, a batch
 // request (each is billed), a list upload, a key or a billing portal session (docs/api.md,
 // "Idempotency"). The stream route takes none.
@@ -218,8 +225,7 @@ func (r request) idempotent() bool {
 	if r.method != http.MethodPost {
 		return false
 	}
-	path, _, _ := strings.Cut(r.path, "?")
-	switch path {
+	switch r.route() {
 	case "/v1/email/verify":
 		// A synchronous verification carries none: the key would have the API store its answer
 		// (the address's result) for 24 hours and add two Postgres round trips to the fastest
@@ -355,7 +361,7 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 	if r.body != nil {
 		var err error
 		if payload, err = json.Marshal(r.body); err != nil {
-			return nil, fmt.Errorf("mailvet: encode %s %s: %w", r.method, r.path, err)
+			return nil, fmt.Errorf("mailvet: encode %s %s: %w", r.method, r.route(), err)
 		}
 	}
 	if up != nil {
@@ -417,7 +423,7 @@ func (c *Client) sendUpload(ctx context.Context, r request, up *upload, want int
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("mailvet: %s %s: waiting to retry after %s: %w", r.method, r.path, apiErr.Code, ctx.Err())
+			return nil, fmt.Errorf("mailvet: %s %s: waiting to retry after %s: %w", r.method, r.route(), apiErr.Code, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -569,7 +575,7 @@ func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload
 	req, err := http.NewRequestWithContext(ctx, r.method, c.baseURL+r.path, body)
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.path, err)
+		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.route(), err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Accept", "application/json")
@@ -592,9 +598,13 @@ func (c *Client) once(ctx context.Context, r request, payload []byte, up *upload
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL, _, _ = strings.Cut(ue.URL, "?") // as route: no address in the caller's logs
+		}
 		err = timeoutCause(ctx, err)
 		stop()
-		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.path, err)
+		return nil, fmt.Errorf("mailvet: %s %s: %w", r.method, r.route(), err)
 	}
 	if stream && timer != nil {
 		timer.Stop()
@@ -631,7 +641,7 @@ func (c *Client) call(ctx context.Context, r request, want int, out any) error {
 // decodeJSON decodes the JSON answer of attempt a to r into out.
 func decodeJSON(a *attempt, r request, out any) error {
 	if err := json.NewDecoder(a.resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("mailvet: %s %s%s: decode the %d response: %w", r.method, r.path,
+		return fmt.Errorf("mailvet: %s %s%s: decode the %d response: %w", r.method, r.route(),
 			requestIDNote(a.resp.Header.Get("X-Request-Id")), a.resp.StatusCode, timeoutCause(a.ctx, err))
 	}
 	return nil

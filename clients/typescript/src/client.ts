@@ -753,7 +753,7 @@ export class Mailvet {
   }
 
   // #transportError is the error of a request that got no complete answer; what names the
-  // request ("POST https://…/v1/email/verify") for the message.
+  // request ("POST https://…/v1/email/verify", #what) for the message.
   // ids is the answer's request id when one had begun (a stream or a download cut short), so that
   // the failure can be quoted to support like any other, and for a stream cut short the inputs it
   // left without a result.
@@ -764,8 +764,10 @@ export class Mailvet {
     return clientError("network_error", `${what} failed: ${causes(err)}`, 0, { cause: err, ...ids });
   }
 
+  // #what leaves out the query: it may hold an address (DELETE /v1/email/history?email=…), which
+  // has no place in the caller's logs.
   #what(call: Pick<Call, "method" | "path">): string {
-    return `${call.method} ${this.#base}${call.path}`;
+    return `${call.method} ${this.#base}${call.path.split("?")[0]}`;
   }
 
   // #lines yields the results of one stream response, the request of emails[offset, offset+want),

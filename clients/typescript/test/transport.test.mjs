@@ -154,3 +154,15 @@ describe("network failures", () => {
     assert.equal(f.requests.length, 3);
   });
 });
+
+test("a network failure names the route, never its query: a history deletion's query is the address erased", async () => {
+  const closed = http.createServer();
+  await new Promise((resolve) => closed.listen(0, "127.0.0.1", resolve));
+  const { port } = closed.address();
+  await new Promise((resolve) => closed.close(resolve)); // nothing listens: the connection is refused
+  const err = await new Mailvet({ baseUrl: `http://127.0.0.1:${port}`, ...keys }).deleteHistory("ann.private@acme.example").catch((e) => e);
+  assert.ok(err instanceof MailvetError, String(err));
+  assert.equal(err.error, "network_error");
+  assert.match(err.message, /\/v1\/email\/history/);
+  assert.doesNotMatch(err.message, /ann\.private/);
+});
