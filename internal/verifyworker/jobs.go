@@ -69,7 +69,7 @@ func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log
 // Run consumes jobs until ctx ends, then waits for the jobs in flight. The consumer heals by
 // itself after NATS restarts or loses its store (queue.Consumer).
 func (j *JobRunner) Run(ctx context.Context) error {
-	return consumeConcurrently(ctx, j.consumer(), j.Concurrency, j.SweepEvery, j.sweep, func(msg jetstream.Msg) {
+	return consumeConcurrently(ctx, j.consumer(), j.Concurrency, j.AckWait, j.SweepEvery, j.sweep, func(msg jetstream.Msg) {
 		j.Lag.Took(queuelag.ConsumerJobs, msg)
 		later, err := j.handle(msg)
 		switch {
@@ -92,7 +92,15 @@ func (j *JobRunner) Run(ctx context.Context) error {
 // consumeConcurrently runs handle on the messages of cons, at most n at once, and sweep every
 // sweepEvery, until ctx ends; then it waits for the handlers in flight. A message that arrives
 // while the runner is stopping is handed back (Nak) for another runner to take at once.
-func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, sweepEvery time.Duration,
+//
+// A message is this runner's from the moment cons hands it over: it may wait for a slot behind
+// n messages that each take up to their whole budget, then be worked on for its own, which
+// together is longer than AckWait. So it is kept alive (held) from then until handle has
+// acknowledged it or handed it back, and JetStream never gives it to another runner meanwhile:
+// only a runner that died (or lost its connection) lets its messages go after AckWait
+// (docs/architecture.md, "Consumers"). cons pulls one message at a time (pullOne), so none waits
+// unattended in its buffer.
+func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, ackWait, sweepEvery time.Duration,
 	sweep func(context.Context), handle func(jetstream.Msg)) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -102,7 +110,8 @@ func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, sweep
 		_ = loop.Every(ctx, sweepEvery, sweep)
 	}()
 	slots := make(chan struct{}, n)
-	return cons.Run(ctx, func(msg jetstream.Msg) {
+	return cons.Run(ctx, func(m jetstream.Msg) {
+		msg := hold(m, ackWait)
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -113,15 +122,63 @@ func consumeConcurrently(ctx context.Context, cons *queue.Consumer, n int, sweep
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
+			defer msg.release() // a handler that neither acked nor handed it back: AckWait runs
 			handle(msg)
 		}()
 	})
 }
 
+// pullOne is the pull buffer of the job and list consumers. nats.go's iterator asks for more only
+// when fewer than half of its buffer's messages are left, and the reader takes the next one only
+// once the last has a slot: with a buffer of 1 it asks for a message exactly when a slot is free,
+// so no message sits delivered and unattended (its AckWait running) in the client's buffer.
+const pullOne = 1
+
+// held is a message kept alive with InProgress every ackWait/3 until it is acknowledged, handed
+// back or terminated; the heartbeats stop before that answer is sent, so that none can follow a
+// NakWithDelay and cut its delay short to AckWait.
+type held struct {
+	jetstream.Msg
+	stop func()
+}
+
+func hold(m jetstream.Msg, ackWait time.Duration) *held {
+	_ = m.InProgress() // AckWait started when the server delivered it; restart it now
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(max(ackWait/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	var once sync.Once
+	return &held{Msg: m, stop: func() {
+		once.Do(func() { close(done) })
+		<-exited
+	}}
+}
+
+func (h *held) release() { h.stop() }
+
+func (h *held) Ack() error                          { h.stop(); return h.Msg.Ack() }
+func (h *held) DoubleAck(ctx context.Context) error { h.stop(); return h.Msg.DoubleAck(ctx) }
+func (h *held) Nak() error                          { h.stop(); return h.Msg.Nak() }
+func (h *held) NakWithDelay(d time.Duration) error  { h.stop(); return h.Msg.NakWithDelay(d) }
+func (h *held) Term() error                         { h.stop(); return h.Msg.Term() }
+func (h *held) TermWithReason(r string) error       { h.stop(); return h.Msg.TermWithReason(r) }
+
 // consumer is the runner's JOBS consumer, made once so that Ready and Run share it.
 func (j *JobRunner) consumer() *queue.Consumer {
 	j.once.Do(func() {
-		j.cons = queue.NewConsumer(j.js, queue.JobsConsumer(j.Concurrency, j.AckWait), j.Layout, j.Concurrency, j.log)
+		j.cons = queue.NewConsumer(j.js, queue.JobsConsumer(j.Concurrency, j.AckWait), j.Layout, pullOne, j.log)
 	})
 	return j.cons
 }

@@ -118,7 +118,7 @@ func (r *ListRunner) stallAge() time.Duration { return max(r.StallAfter, r.stall
 // a write cancelled at shutdown would throw away minutes of probing — but each is bounded by
 // WriteBudget, so a shutdown waits for a write to an unreachable Postgres no longer than that.
 func (r *ListRunner) Run(ctx context.Context) error {
-	return consumeConcurrently(ctx, r.consumer(), r.Concurrency, r.SweepEvery, r.sweep, func(m jetstream.Msg) {
+	return consumeConcurrently(ctx, r.consumer(), r.Concurrency, r.AckWait, r.SweepEvery, r.sweep, func(m jetstream.Msg) {
 		r.Lag.Took(queuelag.ConsumerListChunks, m)
 		r.handle(ctx, m)
 	})
@@ -126,7 +126,7 @@ func (r *ListRunner) Run(ctx context.Context) error {
 
 func (r *ListRunner) consumer() *queue.Consumer {
 	r.once.Do(func() {
-		r.cons = queue.NewConsumer(r.js, queue.ListChunksConsumer(r.Concurrency, r.AckWait), r.Layout, r.Concurrency, r.log)
+		r.cons = queue.NewConsumer(r.js, queue.ListChunksConsumer(r.Concurrency, r.AckWait), r.Layout, pullOne, r.log)
 	})
 	return r.cons
 }
@@ -163,7 +163,7 @@ func (r *ListRunner) handle(stop context.Context, msg jetstream.Msg) {
 	// A chunk seen before (redelivered, or published again after a failure) may have been written
 	// by a worker that died before it published what the write handed out.
 	again := failures > 0 || (meta != nil && meta.NumDelivered > 1)
-	err := r.run(msg, c, again)
+	err := r.run(c, again)
 	switch {
 	case err == nil:
 		_ = msg.Ack()
@@ -223,10 +223,8 @@ func (r *ListRunner) retry(msg jetstream.Msg, c list.Chunk, failures int) {
 // their own clocks, so a chunk whose verification used its whole budget (the prober answers what
 // it could not finish unknown/timeout when its context ends) is still written, instead of failing
 // its write, coming back, and failing the same way until its list fails. Progress is reported to
-// JetStream for as long as the chunk is held, the write included.
-func (r *ListRunner) run(msg jetstream.Msg, c list.Chunk, again bool) error {
-	stop := every(r.AckWait/3, func() { _ = msg.InProgress() })
-	defer stop()
+// JetStream for as long as the chunk is held, the write included (consumeConcurrently).
+func (r *ListRunner) run(c list.Chunk, again bool) error {
 	w, err := r.work(c)
 	switch {
 	case errors.Is(err, list.ErrNotFound):
