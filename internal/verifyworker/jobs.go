@@ -37,8 +37,14 @@ type JobRunner struct {
 	Lag *queuelag.Recorder
 
 	Concurrency int
-	// AckWait bounds one job; a runner that dies mid-job has its job redelivered after it.
+	// AckWait bounds one job's verification; a runner that dies mid-job has its job redelivered
+	// after it (a live runner keeps the job it holds alive: consumeConcurrently).
 	AckWait time.Duration
+	// WriteBudget bounds the job's database work before and after its verification — starting
+	// it, then storing its outcome, usage row and delivery and publishing the delivery — each on
+	// its own clock, apart from AckWait: a job whose verification used its whole budget still
+	// gets its result written, instead of failing its write and coming back to fail the same way.
+	WriteBudget time.Duration
 	// SweepEvery and SweepAge: jobs whose message seems lost are queued again (sweep) — pending
 	// jobs older than SweepAge (an API that died between storing a job and publishing it),
 	// retrying jobs whose re-probe is overdue by more than SweepAge, and processing jobs not
@@ -62,7 +68,7 @@ type JobRunner struct {
 // NewJobRunner returns a runner with production defaults.
 func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *JobRunner {
 	return &JobRunner{pool: pool, jobs: job.NewStore(pool), js: js, pipe: pipe, log: log,
-		Concurrency: 64, AckWait: 30 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second,
+		Concurrency: 64, AckWait: 30 * time.Second, WriteBudget: 10 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second,
 		GreylistWindow: 15 * time.Minute, GreylistDelay: time.Minute, GreylistRetries: 5}
 }
 
@@ -202,10 +208,9 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 		j.log.Warn("bad job message", "err", err)
 		return 0, nil // poison: acking drops it; nothing can ever parse it
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), j.AckWait)
-	defer cancel()
-
-	jb, err := j.jobs.Start(ctx, m.JobID)
+	sctx, cancel := context.WithTimeout(context.Background(), j.WriteBudget)
+	jb, err := j.jobs.Start(sctx, m.JobID)
+	cancel()
 	var notDue *job.NotDueError
 	switch {
 	case errors.Is(err, job.ErrNotFound):
@@ -217,7 +222,11 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	}
 
 	start := time.Now()
-	res, verr := j.verify(ctx, jb.Email)
+	vctx, cancel := context.WithTimeout(context.Background(), j.AckWait)
+	res, verr := j.verify(vctx, jb.Email)
+	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), j.WriteBudget)
+	defer cancel()
 	// latency_ms counts from the start of the request (docs/api.md), which for a job is its
 	// creation: queueing and greylisting re-probes included. created_at is Postgres's clock, so
 	// a worker's clock running behind it can never make the answer shorter than the probe.
@@ -329,8 +338,9 @@ func errorType(err error) string {
 }
 
 // StuckAckWaits × AckWait is how long a processing job goes without an update before the sweep
-// takes its message as lost. A runner gives a job at most one AckWait, and a redelivered message
-// starts (and so updates) the job again, so a job still being worked on is never taken.
+// takes its message as lost. A runner gives a job at most one AckWait and two WriteBudgets (less
+// than StuckAckWaits × AckWait with the defaults), and a redelivered message starts (and so
+// updates) the job again, so a job still being worked on is never taken.
 const StuckAckWaits = 5
 
 // sweep re-queues jobs whose message seems lost (job.Store.Stale). Completing a job is guarded by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +111,65 @@ func TestJobNotRedeliveredWhileWorked(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%s probed %d times, want once", e, n)
 		}
+	}
+}
+
+// budgetJobPipeline answers only when its context ends, as the prober does facing a mail server
+// that never answers: the address comes back unknown/timeout, using the job's whole budget.
+type budgetJobPipeline struct{ calls atomic.Int64 }
+
+func (p *budgetJobPipeline) Verify(ctx context.Context, email string) verdict.Result {
+	p.calls.Add(1)
+	<-ctx.Done()
+	r := verdict.Result{Email: email}
+	r.Apply(verdict.OutcomeUnknown)
+	return r
+}
+
+func (p *budgetJobPipeline) VerifyBatch(context.Context, []string, func(int, verdict.Result)) []verdict.Result {
+	panic("not used")
+}
+
+// TestJobThatUsesItsWholeBudgetIsStillWritten: a job whose verification takes all of its budget
+// still has its result, usage row and delivery written, on a clock of their own, and completes
+// after one probe, instead of failing its write with the spent context, coming back and failing
+// the same way for ever.
+func TestJobThatUsesItsWholeBudgetIsStillWritten(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "tarpit@example.com", WebhookURL: "https://hooks.example.com/x"})
+	pgtest.Must(t, err, "create job")
+	if err := queue.PublishJob(ctx, js, queue.Layout{}, id); err != nil {
+		t.Fatal(err)
+	}
+	pipe := &budgetJobPipeline{}
+	r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
+	r.AckWait = 500 * time.Millisecond
+	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		j, err := jobs.Get(ctx, id, acct.ID)
+		pgtest.Must(t, err, "get job")
+		if j.State == job.Completed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job still %s after %d probes", j.State, pipe.calls.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := pipe.calls.Load(); n != 1 {
+		t.Errorf("probed %d times, want once", n)
 	}
 }
