@@ -173,3 +173,60 @@ func TestJobThatUsesItsWholeBudgetIsStillWritten(t *testing.T) {
 		t.Errorf("probed %d times, want once", n)
 	}
 }
+
+// TestJobRepublishedAfterTheDuplicateWindowIsNotRunAgain: a job's message published again after
+// its job completed, under an id the stream's duplicate window no longer knows (a sweep's round,
+// or any publish later than 2 minutes), is stored, taken and acknowledged without a second probe
+// or a second delivery: completing a job is guarded by its state.
+func TestJobRepublishedAfterTheDuplicateWindowIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	jobs := job.NewStore(pool)
+	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
+	pgtest.Must(t, err, "create job")
+	if err := queue.PublishJob(ctx, js, queue.Layout{}, id); err != nil {
+		t.Fatal(err)
+	}
+	pipe := &slowPipeline{started: make(chan struct{}, 1), calls: map[string]int{}}
+	r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
+	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	completed := func() bool {
+		j, err := jobs.Get(ctx, id, acct.ID)
+		pgtest.Must(t, err, "get job")
+		return j.State == job.Completed
+	}
+	for !completed() {
+		if ctx.Err() != nil {
+			t.Fatal("the job did not complete")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	msgs := streamMsgs(t, ctx, js, queue.StreamJobs)
+	if err := queue.RequeueJob(ctx, js, queue.Layout{}, id, "later"); err != nil {
+		t.Fatal(err)
+	}
+	for msgs() != 0 { // taken and acknowledged
+		if ctx.Err() != nil {
+			t.Fatal("the republished message was not acknowledged")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pipe.mu.Lock()
+	probes := pipe.calls["ann@example.com"]
+	pipe.mu.Unlock()
+	var deliveries int
+	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE job_id = $1`, id).Scan(&deliveries), "deliveries")
+	if probes != 1 || deliveries != 1 {
+		t.Errorf("after the republish: %d probes, %d deliveries; want 1 each", probes, deliveries)
+	}
+}
