@@ -398,8 +398,8 @@ func TestListDeleteRacingChunksLeavesNothing(t *testing.T) {
 	})
 }
 
-// 4. One address written in several forms (case, surrounding blanks and tabs, in a CSV cell and
-// quoted): verified once by the real engine, billed once, and every row of the download has its
+// 4. One address written in several forms (case, surrounding blanks, tabs and no-break spaces,
+// in a CSV cell and quoted): verified once by the real engine, billed once, and every row of the download has its
 // result, with its own cell as uploaded.
 func TestListDuplicateFormsVerifiedAndBilledOnce(t *testing.T) {
 	t.Parallel()
@@ -412,10 +412,11 @@ func TestListDuplicateFormsVerifiedAndBilledOnce(t *testing.T) {
 		"c,\"\tANN@DUP.TEST \"\n" +
 		"d,bob@dup.test\n" +
 		"e,BOB@dup.TEST\n" +
-		"f,zed@dup.test\n"
+		"f,zed@dup.test\n" +
+		"g,\u00a0ann@dup.test\u00a0\n" // no-break spaces, as spreadsheets paste them
 	l, acct := importList(t, b.js, pool, store, list.CSV, file)
-	if l.Rows != 6 || l.Unique != 3 {
-		t.Fatalf("%d rows, %d unique; want 6 and 3", l.Rows, l.Unique)
+	if l.Rows != 7 || l.Unique != 3 {
+		t.Fatalf("%d rows, %d unique; want 7 and 3", l.Rows, l.Unique)
 	}
 	p := &countingPipeline{inner: simEngine(t, []string{"ann", "bob"}, "dup.test")}
 	runLists(t, b.url, store, p)
@@ -434,11 +435,12 @@ func TestListDuplicateFormsVerifiedAndBilledOnce(t *testing.T) {
 	pgtest.Must(t, store.Export(context.Background(), got, list.CSV, nil, list.RawFormulas, &out, func() {}), "export")
 	recs, err := csv.NewReader(&out).ReadAll()
 	pgtest.Must(t, err, "read the download")
-	if len(recs) != 7 {
-		t.Fatalf("%d lines in the download, want the header and 6 rows:\n%s", len(recs), out.String())
+	if len(recs) != 8 {
+		t.Fatalf("%d lines in the download, want the header and 7 rows:\n%s", len(recs), out.String())
 	}
 	want := [][2]string{{"Ann@Dup.test", "deliverable"}, {"  ann@dup.test  ", "deliverable"}, {"\tANN@DUP.TEST ", "deliverable"},
-		{"bob@dup.test", "deliverable"}, {"BOB@dup.TEST", "deliverable"}, {"zed@dup.test", "undeliverable"}}
+		{"bob@dup.test", "deliverable"}, {"BOB@dup.TEST", "deliverable"}, {"zed@dup.test", "undeliverable"},
+		{"\u00a0ann@dup.test\u00a0", "deliverable"}}
 	for i, w := range want {
 		if r := recs[i+1]; r[1] != w[0] || r[2] != w[1] {
 			t.Errorf("row %d: cell %q status %q, want %q %q", i+1, r[1], r[2], w[0], w[1])
