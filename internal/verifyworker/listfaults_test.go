@@ -460,13 +460,20 @@ func equalCounts(a, b map[string]int) bool {
 	return true
 }
 
-// poisonPipeline panics on any batch that holds poison, and verifies the others (deliverable).
+// poisonPipeline panics on poison, alone or in any batch that holds it, and verifies the others
+// (deliverable).
 type poisonPipeline struct {
 	poison string
 	hits   atomic.Int64
 }
 
-func (p *poisonPipeline) Verify(context.Context, string) verdict.Result { panic("not used") }
+func (p *poisonPipeline) Verify(_ context.Context, email string) verdict.Result {
+	if email == p.poison {
+		p.hits.Add(1)
+		panic("the engine cannot handle " + p.poison)
+	}
+	return resultsOf([]string{email}, verdict.OutcomeDeliverable)[0]
+}
 
 func (p *poisonPipeline) VerifyBatch(_ context.Context, emails []string, _ func(int, verdict.Result)) []verdict.Result {
 	if slices.Contains(emails, p.poison) {
