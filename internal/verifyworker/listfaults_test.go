@@ -504,8 +504,8 @@ func TestListPoisonChunkFailsTheListOnce(t *testing.T) {
 		r.MaxFailures, r.OutageRetry = maxFailures, 20*time.Millisecond
 	})
 	got := waitList(t, store, acct, l, 30*time.Second)
-	if got.State != list.Failed || !strings.Contains(errorOf(got), "chunk 1 could not be verified") {
-		t.Fatalf("list %s (error %q), want failed naming chunk 1", got.State, errorOf(got))
+	if got.State != list.Failed || !strings.Contains(errorOf(got), "chunk 1 could not be verified") || strings.Contains(errorOf(got), "cannot handle") {
+		t.Fatalf("list %s (error %q), want failed naming chunk 1 and not the panic's text", got.State, errorOf(got))
 	}
 	settled(t, b.js)
 	time.Sleep(300 * time.Millisecond)
