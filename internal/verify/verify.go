@@ -185,14 +185,29 @@ func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i i
 	// Layer 3 for every distinct domain at once (bounded). The addresses of one domain share the
 	// look-up's answer, and each then takes its own step with it.
 	var (
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, 32)
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, 32)
+		panicMu  sync.Mutex
+		panicked any // the first panic of a look-up goroutine
 	)
 	for domain, idx := range byDomain {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			// A panic here would end the process, out of the caller's reach: a list runner
+			// recovers a chunk's panic and counts it as the chunk's failure (docs/lists.md,
+			// "Outages and failures"), where a crash would come back with the redelivered chunk
+			// to every worker in turn. It is handed to the caller's goroutine instead.
+			defer func() {
+				if p := recover(); p != nil {
+					panicMu.Lock()
+					if panicked == nil {
+						panicked = p
+					}
+					panicMu.Unlock()
+				}
+			}()
 			rt := v.lookup(ctx, domain)
 			for _, i := range idx {
 				as[i].route = rt
@@ -201,6 +216,9 @@ func (v *Verifier) VerifyBatch(ctx context.Context, raws []string, each func(i i
 		}()
 	}
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked) // before any probe: the batch has no result to give
+	}
 
 	// Layer 4 for every address that still needs it, in one ProbeAll.
 	probeStart := v.clock()

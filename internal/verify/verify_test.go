@@ -317,3 +317,32 @@ func TestGreylistedCatchAllProbe(t *testing.T) {
 		t.Errorf("ann@grey.test: %s/%s, want unknown/greylisted", r.Status, r.Reason)
 	}
 }
+
+// A panic while one address of a batch is finished on a look-up goroutine (here the step's last
+// act, for an address whose domain has no MX) reaches VerifyBatch's caller, in the caller's
+// goroutine, before anything is probed: a caller that recovers (the list runner counts it as the
+// chunk's failure, docs/lists.md, "Outages and failures") is not taken down with its process, and
+// the chunk does not crash every worker it is redelivered to.
+func TestVerifyBatchPanicReachesTheCaller(t *testing.T) {
+	b := setup(t, 0, 4)
+	b.server(t, mailsim.ServerOptions{Name: "mx.acme.test"})
+	b.w.AddDomain("acme.test", mailsim.Domain{MX: mxOf("mx.acme.test"), Users: []string{"ann"}})
+	b.w.AddDomain("nomx.test", mailsim.Domain{})
+	b.v.finished = func(r verdict.Result) verdict.Result {
+		if r.Email == "poison@nomx.test" {
+			panic("cannot handle " + r.Email)
+		}
+		return r
+	}
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		b.v.VerifyBatch(context.Background(), []string{"ann@acme.test", "poison@nomx.test", "bob@acme.test"}, nil)
+		return nil
+	}()
+	if got != "cannot handle poison@nomx.test" {
+		t.Fatalf("VerifyBatch's caller recovered %v, want the look-up goroutine's panic", got)
+	}
+	if n := b.w.Stats().Rcpts; n != 0 {
+		t.Errorf("%d addresses probed for a batch that panicked, want none", n)
+	}
+}

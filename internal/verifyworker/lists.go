@@ -174,7 +174,10 @@ func (r *ListRunner) handle(stop context.Context, msg jetstream.Msg) {
 		_ = msg.Nak() // stopping: not the chunk's fault, and another runner takes it now
 	case failures+1 >= r.MaxFailures:
 		r.log.Error("list chunk failed too often; failing its list", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
-		if ferr := r.fail(c.ListID, fmt.Sprintf("chunk %d could not be verified: %v", c.Chunk, err)); ferr != nil {
+		// The customer reads the list's error: it says what happened in Mailvet's words, and the
+		// cause (a panic's text, a database error) stays in the operators' log line above.
+		reason := fmt.Sprintf("chunk %d could not be verified after %d attempts because of an internal error; its addresses were not charged", c.Chunk, failures+1)
+		if ferr := r.fail(c.ListID, reason); ferr != nil {
 			_ = msg.NakWithDelay(r.OutageRetry) // comes back, and fails the list then
 			return
 		}

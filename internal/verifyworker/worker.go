@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -152,6 +153,13 @@ func (w *Worker) onSync(msg *nats.Msg) {
 		ctx, cancel := w.deadlineCtx(msg)
 		defer cancel()
 		stop := w.heartbeat(msg)
+		// A panic on one address ends this request, not the worker: the caller is told this
+		// worker cannot take it (503, nothing charged) rather than every worker it asks next dying
+		// of the same address.
+		defer w.survive("sync", func() {
+			stop()
+			_ = w.reply(msg.Reply, queue.VerifyReply{Error: queue.ReplyBusy})
+		})
 		r := w.pipe.Verify(ctx, req.Email)
 		stop()
 		w.handled.WithLabelValues("sync", string(r.Status)).Inc()
@@ -260,7 +268,24 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 	// A long group keeps its items from being redelivered while it is still working on them.
 	stop := w.keepAlive(items)
 	defer stop()
+	var mu sync.Mutex
+	answered := make([]bool, len(items))
+	// A panic on one address ends its group, not the worker: the items not answered are taken
+	// off the stream (Term) instead of being handed to the next worker to die of them, and their
+	// caller, hearing nothing, answers them as not verified and charges nothing.
+	defer w.survive("batch", func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, it := range items {
+			if !answered[i] {
+				_ = it.msg.Term()
+			}
+		}
+	})
 	w.pipe.VerifyBatch(ctx, emails, func(i int, r verdict.Result) {
+		mu.Lock()
+		answered[i] = true
+		mu.Unlock()
 		it := items[i]
 		w.handled.WithLabelValues("batch", string(r.Status)).Inc()
 		// Ack only after the reply is published: a crash between the two, or a reply that
@@ -270,6 +295,18 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 			_ = it.msg.Ack()
 		}
 	})
+}
+
+// survive, deferred, turns a panic of the verification on path into a log line with its stack
+// (no address: the panic value is not logged, it may quote one) and a call to undo, so that one
+// address cannot end the process and, redelivered, every worker after it.
+func (w *Worker) survive(path string, undo func()) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	w.log.Error("verification panicked", "path", path, "panic_type", fmt.Sprintf("%T", p), "stack", string(debug.Stack()))
+	undo()
 }
 
 func (w *Worker) keepAlive(items []item) (stop func()) {

@@ -519,3 +519,36 @@ func TestStopWhileStarting(t *testing.T) {
 		}
 	}
 }
+
+// An address the engine panics on ends its own request, not the worker (the test binary would
+// die with it) nor, redelivered, every worker after it: a single verification is refused as
+// busy, batch items not answered are taken off the stream, and the worker goes on answering.
+func TestPanicOnOneAddressSparesTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const poison = "poison@example.com"
+	b.startWorker(t, &poisonPipeline{poison: poison}, verifyworker.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.dispatcher.VerifyOne(ctx, poison); !errors.Is(err, queue.ErrBusy) {
+		t.Fatalf("single verification of the poison address: %v, want %v", err, queue.ErrBusy)
+	}
+	if r, err := b.dispatcher.VerifyOne(ctx, "ann@example.com"); err != nil || r.Status != verdict.StatusDeliverable {
+		t.Fatalf("after the panic: %+v %v, want the worker still answering", r, err)
+	}
+	bctx, bcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer bcancel()
+	got := map[int]bool{}
+	var mu sync.Mutex
+	missing, _ := b.dispatcher.VerifyMany(bctx, []string{"bob@example.com", poison}, func(i int, _ verdict.Result) {
+		mu.Lock()
+		got[i] = true
+		mu.Unlock()
+	})
+	if len(missing) == 0 || missing[len(missing)-1] != 1 || got[1] {
+		t.Fatalf("batch with the poison address: answered %v, missing %v; want the poison one (1) missing", got, missing)
+	}
+	if r, err := b.dispatcher.VerifyOne(ctx, "zoe@example.com"); err != nil || r.Status != verdict.StatusDeliverable {
+		t.Fatalf("after the batch's panic: %+v %v, want the worker still answering", r, err)
+	}
+}
