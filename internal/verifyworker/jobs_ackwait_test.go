@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
@@ -47,6 +49,16 @@ func (p *slowPipeline) VerifyBatch(context.Context, []string, func(int, verdict.
 	panic("not used")
 }
 
+// jobWorld is a database and a broker for a job runner, with a free account and the job store.
+func jobWorld(t *testing.T) (*pgxpool.Pool, jetstream.JetStream, account.Account, *job.Store) {
+	t.Helper()
+	pool := pgtest.New(t)
+	_, js := natstest.Connect(t)
+	acct, err := account.NewStore(pool).Create(context.Background(), account.NewAccount{Tier: plan.Free})
+	pgtest.Must(t, err, "create account")
+	return pool, js, acct, job.NewStore(pool)
+}
+
 // TestJobNotRedeliveredWhileWorked: a runner of one slot busy with a job (0.9 s) holds the next
 // job it has taken until the slot frees, then works on it (0.9 s): 1.8 s in all, longer than
 // AckWait (1 s), although each job alone is shorter. The runner keeps the job it holds alive
@@ -54,13 +66,9 @@ func (p *slowPipeline) VerifyBatch(context.Context, []string, func(int, verdict.
 // address is probed twice (docs/architecture.md, "Consumers").
 func TestJobNotRedeliveredWhileWorked(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	_, js := natstest.Connect(t)
+	pool, js, acct, jobs := jobWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 
 	pipe := &slowPipeline{took: 900 * time.Millisecond, started: make(chan struct{}, 1), calls: map[string]int{}}
 	var ids []uuid.UUID
@@ -136,13 +144,9 @@ func (p *budgetJobPipeline) VerifyBatch(context.Context, []string, func(int, ver
 // the same way for ever.
 func TestJobThatUsesItsWholeBudgetIsStillWritten(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	_, js := natstest.Connect(t)
+	pool, js, acct, jobs := jobWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "tarpit@example.com", WebhookURL: "https://hooks.example.com/x"})
 	pgtest.Must(t, err, "create job")
 	if err := queue.PublishJob(ctx, js, queue.Layout{}, id); err != nil {
@@ -180,13 +184,9 @@ func TestJobThatUsesItsWholeBudgetIsStillWritten(t *testing.T) {
 // or a second delivery: completing a job is guarded by its state.
 func TestJobRepublishedAfterTheDuplicateWindowIsNotRunAgain(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.New(t)
-	_, js := natstest.Connect(t)
+	pool, js, acct, jobs := jobWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	acct, err := account.NewStore(pool).Create(ctx, account.NewAccount{Tier: plan.Free})
-	pgtest.Must(t, err, "create account")
-	jobs := job.NewStore(pool)
 	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x"})
 	pgtest.Must(t, err, "create job")
 	if err := queue.PublishJob(ctx, js, queue.Layout{}, id); err != nil {
