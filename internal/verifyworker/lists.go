@@ -242,16 +242,16 @@ func (r *ListRunner) run(c list.Chunk, again bool) error {
 		}
 		return nil // written already (a copy published by the sweep)
 	}
-	vctx, cancel := context.WithTimeout(context.Background(), r.ChunkBudget)
-	unwatch := every(r.WatchEvery, func() { r.watch(c, cancel) })
+	vctx, vcancel := context.WithTimeout(context.Background(), r.ChunkBudget)
+	unwatch := every(r.WatchEvery, func() { r.watch(c, vcancel) })
 	results, err := r.verify(vctx, w)
 	unwatch()
-	cancel()
+	vcancel()
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), r.WriteBudget)
-	defer cancel()
+	wctx, wcancel := context.WithTimeout(context.Background(), r.WriteBudget)
+	defer wcancel()
 	out, err := r.store.Write(wctx, c, w, results, r.PublicURL)
 	switch {
 	case errors.Is(err, list.ErrNotFound):
