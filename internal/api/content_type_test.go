@@ -72,7 +72,7 @@ func TestContentTypeSentTwiceIsRefused(t *testing.T) {
 
 // A JSON body is read as UTF-8 only (docs/api.md, "Conventions"): a Content-Type naming another
 // charset is refused, naming it, rather than read as UTF-8 — the latin1 bytes of "cafÃ©" are the
-// UTF-8 bytes of "café", and would have made that label. charset=utf-8 is fine in any case.
+// UTF-8 bytes of "café", and would make that label. charset=utf-8 is fine in any case.
 func TestJSONBodyInAnotherCharsetIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})

@@ -229,8 +229,8 @@ func TestListResultsRefuseARepeatedParameter(t *testing.T) {
 }
 
 // The list routes that take query parameters refuse one they do not know, as the upload does
-// (docs/lists.md, "Results"): a mistyped filter (stauts=deliverable) was read as no filter, and
-// the whole file downloaded as if it were the rows asked for. An empty status= is refused for the
+// (docs/lists.md, "Results"): a mistyped filter (stauts=deliverable) would otherwise be read as
+// no filter, and the whole file downloaded as if it were the rows asked for. An empty status= is refused for the
 // same reason. A route that takes no parameters (GET /v1/email/lists/{id}) still ignores them
 // (docs/api.md, "Conventions").
 func TestListRoutesRefuseUnknownQueryParameters(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/mailvet/mailvet/migrations"
 )
 
-// foldMigration is the migration that made emails unique in Mailvet's own lower case.
+// foldMigration is the migration that makes emails unique in Mailvet's own lower case.
 const foldMigration = "00029_dashboard_email_folded.sql"
 
 // On a database created with the C locale, whose lower() folds only A to Z, an email is still
