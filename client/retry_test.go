@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -402,15 +403,8 @@ func TestStreamErrorLine(t *testing.T) {
 		}
 	})
 	c := client.New("k", client.WithBaseURL(srv.URL))
-	var got []string
-	var streamErr error
-	for r, err := range c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}) {
-		if err != nil {
-			streamErr = err
-			continue
-		}
-		got = append(got, r.Email)
-	}
+	rs, streamErr := drain(c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}))
+	got := emailsOf(rs)
 	var e *client.Error
 	if !errors.As(streamErr, &e) || e.Code != client.CodeServiceUnavailable || e.Status != 503 || fmt.Sprint(e.Emails) != "[bob@initech.example]" || fmt.Sprint(e.Indexes) != "[1]" || e.RequestID != "req-0" {
 		t.Fatalf("stream error = %v (request id %q, indexes %v)", streamErr, e.RequestID, e.Indexes)
@@ -419,18 +413,43 @@ func TestStreamErrorLine(t *testing.T) {
 		t.Errorf("results %v", got)
 	}
 	// Second request: one line for two addresses and no error line.
-	streamErr = nil
-	for _, err := range c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}) {
-		if err != nil {
-			streamErr = err
-		}
-	}
+	_, streamErr = drain(c.VerifyStream(context.Background(), []string{"ann@acme.example", "bob@initech.example"}))
 	if streamErr == nil || !strings.Contains(streamErr.Error(), "(request id req-1): the stream ended after 1 of 2") || !errors.Is(streamErr, io.ErrUnexpectedEOF) {
 		t.Errorf("truncated stream: %v; want the count, the request id and io.ErrUnexpectedEOF", streamErr)
 	}
 }
 
 // A stream that ends inside a line (the API ends every line with a newline) without an error line
+// drain reads a stream to its end: its results, and the last error it yielded (nil if none).
+func drain(seq iter.Seq2[client.Result, error]) (results []client.Result, err error) {
+	for r, e := range seq {
+		if e != nil {
+			err = e
+			continue
+		}
+		results = append(results, r)
+	}
+	return results, err
+}
+
+// emailsOf is the Email of each result.
+func emailsOf(rs []client.Result) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Email
+	}
+	return out
+}
+
+// indexesOf is the Index of each result.
+func indexesOf(rs []client.Result) []int {
+	out := make([]int, len(rs))
+	for i, r := range rs {
+		out[i] = r.Index
+	}
+	return out
+}
+
 // is incomplete, as one that ends between lines: io.ErrUnexpectedEOF, not a JSON syntax error.
 func TestStreamCutInsideALine(t *testing.T) {
 	t.Parallel()
@@ -440,15 +459,8 @@ func TestStreamCutInsideALine(t *testing.T) {
 		fmt.Fprintln(w, streamLine(0))
 		fmt.Fprint(w, streamLine(1)[:40])
 	})
-	var got []string
-	var streamErr error
-	for r, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)) {
-		if err != nil {
-			streamErr = err
-			continue
-		}
-		got = append(got, r.Email)
-	}
+	rs, streamErr := drain(client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)))
+	got := emailsOf(rs)
 	if len(got) != 1 || !errors.Is(streamErr, io.ErrUnexpectedEOF) || !strings.Contains(streamErr.Error(), "after 1 of 3 results") ||
 		!strings.Contains(streamErr.Error(), "req-cut") {
 		t.Fatalf("results %v, err %v; want one result and an incomplete stream (io.ErrUnexpectedEOF) naming the request id", got, streamErr)
@@ -473,15 +485,8 @@ func TestStreamLineWithoutAUsableIndex(t *testing.T) {
 				fmt.Fprintln(w, second)
 				fmt.Fprintln(w, streamLine(0))
 			})
-			var got []int
-			var streamErr error
-			for r, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)) {
-				if err != nil {
-					streamErr = err
-					continue
-				}
-				got = append(got, r.Index)
-			}
+			rs, streamErr := drain(client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), numbered(3)))
+			got := indexesOf(rs)
 			if fmt.Sprint(got) != "[2]" || streamErr == nil || !strings.Contains(streamErr.Error(), "line 2: index") {
 				t.Fatalf("indexes %v, err %v; want the first line's result, then an error naming line 2's index", got, streamErr)
 			}

@@ -54,15 +54,8 @@ func TestStreamCutNamesTheInputsWithoutAResult(t *testing.T) {
 				end(t, w)
 			})
 			emails := cutInput()
-			var got []int
-			var streamErr error
-			for r, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), emails) {
-				if err != nil {
-					streamErr = err
-					continue
-				}
-				got = append(got, r.Index)
-			}
+			rs, streamErr := drain(client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), emails))
+			got := indexesOf(rs)
 			if !slices.Equal(got, answeredFirst) {
 				t.Fatalf("results for %v, want %v", got, answeredFirst)
 			}
@@ -122,15 +115,8 @@ func TestStreamCutInTheSecondRequest(t *testing.T) {
 		}
 	})
 	emails := cutInput()
-	var streamErr error
-	results := 0
-	for _, err := range client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), emails) {
-		if err != nil {
-			streamErr = err
-			continue
-		}
-		results++
-	}
+	rs, streamErr := drain(client.New("k", client.WithBaseURL(srv.URL)).VerifyStream(context.Background(), emails))
+	results := len(rs)
 	var cut *client.StreamCutError
 	if !errors.As(streamErr, &cut) || results != 1002 {
 		t.Fatalf("%d results, err %v; want 1,002 and a *client.StreamCutError", results, streamErr)
@@ -181,13 +167,9 @@ func TestE2EStreamCutByAProxy(t *testing.T) {
 	}
 	emails[3], emails[1001] = " ann@ACME.example", "Zoe@Acme.Example "
 	c := client.New(s.StandardKey, client.WithBaseURL(proxy.URL), client.WithTimeout(30*time.Second))
+	rs, streamErr := drain(c.VerifyStream(context.Background(), emails))
 	seen := map[int]bool{}
-	var streamErr error
-	for r, err := range c.VerifyStream(context.Background(), emails) {
-		if err != nil {
-			streamErr = err
-			continue
-		}
+	for _, r := range rs {
 		seen[r.Index] = true
 	}
 	var cut *client.StreamCutError

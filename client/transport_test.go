@@ -251,15 +251,8 @@ func TestStreamCutAfterLinesIsNotRetried(t *testing.T) {
 		hangUp(t, w)
 	})
 	c := client.New("sk_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
-	var got int
-	var streamErr error
-	for _, err := range c.VerifyStream(context.Background(), numbered(3)) {
-		if err != nil {
-			streamErr = err
-			continue
-		}
-		got++
-	}
+	rs, streamErr := drain(c.VerifyStream(context.Background(), numbered(3)))
+	got := len(rs)
 	if got != 1 || !errors.Is(streamErr, io.ErrUnexpectedEOF) || len(f.requests()) != 1 {
 		t.Fatalf("%d results, err %v, %d requests; want 1 result, an incomplete stream, 1 request", got, streamErr, len(f.requests()))
 	}
