@@ -49,17 +49,7 @@ func setupFault(t *testing.T) *verifyBundle {
 }
 
 // faultList is n addresses: most answered at once, every fifth one by the slow server.
-func faultList(n int) []string {
-	emails := make([]string, n)
-	for i := range emails {
-		if i%5 == 4 {
-			emails[i] = fmt.Sprintf("sue+%d@lag.test", i)
-		} else {
-			emails[i] = fmt.Sprintf("user%d@acme.test", i)
-		}
-	}
-	return emails
-}
+func faultList(n int) []string { return everyNth(n, 5, "sue+%d@lag.test", "user%d@acme.test") }
 
 // streamLines posts a stream and returns its lines as they arrive, calling onFirst (if not nil)
 // once the first line is in.

@@ -123,13 +123,17 @@ func readLines(r io.Reader, chunk int, pause time.Duration) (lines []map[string]
 
 // streamEmails is n addresses: most decided by the API at once (disposable, billable), every
 // fourth one by the worker fleet.
-func streamEmails(n int) []string {
+func streamEmails(n int) []string { return everyNth(n, 4, "ann+%d@acme.test", "u%d@mailinator.com") }
+
+// everyNth is n addresses, the i-th made from the format nth when i%k == k-1, from other
+// otherwise.
+func everyNth(n, k int, nth, other string) []string {
 	emails := make([]string, n)
 	for i := range emails {
-		if i%4 == 3 {
-			emails[i] = fmt.Sprintf("ann+%d@acme.test", i)
+		if i%k == k-1 {
+			emails[i] = fmt.Sprintf(nth, i)
 		} else {
-			emails[i] = fmt.Sprintf("u%d@mailinator.com", i)
+			emails[i] = fmt.Sprintf(other, i)
 		}
 	}
 	return emails

@@ -13,6 +13,12 @@ import (
 
 // echoServer answers every line with the same line, until the test ends.
 func echoServer(t *testing.T) string {
+	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// serve listens on loopback until the test ends and runs handle on each connection, closing it
+// after; it returns the address.
+func serve(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -25,7 +31,7 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+			go func() { defer c.Close(); handle(c) }()
 		}
 	}()
 	return ln.Addr().String()
@@ -170,33 +176,19 @@ func TestCloseEndsAHold(t *testing.T) {
 // connections, and later ones, are left alone.
 func TestCutAfterDeliversTheRequestAndLosesTheAnswer(t *testing.T) {
 	got := make(chan string, 4)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	target := serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
+				got <- "EOF"
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						got <- "EOF"
-						return
-					}
-					got <- line
-					_, _ = c.Write([]byte(line))
-				}
-			}()
+			got <- line
+			_, _ = c.Write([]byte(line))
 		}
-	}()
-	p, err := Start(ln.Addr().String())
+	})
+	p, err := Start(target)
 	if err != nil {
 		t.Fatal(err)
 	}
