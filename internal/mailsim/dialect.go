@@ -94,6 +94,25 @@ var (
 		Busy:        Reply{Code: 421, Text: "sender address blocked"},
 	}
 
+	// Orange is Orange (Wanadoo) in France, which says in French and English and tells a full
+	// mailbox under 5.1.1.
+	Orange = Dialect{
+		Name:        "orange",
+		UnknownUser: Reply{Code: 550, Enhanced: "5.1.1", Text: "Adresse d au moins un destinataire invalide. Invalid recipient. OFR_416 [416]"},
+		Full:        Reply{Code: 552, Enhanced: "5.1.1", Text: "Boite du destinataire pleine. Recipient overquota. OFR_417 [417]"},
+		Refusal:     Reply{Code: 550, Text: "mwinf5c04 ME Adresse IP source bloquee pour incident de spam. Client host blocked for spamming issues. OFR006_102"},
+		Busy:        Reply{Code: 421, Text: "mwinf5c79 ME Trop de connexions, veuillez verifier votre configuration. Too many connections, slow down. OFR005_104 [104]"},
+	}
+
+	// IONOS is 1&1/IONOS, whose refusal of a sender domain without a usable MX begins with the
+	// words of a missing mailbox.
+	IONOS = Dialect{
+		Name:        "ionos",
+		UnknownUser: Reply{Code: 550, Text: "Requested action not taken: mailbox unavailable"},
+		Full:        Reply{Code: 550, Text: "Quota Exceeded"},
+		Refusal:     Reply{Code: 550, Text: "Requested action not taken: mailbox unavailable invalid DNS MX or A/AAAA resource record"},
+	}
+
 	// Postfix is Postfix with its stock recipient checks.
 	Postfix = Dialect{
 		Name:        "postfix",
@@ -103,7 +122,7 @@ var (
 )
 
 // Dialects lists every dialect, for tests that go through all of them.
-var Dialects = []Dialect{Google, Microsoft365, Exim, CPanel, Qmail, Yahoo, PolicyCodeUnknownUser, Gateway, Postfix}
+var Dialects = []Dialect{Google, Microsoft365, Exim, CPanel, Qmail, Yahoo, PolicyCodeUnknownUser, Gateway, Orange, IONOS, Postfix}
 
 // unknownReply is the reply of d to a local part that does not exist.
 func (d *Domain) unknownReply() Reply {

@@ -109,11 +109,12 @@ var rules = []rule{
 }
 
 func readSignals(r Reply) signals {
-	s := signals{code: r.Code, class: r.Code / 100, enhanced: r.Enhanced, sender: SenderRefused(r)}
+	s := signals{code: r.Code, class: r.Code / 100, enhanced: r.Enhanced}
 	if s.class != 4 && s.class != 5 {
 		return s // an acceptance, or no reply class: its words change nothing
 	}
 	text := normalise(r)
+	s.sender = senderRefused(r.Enhanced, text)
 	if s.enhanced == "" {
 		s.enhanced = hashEnhanced(text, s.class)
 	}
@@ -239,7 +240,7 @@ var phrases = []struct {
 	{famFull, "mailbox full"}, {famFull, "mailbox is full"}, {famFull, "out of storage"},
 	{famFull, "storage space"}, {famFull, "over storage quota"}, {famFull, "insufficient disk space"},
 	{famFull, "mailbox size limit"}, {famFull, "recipient storage full"},
-	{famFull, "too many messages on the server"},
+	{famFull, "too many messages on the server"}, {famFull, "overquota"},
 
 	// The recipient receives mail faster than it may: not about the mailbox's existence.
 	{famRate, "receiving mail too quickly"}, {famRate, "receiving mail at a rate"},
@@ -251,6 +252,10 @@ var phrases = []struct {
 	{famUs, "client ip"}, {famUs, "sending ip"}, {famUs, "sender ip"}, {famUs, "banned sending"},
 	{famUs, "your host"}, {famUs, "your server"}, {famUs, "your network"}, {famUs, "mail server ["},
 	{famUs, "reverse dns"}, {famUs, "rdns"}, {famUs, "ptr"}, {famUs, "reverse lookup"},
+	// The prober reached the domain's MX through its DNS records, so a reply that speaks of DNS
+	// records speaks of ours: our sender domain's MX, our host name (1&1/IONOS's "mailbox
+	// unavailable invalid DNS MX or A/AAAA resource record" refuses our sender's domain).
+	{famUs, "dns"},
 	{famUs, "your domain"}, {famUs, "sending domain"}, {famUs, "your account"}, {famUs, "helo"}, {famUs, "ehlo"},
 	{famUs, "blocked using"}, {famUs, "blacklist*"}, {famUs, "black list*"}, {famUs, "blocklist*"},
 	{famUs, "block list*"}, {famUs, "black listed"}, {famUs, "block listed"}, {famUs, "rbl"},

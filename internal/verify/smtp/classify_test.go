@@ -101,6 +101,8 @@ func TestClassifyPrecedence(t *testing.T) {
 		{"sender refused at RCPT (553 5.1.8)", Reply{Code: 553, Enhanced: "5.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Class{Unknown, MeaningSenderRejected}},
 		{"sender refused at RCPT (550 5.1.7)", Reply{Code: 550, Enhanced: "5.1.7", Text: "Bad sender's mailbox address syntax"}, Class{Unknown, MeaningSenderRejected}},
 		{"sender refused at RCPT without enhanced code", Reply{Code: 553, Text: "<ann@x.test>: Sender address rejected: not owned by user"}, Class{Unknown, MeaningSenderRejected}},
+		{"sender words under another enhanced code (Postfix reject_unlisted_sender, 5.1.0)", Reply{Code: 550, Enhanced: "5.1.0", Text: "<ann@x.test>: Sender address rejected: User unknown in local recipient table"}, Class{Unknown, MeaningSenderRejected}},
+		{"DNS records in a refusal are ours: the prober reached the MX through the domain's", Reply{Code: 550, Text: "mailbox unavailable: invalid DNS MX record"}, Class{Unknown, MeaningPolicyBlocked}},
 		{"sender deferred at RCPT (450 4.1.8)", Reply{Code: 450, Enhanced: "4.1.8", Text: "<ann@x.test>: Sender address rejected: Domain not found"}, Class{Unknown, MeaningTemporary}},
 		{"a relay table is no relay refusal", Reply{Code: 550, Enhanced: "5.1.1", Text: "<ann@x.test>: Recipient address rejected: User unknown in relay recipient table"}, Class{Undeliverable, MeaningMailboxUnknown}},
 		{"'recipient' holds no 'ip address'", Reply{Code: 550, Text: "User unknown: recip address"}, Class{Undeliverable, MeaningMailboxUnknown}},

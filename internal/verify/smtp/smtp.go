@@ -644,20 +644,24 @@ func probeLocal(domain string) string {
 
 // SenderRefused reports a reply to RCPT that refuses our envelope sender, not the recipient:
 // enhanced code X.1.7 (bad sender's mailbox address) or X.1.8 (bad sender's system address) of
-// RFC 3463, or Postfix's "Sender address rejected" without an enhanced code. Postfix checks the
-// sender at RCPT time by default (smtpd_delay_reject), so a 553 5.1.8 there says nothing about the
-// mailbox, and would say the same of every address of the server.
+// RFC 3463, or words that name the sender's refusal whatever the enhanced code: Postfix's "Sender
+// address rejected" (which it sends under 5.1.0, 5.7.1, 5.7.27 as well) and Exim's "Sender verify
+// failed". Postfix checks the sender at RCPT time by default (smtpd_delay_reject), so a 553 5.1.8
+// there says nothing about the mailbox, and would say the same of every address of the server.
 func SenderRefused(r Reply) bool {
 	if r.Code/100 != 4 && r.Code/100 != 5 {
 		return false
 	}
-	switch r.Enhanced[min(len(r.Enhanced), 1):] {
+	return senderRefused(r.Enhanced, strings.ToLower(r.Text))
+}
+
+// senderRefused is SenderRefused on a reply's enhanced code and its lower-cased text.
+func senderRefused(enhanced, lower string) bool {
+	switch enhanced[min(len(enhanced), 1):] {
 	case ".1.7", ".1.8":
 		return true
-	case "":
-		return strings.Contains(strings.ToLower(r.Text), "sender address rejected")
 	}
-	return false
+	return strings.Contains(lower, "sender address rejected") || strings.Contains(lower, "sender verify failed")
 }
 
 // parseEnhanced splits "5.1.1 text" into the enhanced code and the rest, when the code's class
