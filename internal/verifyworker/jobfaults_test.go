@@ -87,14 +87,19 @@ func jobsSettled(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 // a chunk (TestListPoisonChunkFailsTheListOnce).
 func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 	t.Parallel()
+	const maxFailures = 3
 	for _, tc := range []struct {
 		name   string
 		broken func(*verdict.Result)
+		probes int    // attempts before the job fails
+		class  string // the job's error class
 	}{
 		// jsonb refuses \u0000: Postgres refuses the job's result on every attempt.
-		{"unstorable", func(r *verdict.Result) { host := "mx\x00.example"; r.MXHost = &host }},
+		{"unstorable", func(r *verdict.Result) { host := "mx\x00.example"; r.MXHost = &host }, maxFailures, job.ErrorRepeatedFailure},
 		// encoding/json refuses NaN: the callback body cannot be made.
-		{"unencodable", func(r *verdict.Result) { r.Confidence = math.NaN() }},
+		{"unencodable", func(r *verdict.Result) { r.Confidence = math.NaN() }, maxFailures, job.ErrorRepeatedFailure},
+		// The engine panics: verification itself failed, and the job fails at its first attempt.
+		{"verification fails", func(*verdict.Result) { panic("the engine cannot handle it") }, 1, "errors.errorString"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -103,7 +108,6 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			defer cancel()
 			id := heldJob(t, ctx, pool, js, acct, "ann@example.com")
 			pipe := &brokenPipeline{broken: tc.broken}
-			const maxFailures = 3
 			r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
 			r.SweepEvery, r.SweepAge = time.Hour, time.Hour
 			r.MaxFailures, r.FailureRetry, r.OutageRetry = maxFailures, 20*time.Millisecond, 20*time.Millisecond
@@ -122,7 +126,7 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("job still %s after %d probes, want failed after %d", j.State, pipe.calls.Load(), maxFailures)
+					t.Fatalf("job still %s after %d probes, want failed after %d", j.State, pipe.calls.Load(), tc.probes)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -131,8 +135,8 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			if j.State != job.Failed {
 				t.Fatalf("job %s, want failed", j.State)
 			}
-			if n := pipe.calls.Load(); n != maxFailures {
-				t.Errorf("probed %d times, want %d", n, maxFailures)
+			if n := pipe.calls.Load(); n != int64(tc.probes) {
+				t.Errorf("probed %d times, want %d", n, tc.probes)
 			}
 			var body map[string]any
 			pgtest.Must(t, json.Unmarshal(j.Result, &body), "result")
@@ -153,8 +157,8 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			}
 			var class *string
 			pgtest.Must(t, pool.QueryRow(ctx, `SELECT error_class FROM jobs WHERE id = $1`, id).Scan(&class), "error class")
-			if class == nil || *class != job.ErrorRepeatedFailure {
-				t.Errorf("error class %v, want %q", class, job.ErrorRepeatedFailure)
+			if class == nil || *class != tc.class {
+				t.Errorf("error class %v, want %q", class, tc.class)
 			}
 		})
 	}
