@@ -22,9 +22,9 @@ type State string
 
 // The states of a job. A job is Pending from its creation until a runner takes it, Processing
 // while a runner verifies it (a runner that dies leaves it Processing, and the redelivered message
-// takes it again), and then Completed, or Failed when verification itself failed. A job whose
-// probe was greylisted is Retrying until its re-probe at NextAttemptAt, when the redelivered
-// message takes it again.
+// takes it again), and then Completed, or Failed when verification itself failed or its attempts
+// kept failing (Fail). A job whose probe was greylisted is Retrying until its re-probe at
+// NextAttemptAt, when the redelivered message takes it again.
 const (
 	Pending    State = "pending"
 	Processing State = "processing"
@@ -32,6 +32,11 @@ const (
 	Completed  State = "completed"
 	Failed     State = "failed"
 )
+
+// ErrorRepeatedFailure is the error class of a job failed because its attempts kept failing for
+// a reason that is not an outage (Fail; docs/reliability.md, "Asynchronous jobs that keep
+// failing"). The cause of each failure is in the runner's log, never in the job.
+const ErrorRepeatedFailure = "repeated_failure"
 
 // ErrNotFound: no job with that id (for that account).
 var ErrNotFound = errors.New("job not found")
@@ -216,12 +221,73 @@ func Finish(ctx context.Context, db database.DB, id uuid.UUID, state State, body
 	if state != Completed && state != Failed {
 		return false, fmt.Errorf("finish job %s: %q is not a final state", id, state)
 	}
+	return finish(ctx, db, id, state, body, errClass, Processing)
+}
+
+// Fail moves an unfinished job (Pending, Processing or Retrying) to Failed with its callback body
+// and errClass: the runner gives it up after its attempts kept failing, whatever step they failed
+// at, so the job may not have reached Processing. done is false when it was finished already.
+// Like Finish, it erases the webhook secret and may run in the transaction of the job's delivery.
+func Fail(ctx context.Context, db database.DB, id uuid.UUID, body []byte, errClass string) (done bool, err error) {
+	return finish(ctx, db, id, Failed, body, errClass, unfinishedStates...)
+}
+
+// unfinishedStates are the states a job is in until it ends.
+var unfinishedStates = []State{Pending, Processing, Retrying}
+
+// names are states as the text array a statement takes.
+func names(states []State) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// finish moves job id, when it is in one of the states from, to state.
+func finish(ctx context.Context, db database.DB, id uuid.UUID, state State, body []byte, errClass string, from ...State) (bool, error) {
 	tag, err := db.Exec(ctx, `UPDATE jobs SET state = $2, result = $3, error_class = nullif($4, ''),
-		webhook_secret = NULL, updated_at = now(), completed_at = now() WHERE id = $1 AND state = $5`, id, state, body, errClass, Processing)
+		webhook_secret = NULL, next_attempt_at = NULL, updated_at = now(), completed_at = now()
+		WHERE id = $1 AND state = ANY($5)`, id, state, body, errClass, names(from))
 	if err != nil {
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// CountFailure counts one more failed attempt of an unfinished job, one that failed for a reason
+// that is not an outage, and returns how many it has had. ErrNotFound: the job is finished or
+// gone, and there is nothing left to try.
+func CountFailure(ctx context.Context, db database.DB, id uuid.UUID) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `UPDATE jobs SET failures = failures + 1, updated_at = now()
+		WHERE id = $1 AND state = ANY($2) RETURNING failures`, id, names(unfinishedStates)).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrNotFound
+	}
+	return n, err
+}
+
+// Unfinished locks and returns an unfinished job for the transaction db that ends it (Fail). It
+// reads only what ending the job needs — whose it is, its address and where its callback goes —
+// so that a job whose other columns cannot be read can still be failed. ErrNotFound: the job is
+// finished or gone.
+func Unfinished(ctx context.Context, db database.DB, id uuid.UUID) (Job, error) {
+	var j Job
+	var secret *string
+	err := db.QueryRow(ctx, `SELECT id, account_id, key_id, email, webhook_url, webhook_secret, state FROM jobs
+		WHERE id = $1 AND state = ANY($2) FOR UPDATE`, id, names(unfinishedStates)).
+		Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	if secret != nil {
+		j.WebhookSecret = *secret
+	}
+	return j, nil
 }
 
 // StaleJob is a job the sweep takes as lost: nobody is working on it and no queue message is

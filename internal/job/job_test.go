@@ -199,3 +199,60 @@ func setup(t *testing.T) (*pgxpool.Pool, account.Account, *job.Store) {
 	pgtest.Must(t, err, "create account")
 	return pool, acct, job.NewStore(pool)
 }
+
+// A job's failed attempts are counted while it is unfinished, whatever state it is in, and Fail
+// ends it from any of them, once, erasing its secret; a finished job counts nothing and is not
+// failed again.
+func TestJobFailuresAndFail(t *testing.T) {
+	t.Parallel()
+	pool, acct, jobs := setup(t)
+	ctx := context.Background()
+	id, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "ann@example.com", WebhookURL: "https://hooks.example.com/x", WebhookSecret: "sealed"})
+	pgtest.Must(t, err, "create job")
+	if n, err := job.CountFailure(ctx, pool, id); err != nil || n != 1 {
+		t.Fatalf("first failure of a pending job: %d, %v; want 1", n, err)
+	}
+	_, err = jobs.Start(ctx, id)
+	pgtest.Must(t, err, "start job")
+	if n, err := job.CountFailure(ctx, pool, id); err != nil || n != 2 {
+		t.Fatalf("second failure, processing: %d, %v; want 2", n, err)
+	}
+	u, err := job.Unfinished(ctx, pool, id)
+	if err != nil || u.Email != "ann@example.com" || u.WebhookURL != "https://hooks.example.com/x" || u.WebhookSecret != "sealed" || u.AccountID.String() != acct.ID {
+		t.Fatalf("unfinished job: %+v, %v", u, err)
+	}
+
+	if done, err := job.Fail(ctx, pool, id, []byte(`{"error":"internal"}`), job.ErrorRepeatedFailure); err != nil || !done {
+		t.Fatalf("fail: %v, %v; want done", done, err)
+	}
+	j, err := jobs.Get(ctx, id, acct.ID)
+	pgtest.Must(t, err, "get job")
+	if j.State != job.Failed || j.CompletedAt == nil || j.WebhookSecret != "" || string(j.Result) != `{"error": "internal"}` {
+		t.Errorf("failed job: state %s, completed %v, secret kept %v, result %s", j.State, j.CompletedAt, j.WebhookSecret != "", j.Result)
+	}
+	if done, err := job.Fail(ctx, pool, id, []byte(`{}`), job.ErrorRepeatedFailure); err != nil || done {
+		t.Errorf("second fail: %v, %v; want not done", done, err)
+	}
+	if _, err := job.CountFailure(ctx, pool, id); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("failure of a finished job: %v, want ErrNotFound", err)
+	}
+	if _, err := job.Unfinished(ctx, pool, id); !errors.Is(err, job.ErrNotFound) {
+		t.Errorf("unfinished read of a finished job: %v, want ErrNotFound", err)
+	}
+
+	// A retrying job (waiting for a greylisting re-probe) is failed too.
+	id2, err := jobs.Create(ctx, job.New{AccountID: acct.ID, Email: "bob@example.com", WebhookURL: "https://hooks.example.com/x"})
+	pgtest.Must(t, err, "create job")
+	_, err = jobs.Start(ctx, id2)
+	pgtest.Must(t, err, "start job")
+	_, err = job.Retry(ctx, pool, id2, time.Now().Add(time.Hour))
+	pgtest.Must(t, err, "retry job")
+	if done, err := job.Fail(ctx, pool, id2, []byte(`{}`), job.ErrorRepeatedFailure); err != nil || !done {
+		t.Fatalf("fail of a retrying job: %v, %v; want done", done, err)
+	}
+	j, err = jobs.Get(ctx, id2, acct.ID)
+	pgtest.Must(t, err, "get job")
+	if j.State != job.Failed || j.NextAttemptAt != nil {
+		t.Errorf("failed retrying job: state %s, next attempt %v", j.State, j.NextAttemptAt)
+	}
+}

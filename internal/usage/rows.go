@@ -42,10 +42,11 @@ func ResultRow(it Item, r verdict.Result, snapshot []byte) Row {
 }
 
 // FailedRow is the usage-log row of an email whose verification itself failed (errClass names
-// the failure): a quota unit, never billable.
+// the failure): the customer got no result, so it is neither billable nor a quota unit
+// (docs/api.md, "Metering").
 func FailedRow(it Item, r verdict.Result, snapshot []byte, errClass string) Row {
 	row := ResultRow(it, r, snapshot)
-	row.Billable, row.ErrorClass = false, errClass
+	row.Billable, row.QuotaUnit, row.ErrorClass = false, false, errClass
 	return row
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -60,6 +61,15 @@ type JobRunner struct {
 	GreylistWindow, GreylistDelay time.Duration
 	// GreylistRetries caps the re-probes of one job.
 	GreylistRetries int
+	// MaxFailures is how many attempts of one job may fail, for a reason that is not an outage,
+	// before the job is failed (docs/reliability.md, "Asynchronous jobs that keep failing").
+	// FailureRetry is the wait before the attempt after the first failure; it doubles with each
+	// further one.
+	MaxFailures  int
+	FailureRetry time.Duration
+	// OutageRetry is how long a job that met an outage (Postgres unreachable, NATS unavailable)
+	// waits before it is tried again. Such a try does not count toward MaxFailures.
+	OutageRetry time.Duration
 
 	once sync.Once
 	cons *queue.Consumer
@@ -69,7 +79,8 @@ type JobRunner struct {
 func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log *slog.Logger) *JobRunner {
 	return &JobRunner{pool: pool, jobs: job.NewStore(pool), js: js, pipe: pipe, log: log,
 		Concurrency: 64, AckWait: 30 * time.Second, WriteBudget: 10 * time.Second, SweepEvery: 15 * time.Second, SweepAge: 30 * time.Second,
-		GreylistWindow: 15 * time.Minute, GreylistDelay: time.Minute, GreylistRetries: 5}
+		GreylistWindow: 15 * time.Minute, GreylistDelay: time.Minute, GreylistRetries: 5,
+		MaxFailures: 5, FailureRetry: 2 * time.Second, OutageRetry: time.Second}
 }
 
 // Run consumes jobs until ctx ends, then waits for the jobs in flight. The consumer heals by
@@ -77,11 +88,16 @@ func NewJobRunner(pool *pgxpool.Pool, js jetstream.JetStream, pipe Pipeline, log
 func (j *JobRunner) Run(ctx context.Context) error {
 	return consumeConcurrently(ctx, j.consumer(), j.Concurrency, j.AckWait, j.SweepEvery, j.sweep, func(msg jetstream.Msg) {
 		j.Lag.Took(queuelag.ConsumerJobs, msg)
-		later, err := j.handle(msg)
+		var m queue.JobMessage
+		if err := json.Unmarshal(msg.Data(), &m); err != nil {
+			j.log.Warn("bad job message", "err", err)
+			_ = msg.Ack() // poison: acking drops it; nothing can ever parse it
+			return
+		}
+		later, err := j.handle(m.JobID)
 		switch {
 		case err != nil:
-			j.log.Error("job", "err", err)
-			_ = msg.NakWithDelay(time.Second)
+			j.failed(msg, m.JobID, err)
 		case later > 0:
 			// A re-probe: the message comes back after the delay. Until then it counts
 			// against the consumer's MaxAckPending, which leaves room for such waits
@@ -200,16 +216,11 @@ type callback struct {
 	Error string `json:"error,omitempty"`
 }
 
-// handle runs one job message. later > 0 asks for the message again after that long: the job
-// waits for a re-probe (Retrying), or was redelivered before its re-probe was due.
-func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
-	var m queue.JobMessage
-	if err := json.Unmarshal(msg.Data(), &m); err != nil {
-		j.log.Warn("bad job message", "err", err)
-		return 0, nil // poison: acking drops it; nothing can ever parse it
-	}
+// handle runs one attempt of job id. later > 0 asks for the message again after that long: the
+// job waits for a re-probe (Retrying), or was redelivered before its re-probe was due.
+func (j *JobRunner) handle(id uuid.UUID) (later time.Duration, err error) {
 	sctx, cancel := context.WithTimeout(context.Background(), j.WriteBudget)
-	jb, err := j.jobs.Start(sctx, m.JobID)
+	jb, err := j.jobs.Start(sctx, id)
 	cancel()
 	var notDue *job.NotDueError
 	switch {
@@ -246,10 +257,7 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 	state, errClass := job.Completed, ""
 	if verr != nil {
 		j.log.Error("job verification failed", "job_id", jb.ID, "err", verr)
-		cb.Result = verdict.Result{Email: jb.Email}
-		cb.Result.Apply(verdict.OutcomeUnknown)
-		cb.Confidence = 0
-		cb.Error = "internal"
+		cb = failedCallback(jb)
 		state, errClass = job.Failed, errorType(verr)
 	}
 	body, err := json.Marshal(cb)
@@ -292,6 +300,106 @@ func (j *JobRunner) handle(msg jetstream.Msg) (later time.Duration, err error) {
 		j.log.Warn("publish delivery", "delivery_id", deliveryID, "err", err)
 	}
 	return 0, nil
+}
+
+// failedCallback is the callback body of a job whose verification itself failed: the address as
+// sent and an unknown result with error "internal", nothing of the cause (docs/api.md, "The
+// callback request").
+func failedCallback(jb job.Job) callback {
+	cb := callback{Result: verdict.Result{Email: jb.Email}, JobID: jb.ID.String(), Error: "internal"}
+	cb.Result.Apply(verdict.OutcomeUnknown)
+	cb.Confidence = 0
+	return cb
+}
+
+// failed answers an attempt of job id that ended in err. An outage (Postgres unreachable, NATS
+// unavailable) is tried again after OutageRetry for as long as it lasts, uncounted. Any other
+// failure is counted on the job, in Postgres, so that the count holds across redeliveries,
+// runners and restarts, and the job is tried again after FailureRetry, doubled per failure;
+// the MaxFailures-th fails the job (giveUp). JetStream's delivery count cannot be the limit: it
+// also counts the deliveries of outages and of greylisting re-probes. The message is dropped only
+// once the job is recorded as failed; until then it keeps coming back.
+func (j *JobRunner) failed(msg jetstream.Msg, id uuid.UUID, err error) {
+	if outage(err) {
+		j.log.Warn("job: dependency unavailable; trying again", "job_id", id, "err", err)
+		_ = msg.NakWithDelay(j.OutageRetry)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), j.WriteBudget)
+	defer cancel()
+	n, cerr := job.CountFailure(ctx, j.pool, id)
+	switch {
+	case errors.Is(cerr, job.ErrNotFound):
+		_ = msg.Ack() // finished meanwhile, or deleted: nothing left to try
+	case cerr != nil:
+		j.log.Error("job attempt failed, and so did counting it", "job_id", id, "err", err, "count_err", cerr)
+		_ = msg.NakWithDelay(j.OutageRetry)
+	case n >= j.MaxFailures:
+		// The operators' log keeps the cause (a database error, an encoding error); the
+		// customer's job says only that verification failed (giveUp).
+		j.log.Error("job failed too often; failing it", "job_id", id, "failures", n, "err", err)
+		if gerr := j.giveUp(id); gerr != nil {
+			j.log.Error("fail job", "job_id", id, "err", gerr)
+			_ = msg.NakWithDelay(j.OutageRetry) // comes back, and fails the job then
+			return
+		}
+		_ = msg.Term()
+	default:
+		j.log.Warn("job attempt failed; trying again", "job_id", id, "failures", n, "err", err)
+		_ = msg.NakWithDelay(j.failureDelay(n))
+	}
+}
+
+// failureDelay is the wait after a job's n-th failure: FailureRetry doubled for each failure
+// before it, but at most AckWait. The count updates the job, so a wait below AckWait keeps it
+// far from the sweep's age for processing jobs (StuckAckWaits × AckWait).
+func (j *JobRunner) failureDelay(n int) time.Duration {
+	return min(max(j.FailureRetry, time.Millisecond)<<min(max(n-1, 0), 16), j.AckWait)
+}
+
+// giveUp fails job id after its attempts kept failing, as a job whose verification failed ends:
+// its callback body says error "internal", its delivery is created and published, and its hold is
+// released with nothing billed and no quota unit counted — the customer got no result (docs/api.md,
+// "Metering"). It writes as little as it can, so that the write that kept failing is not among
+// its own: no result of the engine, and no usage row. The job's error class is
+// job.ErrorRepeatedFailure.
+func (j *JobRunner) giveUp(id uuid.UUID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), j.WriteBudget)
+	defer cancel()
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	jb, err := job.Unfinished(ctx, tx, id)
+	if errors.Is(err, job.ErrNotFound) {
+		return nil // finished meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(failedCallback(jb))
+	if err != nil {
+		return err
+	}
+	if done, err := job.Fail(ctx, tx, id, body, job.ErrorRepeatedFailure); err != nil || !done {
+		return err
+	}
+	if err := usage.Bill(ctx, tx, id, nil, true); err != nil {
+		return err
+	}
+	deliveryID, err := webhook.CreateDelivery(ctx, tx, jb.ID, jb.AccountID, jb.WebhookURL, jb.WebhookSecret, body)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	// As for a finished job: a delivery left unpublished is published by the outbox sweep.
+	if err := webhook.Publish(ctx, j.js, j.Layout, deliveryID); err != nil {
+		j.log.Warn("publish delivery", "delivery_id", deliveryID, "err", err)
+	}
+	return nil
 }
 
 // reprobe decides whether a job greylisted now gets another probe, and after how long: the delay
