@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -307,5 +308,40 @@ func TestRequestRacingItsAccountsDeletionIsRefusedAsRevoked(t *testing.T) {
 		(SELECT count(*) FROM lists WHERE account_id = $1)`, a.ID).Scan(&stored))
 	if stored != 0 {
 		t.Errorf("%d jobs or lists stored", stored)
+	}
+}
+
+// A HEAD of the export answers its status and headers without building the document: it reads
+// none of the account's data (a table the export reads, locked by another transaction, does not
+// hold it up) and writes no account_exported event, since nothing was exported.
+func TestAccountExportHeadBuildsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Builder, "")
+	ctx := context.Background()
+	lock, err := b.pool.Begin(ctx)
+	mustOK(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	_, err = lock.Exec(ctx, `LOCK TABLE usage_log IN ACCESS EXCLUSIVE MODE`)
+	mustOK(t, err)
+
+	ts := httptest.NewServer(b.srv.Handler())
+	t.Cleanup(ts.Close)
+	req, _ := http.NewRequest(http.MethodHead, ts.URL+"/v1/management/account/export", nil)
+	req.Header.Set("Authorization", "Bearer "+mgmt)
+	client := ts.Client()
+	client.Timeout = 3 * time.Second
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("HEAD of the export while usage_log is locked: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" ||
+		resp.Header.Get("Content-Disposition") != `attachment; filename="mailvet-export.json"` {
+		t.Errorf("HEAD of the export: %d %v", resp.StatusCode, resp.Header)
+	}
+	mustOK(t, lock.Rollback(ctx))
+	if events := b.auditEvents(mgmt, "50"); len(events) != 0 {
+		t.Errorf("events after a HEAD of the export: %v, want none", events)
 	}
 }
