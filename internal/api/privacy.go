@@ -2,13 +2,13 @@ package api
 
 import (
 	"errors"
-	"github.com/mailvet/mailvet/internal/audit"
 	"net/http"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/redact"
@@ -140,7 +140,8 @@ func (s *Server) deleteHistory(c echo.Context) error {
 	case !strings.Contains(email, "@"):
 		return InvalidRequest("Query parameter email must be an email address (it has no @).")
 	}
-	d, err := privacy.DeleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email)
+	d, err := privacy.DeleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email,
+		s.auditEvent(c, audit.HistoryDeleted, ""))
 	if err != nil {
 		return datastoreError(err)
 	}

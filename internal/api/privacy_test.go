@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
@@ -167,6 +168,20 @@ func TestDeleteHistoryThroughTheAPI(t *testing.T) {
 	}
 	if hits := privacytest.Find(t, b.pool, "ann@acme.test"); len(hits) > 0 {
 		t.Errorf("ann@acme.test is still stored in %v", hits)
+	}
+	// The deletion is in the audit log by the standard key, with its counts and never the address
+	// (privacytest.Find above looked in audit_events too); asking again finds nothing to delete
+	// and writes nothing.
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", key, nil).want(t, 200, "")
+	var deletions []map[string]any
+	for _, e := range b.auditEvents(b.provisioningKey(acct), "50") {
+		if e["kind"] == "history_deleted" {
+			deletions = append(deletions, e)
+		}
+	}
+	if len(deletions) != 1 || deletions[0]["actor_type"] != "api_key" || deletions[0]["actor"] != auth.Mask(key) ||
+		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0)" {
+		t.Errorf("history_deleted events: %v, want one by %s with the counts", deletions, auth.Mask(key))
 	}
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot->>'email' = 'bob@acme.test'`, acct); n != 1 {
 		t.Errorf("bob's result: %d rows; want it kept", n)

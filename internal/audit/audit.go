@@ -56,11 +56,12 @@ const (
 	EmailConfirmed   Kind = "email_confirmed"   // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
 	AccountExported  Kind = "account_exported"  // the account's data export was downloaded (API or dashboard)
 	DeliveryReplayed Kind = "delivery_replayed" // a failed webhook delivery was sent again (API or dashboard)
+	HistoryDeleted   Kind = "history_deleted"   // one address's stored results were deleted (DELETE /v1/email/history)
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported, DeliveryReplayed}
+	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported, DeliveryReplayed, HistoryDeleted}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

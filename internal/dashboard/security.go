@@ -103,6 +103,7 @@ var kindText = map[audit.Kind]string{
 	audit.EmailConfirmed:   "Email confirmed",
 	audit.AccountExported:  "Data exported",
 	audit.DeliveryReplayed: "Delivery replayed",
+	audit.HistoryDeleted:   "Address history deleted",
 }
 
 // securityPageSize is how many events a page shows.
