@@ -76,3 +76,43 @@ func TestProvisioningKeyAndSpendCapBounds(t *testing.T) {
 		}
 	}
 }
+
+// ReplaceProvisioningKeyOnce keeps one active provisioning key: with none it creates one, with
+// one it revokes it and creates the next, and concurrent replacements take turns on the account
+// row rather than meet the one-key index; a form token replaces once.
+func TestReplaceProvisioningKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := NewStore(pgtest.New(t))
+	a, err := s.Create(ctx, NewAccount{Tier: plan.Builder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, first, err := s.ReplaceProvisioningKeyOnce(ctx, a.ID, "")
+	if err != nil || old != nil {
+		t.Fatalf("replacing none: %v %v", old, err)
+	}
+	old, second, err := s.ReplaceProvisioningKeyOnce(ctx, a.ID, "tok-1")
+	if err != nil || old == nil || old.ID != first.ID || second.ID == first.ID {
+		t.Fatalf("replacing %s: revoked %v, created %s, %v", first.ID, old, second.ID, err)
+	}
+	var dup *KeyCreatedError
+	if _, _, err := s.ReplaceProvisioningKeyOnce(ctx, a.ID, "tok-1"); !errors.As(err, &dup) || dup.Key.ID != second.ID {
+		t.Fatalf("the same form again: %v, want a *KeyCreatedError naming %s", err, second.ID)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, _, err := s.ReplaceProvisioningKeyOnce(ctx, a.ID, "")
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent replacement: %v", err)
+		}
+	}
+	if k, err := s.ProvisioningKey(ctx, a.ID); err != nil || k == nil {
+		t.Fatalf("after the replacements: %v %v", k, err)
+	}
+}

@@ -280,6 +280,58 @@ func (s *Store) CreateProvisioningKeyOnce(ctx context.Context, accountID, formTo
 	return out, err
 }
 
+// ReplaceProvisioningKeyOnce revokes the account's active provisioning key, if any, and creates
+// its successor, in one step: an account has at most one active provisioning key (docs/api.md,
+// "Authentication"), so this is how it is rotated without the two-step revoke-then-create, in
+// which a create that fails after the revocation leaves the account with none. It returns the
+// key revoked (nil when there was none) and the key created. Run it on a transaction (NewStore)
+// that also writes both audit events, so that a failure leaves the old key working. formToken
+// works as for CreateProvisioningKeyOnce: a form sent twice replaces once and fails with a
+// *KeyCreatedError. The account row is locked, so concurrent replacements take turns.
+func (s *Store) ReplaceProvisioningKeyOnce(ctx context.Context, accountID, formToken string) (*Key, CreatedKey, error) {
+	if uuid.Validate(accountID) != nil {
+		return nil, CreatedKey{}, ErrNotFound
+	}
+	var (
+		old *Key
+		out CreatedKey
+	)
+	err := s.inTx(ctx, "replace provisioning key", func(tx pgx.Tx) error {
+		var unconfirmed bool
+		err := tx.QueryRow(ctx, `SELECT email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&unconfirmed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return datastore("lock account", err)
+		}
+		if unconfirmed {
+			return ErrEmailUnconfirmed
+		}
+		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
+			return err
+		}
+		var k Key
+		err = tx.QueryRow(ctx, `
+			UPDATE api_keys SET revoked_at = now()
+			WHERE account_id = $1 AND kind = 'provisioning' AND revoked_at IS NULL
+			RETURNING id, kind, mode, label, prefix, created_at`, accountID).
+			Scan(&k.ID, &k.Kind, &k.Mode, &k.Label, &k.Prefix, &k.CreatedAt)
+		switch {
+		case err == nil:
+			old = &k
+		case !errors.Is(err, pgx.ErrNoRows):
+			return datastore("revoke provisioning key", err)
+		}
+		out, err = insertKey(ctx, tx, accountID, auth.KindProvisioning, auth.ModeLive, "provisioning", formToken)
+		return err
+	})
+	if err != nil {
+		return nil, CreatedKey{}, err
+	}
+	return old, out, nil
+}
+
 // RevokeProvisioningKey revokes the account's active provisioning key and reports how many keys
 // it revoked (0 or 1).
 func (s *Store) RevokeProvisioningKey(ctx context.Context, accountID string) (int, error) {

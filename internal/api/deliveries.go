@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
 
@@ -90,7 +91,7 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	if err != nil {
 		return webhook.ErrDeliveryNotFound
 	}
-	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, s.layout, acct, id)
+	replay, err := webhook.Replay(c.Request().Context(), s.pool, s.js, s.layout, acct, id, s.auditEvent(c, audit.DeliveryReplayed, ""))
 	if err != nil && replay != uuid.Nil {
 		// The replay is committed and only its publish failed: the webhook workers' outbox sweep
 		// sends it (webhook.Replay), so the request succeeded. A 500 here would make the client

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
@@ -142,5 +143,49 @@ func TestDeliveriesOfAnExpiredListAreGone(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM deliveries WHERE replay_of IN ($1, $2)`, ofGone, replayOfGone); n != 1 {
 		t.Errorf("%d replays of the expired list's deliveries, want the one stored before it expired", n)
+	}
+}
+
+// A replay sends the account's data to a URL again: each one made, with the management API or
+// on the dashboard, writes delivery_replayed naming who asked, the delivery and the URL, so that
+// a replay made with a stolen provisioning key shows in the audit log. A repeated request that
+// gets the replay already made sends nothing new and writes nothing.
+func TestDeliveryReplaysAreAudited(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	d, acct := newDashboardClient(t, b, "ann@example.com")
+	pgtest.Exec(t, b.pool, `UPDATE accounts SET tier = 'builder' WHERE id = $1`, acct)
+	mgmt := b.provisioningKey(acct)
+	job, viaAPI, viaDashboard := newUUID(), newUUID(), newUUID()
+	pgtest.Exec(t, b.pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state) VALUES ($1, $2, 'a@acme.test', 'https://hooks.example.com/x', 'completed')`, job, acct)
+	for _, id := range []string{viaAPI, viaDashboard} {
+		pgtest.Exec(t, b.pool, `INSERT INTO deliveries (id, job_id, account_id, url, body, state, attempts) VALUES ($1, $2, $3, 'https://hooks.example.com/x', '{}', 'failed', 3)`,
+			id, job, acct)
+	}
+	for range 2 {
+		b.call(http.MethodPost, "/v1/management/deliveries/"+viaAPI+"/retry", mgmt, nil).want(t, http.StatusAccepted, "")
+	}
+	resp, body := d.post("/dashboard/deliveries/"+viaDashboard+"/retry", url.Values{"csrf": {d.csrf("/dashboard/deliveries")}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("dashboard retry: %d\n%.400s", resp.StatusCode, body)
+	}
+
+	var replays []map[string]any
+	for _, e := range b.auditEvents(mgmt, "50") {
+		if e["kind"] == "delivery_replayed" {
+			replays = append(replays, e)
+		}
+	}
+	if len(replays) != 2 {
+		t.Fatalf("%d delivery_replayed events, want one per replay made: %v", len(replays), replays)
+	}
+	byDashboard, byKey := replays[0], replays[1]
+	if byKey["actor_type"] != "api_key" || byKey["actor"] != auth.Mask(mgmt) || byKey["outcome"] != "success" || byKey["client_ip"] != "192.0.2.1" ||
+		byKey["detail"] != "delivery "+viaAPI+" replayed to https://hooks.example.com/x" {
+		t.Errorf("the API's replay: %v", byKey)
+	}
+	if byDashboard["actor_type"] != "dashboard_user" || byDashboard["actor"] != "ann@example.com" ||
+		byDashboard["detail"] != "delivery "+viaDashboard+" replayed to https://hooks.example.com/x" {
+		t.Errorf("the dashboard's replay: %v", byDashboard)
 	}
 }

@@ -2,13 +2,13 @@ package api
 
 import (
 	"errors"
-	"github.com/mailvet/mailvet/internal/audit"
 	"net/http"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/redact"
@@ -57,15 +57,19 @@ func (s *Server) deleteAccount(c echo.Context) error {
 // change: a failure after it cuts the connection, and the client sees a truncated body.
 func (s *Server) exportAccount(c echo.Context) error {
 	p := principalOf(c)
-	if c.Request().Method != http.MethodHead {
-		// Everything the account holds leaves in one answer: it is never sent without its event,
-		// so that an export made with a stolen provisioning key shows in the audit log
-		// (docs/security.md, "Audit log").
-		if err := audit.Record(c.Request().Context(), s.pool, s.auditEvent(c, audit.AccountExported, "account data exported")); err != nil {
-			return datastoreError(err)
-		}
-	}
 	w := &lazyJSON{c: c}
+	if c.Request().Method == http.MethodHead {
+		// The status and headers are the answer (docs/api.md, "Conventions"): the export would be
+		// read from every table of the account only to be dropped, and no export happened to audit.
+		w.start()
+		return nil
+	}
+	// Everything the account holds leaves in one answer: it is never sent without its event, so
+	// that an export made with a stolen provisioning key shows in the audit log
+	// (docs/security.md, "Audit log").
+	if err := audit.Record(c.Request().Context(), s.pool, s.auditEvent(c, audit.AccountExported, "account data exported")); err != nil {
+		return datastoreError(err)
+	}
 	err := privacy.Export(c.Request().Context(), s.pool, p.AccountID, w)
 	if err != nil && !w.started {
 		if errors.Is(err, privacy.ErrNotFound) {
@@ -90,13 +94,18 @@ type lazyJSON struct {
 
 func (w *lazyJSON) Write(b []byte) (int, error) {
 	if !w.started {
-		w.started = true
-		h := w.c.Response().Header()
-		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
-		h.Set(echo.HeaderContentDisposition, `attachment; filename="mailvet-export.json"`)
-		w.c.Response().WriteHeader(http.StatusOK)
+		w.start()
 	}
 	return w.c.Response().Write(b)
+}
+
+// start sends the 200 and the export's headers.
+func (w *lazyJSON) start() {
+	w.started = true
+	h := w.c.Response().Header()
+	h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	h.Set(echo.HeaderContentDisposition, `attachment; filename="mailvet-export.json"`)
+	w.c.Response().WriteHeader(http.StatusOK)
 }
 
 // maxHistoryEmail bounds the email parameter: an address is at most 254 bytes.
@@ -131,7 +140,8 @@ func (s *Server) deleteHistory(c echo.Context) error {
 	case !strings.Contains(email, "@"):
 		return InvalidRequest("Query parameter email must be an email address (it has no @).")
 	}
-	d, err := privacy.DeleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email)
+	d, err := privacy.DeleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email,
+		s.auditEvent(c, audit.HistoryDeleted, ""))
 	if err != nil {
 		return datastoreError(err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
@@ -167,6 +169,20 @@ func TestDeleteHistoryThroughTheAPI(t *testing.T) {
 	if hits := privacytest.Find(t, b.pool, "ann@acme.test"); len(hits) > 0 {
 		t.Errorf("ann@acme.test is still stored in %v", hits)
 	}
+	// The deletion is in the audit log by the standard key, with its counts and never the address
+	// (privacytest.Find above looked in audit_events too); asking again finds nothing to delete
+	// and writes nothing.
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", key, nil).want(t, 200, "")
+	var deletions []map[string]any
+	for _, e := range b.auditEvents(b.provisioningKey(acct), "50") {
+		if e["kind"] == "history_deleted" {
+			deletions = append(deletions, e)
+		}
+	}
+	if len(deletions) != 1 || deletions[0]["actor_type"] != "api_key" || deletions[0]["actor"] != auth.Mask(key) ||
+		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0)" {
+		t.Errorf("history_deleted events: %v, want one by %s with the counts", deletions, auth.Mask(key))
+	}
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot->>'email' = 'bob@acme.test'`, acct); n != 1 {
 		t.Errorf("bob's result: %d rows; want it kept", n)
 	}
@@ -307,5 +323,40 @@ func TestRequestRacingItsAccountsDeletionIsRefusedAsRevoked(t *testing.T) {
 		(SELECT count(*) FROM lists WHERE account_id = $1)`, a.ID).Scan(&stored))
 	if stored != 0 {
 		t.Errorf("%d jobs or lists stored", stored)
+	}
+}
+
+// A HEAD of the export answers its status and headers without building the document: it reads
+// none of the account's data (a table the export reads, locked by another transaction, does not
+// hold it up) and writes no account_exported event, since nothing was exported.
+func TestAccountExportHeadBuildsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, mgmt := b.account(plan.Builder, "")
+	ctx := context.Background()
+	lock, err := b.pool.Begin(ctx)
+	mustOK(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	_, err = lock.Exec(ctx, `LOCK TABLE usage_log IN ACCESS EXCLUSIVE MODE`)
+	mustOK(t, err)
+
+	ts := httptest.NewServer(b.srv.Handler())
+	t.Cleanup(ts.Close)
+	req, _ := http.NewRequest(http.MethodHead, ts.URL+"/v1/management/account/export", nil)
+	req.Header.Set("Authorization", "Bearer "+mgmt)
+	client := ts.Client()
+	client.Timeout = 3 * time.Second
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("HEAD of the export while usage_log is locked: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" ||
+		resp.Header.Get("Content-Disposition") != `attachment; filename="mailvet-export.json"` {
+		t.Errorf("HEAD of the export: %d %v", resp.StatusCode, resp.Header)
+	}
+	mustOK(t, lock.Rollback(ctx))
+	if events := b.auditEvents(mgmt, "50"); len(events) != 0 {
+		t.Errorf("events after a HEAD of the export: %v, want none", events)
 	}
 }

@@ -43,23 +43,25 @@ type Kind string
 
 // The event kinds.
 const (
-	SignIn          Kind = "signin"           // a dashboard password sign-in; failure: wrong email or password
-	SignInThrottled Kind = "signin_throttled" // the sign-in throttle began delaying attempts (failure)
-	SignUp          Kind = "signup"           // a dashboard sign-up created the account
-	SignOut         Kind = "signout"          // a dashboard session was ended by its user
-	PasswordChange  Kind = "password_change"  // failure: the current password given was wrong
-	KeyCreated      Kind = "key_created"      // an API key (standard or provisioning) was created
-	KeyRevoked      Kind = "key_revoked"      // an API key was revoked
-	SpendCapChanged Kind = "spend_cap_changed"
-	PlanChanged     Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
-	AccountDeleted  Kind = "account_deleted"
-	EmailConfirmed  Kind = "email_confirmed"  // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
-	AccountExported Kind = "account_exported" // the account's data export was downloaded (API or dashboard)
+	SignIn           Kind = "signin"           // a dashboard password sign-in; failure: wrong email or password
+	SignInThrottled  Kind = "signin_throttled" // the sign-in throttle began delaying attempts (failure)
+	SignUp           Kind = "signup"           // a dashboard sign-up created the account
+	SignOut          Kind = "signout"          // a dashboard session was ended by its user
+	PasswordChange   Kind = "password_change"  // failure: the current password given was wrong
+	KeyCreated       Kind = "key_created"      // an API key (standard or provisioning) was created
+	KeyRevoked       Kind = "key_revoked"      // an API key was revoked
+	SpendCapChanged  Kind = "spend_cap_changed"
+	PlanChanged      Kind = "plan_changed" // a Stripe subscription event moved the account to another tier
+	AccountDeleted   Kind = "account_deleted"
+	EmailConfirmed   Kind = "email_confirmed"   // the account's email was confirmed: by its mailed link, or by an operator (api admin confirm-email)
+	AccountExported  Kind = "account_exported"  // the account's data export was downloaded (API or dashboard)
+	DeliveryReplayed Kind = "delivery_replayed" // a failed webhook delivery was sent again (API or dashboard)
+	HistoryDeleted   Kind = "history_deleted"   // one address's stored results were deleted (DELETE /v1/email/history)
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported}
+	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported, DeliveryReplayed, HistoryDeleted}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

@@ -217,6 +217,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+Prefix+"/keys/{id}/revoke", confirmed(h.revokeKey))
 	m.HandleFunc("POST "+Prefix+"/keys/provisioning", confirmed(h.createProvisioningKey))
 	m.HandleFunc("POST "+Prefix+"/keys/provisioning/revoke", confirmed(h.revokeProvisioningKey))
+	m.HandleFunc("POST "+Prefix+"/keys/provisioning/replace", confirmed(h.replaceProvisioningKey))
 	m.HandleFunc("GET "+Prefix+"/deliveries", confirmed(h.deliveriesPage))
 	m.HandleFunc("POST "+Prefix+"/deliveries/{id}/retry", confirmed(h.retryDelivery))
 	m.HandleFunc("GET "+Prefix+"/billing", confirmed(h.billingPage))

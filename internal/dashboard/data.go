@@ -29,14 +29,18 @@ func (h *Handler) dataPage(w http.ResponseWriter, r *http.Request, s *session) {
 // GET /v1/management/account/export). An export cut short after its first byte aborts the
 // connection, so the browser reports a failed download rather than saving half a file.
 func (h *Handler) exportData(w http.ResponseWriter, r *http.Request, s *session) {
-	// Never sent without its event (docs/security.md, "Audit log"); a HEAD sends nothing.
-	if r.Method != http.MethodHead {
-		if err := audit.Record(r.Context(), h.pool, h.sessionEvent(r, s, audit.AccountExported, "account data exported")); err != nil {
-			h.failure(w, r, s, err)
-			return
-		}
-	}
 	out := &download{w: w}
+	if r.Method == http.MethodHead {
+		// The headers are the answer: the export would be read only to be dropped, and no export
+		// happened to audit.
+		out.start()
+		return
+	}
+	// Never sent without its event (docs/security.md, "Audit log").
+	if err := audit.Record(r.Context(), h.pool, h.sessionEvent(r, s, audit.AccountExported, "account data exported")); err != nil {
+		h.failure(w, r, s, err)
+		return
+	}
 	err := privacy.Export(r.Context(), h.pool, s.AccountID, out)
 	if err == nil {
 		return
@@ -56,12 +60,17 @@ type download struct {
 
 func (d *download) Write(b []byte) (int, error) {
 	if !d.started {
-		d.started = true
-		d.w.Header().Set("Content-Type", "application/json")
-		d.w.Header().Set("Content-Disposition", `attachment; filename="mailvet-export.json"`)
-		d.w.WriteHeader(http.StatusOK)
+		d.start()
 	}
 	return d.w.Write(b)
+}
+
+// start sends the 200 and the download's headers.
+func (d *download) start() {
+	d.started = true
+	d.w.Header().Set("Content-Type", "application/json")
+	d.w.Header().Set("Content-Disposition", `attachment; filename="mailvet-export.json"`)
+	d.w.WriteHeader(http.StatusOK)
 }
 
 // deleteAccount deletes the account after two confirmations: the user types the account's email

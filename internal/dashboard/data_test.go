@@ -155,3 +155,38 @@ func TestDataPageDeletionInBrowser(t *testing.T) {
 	}
 	run("the dashboard asks for a sign-in", chromedp.Navigate(f.srv.URL+"/dashboard/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 }
+
+// A HEAD of the export download answers its headers without building the document: it reads
+// none of the account's data (a table the export reads, locked by another transaction, does not
+// hold it up) and writes no account_exported event, since nothing was exported.
+func TestDataExportHeadBuildsNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	acct := f.accountOf(t, "ann@example.com")
+	ctx := context.Background()
+	lock, err := f.pool.Begin(ctx)
+	pgtest.Must(t, err, "begin")
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	_, err = lock.Exec(ctx, `LOCK TABLE usage_log IN ACCESS EXCLUSIVE MODE`)
+	pgtest.Must(t, err, "lock usage_log")
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodHead, b.base+"/dashboard/settings/data/export", nil)
+	c := *b.c
+	c.Timeout = 3 * time.Second
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("HEAD of the export while usage_log is locked: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" ||
+		!strings.Contains(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Errorf("HEAD of the export: %d %v", resp.StatusCode, resp.Header)
+	}
+	pgtest.Must(t, lock.Rollback(ctx), "unlock")
+	var exported int
+	pgtest.Must(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE account_id = $1 AND kind = 'account_exported'`, acct).Scan(&exported), "export events")
+	if exported != 0 {
+		t.Errorf("%d account_exported events after a HEAD, want none", exported)
+	}
+}

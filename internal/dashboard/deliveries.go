@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/webhook"
 )
@@ -97,7 +98,7 @@ func (h *Handler) retryDelivery(w http.ResponseWriter, r *http.Request, s *sessi
 		err = webhook.ErrDeliveryNotFound
 	} else {
 		var replay uuid.UUID
-		replay, err = webhook.Replay(ctx, h.pool, h.js, h.layout, acct, id)
+		replay, err = webhook.Replay(ctx, h.pool, h.js, h.layout, acct, id, h.sessionEvent(r, s, audit.DeliveryReplayed, ""))
 		if err != nil && replay != uuid.Nil {
 			// Committed but not published: the outbox sweep sends it (webhook.Replay).
 			h.log.Warn("dashboard: publish replay", "delivery", replay, "err", err)

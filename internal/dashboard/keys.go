@@ -33,10 +33,12 @@ type keysData struct {
 	Confirm   *revokeConfirm
 }
 
-// revokeConfirm is the question asked before a key is revoked: the form posts to Action.
+// revokeConfirm is the question asked before a key is revoked: the form posts to Action. Replace
+// asks instead whether to replace the provisioning key with a new one, a form with ProvToken.
 type revokeConfirm struct {
-	Key    account.Key
-	Action string
+	Key     account.Key
+	Action  string
+	Replace bool
 }
 
 func (h *Handler) keysData(r *http.Request, s *session) (keysData, error) {
@@ -102,6 +104,10 @@ func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, s *session) {
 		h.confirmRevoke(w, r, s, d, which)
 		return
 	}
+	if r.URL.Query().Get("replace") == "provisioning" {
+		h.confirmReplace(w, r, s, d)
+		return
+	}
 	h.render(w, r, http.StatusOK, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d, Notice: notice(r)})
 }
 
@@ -127,6 +133,18 @@ func (h *Handler) confirmRevoke(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	d.Confirm = c
 	h.render(w, r, http.StatusOK, "keys", &view{Title: "Revoke key", Nav: "keys", Session: s, Data: d})
+}
+
+// confirmReplace renders the question asked before the provisioning key is replaced; without an
+// active one there is nothing to replace, and the page offers to create one.
+func (h *Handler) confirmReplace(w http.ResponseWriter, r *http.Request, s *session, d keysData) {
+	if d.Provisioning == nil {
+		h.render(w, r, http.StatusNotFound, "keys", &view{Title: "API keys", Nav: "keys", Session: s, Data: d,
+			Error: "There is no active provisioning key to replace."})
+		return
+	}
+	d.Confirm = &revokeConfirm{Key: *d.Provisioning, Action: Prefix + "/keys/provisioning/replace", Replace: true}
+	h.render(w, r, http.StatusOK, "keys", &view{Title: "Replace key", Nav: "keys", Session: s, Data: d})
 }
 
 // toConfirmation sends a revocation posted without the confirmation's confirm=yes (a page of an
@@ -303,6 +321,46 @@ func (h *Handler) revokeProvisioningKey(w http.ResponseWriter, r *http.Request, 
 		done = "no-revoked"
 	}
 	http.Redirect(w, r, Prefix+"/keys?done="+done, http.StatusSeeOther)
+}
+
+// replaceProvisioningKey revokes the provisioning key and creates its successor in one
+// transaction with both audit events (account.Store.ReplaceProvisioningKeyOnce): the account
+// never has two active provisioning keys (docs/api.md, "Authentication"), and a failure at any
+// step leaves the old key working instead of none. Posted without confirm=yes it goes to the
+// confirmation, as a revocation does.
+func (h *Handler) replaceProvisioningKey(w http.ResponseWriter, r *http.Request, s *session) {
+	token, ok := formToken(r)
+	if !ok {
+		h.keysAnswer(w, r, s, http.StatusUnprocessableEntity, nil, msgStaleForm, "")
+		return
+	}
+	if r.PostForm.Get("confirm") != "yes" {
+		http.Redirect(w, r, Prefix+"/keys?replace=provisioning", http.StatusSeeOther)
+		return
+	}
+	var created account.CreatedKey
+	err := pgx.BeginFunc(r.Context(), h.pool, func(tx pgx.Tx) error {
+		old, k, err := account.NewStore(tx).ReplaceProvisioningKeyOnce(r.Context(), s.AccountID, token)
+		if err != nil {
+			return err
+		}
+		created = k
+		if old != nil {
+			if err := audit.Record(r.Context(), tx, h.sessionEvent(r, s, audit.KeyRevoked, keyDetail(*old))); err != nil {
+				return err
+			}
+		}
+		return audit.Record(r.Context(), tx, h.sessionEvent(r, s, audit.KeyCreated, keyDetail(k.Key)))
+	})
+	var dup *account.KeyCreatedError
+	switch {
+	case errors.As(err, &dup):
+		h.keysAnswer(w, r, s, http.StatusConflict, nil, alreadyCreated(dup.Key), "")
+	case err != nil:
+		h.failure(w, r, s, err)
+	default:
+		h.keysAnswer(w, r, s, http.StatusCreated, &created, "", "")
+	}
 }
 
 // keyDetail is an audit event's detail for key k: its kind, display form and label, never the

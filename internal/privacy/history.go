@@ -2,6 +2,7 @@ package privacy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/verify/syntax"
@@ -36,7 +38,12 @@ const historyTimeout = 5 * time.Minute
 // delivered): removing it from under the work would leave it unable to finish. The usage rows
 // stay, without their snapshot: they hold the domain and the counts billing needs. A list's
 // counts keep counting the address.
-func DeleteHistory(ctx context.Context, db database.DB, account, email string) (HistoryDeleted, error) {
+//
+// A deletion that removed anything writes by (who asked; Kind history_deleted) in the same
+// transaction, its Detail set here to the counts and never the address, which the audit log
+// would otherwise keep after its results are gone (docs/security.md, "Audit log"). One that
+// found nothing changed nothing and writes none.
+func DeleteHistory(ctx context.Context, db database.DB, account, email string, by audit.Event) (HistoryDeleted, error) {
 	var d HistoryDeleted
 	addrs := addressForms(email)
 	from, to := lowering(addrs)
@@ -87,7 +94,12 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string) (
 			return err
 		}
 		d.ListRows = tag.RowsAffected()
-		return nil
+		if d == (HistoryDeleted{}) {
+			return nil
+		}
+		by.Detail = fmt.Sprintf("stored results of one address deleted (results %d, jobs %d, deliveries %d, list rows %d)",
+			d.Results, d.Jobs, d.Deliveries, d.ListRows)
+		return audit.Record(ctx, tx, by)
 	})
 	return d, err
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mailvet/mailvet/internal/audit"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
@@ -415,7 +415,7 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 	// The other account verified the same address: its data is its own and stays.
 	pgtest.Exec(t, pool, `INSERT INTO usage_log (account_id, item_key, route, snapshot) VALUES ($1, 'o-1', 'verify', jsonb_build_object('email', $2::text))`,
 		other.id, f.addrs[0])
-	d, err := DeleteHistory(ctx, pool, f.id, "  "+strings.ToUpper(f.addrs[0])+" ")
+	d, err := DeleteHistory(ctx, pool, f.id, "  "+strings.ToUpper(f.addrs[0])+" ", historyEvent(f.id))
 	if err != nil {
 		t.Fatalf("DeleteHistory: %v", err)
 	}
@@ -438,7 +438,7 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 		t.Error("the account's other address was removed")
 	}
 	// Nothing left: a second request removes nothing.
-	if d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0]); err != nil || d != (HistoryDeleted{}) {
+	if d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0], historyEvent(f.id)); err != nil || d != (HistoryDeleted{}) {
 		t.Errorf("second DeleteHistory: %+v, %v", d, err)
 	}
 }
@@ -545,7 +545,7 @@ func TestDeleteHistoryReachesTheCallbacksOfExpiredJobs(t *testing.T) {
 	if hits := findEverywhere(t, pool, f.addrs[0]); !strings.Contains(strings.Join(hits, " "), "deliveries.body") {
 		t.Fatalf("precondition: the expired job's callback body should still hold the address; it is in %v", hits)
 	}
-	d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0])
+	d, err := DeleteHistory(ctx, pool, f.id, f.addrs[0], historyEvent(f.id))
 	if err != nil {
 		t.Fatalf("DeleteHistory: %v", err)
 	}
@@ -584,7 +584,7 @@ func TestDeleteHistoryFindsBothFormsOfAnInternationalAddress(t *testing.T) {
 			pgtest.Exec(t, pool, `INSERT INTO list_addresses (list_id, email, idx, chunk, status, result)
 				VALUES ($1, $2, 9, 0, 'deliverable', $3)`, f.list, sent, snap)
 
-			d, err := DeleteHistory(ctx, pool, f.id, asked)
+			d, err := DeleteHistory(ctx, pool, f.id, asked, historyEvent(f.id))
 			if err != nil {
 				t.Fatalf("DeleteHistory: %v", err)
 			}
@@ -612,7 +612,7 @@ func TestDeleteHistoryFindsEitherUnicodeNormalisation(t *testing.T) {
 			pgtest.Exec(t, pool, `INSERT INTO jobs (id, account_id, email, webhook_url, state, completed_at)
 				VALUES ($1, $2, $3, 'https://hooks.example/', 'completed', now())`, job, f.id, c.sent)
 			pgtest.Exec(t, pool, `INSERT INTO list_rows (list_id, row_no, email, cols) VALUES ($1, 9, $2, $3)`, f.list, c.sent, []string{c.sent})
-			d, err := DeleteHistory(ctx, pool, f.id, c.asked)
+			d, err := DeleteHistory(ctx, pool, f.id, c.asked, historyEvent(f.id))
 			if err != nil {
 				t.Fatalf("DeleteHistory: %v", err)
 			}
@@ -657,7 +657,7 @@ func TestDeleteHistoryFoldsCaseWhateverTheDatabaseLocale(t *testing.T) {
 	pgtest.Exec(t, pool, `INSERT INTO list_addresses (list_id, email, idx, chunk, status, result)
 		VALUES ($1, $2, 9, 0, 'deliverable', $3)`, f.list, asked, snap)
 
-	d, err := DeleteHistory(ctx, pool, f.id, asked)
+	d, err := DeleteHistory(ctx, pool, f.id, asked, historyEvent(f.id))
 	if err != nil {
 		t.Fatalf("DeleteHistory: %v", err)
 	}
@@ -711,7 +711,7 @@ func BenchmarkDeleteHistoryExpiredCallbacks(b *testing.B) {
 					VALUES (gen_random_uuid(), $1, $2, 'https://hooks.example/', convert_to($3::text, 'UTF8'), 'delivered', now())`,
 					target, account, body("Ann.Target@acme.example"))
 				b.StartTimer()
-				d, err := DeleteHistory(ctx, pool, account, "ann.target@acme.example")
+				d, err := DeleteHistory(ctx, pool, account, "ann.target@acme.example", historyEvent(account))
 				if err != nil || d.Deliveries != 1 {
 					b.Fatalf("DeleteHistory: %+v, %v; want the target's callback", d, err)
 				}
@@ -755,7 +755,7 @@ func TestDeleteHistoryMatchesExpiredCallbacksOnTheEmailField(t *testing.T) {
 	}
 	for _, c := range cases {
 		before := countDeliveries(t, pool, f.id)
-		d, err := DeleteHistory(ctx, pool, f.id, c.asked)
+		d, err := DeleteHistory(ctx, pool, f.id, c.asked, historyEvent(f.id))
 		if err != nil {
 			t.Fatalf("DeleteHistory(%q): %v", c.asked, err)
 		}
@@ -774,4 +774,10 @@ func countDeliveries(t *testing.T, pool *pgxpool.Pool, account string) int64 {
 	var n int64
 	pgtest.Must(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE account_id = $1`, account).Scan(&n), "count deliveries")
 	return n
+}
+
+// historyEvent is the event of a history deletion asked for by a standard key of account.
+func historyEvent(account string) audit.Event {
+	return audit.Event{AccountID: account, ActorType: audit.ActorKey, Actor: "sk_live_test…test",
+		Kind: audit.HistoryDeleted, Outcome: audit.Success}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/keyset"
 	"github.com/mailvet/mailvet/internal/listlive"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -168,7 +169,12 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 // retrying or delivered, Replay returns that one's id instead of creating another. Only after
 // every earlier replay failed does a new request create a new replay. Replaying a replay replays
 // its original. Callers check the tier first with ReplayAllowed.
-func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, accountID, deliveryID uuid.UUID) (uuid.UUID, error) {
+//
+// A replay sends the account's data to a URL again, so a new one is never made without its
+// delivery_replayed event: by (who asked, with its Kind, actor and client) is written with the
+// replay's row, its Detail set here to name the delivery and the URL (docs/security.md, "Audit
+// log"). A repeated request that gets the replay already made writes none: it sends nothing new.
+func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, accountID, deliveryID uuid.UUID, by audit.Event) (uuid.UUID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return uuid.Nil, err
@@ -194,16 +200,23 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 		return uuid.Nil, err
 	}
 	// The copy is taken from the delivery asked for; its body and secret are the original's.
-	var id uuid.UUID
+	var (
+		id  uuid.UUID
+		url string
+	)
 	err = tx.QueryRow(ctx, `
 		INSERT INTO deliveries (id, job_id, list_id, account_id, url, body, signature, webhook_secret, replay_of)
 		SELECT $1, job_id, list_id, account_id, url, body, signature, webhook_secret, $3
 		FROM deliveries WHERE id = $2
 		ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL AND state <> 'failed' DO NOTHING
-		RETURNING id`, newID, deliveryID, root).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
+		RETURNING id, url`, newID, deliveryID, root).Scan(&id, &url)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		err = tx.QueryRow(ctx, `
 			SELECT id FROM deliveries WHERE replay_of = $1 AND state <> 'failed'`, root).Scan(&id)
+	case err == nil:
+		by.Detail = fmt.Sprintf("delivery %s replayed to %s", deliveryID, url)
+		err = audit.Record(ctx, tx, by)
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("replay: %w", err)

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -115,7 +118,7 @@ func TestReplay(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], errs[i] = Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig)
+			got[i], errs[i] = Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig, replayEvent(b.accountID))
 		}()
 	}
 	wg.Wait()
@@ -131,7 +134,7 @@ func TestReplay(t *testing.T) {
 		t.Errorf("replay body/signature differ from the original's")
 	}
 	// A later request while the replay is delivered still does not deliver again.
-	if again, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig); err != nil || again != rep {
+	if again, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig, replayEvent(b.accountID)); err != nil || again != rep {
 		t.Errorf("Replay after delivery = %v, %v; want the delivered replay %s", again, err, rep)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -147,30 +150,51 @@ func TestReplay(t *testing.T) {
 	}
 
 	// Errors for the API's table.
-	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep); !errors.Is(err, ErrNotReplayable) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep, replayEvent(b.accountID)); !errors.Is(err, ErrNotReplayable) {
 		t.Errorf("Replay(delivered) = %v, want ErrNotReplayable", err)
 	}
 	other := b.account(t, "builder")
-	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, other, orig); !errors.Is(err, ErrDeliveryNotFound) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, other, orig, replayEvent(other)); !errors.Is(err, ErrDeliveryNotFound) {
 		t.Errorf("Replay(other account) = %v, want ErrDeliveryNotFound", err)
 	}
-	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, uuid.New()); !errors.Is(err, ErrDeliveryNotFound) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, uuid.New(), replayEvent(b.accountID)); !errors.Is(err, ErrDeliveryNotFound) {
 		t.Errorf("Replay(unknown) = %v, want ErrDeliveryNotFound", err)
 	}
 	pending := b.create(t, b.accountID, rc.url("/cb"), "", sampleBody, false)
-	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, pending); !errors.Is(err, ErrNotReplayable) {
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, pending, replayEvent(b.accountID)); !errors.Is(err, ErrNotReplayable) {
 		t.Errorf("Replay(pending) = %v, want ErrNotReplayable", err)
 	}
 
 	// Once every replay failed, a new request makes a new replay of the same original.
 	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'failed' WHERE id = $1`, rep)
-	third, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep)
+	third, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, rep, replayEvent(b.accountID))
 	if err != nil || third == rep || third == orig {
 		t.Fatalf("Replay after the replay failed = %v, %v; want a new delivery", third, err)
 	}
 	if r := b.row(t, third); r.replayOf == nil || *r.replayOf != orig {
 		t.Errorf("a replay of a replay must point at the original, got %v", r.replayOf)
 	}
+
+	// Each replay made is in the audit log, naming the delivery asked for and the URL; the
+	// requests that got a replay already made, and the refused ones, wrote nothing.
+	rows, err := b.pool.Query(ctx, `SELECT detail FROM audit_events WHERE kind = 'delivery_replayed' AND account_id = $1 ORDER BY at, id`, b.accountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	details, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"delivery " + orig.String() + " replayed to " + rc.url("/cb"), "delivery " + rep.String() + " replayed to " + rc.url("/cb")}
+	if !slices.Equal(details, want) {
+		t.Errorf("delivery_replayed events %q, want %q", details, want)
+	}
+}
+
+// replayEvent is the event of a replay asked for by an operator of accountID.
+func replayEvent(accountID uuid.UUID) audit.Event {
+	return audit.Event{AccountID: accountID.String(), ActorType: audit.ActorSystem, Actor: "test",
+		Kind: audit.DeliveryReplayed, Outcome: audit.Success}
 }
 
 func TestPurgeExpired(t *testing.T) {

@@ -44,7 +44,7 @@ func TestSecretErasedOnceDelivered(t *testing.T) {
 	if b.storedSecret(t, orig) == nil {
 		t.Fatal("a failed delivery lost its secret: a replay could not be signed")
 	}
-	rep, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig)
+	rep, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig, replayEvent(b.accountID))
 	if err != nil {
 		t.Fatal(err)
 	}

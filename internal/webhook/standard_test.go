@@ -120,7 +120,7 @@ func TestWebhookIDStableAcrossCrashRetryAndReplay(t *testing.T) {
 	if as := b.attempts(t, id); len(as) != 2 || as[0].err == nil || *as[0].err != interruptedError {
 		t.Fatalf("attempt log %+v, want interrupted then 410", as)
 	}
-	replay, err := Replay(context.Background(), b.pool, b.js, queue.Layout{}, b.accountID, id)
+	replay, err := Replay(context.Background(), b.pool, b.js, queue.Layout{}, b.accountID, id, replayEvent(b.accountID))
 	if err != nil {
 		t.Fatal(err)
 	}
