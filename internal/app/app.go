@@ -291,6 +291,33 @@ func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) 
 	return g.Wait()
 }
 
+// errShuttingDown is the failing readiness check of a process that was told to stop.
+var errShuttingDown = errors.New("shutting down")
+
+// Linger returns a context that ends delay after ctx does. From ctx's end, /readyz fails with a
+// "shutdown" check, so that a load balancer that probes it stops sending new requests while the
+// process still serves them; only then does the process stop accepting connections and drain
+// (MAILVET_SHUTDOWN_DELAY; docs/operations.md, "Start-up and shutdown"). Call stop once the
+// returned context is no longer needed.
+func (in *Infra) Linger(ctx context.Context, delay time.Duration) (_ context.Context, stop func()) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer atomic.Pointer[time.Timer]
+	unhook := context.AfterFunc(ctx, func() {
+		in.Ready.Add("shutdown", func(context.Context) error { return errShuttingDown })
+		if delay > 0 {
+			in.Log.Info("shutting down: not ready, serving on before the drain", "delay", delay)
+		}
+		timer.Store(time.AfterFunc(delay, cancel))
+	})
+	return out, func() {
+		unhook()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
+	}
+}
+
 // RunFunc is a binary's whole program, with its environment passed in so tests can call it.
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 

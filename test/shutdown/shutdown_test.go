@@ -153,18 +153,6 @@ func (s *system) job(api *proc, email string) string {
 	return j.JobID
 }
 
-// waitJob waits up to limit for the job to complete.
-func (s *system) waitJob(id string, limit time.Duration) {
-	s.t.Helper()
-	start := time.Now()
-	for s.count(`SELECT count(*) FROM jobs WHERE id = $1 AND state = 'completed'`, id) == 0 {
-		if time.Since(start) > limit {
-			s.t.Fatalf("job %s not completed within %s", id, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // A verifier worker told to stop finishes the job it holds before it exits; a second signal
 // (SIGINT after SIGTERM: an operator's Ctrl-C, an impatient supervisor) ends it at once instead
 // of waiting out the drain (docs/operations.md, "Start-up and shutdown").
@@ -227,5 +215,53 @@ func TestSignalDuringStartUp(t *testing.T) {
 		if err := p.ExitErr(); err != nil {
 			t.Errorf("%s: exit %v after SIGTERM during start-up; want 0", bin, err)
 		}
+	}
+}
+
+// With MAILVET_SHUTDOWN_DELAY, an API replica told to stop fails /readyz at once, on both
+// listeners, so that a load balancer probing it takes it out of rotation, while it still answers
+// requests on new connections; only after the delay does it refuse connections and drain
+// (docs/operations.md, "Start-up and shutdown").
+func TestAPIGoesUnreadyBeforeItStopsAccepting(t *testing.T) {
+	s := newSystem(t)
+	api := s.start("api", "MAILVET_SHUTDOWN_DELAY=2s")
+	s.start("verifier-worker")
+	s.account(api)
+
+	signal(t, api, syscall.SIGTERM)
+	signalled := time.Now()
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	for _, u := range []string{api.url + "/readyz", api.ops + "/readyz"} {
+		for deadline := time.Now().Add(time.Second); ; {
+			resp, err := fresh.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v %v a second after SIGTERM; want 503 while the replica still serves", u, resp, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, api.url+"/v1/email/verify", strings.NewReader(`{"email":"late@ok.example"}`))
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := fresh.Do(req)
+	if err != nil {
+		t.Fatalf("a request on a new connection during the delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || time.Since(signalled) > 2*time.Second {
+		t.Errorf("a request on a new connection %s after SIGTERM: %d; want it answered during the delay", time.Since(signalled), resp.StatusCode)
+	}
+	waitExit(t, api, app.ShutdownGrace+5*time.Second)
+	if took := time.Since(signalled); took < 2*time.Second {
+		t.Errorf("the API exited %s after SIGTERM; want it to serve for the 2 s delay first", took)
+	}
+	if err := api.ExitErr(); err != nil {
+		t.Errorf("exit: %v", err)
 	}
 }
