@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"sigs.k8s.io/yaml"
+
+	"github.com/mailvet/mailvet/internal/app"
 )
 
 // composeFile mirrors the parts of the Compose specification docker-compose.yml uses, in the
@@ -255,10 +257,11 @@ func TestCompose(t *testing.T) {
 	})
 
 	t.Run("drain", func(t *testing.T) {
-		// A stopping worker drains before it exits; Docker's default 10 s would kill it first:
-		// the verifier's longest is a bulk-list chunk (verified within 3 min, read and written
-		// within 30 s each), the webhook worker's an attempt (10 s) and its bookkeeping.
-		for name, least := range map[string]time.Duration{"verifier-worker": 4 * time.Minute, "webhook-worker": 30 * time.Second} {
+		// A stopping process drains before it exits; Docker's default 10 s would kill it first:
+		// the API's requests in flight have app.ShutdownGrace, the verifier's longest is a
+		// bulk-list chunk (verified within 3 min, read and written within 30 s each), the webhook
+		// worker's an attempt (10 s) and its bookkeeping.
+		for name, least := range map[string]time.Duration{"api": app.ShutdownGrace, "verifier-worker": 4 * time.Minute, "webhook-worker": 30 * time.Second} {
 			d, err := time.ParseDuration(c.Services[name].StopGracePeriod)
 			if err != nil || d < least {
 				t.Errorf("%s: stop_grace_period %q, want at least %v", name, c.Services[name].StopGracePeriod, least)

@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/mailvet/mailvet/internal/app"
 )
 
 const k8sDir = "deploy/kubernetes"
@@ -374,10 +376,10 @@ func TestKubernetesManifests(t *testing.T) {
 	t.Run("drain", func(t *testing.T) {
 		// Each tier drains on SIGTERM (docs/operations.md, "Start-up and shutdown"); the grace
 		// period must cover the pause before it and the longest drain, or the kubelet kills the
-		// pod mid-drain: the API's in-flight requests (3 s) and stream endings (1 s), the
-		// verifier's bulk-list chunk (verified within 3 min, read and written within 30 s each),
-		// the webhook worker's attempt (10 s) and its bookkeeping.
-		drain := map[string]time.Duration{"api": 4 * time.Second, "verifier-worker": 4 * time.Minute, "webhook-worker": 10 * time.Second}
+		// pod mid-drain: the API's in-flight requests (app.ShutdownGrace, which covers a single
+		// verification), the verifier's bulk-list chunk (verified within 3 min, read and written
+		// within 30 s each), the webhook worker's attempt (10 s) and its bookkeeping.
+		drain := map[string]time.Duration{"api": app.ShutdownGrace, "verifier-worker": 4 * time.Minute, "webhook-worker": 10 * time.Second}
 		for where, tpl := range m.podTemplates() {
 			if strings.HasPrefix(where, "Job/") {
 				continue

@@ -119,7 +119,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 		parts = append(parts, hooks...)
 	}
-	err = in.Run(ctx, parts...)
+	// A stop first fails /readyz and serves on for MAILVET_SHUTDOWN_DELAY, then drains.
+	runCtx, stopLinger := in.Linger(ctx, cfg.ShutdownDelay)
+	defer stopLinger()
+	err = in.Run(runCtx, parts...)
 	log.Info("api stopped")
 	return err
 }

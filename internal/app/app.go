@@ -32,9 +32,13 @@ import (
 )
 
 // ShutdownGrace bounds how long the API's requests in flight may take to finish after a stop
-// signal. The workers' drains have bounds of their own (a job, a bulk-list chunk;
-// docs/operations.md, "Shutdown").
-const ShutdownGrace = 3 * time.Second
+// signal. It covers a single verification, which waits up to its 10-second deadline for a
+// verifier and then writes its answer: a shorter grace cuts the connection of an answer on its
+// way during every rolling restart. Batches and streams end sooner, 1 s after the signal, and a
+// stream's client that stops reading is given up on 10 s later, inside this bound. The workers'
+// drains have bounds of their own (a job, a bulk-list chunk; docs/operations.md, "Start-up and
+// shutdown").
+const ShutdownGrace = 15 * time.Second
 
 // NewLogger returns a JSON logger, the format of every binary's logs in production.
 func NewLogger(w io.Writer, name string) *slog.Logger {
@@ -287,13 +291,44 @@ func (in *Infra) Run(ctx context.Context, parts ...func(context.Context) error) 
 	return g.Wait()
 }
 
+// errShuttingDown is the failing readiness check of a process that was told to stop.
+var errShuttingDown = errors.New("shutting down")
+
+// Linger returns a context that ends delay after ctx does. From ctx's end, /readyz fails with a
+// "shutdown" check, so that a load balancer that probes it stops sending new requests while the
+// process still serves them; only then does the process stop accepting connections and drain
+// (MAILVET_SHUTDOWN_DELAY; docs/operations.md, "Start-up and shutdown"). Call stop once the
+// returned context is no longer needed.
+func (in *Infra) Linger(ctx context.Context, delay time.Duration) (_ context.Context, stop func()) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer atomic.Pointer[time.Timer]
+	unhook := context.AfterFunc(ctx, func() {
+		in.Ready.Add("shutdown", func(context.Context) error { return errShuttingDown })
+		if delay > 0 {
+			in.Log.Info("shutting down: not ready, serving on before the drain", "delay", delay)
+		}
+		timer.Store(time.AfterFunc(delay, cancel))
+	})
+	return out, func() {
+		unhook()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
+	}
+}
+
 // RunFunc is a binary's whole program, with its environment passed in so tests can call it.
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 
 // Main runs a binary: it cancels the context on SIGINT or SIGTERM (so run drains and returns),
-// prints a failure as "name: error" and exits with ExitCode's status.
+// prints a failure as "name: error" and exits with ExitCode's status. The first signal gives the
+// signals back to their default action, so a second one ends the process at once, as a kill
+// would, instead of waiting out a drain that may take minutes (docs/operations.md, "Start-up and
+// shutdown").
 func Main(name string, run RunFunc) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	code := ExitCode(ctx, err)
 	stop()

@@ -98,6 +98,11 @@ type Config struct {
 	// each request with its own statement and commit.
 	AdmissionWindow time.Duration
 
+	// ShutdownDelay is how long the API goes on serving after a stop signal, its /readyz failing,
+	// before it stops accepting connections (MAILVET_SHUTDOWN_DELAY, docs/operations.md,
+	// "Start-up and shutdown"): the time a load balancer that probes /readyz takes to send no more.
+	ShutdownDelay time.Duration
+
 	// SandboxRatePerMin is the per-account rate limit of sandbox keys' verify requests, emails a
 	// minute across all replicas, apart from the plan's (MAILVET_SANDBOX_RATE_PER_MIN,
 	// docs/sandbox.md).
@@ -308,6 +313,7 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 	if c.AdmissionWindow > maxAdmissionWindow {
 		e.fail("MAILVET_ADMISSION_WINDOW", fmt.Errorf("%s is longer than %s", c.AdmissionWindow, maxAdmissionWindow))
 	}
+	c.ShutdownDelay = e.delay("MAILVET_SHUTDOWN_DELAY")
 	c.SandboxRatePerMin = e.intIn("MAILVET_SANDBOX_RATE_PER_MIN", 1000, 1, 1_000_000)
 	c.SMTPProxy = e.str("MAILVET_SMTP_PROXY", "")
 	if c.SMTPProxy != "" {
@@ -583,6 +589,20 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	if err != nil || d <= 0 || d > time.Minute {
 		e.fail(name, fmt.Errorf("%q is not a duration between 0 and 1m, like 1500ms", v))
 		return def
+	}
+	return d
+}
+
+// delay reads a duration from 0 (none, the default) to 1m, like 5s.
+func (e *env) delay(name string) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Minute {
+		e.fail(name, fmt.Errorf("%q is not a duration from 0 to 1m, like 5s", v))
+		return 0
 	}
 	return d
 }

@@ -198,6 +198,7 @@ func TestLoadErrorsNameTheVariable(t *testing.T) {
 		"MAILVET_SMTP_TIMEOUT":          "soon",
 		"MAILVET_GREYLIST_WINDOW":       "25h",
 		"MAILVET_ADMISSION_WINDOW":      "1s",
+		"MAILVET_SHUTDOWN_DELAY":        "2m",
 		"MAILVET_SMTP_PROXY":            "http://proxy:3128",
 		"MAILVET_SMTP_MAIL_FROM":        "nobody",
 		"MAILVET_SMTP_ALLOW_CIDRS":      "127.0.0.0/8,10.0.0.0/33",

@@ -99,7 +99,7 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, l Layout, base st
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", name, err)
+		return nil, fmt.Errorf("ensure bucket %s: %w", name, stopped(ctx, err))
 	}
 	return kv, nil
 }

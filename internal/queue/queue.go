@@ -121,7 +121,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, l Layout, log *s
 			}
 		})
 		if err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, stopped(ctx, err))
 		}
 	}
 	return nil
@@ -265,11 +265,20 @@ func ConnectWait(ctx context.Context, url, name string, auth Auth, log *slog.Log
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for NATS at %s: %w", redact.URL(url), ctx.Err())
+			return nil, fmt.Errorf("waiting for NATS at %s: %w", redact.URL(url), context.Cause(ctx))
 		}
 		return nil, err
 	}
 	return nc, nil
+}
+
+// stopped is the error of a start-up wait that ended: ctx's cause when ctx ended it, so that a
+// stop signal reads as one and the binary exits 0 (docs/operations.md, "What you run"), else err.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
 }
 
 // Ready reports whether link's connection is up and JetStream answers, for /readyz. The link

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -59,6 +60,35 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 	}
 	if took := time.Since(start); took < 500*time.Millisecond || took > 3*time.Second {
 		t.Errorf("gave up after %v; want about the context's 700ms", took)
+	}
+}
+
+// A start-up wait ended by a stop signal says so: its error carries the context's cause, which
+// the binaries exit 0 for (app.ExitCode; docs/operations.md, "What you run"), whether it waited
+// for a NATS server or for JetStream to create the streams.
+func TestStartUpWaitsEndWithTheStopsCause(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	s.DisableJetStream()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stop := errors.New("terminated signal received")
+	for name, wait := range map[string]func(context.Context) error{
+		"ConnectWait": func(ctx context.Context) error {
+			_, err := queue.ConnectWait(ctx, "nats://127.0.0.1:1", "t", queue.Auth{}, slog.New(slog.DiscardHandler))
+			return err
+		},
+		"EnsureStreams": func(ctx context.Context) error { return queue.EnsureStreams(ctx, js, queue.Layout{}, nil) },
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
+		if err := wait(ctx); !errors.Is(err, stop) {
+			t.Errorf("%s stopped by a signal: %v; want the signal as its cause", name, err)
+		}
 	}
 }
 

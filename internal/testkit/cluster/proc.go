@@ -129,6 +129,14 @@ func (p *Proc) Stop(timeout time.Duration) error {
 	return nil
 }
 
+// ExitErr is how the last run ended once it has exited: nil for status 0, else the
+// *exec.ExitError (a status, or the signal that killed it).
+func (p *Proc) ExitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
 func (p *Proc) current() (*exec.Cmd, chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
