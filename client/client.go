@@ -527,20 +527,30 @@ func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 			return 0, false
 		}
 		if !e.ResetAt.IsZero() {
-			return max(time.Until(e.ResetAt), 0) + retryMargin, true
+			return withMargin(max(time.Until(e.ResetAt), 0)), true
 		}
 		if e.RetryAfter > 0 {
-			return e.RetryAfter + retryMargin, true
+			return withMargin(e.RetryAfter), true
 		}
 		return 0, false
 	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable(e):
-		return e.RetryAfter + retryMargin, true
+		return withMargin(e.RetryAfter), true
 	case e.Status == http.StatusConflict && e.Code == CodeIdempotencyKeyInUse && r.idempotent():
 		// The first attempt of this call is still running on the server: the same key, sent
 		// again after Retry-After, gets its answer (docs/api.md, "Idempotency").
-		return max(e.RetryAfter, time.Second) + retryMargin, true
+		return withMargin(max(e.RetryAfter, time.Second)), true
 	}
 	return 0, false
+}
+
+// withMargin is the wait d plus retryMargin. A wait already beyond MaxRetryWait is refused as it
+// is: near the largest Duration (a reset_at centuries away, a proxy's enormous Retry-After) the
+// sum would wrap around to a negative wait, retried at once.
+func withMargin(d time.Duration) time.Duration {
+	if d > MaxRetryWait {
+		return d
+	}
+	return d + retryMargin
 }
 
 // ErrTimeout is wrapped by the error of a request that the WithTimeout bound ended.

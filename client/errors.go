@@ -2,8 +2,10 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -153,10 +155,19 @@ func requestIDNote(id string) string {
 }
 
 // retryAfter reads a Retry-After header: seconds, as the API sends, or an HTTP date, as a proxy
-// in front of it may (RFC 9110, section 10.2.3). Zero means none, or a time already past.
+// in front of it may (RFC 9110, section 10.2.3). Zero means none, or a time already past. Seconds
+// beyond what a time.Duration holds are the longest Duration: multiplied out they would wrap
+// around to a short or negative wait, retried at once instead of refused as too long
+// (MaxRetryWait).
 func retryAfter(v string, now time.Time) time.Duration {
-	if s, err := strconv.Atoi(v); err == nil {
-		return time.Duration(max(s, 0)) * time.Second
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case s <= 0:
+			return 0
+		case s >= math.MaxInt64/int64(time.Second):
+			return math.MaxInt64
+		}
+		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
