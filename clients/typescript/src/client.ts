@@ -28,6 +28,11 @@ import type {
 export const batchChunkSize = 50;
 /** Addresses per stream request: the API's maximum. */
 export const streamChunkSize = 1000;
+/**
+ * The longest line of a stream, as the Go client's: a result is well under 1 KiB, and an error
+ * line lists at most 1,000 addresses of at most 1,024 bytes.
+ */
+const maxStreamLine = 2 << 20;
 /** The cushion added to `reset_at` before a retry, as docs/api.md's client checklist advises. */
 export const retryCushionMs = 50;
 /**
@@ -341,7 +346,9 @@ export class Mailvet {
         continue;
       }
       if (!Array.isArray(answer?.results) || answer.results.length !== chunk.length) {
-        throw clientError("invalid_response", `a batch of ${chunk.length} addresses was answered with ${answer?.results?.length ?? "no"} results`, 200);
+        const err = clientError("invalid_response", `a batch of ${chunk.length} addresses was answered with ${answer?.results?.length ?? "no"} results`, 200);
+        err.results = results; // the earlier requests' results, verified and charged, as for any error
+        throw err;
       }
       results.push(...answer.results);
       i += chunk.length;
@@ -841,6 +848,11 @@ export class Mailvet {
           got++;
           yield r;
         }
+        if (buffered.length > maxStreamLine) {
+          // No line of the API's is this long: the answer is not its stream, and reading on
+          // would hold all of it in memory until the stream's timeout.
+          throw clientError("invalid_response", `a stream line is longer than ${maxStreamLine} characters after ${got} of ${want} results: not the API's stream`, res.status, { ...ids, ...owed() });
+        }
       }
       buffered += decoder.decode();
       if (buffered.trim() !== "") {
@@ -974,10 +986,41 @@ function parseRetryAfter(v: string | null): number | undefined {
   return Number.isNaN(t) ? undefined : Math.max(0, (t - Date.now()) / 1000);
 }
 
+/**
+ * The most of an error answer the client reads: an envelope is a few hundred bytes, and a proxy's
+ * page (or a body that never ends) is no reason to hold more in memory, nor to wait for its end.
+ */
+const maxErrorBody = 64 << 10;
+
+// readCapped reads at most limit bytes of res's body as text and cancels the rest.
+async function readCapped(res: Response, limit: number): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < limit) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      chunks.push(chunk.value);
+      size += chunk.value.length;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.length;
+  }
+  return new TextDecoder().decode(bytes.subarray(0, limit));
+}
+
 // errorFrom turns a non-2xx response into a MailvetError: the API's error envelope with its extra
 // fields, or, for a body that is not one (a proxy's error page), an http_error.
 async function errorFrom(res: Response): Promise<MailvetError> {
-  const text = await res.text();
+  const text = await readCapped(res, maxErrorBody);
   const extra = { ...requestIdOf(res) } as { retryAfter?: number; requestId?: string };
   const retryAfter = parseRetryAfter(res.headers.get("Retry-After"));
   if (retryAfter !== undefined) extra.retryAfter = retryAfter;
