@@ -65,6 +65,27 @@ func TestUsageErrors(t *testing.T) {
 	if code, _, stderr := run(t, nil, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
 		t.Errorf("no key: exit %d, %q", code, stderr)
 	}
+	// A key a header cannot carry (two lines of a key file, a pasted non-breaking space) is a usage
+	// error naming MAILVET_API_KEY, never shown, rather than "could not reach the API … check
+	// MAILVET_URL"; the blanks and byte-order mark around a key read from a file are dropped.
+	for _, bad := range []string{"sk_live_SECRET\nsk_live_other", "sk_live_SECRET\u00a0x", "sk_live_SECRET\x00"} {
+		env := map[string]string{"MAILVET_API_KEY": bad, "MAILVET_URL": "http://127.0.0.1:1"}
+		code, _, stderr := run(t, env, "", "verify", "a@b.example")
+		if code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") || strings.Contains(stderr, "SECRET") {
+			t.Errorf("MAILVET_API_KEY=%q: exit %d, %q", bad, code, stderr)
+		}
+	}
+	var sent string
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"keys":[],"count":0,"max":2}`)
+	}))
+	t.Cleanup(echo.Close)
+	env := map[string]string{"MAILVET_API_KEY": "\ufeffsk_mgmt_x\r\n", "MAILVET_URL": echo.URL}
+	if code, _, stderr := run(t, env, "", "keys", "list", "--json"); code != ExitOK || sent != "Bearer sk_mgmt_x" {
+		t.Errorf("a key read from a file: exit %d, sent %q, %s", code, sent, stderr)
+	}
 	// A MAILVET_URL that is not an http(s) URL is a usage error, told without its password.
 	for _, bad := range []string{"localhost:8080", "api.example.com", "ftp://api.example.com", "https://u:s3cret@"} {
 		env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": bad}

@@ -260,8 +260,8 @@ export class Mailvet {
       throw new TypeError("Mailvet: baseUrl must be an http(s) URL, e.g. http://localhost:8080");
     }
     this.#base = options.baseUrl.replace(/\/+$/, "");
-    this.#apiKey = options.apiKey;
-    this.#provisioningKey = options.provisioningKey;
+    this.#apiKey = checkedKey("apiKey", options.apiKey);
+    this.#provisioningKey = checkedKey("provisioningKey", options.provisioningKey);
     this.#retry = options.retryOnRateLimit ?? false;
     this.#maxRetries = Math.max(0, options.maxRetries ?? 3);
     this.#timeoutMs = options.timeoutMs ?? 60_000;
@@ -877,6 +877,21 @@ export class Mailvet {
       if (!finished) await reader.cancel().catch(() => undefined);
     }
   }
+}
+
+// checkedKey is a key as the Authorization header carries it: without the blanks around it (a
+// key read from a file ends with a line break, perhaps begins with a byte-order mark), and in
+// visible ASCII, as every key is. Any other character would have fetch refuse the header with an
+// error that quotes its value, the key, into the caller's logs: the TypeError says where the
+// character is, never the key.
+function checkedKey(name: string, key: string | undefined): string | undefined {
+  if (key === undefined || key === null) return undefined;
+  const k = String(key).trim();
+  const at = k.search(/[^\x21-\x7e]/);
+  if (at >= 0) {
+    throw new TypeError(`Mailvet: options.${name} has a character that is not visible ASCII at position ${at + 1} (a line break, a blank or a non-ASCII character): keys are sk_… in visible ASCII; check how it was read`);
+  }
+  return k;
 }
 
 // nextCursor is the cursor of the next page of an all() loop, or undefined after the last page.

@@ -152,6 +152,26 @@ describe("requests", () => {
     assert.equal(f.requests.length, 0);
     assert.throws(() => new Mailvet({ baseUrl: "localhost:8080" }), TypeError);
   });
+
+  test("a key a header cannot carry is refused by the constructor without showing the key; blanks around it are dropped", async () => {
+    const secret = "sk_live_0123456789abcdefSECRET";
+    for (const bad of [`${secret}\nsecond line`, `${secret}\r\nX-Other: 1`, `${secret}\u00e9`, `sk_live_ ${secret}`]) {
+      for (const options of [{ apiKey: bad }, { provisioningKey: bad }]) {
+        let err;
+        try {
+          new Mailvet({ baseUrl: "http://127.0.0.1:1", ...options });
+        } catch (e) {
+          err = e;
+        }
+        assert.ok(err instanceof TypeError, `${JSON.stringify(options)}: ${err}`);
+        assert.match(err.message, /(apiKey|provisioningKey) has a character/);
+        assert.ok(!err.message.includes("SECRET") && !String(err.stack).includes("SECRET"), err.message);
+      }
+    }
+    const f = await fake((req, res) => send(res, 200, result(req.body.email)));
+    await new Mailvet({ baseUrl: f.url, apiKey: ` ${secret}\r\n` }).verify("ann@acme.example");
+    assert.equal(f.requests[0].headers.authorization, `Bearer ${secret}`);
+  });
 });
 
 describe("errors", () => {
