@@ -43,6 +43,8 @@ func TestUsageErrors(t *testing.T) {
 		{"lists", "show"}, {"lists", "frob", "x"}, {"lists", "list", "extra"}, {"lists", "results", "a", "b"},
 		{"lists", "results", "x", "--format", "xml"}, {"lists", "show", "x", "--status", "deliverable"}, {"lists", "cancel", "x", "--limit", "3"},
 		{"keys", "--json"}, {"version", "extra"}, {"keys", "list", "--sandbox"},
+		// --json would promise JSON where the output is the results file (CSV unless --format).
+		{"verify", "--file", "x.csv", "--json"}, {"lists", "results", "x", "--json"},
 	} {
 		if code, _, stderr := run(t, key, "", args...); code != ExitUsage || !strings.Contains(stderr, "mailvet help") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)

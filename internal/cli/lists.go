@@ -243,6 +243,11 @@ func (e env) lists(ctx context.Context, args []string) error {
 	if sub != "results" && (*status != "" || *out != "" || *format != "csv" || *rawFormulas) {
 		return usagef("lists %s: --format, --status, --out and --raw-formulas go with lists results", sub)
 	}
+	if sub == "results" && *asJSON {
+		// The rows are CSV unless --format says otherwise: --json would promise what a JSON reader
+		// then fails on.
+		return usagef("lists results: --json does not go with lists results; --format ndjson downloads the rows as NDJSON")
+	}
 	if sub != "list" && (*limit != 0 || *cursor != "") {
 		return usagef("lists %s: --limit and --cursor go with lists list", sub)
 	}
