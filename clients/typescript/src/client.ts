@@ -194,7 +194,7 @@ export interface ListResultsOptions extends CallOptions {
 
 /** The options of {@link Mailvet.lists}`.wait`. */
 export interface ListWaitOptions extends CallOptions {
-  /** Time between two readings of the list, in ms. Default 1,000. */
+  /** Time between two readings of the list, in ms. Default 1,000, also for 0 or less. */
   pollMs?: number;
   /** Called with every reading, the last one included. */
   onProgress?: (list: List) => void;
@@ -567,7 +567,10 @@ export class Mailvet {
      * that reading: check its `state`. The signal aborts the wait.
      */
     wait: async (id: string, options: ListWaitOptions = {}): Promise<List> => {
-      const { pollMs = 1000, onProgress, ...call } = options;
+      const { pollMs: asked, onProgress, ...call } = options;
+      // 0 or less (or NaN) is the default, as for the Go client's WaitList: not reads in a loop
+      // without a pause.
+      const pollMs = asked !== undefined && asked > 0 ? asked : 1000;
       for (;;) {
         const l = await this.lists.get(id, call);
         onProgress?.(l);
