@@ -890,3 +890,31 @@ func TestRetriesAreJittered(t *testing.T) {
 		t.Errorf("retries after %v: the median is %v, within 10 ms of Retry-After + 50 ms: no jitter", retries, median)
 	}
 }
+
+// An answer with no end (not the API's: a misbehaving proxy, a wrong MAILVET_URL) is read only to
+// the bound on an answer, then refused, instead of being held in memory until WithTimeout ends it.
+func TestEndlessAnswerIsRefusedAtTheBound(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "rid-endless")
+		fmt.Fprint(w, `{"account_id":"`)
+		chunk := strings.Repeat("x", 64<<10)
+		for range 4096 { // up to 256 MiB, then held open until the client hangs up
+			if _, err := fmt.Fprint(w, chunk); err != nil {
+				return
+			}
+		}
+		<-r.Context().Done()
+	})
+	c := client.New("sk_mgmt_test", client.WithBaseURL(srv.URL), client.WithTimeout(20*time.Second))
+	start := time.Now()
+	_, err := c.Account(context.Background())
+	if err == nil || errors.Is(err, client.ErrTimeout) || !strings.Contains(err.Error(), "larger than") ||
+		!strings.Contains(err.Error(), "rid-endless") {
+		t.Fatalf("err = %v, want the answer refused as too large, with its request id", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("refused after %s", d)
+	}
+}

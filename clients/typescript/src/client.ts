@@ -226,6 +226,8 @@ interface Call extends CallOptions {
   idempotent?: boolean;
   /** Called before a wait for a retry, with when it ends and the error that caused it. */
   onWait?: (until: Date, err: MailvetError) => void;
+  /** The most of a JSON answer read ({@link maxAnswer} unless set; the export sets none). */
+  maxBody?: number;
 }
 
 interface Deadline {
@@ -412,7 +414,7 @@ export class Mailvet {
    * at 100,000 entries (a list cut there is named in `truncated`).
    */
   exportAccount(options: CallOptions = {}): Promise<AccountExport> {
-    return this.#json<AccountExport>({ ...options, method: "GET", path: "/v1/management/account/export", key: "provisioning" });
+    return this.#json<AccountExport>({ ...options, method: "GET", path: "/v1/management/account/export", key: "provisioning", maxBody: Infinity });
   }
 
   /**
@@ -647,13 +649,18 @@ export class Mailvet {
 
   async #json<T>(call: Call): Promise<T> {
     const { res, deadline } = await this.#send(call);
+    const limit = call.maxBody ?? maxAnswer;
     let text: string;
+    let whole: boolean;
     try {
-      text = await res.text();
+      ({ text, whole } = await readUpTo(res, limit));
     } catch (err) {
       throw this.#transportError(err, call.signal, deadline, this.#what(call));
     } finally {
       deadline.done();
+    }
+    if (!whole) {
+      throw clientError("invalid_response", `HTTP ${res.status} with an answer larger than ${limit >> 20} MiB, which no answer of the API's is`, res.status, requestIdOf(res));
     }
     if (text === "") {
       // Only the API's 204s have no body; an empty 200 is a proxy's or a portal's, not an answer.
@@ -1010,21 +1017,34 @@ function parseRetryAfter(v: string | null): number | undefined {
  */
 const maxErrorBody = 64 << 10;
 
-// readCapped reads at most limit bytes of res's body as text and cancels the rest.
-async function readCapped(res: Response, limit: number): Promise<string> {
-  if (!res.body) return "";
+/**
+ * The most of a JSON answer the client reads. The API's largest (a page of 100 lists with their
+ * counts, a batch of 100 results) are well under a megabyte; the account's export, which may
+ * rightly be larger, is not bounded. More is not the API's answer, and reading on would hold it in
+ * memory until the timeout.
+ */
+const maxAnswer = 32 << 20;
+
+// readUpTo reads res's body as text, at most limit bytes of it, and cancels the rest; whole says
+// whether the body ended within the limit.
+async function readUpTo(res: Response, limit: number): Promise<{ text: string; whole: boolean }> {
+  if (!res.body) return { text: "", whole: true };
   const reader = res.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
+  let whole = false;
   try {
-    while (size < limit) {
+    while (size <= limit) {
       const chunk = await reader.read();
-      if (chunk.done) break;
+      if (chunk.done) {
+        whole = true;
+        break;
+      }
       chunks.push(chunk.value);
       size += chunk.value.length;
     }
   } finally {
-    await reader.cancel().catch(() => undefined);
+    if (!whole) await reader.cancel().catch(() => undefined);
   }
   const bytes = new Uint8Array(size);
   let at = 0;
@@ -1032,13 +1052,13 @@ async function readCapped(res: Response, limit: number): Promise<string> {
     bytes.set(c, at);
     at += c.length;
   }
-  return new TextDecoder().decode(bytes.subarray(0, limit));
+  return { text: new TextDecoder().decode(size > limit ? bytes.subarray(0, limit) : bytes), whole: whole && size <= limit };
 }
 
 // errorFrom turns a non-2xx response into a MailvetError: the API's error envelope with its extra
 // fields, or, for a body that is not one (a proxy's error page), an http_error.
 async function errorFrom(res: Response): Promise<MailvetError> {
-  const text = await readCapped(res, maxErrorBody);
+  const { text } = await readUpTo(res, maxErrorBody);
   const extra = { ...requestIdOf(res) } as { retryAfter?: number; requestId?: string };
   const retryAfter = parseRetryAfter(res.headers.get("Retry-After"));
   if (retryAfter !== undefined) extra.retryAfter = retryAfter;

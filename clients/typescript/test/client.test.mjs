@@ -244,6 +244,31 @@ describe("errors", () => {
     assert.ok(Date.now() - started < 3000, `answered after ${Date.now() - started} ms`);
   });
 
+  test("an answer with no end is an invalid_response at 32 MiB, not held in memory until the timeout; the export is not bounded", async () => {
+    const endless = async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json", "X-Request-Id": "rid-endless" });
+      res.write('{"account_id":"');
+      const chunk = "x".repeat(64 << 10);
+      // Up to 256 MiB, then held open: only a client that stops reading answers in time.
+      for (let i = 0; i < 4096 && !res.destroyed; i++) {
+        if (!res.write(chunk)) await new Promise((r) => { res.once("drain", r); res.once("close", r); });
+      }
+    };
+    const f = await fake(endless);
+    const started = Date.now();
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, timeoutMs: 20_000 }).account().catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "invalid_response");
+    assert.match(err.message, /larger than 32 MiB/);
+    assert.equal(err.requestId, "rid-endless");
+    assert.ok(Date.now() - started < 10_000, `refused after ${Date.now() - started} ms`);
+    // The export is the one answer that may rightly be larger: 33 MiB of it is read whole.
+    const big = "y".repeat(33 << 20);
+    const g = await fake((req, res) => send(res, 200, { account: { account_id: big } }));
+    const doc = await new Mailvet({ baseUrl: g.url, ...keys }).exportAccount();
+    assert.equal(doc.account.account_id.length, big.length);
+  });
+
   test("a success that is not JSON is an invalid_response", async () => {
     const f = await fake((req, res) => { res.writeHead(200); res.end("not json"); });
     const err = await new Mailvet({ baseUrl: f.url, ...keys }).verify("a@acme.example").catch((e) => e);
