@@ -527,20 +527,30 @@ func (c *Client) retryWait(r request, e *Error) (time.Duration, bool) {
 			return 0, false
 		}
 		if !e.ResetAt.IsZero() {
-			return max(time.Until(e.ResetAt), 0) + retryMargin, true
+			return withMargin(max(time.Until(e.ResetAt), 0)), true
 		}
 		if e.RetryAfter > 0 {
-			return e.RetryAfter + retryMargin, true
+			return withMargin(e.RetryAfter), true
 		}
 		return 0, false
 	case e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 && r.repeatable(e):
-		return e.RetryAfter + retryMargin, true
+		return withMargin(e.RetryAfter), true
 	case e.Status == http.StatusConflict && e.Code == CodeIdempotencyKeyInUse && r.idempotent():
 		// The first attempt of this call is still running on the server: the same key, sent
 		// again after Retry-After, gets its answer (docs/api.md, "Idempotency").
-		return max(e.RetryAfter, time.Second) + retryMargin, true
+		return withMargin(max(e.RetryAfter, time.Second)), true
 	}
 	return 0, false
+}
+
+// withMargin is the wait d plus retryMargin. A wait already beyond MaxRetryWait is refused as it
+// is: near the largest Duration (a reset_at centuries away, a proxy's enormous Retry-After) the
+// sum would wrap around to a negative wait, retried at once.
+func withMargin(d time.Duration) time.Duration {
+	if d > MaxRetryWait {
+		return d
+	}
+	return d + retryMargin
 }
 
 // ErrTimeout is wrapped by the error of a request that the WithTimeout bound ended.
@@ -638,9 +648,36 @@ func (c *Client) call(ctx context.Context, r request, want int, out any) error {
 	return decodeJSON(a, r, out)
 }
 
+// maxAnswer bounds a JSON answer the client decodes. The API's largest (a page of 100 lists with
+// their counts, a batch of 100 results) are well under a megabyte; the large downloads (a list's
+// results, the account's export) are streams the caller reads, not decoded here. Anything longer
+// is not the API's answer, and reading on would hold it in memory until WithTimeout ends it.
+const maxAnswer = 32 << 20
+
+// errAnswerTooLarge is the error of an answer longer than maxAnswer.
+var errAnswerTooLarge = fmt.Errorf("the answer is larger than %d MiB, which no answer of the API's is", maxAnswer>>20)
+
+// bounded reads at most left bytes of r, then fails with errAnswerTooLarge.
+type bounded struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *bounded) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
 // decodeJSON decodes the JSON answer of attempt a to r into out.
 func decodeJSON(a *attempt, r request, out any) error {
-	if err := json.NewDecoder(a.resp.Body).Decode(out); err != nil {
+	if err := json.NewDecoder(&bounded{r: a.resp.Body, left: maxAnswer}).Decode(out); err != nil {
 		return fmt.Errorf("mailvet: %s %s%s: decode the %d response: %w", r.method, r.route(),
 			requestIDNote(a.resp.Header.Get("X-Request-Id")), a.resp.StatusCode, timeoutCause(a.ctx, err))
 	}

@@ -2,34 +2,48 @@ package client
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Error codes clients commonly branch on; every code is in docs/errors.md.
+// The codes of docs/errors.md, one constant each (TestEveryDocumentedCodeHasAConstant), and the
+// client's own CodeUnexpectedResponse. A code this version does not name is still an *Error,
+// with that Code.
 const (
-	CodeInvalidRequest       = "invalid_request"
-	CodeMissingAPIKey        = "missing_api_key"
-	CodeInvalidAPIKey        = "invalid_api_key"
-	CodeWrongKeyType         = "wrong_key_type"
-	CodeNotFound             = "not_found"
-	CodeJobNotFound          = "job_not_found"
-	CodeKeyNotFound          = "key_not_found"
-	CodeKeyLimitReached      = "key_limit_reached"
-	CodeRateLimitExceeded    = "rate_limit_exceeded"
-	CodeMonthlyQuotaExceeded = "monthly_quota_exceeded"
-	CodePaymentRequired      = "payment_required"
-	CodeServiceUnavailable   = "service_unavailable"
-	CodeQuotaCheckFailed     = "quota_check_failed"
-	CodePayloadTooLarge      = "payload_too_large"
-	CodeRequestTimeout       = "request_timeout"
-	CodeListNotFound         = "list_not_found"
-	CodeListFinished         = "list_finished"
-	CodeSubscriptionActive   = "subscription_active"
+	CodeInvalidRequest           = "invalid_request"
+	CodeMissingAPIKey            = "missing_api_key"
+	CodeInvalidAPIKey            = "invalid_api_key"
+	CodeNoBillingCustomer        = "no_billing_customer"
+	CodeWrongKeyType             = "wrong_key_type"
+	CodeEmailUnconfirmed         = "email_unconfirmed"
+	CodePlanUpgradeRequired      = "plan_upgrade_required"
+	CodeNotFound                 = "not_found"
+	CodeJobNotFound              = "job_not_found"
+	CodeKeyNotFound              = "key_not_found"
+	CodeDeliveryNotFound         = "delivery_not_found"
+	CodeCustomerNotFound         = "customer_not_found"
+	CodeMethodNotAllowed         = "method_not_allowed"
+	CodeDeliveryNotReplayable    = "delivery_not_replayable"
+	CodeKeyLimitReached          = "key_limit_reached"
+	CodeRateLimitExceeded        = "rate_limit_exceeded"
+	CodeMonthlyQuotaExceeded     = "monthly_quota_exceeded"
+	CodePaymentRequired          = "payment_required"
+	CodeDatastoreError           = "datastore_error"
+	CodeBillingPortalUnavailable = "billing_portal_unavailable"
+	CodeInternalError            = "internal_error"
+	CodeServiceUnavailable       = "service_unavailable"
+	CodeQuotaCheckFailed         = "quota_check_failed"
+	CodePayloadTooLarge          = "payload_too_large"
+	CodeRequestTimeout           = "request_timeout"
+	CodeListNotFound             = "list_not_found"
+	CodeListFinished             = "list_finished"
+	CodeSubscriptionActive       = "subscription_active"
 	// CodeIdempotencyKeyInUse: a call's earlier attempt, with the same Idempotency-Key, is still
 	// running; with retrying on, the client sends it again after Retry-After.
 	CodeIdempotencyKeyInUse = "idempotency_key_in_use"
@@ -153,10 +167,19 @@ func requestIDNote(id string) string {
 }
 
 // retryAfter reads a Retry-After header: seconds, as the API sends, or an HTTP date, as a proxy
-// in front of it may (RFC 9110, section 10.2.3). Zero means none, or a time already past.
+// in front of it may (RFC 9110, section 10.2.3). Zero means none, or a time already past. Seconds
+// beyond what a time.Duration holds are the longest Duration: multiplied out they would wrap
+// around to a short or negative wait, retried at once instead of refused as too long
+// (MaxRetryWait).
 func retryAfter(v string, now time.Time) time.Duration {
-	if s, err := strconv.Atoi(v); err == nil {
-		return time.Duration(max(s, 0)) * time.Second
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case s <= 0:
+			return 0
+		case s >= math.MaxInt64/int64(time.Second):
+			return math.MaxInt64
+		}
+		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)

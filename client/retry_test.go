@@ -795,6 +795,51 @@ func TestLongRetryAfterIsReturnedNotWaited(t *testing.T) {
 	}
 }
 
+// A Retry-After too large for a time.Duration (a proxy's, not the API's) is a wait beyond
+// MaxRetryWait like any other long one: returned at once with its RetryAfter, never wrapped
+// around into a negative or a short wait that would be retried in a tight loop.
+func TestHugeRetryAfterIsNotWrappedAround(t *testing.T) {
+	t.Parallel()
+	for _, header := range []string{
+		"18446744074",          // seconds × 1e9 wraps past 2^64 to 0.29 s
+		"10000000000",          // wraps to a negative duration
+		"99999999999999999999", // beyond int64 itself
+	} {
+		t.Run(header, func(t *testing.T) {
+			t.Parallel()
+			f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", header)
+				writeJSON(w, 503, `{"error":"service_unavailable","message":"Down for maintenance.","action":"Retry later.","docs":"d"}`)
+			})
+			c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+			_, err := c.Job(context.Background(), "j1")
+			var e *client.Error
+			if !errors.As(err, &e) || e.Status != 503 || e.RetryAfter <= client.MaxRetryWait {
+				t.Fatalf("err = %v, want the 503 with a RetryAfter beyond MaxRetryWait", err)
+			}
+			if n := len(f.requests()); n != 1 {
+				t.Fatalf("%d requests, want 1: a Retry-After beyond MaxRetryWait is not waited", n)
+			}
+		})
+	}
+	// A reset_at so far off that the wait until it is the largest Duration: the same.
+	t.Run("reset_at", func(t *testing.T) {
+		t.Parallel()
+		f, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+			rateLimited(w, time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+		})
+		c := client.New("sk_live_test", client.WithBaseURL(srv.URL), client.WithRetryOnRateLimit(true))
+		_, err := c.Verify(context.Background(), "ann@acme.example")
+		var e *client.Error
+		if !errors.As(err, &e) || e.Code != client.CodeRateLimitExceeded || e.ResetAt.Year() != 9999 {
+			t.Fatalf("err = %v, want the 429 with its reset_at", err)
+		}
+		if n := len(f.requests()); n != 1 {
+			t.Fatalf("%d requests, want 1: a reset_at beyond MaxRetryWait is not waited", n)
+		}
+	})
+}
+
 // Clients refused together do not all come back in the same millisecond: every wait before a
 // retry gets a random jitter (up to a tenth of it), after Retry-After + 50 ms, never before.
 func TestRetriesAreJittered(t *testing.T) {
@@ -843,5 +888,33 @@ func TestRetriesAreJittered(t *testing.T) {
 	// half of them come 50 ms later or more.
 	if median < 1060*time.Millisecond {
 		t.Errorf("retries after %v: the median is %v, within 10 ms of Retry-After + 50 ms: no jitter", retries, median)
+	}
+}
+
+// An answer with no end (not the API's: a misbehaving proxy, a wrong MAILVET_URL) is read only to
+// the bound on an answer, then refused, instead of being held in memory until WithTimeout ends it.
+func TestEndlessAnswerIsRefusedAtTheBound(t *testing.T) {
+	t.Parallel()
+	_, srv := newFake(t, func(i int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", "rid-endless")
+		fmt.Fprint(w, `{"account_id":"`)
+		chunk := strings.Repeat("x", 64<<10)
+		for range 4096 { // up to 256 MiB, then held open until the client hangs up
+			if _, err := fmt.Fprint(w, chunk); err != nil {
+				return
+			}
+		}
+		<-r.Context().Done()
+	})
+	c := client.New("sk_mgmt_test", client.WithBaseURL(srv.URL), client.WithTimeout(20*time.Second))
+	start := time.Now()
+	_, err := c.Account(context.Background())
+	if err == nil || errors.Is(err, client.ErrTimeout) || !strings.Contains(err.Error(), "larger than") ||
+		!strings.Contains(err.Error(), "rid-endless") {
+		t.Fatalf("err = %v, want the answer refused as too large, with its request id", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("refused after %s", d)
 	}
 }

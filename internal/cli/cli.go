@@ -89,8 +89,8 @@ Exit codes:
   0  success (whatever the verdicts: an undeliverable address is a result, not a failure)
   1  the API answered an error, the network failed, a file could not be read or written, or a
      list ended failed or canceled
-  2  usage error: unknown command or flag, missing argument, MAILVET_API_KEY not set, MAILVET_URL
-     not an http(s) URL
+  2  usage error: unknown command or flag, missing argument, MAILVET_API_KEY not set or not a
+     key (a character that is not visible ASCII), MAILVET_URL not an http(s) URL
 `
 
 // errUsage marks mistakes on the command line; Run exits ExitUsage for them.
@@ -221,9 +221,17 @@ func (e env) version(args []string) error {
 
 // client builds the API client from the environment.
 func (e env) client() (*client.Client, error) {
-	key := strings.TrimSpace(e.getenv("MAILVET_API_KEY"))
+	// The blanks and byte-order mark around a key read from a file ($(cat key.txt)) are no part
+	// of it.
+	key := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(e.getenv("MAILVET_API_KEY")), "\ufeff"))
 	if key == "" {
 		return nil, usagef("MAILVET_API_KEY is not set: export an API key (sk_live_… or sandbox sk_test_… to verify and for lists and history, sk_mgmt_… for keys, usage, account and audit)")
+	}
+	if i := strings.IndexFunc(key, func(r rune) bool { return r < 0x21 || r > 0x7e }); i >= 0 {
+		// Every key is visible ASCII. Anything else (two lines of a file, a pasted non-breaking
+		// space) would fail as a network error that blames MAILVET_URL, or be refused as an
+		// unknown key; the key itself is never shown.
+		return nil, usagef("MAILVET_API_KEY has a character that is not visible ASCII at byte %d (a line break, a blank or a non-ASCII character): a key is sk_… in visible ASCII; check how it was set", i+1)
 	}
 	base := strings.TrimSpace(e.getenv("MAILVET_URL"))
 	if base == "" {

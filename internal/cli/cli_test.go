@@ -12,7 +12,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +43,8 @@ func TestUsageErrors(t *testing.T) {
 		{"lists", "show"}, {"lists", "frob", "x"}, {"lists", "list", "extra"}, {"lists", "results", "a", "b"},
 		{"lists", "results", "x", "--format", "xml"}, {"lists", "show", "x", "--status", "deliverable"}, {"lists", "cancel", "x", "--limit", "3"},
 		{"keys", "--json"}, {"version", "extra"}, {"keys", "list", "--sandbox"},
+		// --json would promise JSON where the output is the results file (CSV unless --format).
+		{"verify", "--file", "x.csv", "--json"}, {"lists", "results", "x", "--json"},
 	} {
 		if code, _, stderr := run(t, key, "", args...); code != ExitUsage || !strings.Contains(stderr, "mailvet help") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
@@ -62,6 +66,27 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code, _, stderr := run(t, nil, "", "verify", "a@b.example"); code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") {
 		t.Errorf("no key: exit %d, %q", code, stderr)
+	}
+	// A key a header cannot carry (two lines of a key file, a pasted non-breaking space) is a usage
+	// error naming MAILVET_API_KEY, never shown, rather than "could not reach the API … check
+	// MAILVET_URL"; the blanks and byte-order mark around a key read from a file are dropped.
+	for _, bad := range []string{"sk_live_SECRET\nsk_live_other", "sk_live_SECRET\u00a0x", "sk_live_SECRET\x00"} {
+		env := map[string]string{"MAILVET_API_KEY": bad, "MAILVET_URL": "http://127.0.0.1:1"}
+		code, _, stderr := run(t, env, "", "verify", "a@b.example")
+		if code != ExitUsage || !strings.Contains(stderr, "MAILVET_API_KEY") || strings.Contains(stderr, "SECRET") {
+			t.Errorf("MAILVET_API_KEY=%q: exit %d, %q", bad, code, stderr)
+		}
+	}
+	var sent string
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent = r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"keys":[],"count":0,"max":2}`)
+	}))
+	t.Cleanup(echo.Close)
+	env := map[string]string{"MAILVET_API_KEY": "\ufeffsk_mgmt_x\r\n", "MAILVET_URL": echo.URL}
+	if code, _, stderr := run(t, env, "", "keys", "list", "--json"); code != ExitOK || sent != "Bearer sk_mgmt_x" {
+		t.Errorf("a key read from a file: exit %d, sent %q, %s", code, sent, stderr)
 	}
 	// A MAILVET_URL that is not an http(s) URL is a usage error, told without its password.
 	for _, bad := range []string{"localhost:8080", "api.example.com", "ftp://api.example.com", "https://u:s3cret@"} {
@@ -663,5 +688,67 @@ func TestErrorsInPlainWords(t *testing.T) {
 	if !strings.HasPrefix(stderr, "mailvet: could not reach the API at http://127.0.0.1:1: ") || !strings.Contains(stderr, "What to do: check MAILVET_URL") ||
 		strings.Contains(stderr, "VerifyBatch") || strings.Contains(stderr, "emails[") {
 		t.Errorf("unreachable: %q", stderr)
+	}
+}
+
+// A file given to verify --file is sent again after the API's 503 with Retry-After (a rolling
+// restart), whole, with the same Idempotency-Key, as the client does for any body it can rewind
+// (docs/clients.md, "Network failures"); standard input, read as it is sent, is not.
+func TestVerifyFileUploadRetriedAfter503(t *testing.T) {
+	t.Parallel()
+	const id = "0199a1b2-0000-7000-8000-000000000003"
+	const input = "ann@acme.example\r\nzoe@acme.example\r\n"
+	var (
+		mu      sync.Mutex
+		uploads []string // the bodies uploaded, then their Idempotency-Keys
+		keys    []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/email/lists":
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			uploads = append(uploads, string(b))
+			keys = append(keys, r.Header.Get("Idempotency-Key"))
+			n := len(uploads)
+			mu.Unlock()
+			if n%2 == 1 {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprint(w, `{"error":"service_unavailable","message":"The service is temporarily unavailable.","action":"Retry after Retry-After.","docs":"d"}`)
+				return
+			}
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, `{"id":%q,"state":"queued","rows":2,"unique":2}`, id)
+		case r.URL.Path == "/v1/email/lists/"+id:
+			fmt.Fprintf(w, `{"id":%q,"state":"completed","format":"text","email_column":"email","rows":2,"unique":2,"verified":2}`, id)
+		case r.URL.Path == "/v1/email/lists/"+id+"/results":
+			w.Header().Set("Content-Type", "text/csv")
+			fmt.Fprintf(w, "%s\nann@acme.example,%s\nzoe@acme.example,%s\n", resultHeader("email"), resultCells("deliverable"), resultCells("undeliverable"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	in := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(in, []byte(input), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MAILVET_API_KEY": "sk_live_x", "MAILVET_URL": srv.URL}
+	code, stdout, stderr := run(t, env, "", "verify", "--file", in)
+	mu.Lock()
+	got, gotKeys := slices.Clone(uploads), slices.Clone(keys)
+	mu.Unlock()
+	if code != ExitOK || !strings.Contains(stdout, "zoe@acme.example,undeliverable") {
+		t.Fatalf("exit %d, stdout %q, stderr %q, uploads %q", code, stdout, stderr, got)
+	}
+	if len(got) != 2 || got[0] != input || got[1] != input || gotKeys[0] == "" || gotKeys[0] != gotKeys[1] {
+		t.Fatalf("uploads %q with keys %q, want the whole file twice with one Idempotency-Key", got, gotKeys)
+	}
+	// Standard input cannot be read twice: the 503 is the answer.
+	code, _, stderr = run(t, env, input, "verify", "--file", "-")
+	if code != ExitError || !strings.Contains(stderr, "service_unavailable (HTTP 503)") {
+		t.Fatalf("standard input: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -38,19 +38,21 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 		}
 	}
 	var in io.Reader = e.stdin
+	var file *os.File
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		in = f
+		in, file = f, f
 	}
 	br := bufio.NewReaderSize(in, 64<<10)
 	format, err := fileFormat(path, br, column)
 	if err != nil {
 		return err
 	}
+	body := uploadBody(file, br)
 	// Check the output before uploading, so that an unwritable --out costs nothing.
 	var out io.Writer = e.stdout
 	var outF *outFile
@@ -77,7 +79,7 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	if n := listname.FromFile(path); path != "-" && n != "" {
 		name = n // a file name may hold what the API refuses in a name, such as a line break
 	}
-	l, err := c.UploadList(ctx, br, client.ListUpload{Format: format, Column: column, Name: name})
+	l, err := c.UploadList(ctx, body, client.ListUpload{Format: format, Column: column, Name: name})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -105,6 +107,24 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 			time.Since(start).Round(time.Second), l.ID)
 	}
 	return nil
+}
+
+// uploadBody is what verify --file uploads: the file itself, sought back to where br began
+// reading it (fileFormat peeked at it), so that the client can send it again after a 503 or a
+// lost answer (it rewinds an io.Seeker; docs/clients.md, "Network failures"); else (standard
+// input, a pipe given as a path) br, which holds the peeked bytes and is sent once.
+func uploadBody(file *os.File, br *bufio.Reader) io.Reader {
+	if file == nil {
+		return br
+	}
+	at, err := file.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return br
+	}
+	if _, err := file.Seek(at-int64(br.Buffered()), io.SeekStart); err != nil {
+		return br
+	}
+	return file
 }
 
 // resumeHint is what an interrupted or canceled run says when its state is saved.
@@ -222,6 +242,11 @@ func (e env) lists(ctx context.Context, args []string) error {
 	}
 	if sub != "results" && (*status != "" || *out != "" || *format != "csv" || *rawFormulas) {
 		return usagef("lists %s: --format, --status, --out and --raw-formulas go with lists results", sub)
+	}
+	if sub == "results" && *asJSON {
+		// The rows are CSV unless --format says otherwise: --json would promise what a JSON reader
+		// then fails on.
+		return usagef("lists results: --json does not go with lists results; --format ndjson downloads the rows as NDJSON")
 	}
 	if sub != "list" && (*limit != 0 || *cursor != "") {
 		return usagef("lists %s: --limit and --cursor go with lists list", sub)

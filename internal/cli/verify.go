@@ -36,6 +36,9 @@ func (e env) verify(ctx context.Context, args []string) error {
 		return usagef("verify: give addresses or --file, not both")
 	case *file == "" && (*column != "" || *out != "" || *resume):
 		return usagef("verify: --column, --out and --resume go with --file")
+	case *file != "" && *asJSON:
+		// The output is the results CSV: --json would promise what a JSON reader then fails on.
+		return usagef("verify: --json goes with addresses; --file writes the results CSV (mailvet lists results ID --format ndjson downloads them as NDJSON)")
 	case *resume && (*out == "" || *file == "-"):
 		return usagef("verify: --resume needs --out and a file (not -): the earlier run is remembered beside --out")
 	}

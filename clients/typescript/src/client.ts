@@ -28,6 +28,11 @@ import type {
 export const batchChunkSize = 50;
 /** Addresses per stream request: the API's maximum. */
 export const streamChunkSize = 1000;
+/**
+ * The longest line of a stream, as the Go client's: a result is well under 1 KiB, and an error
+ * line lists at most 1,000 addresses of at most 1,024 bytes.
+ */
+const maxStreamLine = 2 << 20;
 /** The cushion added to `reset_at` before a retry, as docs/api.md's client checklist advises. */
 export const retryCushionMs = 50;
 /**
@@ -189,7 +194,7 @@ export interface ListResultsOptions extends CallOptions {
 
 /** The options of {@link Mailvet.lists}`.wait`. */
 export interface ListWaitOptions extends CallOptions {
-  /** Time between two readings of the list, in ms. Default 1,000. */
+  /** Time between two readings of the list, in ms. Default 1,000, also for 0 or less. */
   pollMs?: number;
   /** Called with every reading, the last one included. */
   onProgress?: (list: List) => void;
@@ -221,6 +226,8 @@ interface Call extends CallOptions {
   idempotent?: boolean;
   /** Called before a wait for a retry, with when it ends and the error that caused it. */
   onWait?: (until: Date, err: MailvetError) => void;
+  /** The most of a JSON answer read ({@link maxAnswer} unless set; the export sets none). */
+  maxBody?: number;
 }
 
 interface Deadline {
@@ -255,8 +262,8 @@ export class Mailvet {
       throw new TypeError("Mailvet: baseUrl must be an http(s) URL, e.g. http://localhost:8080");
     }
     this.#base = options.baseUrl.replace(/\/+$/, "");
-    this.#apiKey = options.apiKey;
-    this.#provisioningKey = options.provisioningKey;
+    this.#apiKey = checkedKey("apiKey", options.apiKey);
+    this.#provisioningKey = checkedKey("provisioningKey", options.provisioningKey);
     this.#retry = options.retryOnRateLimit ?? false;
     this.#maxRetries = Math.max(0, options.maxRetries ?? 3);
     this.#timeoutMs = options.timeoutMs ?? 60_000;
@@ -341,7 +348,9 @@ export class Mailvet {
         continue;
       }
       if (!Array.isArray(answer?.results) || answer.results.length !== chunk.length) {
-        throw clientError("invalid_response", `a batch of ${chunk.length} addresses was answered with ${answer?.results?.length ?? "no"} results`, 200);
+        const err = clientError("invalid_response", `a batch of ${chunk.length} addresses was answered with ${answer?.results?.length ?? "no"} results`, 200);
+        err.results = results; // the earlier requests' results, verified and charged, as for any error
+        throw err;
       }
       results.push(...answer.results);
       i += chunk.length;
@@ -405,7 +414,7 @@ export class Mailvet {
    * at 100,000 entries (a list cut there is named in `truncated`).
    */
   exportAccount(options: CallOptions = {}): Promise<AccountExport> {
-    return this.#json<AccountExport>({ ...options, method: "GET", path: "/v1/management/account/export", key: "provisioning" });
+    return this.#json<AccountExport>({ ...options, method: "GET", path: "/v1/management/account/export", key: "provisioning", maxBody: Infinity });
   }
 
   /**
@@ -560,7 +569,10 @@ export class Mailvet {
      * that reading: check its `state`. The signal aborts the wait.
      */
     wait: async (id: string, options: ListWaitOptions = {}): Promise<List> => {
-      const { pollMs = 1000, onProgress, ...call } = options;
+      const { pollMs: asked, onProgress, ...call } = options;
+      // 0 or less (or NaN) is the default, as for the Go client's WaitList: not reads in a loop
+      // without a pause.
+      const pollMs = asked !== undefined && asked > 0 ? asked : 1000;
       for (;;) {
         const l = await this.lists.get(id, call);
         onProgress?.(l);
@@ -637,13 +649,18 @@ export class Mailvet {
 
   async #json<T>(call: Call): Promise<T> {
     const { res, deadline } = await this.#send(call);
+    const limit = call.maxBody ?? maxAnswer;
     let text: string;
+    let whole: boolean;
     try {
-      text = await res.text();
+      ({ text, whole } = await readUpTo(res, limit));
     } catch (err) {
       throw this.#transportError(err, call.signal, deadline, this.#what(call));
     } finally {
       deadline.done();
+    }
+    if (!whole) {
+      throw clientError("invalid_response", `HTTP ${res.status} with an answer larger than ${limit >> 20} MiB, which no answer of the API's is`, res.status, requestIdOf(res));
     }
     if (text === "") {
       // Only the API's 204s have no body; an empty 200 is a proxy's or a portal's, not an answer.
@@ -841,6 +858,11 @@ export class Mailvet {
           got++;
           yield r;
         }
+        if (buffered.length > maxStreamLine) {
+          // No line of the API's is this long: the answer is not its stream, and reading on
+          // would hold all of it in memory until the stream's timeout.
+          throw clientError("invalid_response", `a stream line is longer than ${maxStreamLine} characters after ${got} of ${want} results: not the API's stream`, res.status, { ...ids, ...owed() });
+        }
       }
       buffered += decoder.decode();
       if (buffered.trim() !== "") {
@@ -865,6 +887,21 @@ export class Mailvet {
       if (!finished) await reader.cancel().catch(() => undefined);
     }
   }
+}
+
+// checkedKey is a key as the Authorization header carries it: without the blanks around it (a
+// key read from a file ends with a line break, perhaps begins with a byte-order mark), and in
+// visible ASCII, as every key is. Any other character would have fetch refuse the header with an
+// error that quotes its value, the key, into the caller's logs: the TypeError says where the
+// character is, never the key.
+function checkedKey(name: string, key: string | undefined): string | undefined {
+  if (key === undefined || key === null) return undefined;
+  const k = String(key).trim();
+  const at = k.search(/[^\x21-\x7e]/);
+  if (at >= 0) {
+    throw new TypeError(`Mailvet: options.${name} has a character that is not visible ASCII at position ${at + 1} (a line break, a blank or a non-ASCII character): keys are sk_… in visible ASCII; check how it was read`);
+  }
+  return k;
 }
 
 // nextCursor is the cursor of the next page of an all() loop, or undefined after the last page.
@@ -974,10 +1011,54 @@ function parseRetryAfter(v: string | null): number | undefined {
   return Number.isNaN(t) ? undefined : Math.max(0, (t - Date.now()) / 1000);
 }
 
+/**
+ * The most of an error answer the client reads: an envelope is a few hundred bytes, and a proxy's
+ * page (or a body that never ends) is no reason to hold more in memory, nor to wait for its end.
+ */
+const maxErrorBody = 64 << 10;
+
+/**
+ * The most of a JSON answer the client reads. The API's largest (a page of 100 lists with their
+ * counts, a batch of 100 results) are well under a megabyte; the account's export, which may
+ * rightly be larger, is not bounded. More is not the API's answer, and reading on would hold it in
+ * memory until the timeout.
+ */
+const maxAnswer = 32 << 20;
+
+// readUpTo reads res's body as text, at most limit bytes of it, and cancels the rest; whole says
+// whether the body ended within the limit.
+async function readUpTo(res: Response, limit: number): Promise<{ text: string; whole: boolean }> {
+  if (!res.body) return { text: "", whole: true };
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let whole = false;
+  try {
+    while (size <= limit) {
+      const chunk = await reader.read();
+      if (chunk.done) {
+        whole = true;
+        break;
+      }
+      chunks.push(chunk.value);
+      size += chunk.value.length;
+    }
+  } finally {
+    if (!whole) await reader.cancel().catch(() => undefined);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.length;
+  }
+  return { text: new TextDecoder().decode(size > limit ? bytes.subarray(0, limit) : bytes), whole: whole && size <= limit };
+}
+
 // errorFrom turns a non-2xx response into a MailvetError: the API's error envelope with its extra
 // fields, or, for a body that is not one (a proxy's error page), an http_error.
 async function errorFrom(res: Response): Promise<MailvetError> {
-  const text = await res.text();
+  const { text } = await readUpTo(res, maxErrorBody);
   const extra = { ...requestIdOf(res) } as { retryAfter?: number; requestId?: string };
   const retryAfter = parseRetryAfter(res.headers.get("Retry-After"));
   if (retryAfter !== undefined) extra.retryAfter = retryAfter;

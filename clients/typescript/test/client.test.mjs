@@ -152,6 +152,26 @@ describe("requests", () => {
     assert.equal(f.requests.length, 0);
     assert.throws(() => new Mailvet({ baseUrl: "localhost:8080" }), TypeError);
   });
+
+  test("a key a header cannot carry is refused by the constructor without showing the key; blanks around it are dropped", async () => {
+    const secret = "sk_live_0123456789abcdefSECRET";
+    for (const bad of [`${secret}\nsecond line`, `${secret}\r\nX-Other: 1`, `${secret}\u00e9`, `sk_live_ ${secret}`]) {
+      for (const options of [{ apiKey: bad }, { provisioningKey: bad }]) {
+        let err;
+        try {
+          new Mailvet({ baseUrl: "http://127.0.0.1:1", ...options });
+        } catch (e) {
+          err = e;
+        }
+        assert.ok(err instanceof TypeError, `${JSON.stringify(options)}: ${err}`);
+        assert.match(err.message, /(apiKey|provisioningKey) has a character/);
+        assert.ok(!err.message.includes("SECRET") && !String(err.stack).includes("SECRET"), err.message);
+      }
+    }
+    const f = await fake((req, res) => send(res, 200, result(req.body.email)));
+    await new Mailvet({ baseUrl: f.url, apiKey: ` ${secret}\r\n` }).verify("ann@acme.example");
+    assert.equal(f.requests[0].headers.authorization, `Bearer ${secret}`);
+  });
 });
 
 describe("errors", () => {
@@ -203,6 +223,50 @@ describe("errors", () => {
     assert.equal(err.status, 502);
     assert.equal(err.error, "http_error");
     assert.match(err.message, /502.*Bad gateway/);
+  });
+
+  test("an error page that never ends (a misbehaving proxy's) is read only to 64 KiB: an http_error at once, not a timeout", async () => {
+    const f = await fake(async (req, res) => {
+      res.writeHead(502, { "Content-Type": "text/html", "X-Request-Id": "rid-502" });
+      const chunk = "<p>" + "x".repeat(64 << 10) + "</p>\n";
+      // Up to 128 MiB, then held open: only a client that stops reading is answered in time.
+      for (let i = 0; i < 2048 && !res.destroyed; i++) {
+        if (!res.write(chunk)) await new Promise((r) => { res.once("drain", r); res.once("close", r); });
+      }
+    });
+    const started = Date.now();
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, timeoutMs: 5000 }).account().catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "http_error");
+    assert.equal(err.status, 502);
+    assert.equal(err.requestId, "rid-502");
+    assert.match(err.message, /^HTTP 502: <p>x{100}/);
+    assert.ok(Date.now() - started < 3000, `answered after ${Date.now() - started} ms`);
+  });
+
+  test("an answer with no end is an invalid_response at 32 MiB, not held in memory until the timeout; the export is not bounded", async () => {
+    const endless = async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json", "X-Request-Id": "rid-endless" });
+      res.write('{"account_id":"');
+      const chunk = "x".repeat(64 << 10);
+      // Up to 256 MiB, then held open: only a client that stops reading answers in time.
+      for (let i = 0; i < 4096 && !res.destroyed; i++) {
+        if (!res.write(chunk)) await new Promise((r) => { res.once("drain", r); res.once("close", r); });
+      }
+    };
+    const f = await fake(endless);
+    const started = Date.now();
+    const err = await new Mailvet({ baseUrl: f.url, ...keys, timeoutMs: 20_000 }).account().catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "invalid_response");
+    assert.match(err.message, /larger than 32 MiB/);
+    assert.equal(err.requestId, "rid-endless");
+    assert.ok(Date.now() - started < 10_000, `refused after ${Date.now() - started} ms`);
+    // The export is the one answer that may rightly be larger: 33 MiB of it is read whole.
+    const big = "y".repeat(33 << 20);
+    const g = await fake((req, res) => send(res, 200, { account: { account_id: big } }));
+    const doc = await new Mailvet({ baseUrl: g.url, ...keys }).exportAccount();
+    assert.equal(doc.account.account_id.length, big.length);
   });
 
   test("a success that is not JSON is an invalid_response", async () => {
@@ -561,6 +625,17 @@ describe("verifyBatch", () => {
     const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emailsOf(2)).catch((e) => e);
     assert.equal(err.error, "invalid_response");
   });
+
+  test("an answer with the wrong number of results carries the results verified before it, as every error does", async () => {
+    const f = await fake((req, res) => {
+      const emails = req.index === 0 ? req.body.emails : req.body.emails.slice(1);
+      send(res, 200, { results: emails.map(result), count: emails.length });
+    });
+    const err = await new Mailvet({ baseUrl: f.url, ...keys }).verifyBatch(emailsOf(60)).catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "invalid_response");
+    assert.deepEqual(err.results?.map((r) => r.email), emailsOf(50));
+  });
 });
 
 // streamOf answers a stream request with one line per address, flushing each line.
@@ -663,6 +738,30 @@ describe("verifyStream", () => {
     assert.ok(err instanceof MailvetError, String(err));
     assert.equal(err.error, "network_error");
     assert.equal(err.requestId, "rid-stream");
+  });
+
+  test("a line that never ends (not the API's stream) is an invalid_response past 2 MiB, not held in memory until the timeout", async () => {
+    const f = await fake(async (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson", "X-Request-Id": "rid-long" });
+      res.write(JSON.stringify(streamResult(req.body.emails[0], 0)) + "\n");
+      const chunk = "x".repeat(64 << 10);
+      // Up to 128 MiB without a newline, then held open.
+      for (let i = 0; i < 2048 && !res.destroyed; i++) {
+        if (!res.write(chunk)) await new Promise((r) => { res.once("drain", r); res.once("close", r); });
+      }
+    });
+    const started = Date.now();
+    const got = [];
+    const err = await (async () => {
+      for await (const r of new Mailvet({ baseUrl: f.url, ...keys, streamTimeoutMs: 8000 }).verifyStream(emailsOf(3))) got.push(r.index);
+    })().catch((e) => e);
+    assert.ok(err instanceof MailvetError, String(err));
+    assert.equal(err.error, "invalid_response");
+    assert.equal(err.requestId, "rid-long");
+    assert.deepEqual(got, [0]);
+    assert.deepEqual(err.indexes, [1, 2]);
+    assert.deepEqual(err.emails, emailsOf(3).slice(1));
+    assert.ok(Date.now() - started < 5000, `thrown after ${Date.now() - started} ms`);
   });
 
   test("a stream that ends early without an error line is a stream_incomplete", async () => {

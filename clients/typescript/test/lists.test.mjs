@@ -190,6 +190,23 @@ describe("lists.wait", () => {
     assert.ok(at[1] - at[0] >= 35 && at[2] - at[1] >= 35);
   });
 
+  test("a pollMs of 0 or less is the default second, as the Go client's WaitList, not a loop of reads without a pause", async () => {
+    let n = 0;
+    const f = await fake((req, res) => {
+      n++;
+      send(res, 200, n < 2 ? list("running", 1) : { ...list("completed", 4), eta_seconds: null });
+    });
+    const mv = new Mailvet({ baseUrl: f.url, ...keys });
+    for (const pollMs of [0, -5]) {
+      n = 0;
+      const before = f.requests.length;
+      assert.equal((await mv.lists.wait(id, { pollMs })).state, "completed");
+      const at = f.requests.slice(before).map((r) => r.at);
+      assert.equal(at.length, 2);
+      assert.ok(at[1] - at[0] >= 950, `pollMs ${pollMs}: readings ${at[1] - at[0]} ms apart, want the default 1,000`);
+    }
+  });
+
   test("a failed or canceled list ends the wait too; an abort rejects with the signal's reason", async () => {
     const f = await fake((req, res) => send(res, 200, req.path.endsWith("1") ? list("failed") : list("running")));
     const mv = new Mailvet({ baseUrl: f.url, ...keys });
