@@ -100,7 +100,8 @@ func (c *Client) Lists(ctx context.Context, q ListsPage) (ListPage, error) {
 // it is bounded by ctx only. A download the server could not finish ends with an error from
 // Read (io.ErrUnexpectedEOF), never with a clean io.EOF, so a short file is never taken for a
 // whole one. The download is available while the list runs: rows not verified yet have empty
-// result columns, or a null result.
+// result columns, or a null result. The bytes are the server's: a CSV with formulas escaped (the
+// default; ResultsOptions.RawFormulas) begins with UTF-8's byte-order mark.
 func (c *Client) ListResults(ctx context.Context, id string, opts ResultsOptions) (io.ReadCloser, error) {
 	v := url.Values{}
 	switch opts.Format {

@@ -422,7 +422,9 @@ type ResultsOptions struct {
 	Statuses []string // only rows verified with one of these statuses; nil for every row
 	// RawFormulas asks for CSV cells exactly as stored (escape_formulas=false), for a program
 	// that reads the file. By default the API puts an apostrophe before cells a spreadsheet
-	// would run as formulas (docs/lists.md, "Formula cells"), and the client leaves that default.
+	// would run as formulas (docs/lists.md, "Formula cells"), and begins the file with UTF-8's
+	// byte-order mark, which Excel needs to read it as UTF-8 (a program that reads such a
+	// download skips its first 3 bytes, EF BB BF); the client leaves that default.
 	RawFormulas bool
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/usage/usagetest"
@@ -92,7 +93,7 @@ func TestListUploadVerifyDownloadDelete(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") || resp.Header.Get("Mailvet-List-State") != "completed" {
 		t.Errorf("headers %v", resp.Header)
 	}
-	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	recs, err := csv.NewReader(strings.NewReader(strings.TrimPrefix(body, list.ByteOrderMark))).ReadAll()
 	if err != nil {
 		t.Fatalf("results are not CSV: %v\n%s", err, body)
 	}
@@ -228,7 +229,7 @@ func TestListFormats(t *testing.T) {
 			t.Errorf("%s: results %q", c.ct, body)
 		}
 		_, body = b.download(key, id, "?format=csv")
-		if !strings.HasPrefix(body, c.csvHead) || !strings.Contains(body, "\nann@acme.test,") || !strings.Contains(body, ",deliverable,accepted") {
+		if !strings.HasPrefix(body, list.ByteOrderMark+c.csvHead) || !strings.Contains(body, "\nann@acme.test,") || !strings.Contains(body, ",deliverable,accepted") {
 			t.Errorf("%s: CSV results %q", c.ct, body)
 		}
 	}
@@ -436,7 +437,11 @@ func TestListResultsEscapeFormulas(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("download %s: %d %s", query, resp.StatusCode, body)
 		}
-		recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+		// The escaped download begins with a byte-order mark (docs/lists.md, "Results").
+		if escaped := !strings.Contains(query, "escape_formulas=false"); strings.HasPrefix(body, list.ByteOrderMark) != escaped {
+			t.Errorf("download %s: byte-order mark %v, want %v", query, !escaped, escaped)
+		}
+		recs, err := csv.NewReader(strings.NewReader(strings.TrimPrefix(body, list.ByteOrderMark))).ReadAll()
 		if err != nil {
 			t.Fatalf("download %s is not CSV: %v", query, err)
 		}

@@ -276,12 +276,16 @@ func TestAgainstServer(t *testing.T) {
 		if code != ExitOK || stdout != "" || stderr != "" { // quiet when not on a terminal
 			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
-		f, err := os.Open(out)
+		file, err := os.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		records, err := csv.NewReader(f).ReadAll()
+		// A file a person opens: the escaped download, with the byte-order mark Excel needs to
+		// read it as UTF-8 (docs/lists.md, "Results").
+		if !bytes.HasPrefix(file, []byte("\ufeff")) {
+			t.Errorf("results file begins %q, not with a byte-order mark", file[:min(len(file), 8)])
+		}
+		records, err := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(file, []byte("\ufeff")))).ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -94,7 +94,7 @@ func (e env) verifyFile(ctx context.Context, c *client.Client, path, column, out
 	if err := finalState(l, saved); err != nil {
 		return err
 	}
-	if err := e.download(ctx, c, l.ID, client.ResultsOptions{}, out); err != nil {
+	if err := e.download(ctx, c, l.ID, client.ResultsOptions{}, out, outF == nil); err != nil {
 		return err
 	}
 	if outF != nil {
@@ -197,14 +197,24 @@ func fileFormat(path string, br *bufio.Reader, column string) (string, error) {
 	return client.ListCSV, nil
 }
 
-// download copies a list's results to w.
-func (e env) download(ctx context.Context, c *client.Client, id string, opts client.ResultsOptions, w io.Writer) error {
+// download copies a list's results to w. An escaped CSV download begins with a byte-order mark,
+// which Excel needs to read the file as UTF-8 (docs/lists.md, "Results"): a file keeps it, and
+// standard output (a terminal, or a pipe into another program: stdout) does not.
+func (e env) download(ctx context.Context, c *client.Client, id string, opts client.ResultsOptions, w io.Writer, stdout bool) error {
 	rc, err := c.ListResults(ctx, id, opts)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if _, err := io.Copy(w, rc); err != nil {
+	var r io.Reader = rc
+	if stdout {
+		br := bufio.NewReader(rc)
+		if bom, _ := br.Peek(len(byteOrderMark)); string(bom) == byteOrderMark {
+			_, _ = br.Discard(len(bom))
+		}
+		r = br
+	}
+	if _, err := io.Copy(w, r); err != nil {
 		return fmt.Errorf("list %s: downloading the results: %w", id, err)
 	}
 	return nil
@@ -295,14 +305,14 @@ func (e env) lists(ctx context.Context, args []string) error {
 		// escaped unless asked (docs/lists.md, "Formula cells").
 		opts := client.ResultsOptions{Format: *format, Statuses: statuses, RawFormulas: *rawFormulas}
 		if *out == "" {
-			return e.download(ctx, c, rest[0], opts, e.stdout)
+			return e.download(ctx, c, rest[0], opts, e.stdout, true)
 		}
 		f, err := createOut(*out)
 		if err != nil {
 			return err
 		}
 		defer f.discard()
-		if err := e.download(ctx, c, rest[0], opts, f); err != nil {
+		if err := e.download(ctx, c, rest[0], opts, f, false); err != nil {
 			return err
 		}
 		return f.commit()

@@ -85,6 +85,9 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// byteOrderMark begins an escaped results CSV (docs/lists.md, "Results").
+const byteOrderMark = "\ufeff"
+
 // resultColumns are the columns a results CSV adds after the input's (docs/lists.md, "Results").
 var resultColumns = []string{"status", "reason", "valid", "confidence", "failed_check", "disposable", "role",
 	"free_provider", "catch_all", "smtp_blocked", "mx_found", "mx_host", "suggestion", "smtp_code",
@@ -110,7 +113,7 @@ func (e env) resumeRun(ctx context.Context, c *client.Client, st *resumeState, o
 	}
 	if base.State == client.ListCompleted {
 		fmt.Fprintf(e.stderr, "mailvet: resuming: list %s has every result; downloading it (nothing is verified or billed again)\n", base.ID)
-		if err := e.download(ctx, c, base.ID, client.ResultsOptions{}, out); err != nil {
+		if err := e.download(ctx, c, base.ID, client.ResultsOptions{}, out, false); err != nil {
 			return true, err
 		}
 		return true, out.commit()
@@ -207,7 +210,7 @@ func (e env) resultsTable(ctx context.Context, c *client.Client, id, emailCol st
 	r.FieldsPerRecord = -1
 	header, err := r.Read()
 	if len(header) > 0 {
-		header[0] = strings.TrimPrefix(header[0], "\ufeff") // a spreadsheet's byte-order mark
+		header[0] = strings.TrimPrefix(header[0], byteOrderMark) // the escaped download's (download)
 	}
 	n := len(header) - len(resultColumns)
 	if err != nil || n < 1 || !slices.Equal(header[n:], resultColumns) {
@@ -277,6 +280,11 @@ func (e env) merge(ctx context.Context, c *client.Client, id, emailCol string, f
 		return err
 	}
 	defer rc.Close()
+	// The file of a run that was not interrupted is the API's escaped download, which begins
+	// with a byte-order mark for spreadsheets (docs/lists.md, "Results"): so does this one.
+	if _, err := io.WriteString(w, byteOrderMark); err != nil {
+		return err
+	}
 	out := csv.NewWriter(w)
 	if err := out.Write(header); err != nil {
 		return err

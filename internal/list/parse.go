@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -120,9 +121,9 @@ type Limits struct {
 // every listing of the account's lists that large.
 const MaxColumns = 1000
 
-// NewReader starts reading an upload of format f. For CSV it reads the header row and picks
-// the email column: the one named column (case-insensitive), else the first whose name looks
-// like an email column, else the first.
+// NewReader starts reading an upload of format f. For CSV it reads the header row (after a
+// separator line, sepLine) and picks the email column: the one named column (case-insensitive),
+// else one named email or email address, else the one pickColumn finds.
 func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error) {
 	lr := newLineReader(r, lim.MaxLineBytes)
 	rd := &Reader{format: f, lines: lr, maxRows: lim.MaxRows}
@@ -142,7 +143,20 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 		return nil, fmt.Errorf("unknown list format %q", f)
 	}
 	rd.csv = csv.NewReader(lr)
-	rd.csv.Comma = delimiter(lr.head())
+	head := lr.head()
+	hline := 1 // the header's line: 2 after a separator line
+	comma, ok := sepLine(head)
+	if ok {
+		// Read through encoding/csv, so that the lines it names in errors stay the file's.
+		rd.csv.Comma, rd.csv.FieldsPerRecord = comma, -1
+		if _, err := rd.csv.Read(); err != nil {
+			return nil, rd.csvError(err)
+		}
+		hline = 2
+	} else {
+		comma = delimiter(head)
+	}
+	rd.csv.Comma = comma
 	rd.csv.FieldsPerRecord = 0 // every row must have as many fields as the header
 	header, err := rd.csv.Read()
 	if errors.Is(err, io.EOF) {
@@ -152,11 +166,11 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 		return nil, rd.csvError(err)
 	}
 	if len(header) > MaxColumns {
-		return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has %d columns; a list may have at most %d", len(header), MaxColumns)}
+		return nil, &InputError{Line: hline, Msg: fmt.Sprintf("the header has %d columns; a list may have at most %d", len(header), MaxColumns)}
 	}
 	for i, h := range header {
 		if err := checkText(h); err != nil {
-			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("header column %d %s", i+1, err)}
+			return nil, &InputError{Line: hline, Msg: fmt.Sprintf("header column %d %s", i+1, err)}
 		}
 	}
 	rd.columns = header
@@ -169,36 +183,117 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 			}
 		}
 		if rd.emailAt < 0 {
-			return nil, &InputError{Line: 1, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
+			return nil, &InputError{Line: hline, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
 		}
 	} else {
-		var named bool
-		rd.emailAt, named = emailColumn(header)
+		named, exact := emailColumns(header)
 		// No column is named like an email column: a header row holding an address in any of
 		// its cells is a first data row, such as a headerless export with names first.
-		for i := 0; !named && i < len(header); i++ {
+		for i := 0; len(named) == 0 && i < len(header); i++ {
 			if strings.Contains(header[i], "@") {
-				rd.emailAt = i
-				break
+				return nil, headerIsData(hline)
 			}
+		}
+		if exact {
+			rd.emailAt = named[0]
+		} else {
+			rd.emailAt = pickColumn(named, addressColumns(head, comma, hline, len(header)))
 		}
 	}
 	if strings.Contains(header[rd.emailAt], "@") {
-		return nil, &InputError{Line: 1, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
+		return nil, headerIsData(hline)
 	}
 	return rd, nil
 }
 
+// headerIsData refuses a CSV whose header, on line, is an address: a file without a header row.
+func headerIsData(line int) error {
+	return &InputError{Line: line, Msg: "the first line holds an address, not column names; add a header row (e.g. email) or upload the file as text/plain"}
+}
+
+// sepLine reads the separator line a file may begin with, "sep=;" (any case): spreadsheets take
+// it as the file's separator, and exports meant for them write it. Read as a header, it would
+// become the file's only column names, and the real header a row of invalid addresses. Only the
+// separators a CSV upload can have count (docs/lists.md, "Uploading").
+func sepLine(head []byte) (rune, bool) {
+	line, _, _ := bytes.Cut(head, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) != 5 || !bytes.EqualFold(line[:4], []byte("sep=")) || !bytes.ContainsRune([]byte(separators), rune(line[4])) {
+		return 0, false
+	}
+	return rune(line[4]), true
+}
+
+// separators are the field separators of a CSV upload, the comma first.
+const separators = ",;\t|"
+
+// pickColumn is the email column of a header without one named email or email address. Among
+// named, the columns whose names say email, mail or address in the order of emailColumns, it is
+// the first whose cells in the file's first rows hold an address (hasAt): a Google Contacts
+// export's "E-mail 1 - Value" rather than its "E-mail 1 - Label"; else the first of them. A
+// header that names none (a French "courriel") has its first column holding an address taken,
+// else its first column (refused at the end if it holds no address either).
+func pickColumn(named []int, hasAt []bool) int {
+	candidates := named
+	if len(candidates) == 0 {
+		candidates = make([]int, len(hasAt))
+		for i := range candidates {
+			candidates[i] = i
+		}
+	}
+	for _, i := range candidates {
+		if hasAt[i] {
+			return i
+		}
+	}
+	if len(named) > 0 {
+		return named[0]
+	}
+	return 0
+}
+
+// sampleRows bounds how many of a file's first rows pickColumn looks at.
+const sampleRows = 100
+
+// addressColumns says, for each of a CSV's n columns, whether one of its cells in the first data
+// rows that head holds (sampleRows at most) contains an "@". head is read from its start, its
+// first skip records (a separator line, the header) left out. A row cut off by the end of head
+// counts as far as it goes; one encoding/csv refuses ends the sample (the refusal comes with its
+// line when the row is read).
+func addressColumns(head []byte, comma rune, skip, n int) []bool {
+	hasAt := make([]bool, n)
+	cr := csv.NewReader(bytes.NewReader(head))
+	cr.Comma, cr.FieldsPerRecord = comma, -1
+	for i := 0; i < skip; i++ {
+		if _, err := cr.Read(); err != nil {
+			return hasAt
+		}
+	}
+	for k := 0; k < sampleRows; k++ {
+		rec, err := cr.Read()
+		if err != nil {
+			break
+		}
+		for i, cell := range rec {
+			if i < n && strings.Contains(cell, "@") {
+				hasAt[i] = true
+			}
+		}
+	}
+	return hasAt
+}
+
 // delimiter is the field separator of a CSV upload, read from its header row, the first record
-// of head: a comma, unless the header splits on a semicolon or on a tab and on nothing else. A
-// spreadsheet saving CSV where the comma is the decimal separator (most of Europe) writes
-// semicolons, and a tab-separated export is often sent as CSV; read with commas, every row of
-// such a file would be one column of invalid addresses. Whether a candidate splits the header
+// of head: a comma, unless the header splits on one of a semicolon, a tab and a pipe and on
+// nothing else. A spreadsheet saving CSV where the comma is the decimal separator (most of
+// Europe) writes semicolons, a tab-separated export is often sent as CSV, and database tools and
+// some CRMs export with pipes; read with commas, every row of such a file would be one column of
+// invalid addresses. Whether a candidate splits the header
 // depends on the quoting it implies, so each is tried as encoding/csv would read it: a ';'
 // inside a quoted header cell of a comma file does not count. Nor does one that the first data
 // row does not split on at all: a one-column comma file whose header is "Email (work; home)" or
-// ends in a stray ';' stays a comma file. A header that splits on a comma, or on both of
-// the others, keeps the comma (docs/lists.md, "Uploading").
+// ends in a stray ';' stays a comma file. A header that splits on a comma, or on two of the
+// others, keeps the comma (docs/lists.md, "Uploading").
 func delimiter(head []byte) rune {
 	splits := func(d rune) bool {
 		cr := csv.NewReader(bytes.NewReader(head))
@@ -216,37 +311,48 @@ func delimiter(head []byte) rune {
 	if splits(',') {
 		return ','
 	}
-	switch semi, tab := splits(';'), splits('\t'); {
-	case semi && !tab:
-		return ';'
-	case tab && !semi:
-		return '\t'
+	found := rune(0)
+	for _, d := range separators[1:] {
+		if !splits(d) {
+			continue
+		}
+		if found != 0 {
+			return ','
+		}
+		found = d
 	}
-	return ','
+	if found == 0 {
+		return ','
+	}
+	return found
 }
 
-// emailColumn is the first header that names an email column, and true; else 0 and false. A
-// column named email (or email address) comes first, then one whose name says email, then mail,
-// then address: a CRM export's "Email Opt Out" or postal "Address" often comes before its "Email".
-func emailColumn(header []string) (int, bool) {
+// emailColumns are the headers that name an email column, the likeliest first: a column named
+// email or email address (exact is true when there is one: it comes first), then those whose
+// names say email, then mail, then address, each in the header's order. A CRM export's "Email
+// Opt Out" or postal "Address" often comes before its "Email".
+func emailColumns(header []string) (named []int, exact bool) {
 	names := make([]string, len(header))
 	for i, h := range header {
 		n := strings.ToLower(strings.TrimSpace(h))
 		names[i] = strings.NewReplacer("-", "", "_", "", " ", "").Replace(n)
 	}
-	for _, matches := range []func(string) bool{
+	for tier, matches := range []func(string) bool{
 		func(n string) bool { return n == "email" || n == "emailaddress" },
 		func(n string) bool { return strings.Contains(n, "email") },
 		func(n string) bool { return n == "mail" },
 		func(n string) bool { return n == "address" },
 	} {
 		for i, n := range names {
-			if matches(n) {
-				return i, true
+			if matches(n) && !slices.Contains(named, i) {
+				named = append(named, i)
 			}
 		}
+		if tier == 0 {
+			exact = len(named) > 0
+		}
 	}
-	return 0, false
+	return named, exact
 }
 
 // Columns are the upload's column names; EmailColumn is the index of the one verified.

@@ -24,11 +24,15 @@ var ResultColumns = []string{"status", "reason", "valid", "confidence", "failed_
 	"free_provider", "catch_all", "smtp_blocked", "mx_found", "mx_host", "suggestion",
 	"smtp_code", "smtp_enhanced_code", "smtp_text"}
 
+// ByteOrderMark begins an escaped CSV download (EscapeFormulas): UTF-8's byte-order mark, EF BB BF.
+const ByteOrderMark = "\ufeff"
+
 // Export writes a list's rows in input order, each with its result, as CSV or NDJSON (out is
 // CSV or NDJSON). Rows not verified yet (the list is still running) have empty result columns,
 // or "result": null; statuses, when not empty, keeps only rows verified with one of them.
-// formulas applies to CSV only: NDJSON values are JSON strings no spreadsheet evaluates. flush
-// is called every few hundred rows so that a large download streams.
+// formulas applies to CSV only (an escaped CSV also begins with ByteOrderMark): NDJSON values are
+// JSON strings no spreadsheet evaluates. flush is called every few hundred rows so that a large
+// download streams.
 func (s *Store) Export(ctx context.Context, l List, out Format, statuses []string, formulas Formulas, w io.Writer, flush func()) error {
 	ctx, cancel := bulk(ctx)
 	defer cancel()
@@ -47,6 +51,15 @@ func (s *Store) Export(ctx context.Context, l List, out Format, statuses []strin
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := exporter{list: l, w: bw, keys: jsonKeys(l)}
 	if out == CSV {
+		if formulas == EscapeFormulas {
+			// The escaped download is the file a person opens: Excel reads a CSV without a
+			// byte-order mark in the system's legacy code page, so every non-ASCII character of
+			// the customer's data would show as mojibake ("JosÃ©"). escape_formulas=false is
+			// for programs, which get the cells alone (docs/lists.md, "Results").
+			if _, err := bw.WriteString(ByteOrderMark); err != nil {
+				return err
+			}
+		}
 		enc.csv = newRecordWriter(csv.NewWriter(bw), formulas)
 		header := append(append([]string{}, enc.inputColumns()...), ResultColumns...)
 		if err := enc.csv.Write(header); err != nil {

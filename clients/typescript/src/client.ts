@@ -547,10 +547,14 @@ export class Mailvet {
      * The list's rows with their results, in input order (GET /v1/email/lists/{id}/results), as
      * the response's byte stream: read it, or cancel it. `timeoutMs` (default the client's
      * `timeoutMs`) bounds the time until the download starts; the signal bounds the reading. A
-     * download the server could not finish errors the stream instead of ending it.
+     * download the server could not finish errors the stream instead of ending it. An escaped CSV
+     * (the default) begins with UTF-8's byte-order mark, for spreadsheets (docs/lists.md, "Results").
      */
     results: (id: string, options: ListResultsOptions = {}): Promise<ReadableStream<Uint8Array>> => this.#results(id, options),
-    /** The same as `results`, read whole into a string: for lists small enough to hold in memory. */
+    /**
+     * The same as `results`, read whole into a string: for lists small enough to hold in memory.
+     * UTF-8 decoding leaves the CSV's byte-order mark out, so the string begins with the header.
+     */
     resultsText: async (id: string, options: ListResultsOptions = {}): Promise<string> =>
       new Response(await this.#results(id, options)).text(),
     /** Stops a queued or running list; resolves to it, canceled. A finished list is `list_finished` (409). */
