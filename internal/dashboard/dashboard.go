@@ -107,6 +107,9 @@ type Config struct {
 	Lists ListLimits
 	// SessionTTL is how long a sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL, docs/dashboard.md).
 	SessionTTL time.Duration
+	// SessionIdle is how long a session lasts without a request (MAILVET_DASHBOARD_SESSION_IDLE);
+	// zero means 1 hour.
+	SessionIdle time.Duration
 	// Signup is MAILVET_DASHBOARD_SIGNUP: config.SignupConfirm (also when empty),
 	// config.SignupUnconfirmed or config.SignupOff (docs/dashboard.md, "Email confirmation").
 	Signup string
