@@ -109,6 +109,9 @@ func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *ht
 			Scan(&accountID, &email); err != nil {
 			return err
 		}
+		if err := dropPresentedSession(ctx, tx, r); err != nil {
+			return err
+		}
 		var err error
 		raw, err = h.insertSession(ctx, tx, userID)
 		return err
@@ -118,6 +121,19 @@ func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	h.setSessionCookie(w, r, raw)
 	return nil
+}
+
+// dropPresentedSession ends the session whose cookie r carries, if any, as a new one replaces it
+// in the browser (a sign-in posted from a tab opened before another tab signed in, a reset link
+// opened while signed in): the cookie is overwritten, and a session no browser holds any more
+// must not stay usable to whoever copied its token.
+func dropPresentedSession(ctx context.Context, db execer, r *http.Request) error {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || c.Value == "" || c.Value == endedCookie || len(c.Value) > 100 {
+		return nil
+	}
+	_, err = db.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, tokenHash(c.Value))
+	return err
 }
 
 // execer is what insertSession writes with: the pool, or a transaction it must be part of.

@@ -62,3 +62,41 @@ func TestSessionIdleTimeout(t *testing.T) {
 		t.Fatalf("%d idle sessions left after Sweep", n)
 	}
 }
+
+// A sign-in in a browser that holds another session (a sign-in page opened in a second tab
+// before the first signed in, a switch to another account) ends the session it replaces: the
+// cookie is overwritten, and a session no browser holds must not stay usable to a copy of its
+// token (docs/dashboard.md, "Sessions").
+func TestSigninEndsTheSessionItReplaces(t *testing.T) {
+	f := newFixture(t, nil)
+	f.browser(t).signup("bob@example.com")
+	b := f.browser(t)
+	b.signup("ann@example.com")
+	u, _ := url.Parse(f.srv.URL + "/dashboard/")
+	var old string
+	for _, c := range b.c.Jar.Cookies(u) {
+		if c.Name == SessionCookie {
+			old = c.Value
+		}
+	}
+	if old == "" {
+		t.Fatal("no session cookie after sign-up")
+	}
+	// The sign-in form of a tab opened before: its double-submit token is the browser's.
+	csrf := ""
+	for _, c := range b.c.Jar.Cookies(u) {
+		if c.Name == csrfCookie {
+			csrf = c.Value
+		}
+	}
+	resp, body := b.post("/dashboard/signin", url.Values{"csrf": {csrf}, "email": {"bob@example.com"}, "password": {testPassword}})
+	if resp.StatusCode != http.StatusSeeOther || sessionCookie(resp) == nil {
+		t.Fatalf("sign-in as bob: %d\n%s", resp.StatusCode, body)
+	}
+	var n int
+	pgtest.Must(t, f.pool.QueryRow(context.Background(), `SELECT count(*) FROM dashboard_sessions WHERE token_hash = $1`,
+		tokenHash(old)).Scan(&n), "count")
+	if n != 0 {
+		t.Fatal("ann's session outlived the sign-in that replaced it in the browser")
+	}
+}
