@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
+	"github.com/mailvet/mailvet/internal/audit"
 )
 
 // errNoBillingCustomer: the account has no Stripe customer, so there is no portal to open.
@@ -78,6 +79,11 @@ func (s *Server) billingPortal(c echo.Context) error {
 	u, err := s.portal.PortalURL(ctx, *a.StripeCustomerID, *req.ReturnURL)
 	if err != nil {
 		return err
+	}
+	// Whoever holds the portal's address can change the card and the subscription out of our
+	// sight: it never leaves without its event (docs/security.md, "Audit log").
+	if err := audit.Record(ctx, s.pool, s.auditEvent(c, audit.BillingPortalOpened, "returns to "+*req.ReturnURL)); err != nil {
+		return datastoreError(err)
 	}
 	return c.JSON(http.StatusOK, map[string]string{"url": u})
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,8 +12,10 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/mailvet/mailvet/internal/app"
+	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/testkit/logtest"
+	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/stripetest"
 )
 
@@ -187,5 +190,36 @@ func TestStripeSecretsAreNotLogged(t *testing.T) {
 		if strings.Contains(a, "Invalid API Key") {
 			t.Errorf("Stripe's message reaches the customer: %s", a)
 		}
+	}
+}
+
+// A billing portal session opened with the management API writes billing_portal_opened, by the
+// provisioning key, before its address is answered; one whose event cannot be written is
+// refused without the address (docs/security.md, "Audit log").
+func TestBillingPortalIsAudited(t *testing.T) {
+	t.Parallel()
+	const portalURL = "https://billing.stripe.com/p/session/test_api"
+	b := setup(t, map[string]string{"STRIPE_SECRET_KEY": stripetest.SecretKey,
+		"MAILVET_STRIPE_API_BASE": fakeStripe(t, 200, `{"id": "bps_1", "object": "billing_portal.session", "url": "`+portalURL+`"}`)})
+	_, key := b.account(plan.Builder, "cus_audited")
+	r := b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL}).want(t, 200, "")
+	if r.body["url"] != portalURL {
+		t.Fatalf("portal url %v", r.body["url"])
+	}
+	events := b.auditEvents(key, "10")
+	if len(events) == 0 {
+		t.Fatal("no event for the portal")
+	}
+	e := events[0]
+	if e["kind"] != "billing_portal_opened" || e["outcome"] != "success" || e["actor_type"] != "api_key" ||
+		e["actor"] != auth.Mask(key) || e["client_ip"] != "192.0.2.1" || e["detail"] != "returns to "+returnURL {
+		t.Fatalf("newest event %v, want billing_portal_opened by the key", e)
+	}
+
+	pgtest.Exec(t, b.pool, `ALTER TABLE audit_events ADD CONSTRAINT no_more CHECK (false) NOT VALID`)
+	r = b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL + "?again"}).
+		want(t, 500, CodeDatastore)
+	if strings.Contains(fmt.Sprint(r.body), portalURL) {
+		t.Fatalf("the portal's address left without its event: %v", r.body)
 	}
 }

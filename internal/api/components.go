@@ -22,6 +22,7 @@ func dashboardConfig(cfg config.Config) dashboard.Config {
 		Plans:          cfg.Plans,
 		Lists:          dashboard.ListLimits{MaxRows: cfg.Lists.MaxRows, MaxBytes: cfg.Lists.MaxBytes},
 		SessionTTL:     cfg.DashboardSessionTTL,
+		SessionIdle:    cfg.DashboardSessionIdle,
 		Signup:         cfg.Signup,
 		ConfirmTTL:     cfg.ConfirmTTL,
 		ResetTTL:       cfg.ResetTTL,

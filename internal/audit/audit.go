@@ -57,11 +57,15 @@ const (
 	AccountExported  Kind = "account_exported"  // the account's data export was downloaded (API or dashboard)
 	DeliveryReplayed Kind = "delivery_replayed" // a failed webhook delivery was sent again (API or dashboard)
 	HistoryDeleted   Kind = "history_deleted"   // one address's stored results were deleted (DELETE /v1/email/history)
+	// BillingPortalOpened: a Stripe billing portal session was opened (API or dashboard). Its URL
+	// lets whoever holds it change the card and the subscription, so it is never given out
+	// without its event.
+	BillingPortalOpened Kind = "billing_portal_opened"
 )
 
 // Kinds lists every kind, for the documentation checks and the OpenAPI enum.
 var Kinds = []Kind{SignIn, SignInThrottled, SignUp, SignOut, PasswordChange, KeyCreated, KeyRevoked,
-	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported, DeliveryReplayed, HistoryDeleted}
+	SpendCapChanged, PlanChanged, AccountDeleted, EmailConfirmed, AccountExported, DeliveryReplayed, HistoryDeleted, BillingPortalOpened}
 
 // Outcome says whether what the event records succeeded.
 type Outcome string

@@ -133,6 +133,9 @@ type Config struct {
 	// DashboardSessionTTL is how long a dashboard sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL,
 	// docs/dashboard.md).
 	DashboardSessionTTL time.Duration
+	// DashboardSessionIdle is how long a dashboard session lasts without a request
+	// (MAILVET_DASHBOARD_SESSION_IDLE, docs/dashboard.md).
+	DashboardSessionIdle time.Duration
 
 	// AuditRetention is how long audit events are kept (MAILVET_AUDIT_RETENTION,
 	// docs/operations.md; docs/security.md, "Audit log").
@@ -397,6 +400,15 @@ func Load(role Role, dev bool, getenv func(string) string) (Config, error) {
 			e.fail("MAILVET_DASHBOARD_SESSION_TTL", fmt.Errorf("%q is not a duration from 5m to 720h, like 12h", v))
 		} else {
 			c.DashboardSessionTTL = d
+		}
+	}
+	c.DashboardSessionIdle = time.Hour
+	if v, ok := e.lookup("MAILVET_DASHBOARD_SESSION_IDLE"); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 5*time.Minute || d > 30*24*time.Hour {
+			e.fail("MAILVET_DASHBOARD_SESSION_IDLE", fmt.Errorf("%q is not a duration from 5m to 720h, like 1h", v))
+		} else {
+			c.DashboardSessionIdle = d
 		}
 	}
 	c.Signup = e.str("MAILVET_DASHBOARD_SIGNUP", SignupConfirm)

@@ -67,3 +67,22 @@ func TestSignupMail(t *testing.T) {
 		}
 	}
 }
+
+// MAILVET_DASHBOARD_SESSION_IDLE defaults to 1h and accepts 5m to 720h (docs/dashboard.md).
+func TestDashboardSessionIdle(t *testing.T) {
+	t.Parallel()
+	c, err := Load(RoleAPI, false, envOf(nil))
+	if err != nil || c.DashboardSessionIdle != time.Hour {
+		t.Fatalf("default: %v %v", c.DashboardSessionIdle, err)
+	}
+	c, err = Load(RoleAPI, false, envOf(map[string]string{"MAILVET_DASHBOARD_SESSION_IDLE": "15m"}))
+	if err != nil || c.DashboardSessionIdle != 15*time.Minute {
+		t.Fatalf("15m: %v %v", c.DashboardSessionIdle, err)
+	}
+	for _, bad := range []string{"1m", "721h", "soon", "-1h"} {
+		_, err := Load(RoleAPI, false, envOf(map[string]string{"MAILVET_DASHBOARD_SESSION_IDLE": bad}))
+		if err == nil || !strings.Contains(err.Error(), "MAILVET_DASHBOARD_SESSION_IDLE:") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -115,9 +115,16 @@ func (h *Handler) openPortal(w http.ResponseWriter, r *http.Request, s *session)
 		h.billingAnswer(w, r, s, http.StatusConflict, "There is no billing account yet: it is created when you upgrade to a paid plan.")
 		return
 	}
-	u, err := h.portal.PortalURL(r.Context(), *a.StripeCustomerID, h.cfg.PublicURL+Prefix+"/billing")
+	back := h.cfg.PublicURL + Prefix + "/billing"
+	u, err := h.portal.PortalURL(r.Context(), *a.StripeCustomerID, back)
 	if err != nil {
 		h.billingError(w, r, s, err)
+		return
+	}
+	// Whoever holds the portal's address can change the card and the subscription out of our
+	// sight: it never leaves without its event (docs/security.md, "Audit log").
+	if err := audit.Record(r.Context(), h.pool, h.sessionEvent(r, s, audit.BillingPortalOpened, "returns to "+back)); err != nil {
+		h.failure(w, r, s, err)
 		return
 	}
 	h.toStripe(w, r, s, u)

@@ -17,6 +17,7 @@ func testConfig(t *testing.T, env map[string]string) Config {
 		Plans:          cfg.Plans,
 		Lists:          ListLimits{MaxRows: cfg.Lists.MaxRows, MaxBytes: cfg.Lists.MaxBytes},
 		SessionTTL:     cfg.DashboardSessionTTL,
+		SessionIdle:    cfg.DashboardSessionIdle,
 		Signup:         cfg.Signup,
 		ConfirmTTL:     cfg.ConfirmTTL,
 		ResetTTL:       cfg.ResetTTL,

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -106,6 +107,9 @@ type Config struct {
 	Lists ListLimits
 	// SessionTTL is how long a sign-in lasts (MAILVET_DASHBOARD_SESSION_TTL, docs/dashboard.md).
 	SessionTTL time.Duration
+	// SessionIdle is how long a session lasts without a request (MAILVET_DASHBOARD_SESSION_IDLE);
+	// zero means 1 hour.
+	SessionIdle time.Duration
 	// Signup is MAILVET_DASHBOARD_SIGNUP: config.SignupConfirm (also when empty),
 	// config.SignupUnconfirmed or config.SignupOff (docs/dashboard.md, "Email confirmation").
 	Signup string
@@ -167,6 +171,8 @@ type Handler struct {
 	secureCookies bool
 	hasher        hasher
 	hashSlots     chan struct{} // see withHashSlot
+	// origins refuses a form posted from another origin (sameOrigin).
+	origins *http.CrossOriginProtection
 }
 
 // New builds the dashboard handler.
@@ -182,6 +188,11 @@ func New(d Deps) *Handler {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.pages = parsePages()
+	h.origins = http.NewCrossOriginProtection()
+	if u, err := url.Parse(d.Config.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		// Behind a proxy that rewrites Host, a browser's Origin is the public URL's.
+		_ = h.origins.AddTrustedOrigin(u.Scheme + "://" + u.Host)
+	}
 	h.routes()
 	return h
 }
@@ -270,6 +281,10 @@ func SetHeaders(hd http.Header) {
 // ServeHTTP sets the headers every dashboard response carries and dispatches the request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	SetHeaders(w.Header())
+	if err := h.origins.Check(r); err != nil {
+		h.crossOrigin(w, r)
+		return
+	}
 	// Every input is bounded: forms are small, so anything larger is refused unread. A list
 	// upload streams its file to the verification service, which holds it to the list limits;
 	// its form's own fields and boundaries get uploadSlack on top, and the body an idle deadline.
@@ -292,6 +307,17 @@ func staticFiles(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// crossOrigin answers a POST a browser says came from another origin (Sec-Fetch-Site, or an
+// Origin that is neither the request's host nor the public URL's): refused before any token is
+// looked at (docs/dashboard.md, "Security model", "CSRF"). The double-submit token of the sign-in
+// and sign-up forms is only as strong as its cookie, and a page of another host of the same site
+// (a sibling subdomain, which SameSite=Lax does not keep out) can set that cookie to a value it
+// knows, then post the sign-in form with it and sign the browser into an account of its own.
+func (h *Handler) crossOrigin(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusForbidden, "message", &view{Title: "Form refused",
+		Error: "This form was sent from another site, so the dashboard did not act on it. Open the dashboard itself and try again."})
 }
 
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {

@@ -465,6 +465,9 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request, csrf string) {
 				return err
 			}
 		}
+		if err := dropPresentedSession(ctx, tx, r); err != nil {
+			return err
+		}
 		token, err = h.insertSession(ctx, tx, used.UserID)
 		return err
 	})

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/mailvet/mailvet/internal/passwords"
 )
@@ -34,15 +35,18 @@ func (p problem) Error() string { return string(p) }
 // email or its local part, and the most common and breached passwords, which attackers try first.
 // It asks for nothing else (no mix of character classes): length is what makes a password strong.
 func checkPassword(p, email string) error {
-	switch {
-	case !utf8.ValidString(p):
+	if !utf8.ValidString(p) {
 		return problem("The password must be valid text.")
+	}
+	if len(p) > maxPasswordBytes {
+		return problem(fmt.Sprintf("The password must be at most %d bytes long.", maxPasswordBytes))
+	}
+	p = normPassword(p) // counted and compared as it is hashed
+	switch {
 	case strings.TrimSpace(p) == "":
 		return problem("The password cannot be only spaces.")
 	case utf8.RuneCountInString(p) < minPasswordChars:
 		return problem(fmt.Sprintf("The password must have at least %d characters.", minPasswordChars))
-	case len(p) > maxPasswordBytes:
-		return problem(fmt.Sprintf("The password must be at most %d bytes long.", maxPasswordBytes))
 	case distinctRunes(p) < minDistinctPassword:
 		return problem(fmt.Sprintf("The password repeats too few characters: use at least %d different ones.", minDistinctPassword))
 	case isOwnEmail(p, email):
@@ -79,6 +83,19 @@ func isOwnEmail(p, email string) bool {
 	return p == email || p == local
 }
 
+// normPassword is the form in which a password is hashed and checked: Unicode NFKC, as NIST SP
+// 800-63B asks (docs/dashboard.md, "Passwords"). The same password reaches the form as different
+// code points depending on the keyboard, the system and whether it was pasted ("é" as one code
+// point or as "e" and a combining accent, full-width letters from an East Asian input method), and
+// must sign in whichever it came as. Text that is not valid UTF-8 is left as it is (such a
+// password is never set: checkPassword refuses it).
+func normPassword(p string) string {
+	if !utf8.ValidString(p) {
+		return p
+	}
+	return norm.NFKC.String(p)
+}
+
 // hasher holds the argon2id parameters. Hashes are PHC strings that carry their parameters, so
 // changing them later still verifies the old hashes.
 type hasher struct {
@@ -92,14 +109,23 @@ var defaultHasher = hasher{time: 2, memoryKiB: 19 * 1024, threads: 1}
 func (h hasher) hash(password string) string {
 	salt := make([]byte, 16)
 	_, _ = rand.Read(salt)
-	key := argon2.IDKey([]byte(password), salt, h.time, h.memoryKiB, h.threads, 32)
+	key := argon2.IDKey([]byte(normPassword(password)), salt, h.time, h.memoryKiB, h.threads, 32)
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, h.memoryKiB, h.time, h.threads,
 		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
 }
 
-// verify checks password against a PHC argon2id hash in constant time. A malformed hash never
-// matches.
+// verifyPassword checks password, normalised (normPassword), against a PHC argon2id hash in
+// constant time. A hash made before passwords were normalised holds the password as it was typed,
+// so a password that normalisation changes is also checked as typed: only the typed text decides
+// whether that second check runs, never the account, so its time tells nothing about which emails
+// have one. A malformed hash never matches.
 func verifyPassword(password, encoded string) bool {
+	n := normPassword(password)
+	return verifyExact(n, encoded) || (n != password && verifyExact(password, encoded))
+}
+
+// verifyExact checks password, byte for byte, against a PHC argon2id hash.
+func verifyExact(password, encoded string) bool {
 	parts := strings.Split(encoded, "$")
 	if len(parts) != 6 || parts[1] != "argon2id" {
 		return false

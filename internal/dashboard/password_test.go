@@ -2,11 +2,15 @@ package dashboard
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/argon2"
 
 	"github.com/mailvet/mailvet/internal/passwords"
 )
@@ -172,5 +176,46 @@ func TestPasswordChangeVoidsEarlierResetLinks(t *testing.T) {
 	}
 	if resp, _ := b.get("/dashboard/"); resp.StatusCode != http.StatusOK {
 		t.Errorf("the owner's session after the attempt: %d, want 200", resp.StatusCode)
+	}
+}
+
+// A password signs in whatever Unicode form it arrives in (docs/dashboard.md, "Passwords"): "é"
+// precomposed or as "e" and a combining accent, full-width letters from an East Asian input
+// method; a hash stored from the form as typed, before normalisation, still verifies as typed.
+func TestPasswordUnicodeForms(t *testing.T) {
+	const nfc, nfd = "Crème brûlée à l\u2019orange", "Cre\u0300me bru\u0302le\u0301e a\u0300 l\u2019orange"
+	const fullWidth, ascii = "ｐａｓｓ ｐｈｒａｓｅ ４２", "pass phrase 42"
+	h := hasher{time: 1, memoryKiB: 64, threads: 1}
+	for set, typed := range map[string]string{nfc: nfd, nfd: nfc, fullWidth: ascii, ascii: fullWidth} {
+		if !verifyPassword(typed, h.hash(set)) {
+			t.Errorf("password set as %q refused when typed as %q", set, typed)
+		}
+	}
+	legacy := argon2.IDKey([]byte(nfd), []byte("0123456789abcdef"), 1, 64, 1, 32)
+	enc := fmt.Sprintf("$argon2id$v=%d$m=64,t=1,p=1$%s$%s", argon2.Version,
+		base64.RawStdEncoding.EncodeToString([]byte("0123456789abcdef")), base64.RawStdEncoding.EncodeToString(legacy))
+	if !verifyPassword(nfd, enc) {
+		t.Error("a hash of the password as typed no longer verifies")
+	}
+	if verifyPassword("Creme brulee a l'orange", h.hash(nfc)) {
+		t.Error("a password without its accents matches")
+	}
+	// "é" as two code points counts as one character: nine letters and a digit are too short.
+	if err := checkPassword("e\u0301e\u0301e\u0301abcde1", "ann@example.com"); err == nil {
+		t.Error("a 9-character password in decomposed form was accepted")
+	}
+
+	f := newFixture(t, nil)
+	b := f.browser(t)
+	resp, body := b.post("/dashboard/signup", url.Values{"csrf": {b.csrf("/dashboard/signup")}, "email": {"ann@example.com"},
+		"password": {nfc}, "password_confirm": {nfc}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-up: %d\n%s", resp.StatusCode, body)
+	}
+	other := f.browser(t)
+	resp, body = other.post("/dashboard/signin", url.Values{"csrf": {other.csrf("/dashboard/signin")}, "email": {"ann@example.com"},
+		"password": {nfd}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in with the decomposed form of the password: %d\n%s", resp.StatusCode, body)
 	}
 }

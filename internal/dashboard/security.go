@@ -90,20 +90,21 @@ type auditRow struct {
 // kindText is what each kind reads as on the page; a kind not listed (a newer release's) shows
 // as it is stored.
 var kindText = map[audit.Kind]string{
-	audit.SignIn:           "Sign-in",
-	audit.SignInThrottled:  "Sign-ins delayed",
-	audit.SignUp:           "Account created",
-	audit.SignOut:          "Sign-out",
-	audit.PasswordChange:   "Password change",
-	audit.KeyCreated:       "Key created",
-	audit.KeyRevoked:       "Key revoked",
-	audit.SpendCapChanged:  "Spend cap changed",
-	audit.PlanChanged:      "Plan changed",
-	audit.AccountDeleted:   "Account deleted",
-	audit.EmailConfirmed:   "Email confirmed",
-	audit.AccountExported:  "Data exported",
-	audit.DeliveryReplayed: "Delivery replayed",
-	audit.HistoryDeleted:   "Address history deleted",
+	audit.SignIn:              "Sign-in",
+	audit.SignInThrottled:     "Sign-ins delayed",
+	audit.SignUp:              "Account created",
+	audit.SignOut:             "Sign-out",
+	audit.PasswordChange:      "Password change",
+	audit.KeyCreated:          "Key created",
+	audit.KeyRevoked:          "Key revoked",
+	audit.SpendCapChanged:     "Spend cap changed",
+	audit.PlanChanged:         "Plan changed",
+	audit.AccountDeleted:      "Account deleted",
+	audit.EmailConfirmed:      "Email confirmed",
+	audit.AccountExported:     "Data exported",
+	audit.DeliveryReplayed:    "Delivery replayed",
+	audit.HistoryDeleted:      "Address history deleted",
+	audit.BillingPortalOpened: "Billing portal opened",
 }
 
 // securityPageSize is how many events a page shows.

@@ -75,6 +75,18 @@ func (h *Handler) sessionTTL() time.Duration {
 	return h.cfg.SessionTTL
 }
 
+// sessionIdle is how long a session lasts without a request (MAILVET_DASHBOARD_SESSION_IDLE).
+func (h *Handler) sessionIdle() time.Duration {
+	if h.cfg.SessionIdle <= 0 {
+		return time.Hour
+	}
+	return h.cfg.SessionIdle
+}
+
+// idleTouch is how far a request must push a session's idle deadline on before it is written:
+// a page and its assets, or a list's page refreshing itself, do not each write the row.
+const idleTouch = time.Minute
+
 // endedCookie is the session cookie's value after a sign-out. A deleted cookie is gone for every
 // tab of the browser, and a request from another tab would then look like a stranger's: with
 // this value it is known as a session that ended (signinAgain).
@@ -88,13 +100,16 @@ const endedCookie = "ended"
 func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *http.Request, userID, how string) error {
 	if _, err := h.pool.Exec(ctx, `
 		DELETE FROM dashboard_sessions WHERE token_hash IN (
-			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)`); err != nil {
+			SELECT token_hash FROM dashboard_sessions WHERE expires_at < now() OR idle_until < now() LIMIT 100)`); err != nil {
 		h.log.Warn("dashboard: clear expired sessions", "err", err)
 	}
 	var raw, accountID, email string
 	err := h.audited(ctx, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT account_id, email FROM dashboard_users WHERE id = $1`, userID).
 			Scan(&accountID, &email); err != nil {
+			return err
+		}
+		if err := dropPresentedSession(ctx, tx, r); err != nil {
 			return err
 		}
 		var err error
@@ -108,6 +123,19 @@ func (h *Handler) startSession(ctx context.Context, w http.ResponseWriter, r *ht
 	return nil
 }
 
+// dropPresentedSession ends the session whose cookie r carries, if any, as a new one replaces it
+// in the browser (a sign-in posted from a tab opened before another tab signed in, a reset link
+// opened while signed in): the cookie is overwritten, and a session no browser holds any more
+// must not stay usable to whoever copied its token.
+func dropPresentedSession(ctx context.Context, db execer, r *http.Request) error {
+	c, err := r.Cookie(SessionCookie)
+	if err != nil || c.Value == "" || c.Value == endedCookie || len(c.Value) > 100 {
+		return nil
+	}
+	_, err = db.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, tokenHash(c.Value))
+	return err
+}
+
 // execer is what insertSession writes with: the pool, or a transaction it must be part of.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -118,9 +146,19 @@ func (h *Handler) insertSession(ctx context.Context, db execer, userID string) (
 	raw, sum := randomToken()
 	csrf := make([]byte, 32)
 	_, _ = rand.Read(csrf)
-	_, err := db.Exec(ctx, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at)
-		VALUES ($1, $2, $3, $4)`, sum, userID, csrf, h.now().Add(h.sessionTTL()))
+	now := h.now()
+	expires := now.Add(h.sessionTTL())
+	_, err := db.Exec(ctx, `INSERT INTO dashboard_sessions (token_hash, user_id, csrf_secret, expires_at, idle_until)
+		VALUES ($1, $2, $3, $4, $5)`, sum, userID, csrf, expires, h.idleUntil(now, expires))
 	return raw, err
+}
+
+// idleUntil is when a session used at now and ending at expires ends unless used again.
+func (h *Handler) idleUntil(now, expires time.Time) time.Time {
+	if t := now.Add(h.sessionIdle()); t.Before(expires) {
+		return t
+	}
+	return expires
 }
 
 func (h *Handler) setSessionCookie(w http.ResponseWriter, r *http.Request, raw string) {
@@ -138,21 +176,30 @@ func (h *Handler) loadSession(ctx context.Context, r *http.Request) (*session, e
 	}
 	s := &session{tokenHash: tokenHash(c.Value)}
 	var csrf []byte
+	var idle *time.Time // NULL: started by a replica that did not know idle_until (migrations/00032)
 	err = h.pool.QueryRow(ctx, `
-		SELECT s.user_id, u.account_id, u.email, a.email_unconfirmed, s.csrf_secret, s.expires_at
+		SELECT s.user_id, u.account_id, u.email, a.email_unconfirmed, s.csrf_secret, s.expires_at, s.idle_until
 		FROM dashboard_sessions s JOIN dashboard_users u ON u.id = s.user_id JOIN accounts a ON a.id = u.account_id
-		WHERE s.token_hash = $1`, s.tokenHash).Scan(&s.UserID, &s.AccountID, &s.Email, &s.Unconfirmed, &csrf, &s.ExpiresAt)
+		WHERE s.token_hash = $1`, s.tokenHash).Scan(&s.UserID, &s.AccountID, &s.Email, &s.Unconfirmed, &csrf, &s.ExpiresAt, &idle)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNoSession
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !h.now().Before(s.ExpiresAt) {
+	now := h.now()
+	if !now.Before(s.ExpiresAt) || (idle != nil && !now.Before(*idle)) {
 		if _, err := h.pool.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_hash = $1`, s.tokenHash); err != nil {
 			h.log.Warn("dashboard: delete expired session", "err", err)
 		}
 		return nil, errNoSession
+	}
+	// In use: the idle deadline moves on (docs/dashboard.md, "Sessions"). Best effort: a write
+	// that fails only leaves the session the deadline it had.
+	if next := h.idleUntil(now, s.ExpiresAt); idle == nil || next.Sub(*idle) >= idleTouch {
+		if _, err := h.pool.Exec(ctx, `UPDATE dashboard_sessions SET idle_until = $2 WHERE token_hash = $1`, s.tokenHash, next); err != nil {
+			h.log.Warn("dashboard: push a session's idle deadline on", "err", err)
+		}
 	}
 	s.CSRF = base64.RawURLEncoding.EncodeToString(csrf)
 	return s, nil
