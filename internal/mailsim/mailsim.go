@@ -49,6 +49,7 @@ type World struct {
 	holder  net.Listener // holds the common port on 127.0.0.2 for the World's lifetime
 
 	greySince map[string]time.Time // domain ⇒ its first RCPT, for Domain.GreylistFor (greylist.go)
+	rcptsTo   map[string]int64     // lower-case recipient ⇒ RCPT commands naming it (RcptsTo)
 }
 
 // Start starts the DNS server and reserves the common SMTP port. Call Close when done.
@@ -84,6 +85,23 @@ func (w *World) Close() {
 	for _, s := range servers {
 		s.close()
 	}
+}
+
+// RcptsTo is how many RCPT commands, over every server and session, named addr (compared without
+// regard to case): how often the World's servers were asked about that one mailbox.
+func (w *World) RcptsTo(addr string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rcptsTo[strings.ToLower(addr)]
+}
+
+func (w *World) countRcpt(addr string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.rcptsTo == nil {
+		w.rcptsTo = map[string]int64{}
+	}
+	w.rcptsTo[strings.ToLower(addr)]++
 }
 
 // DNSAddr is the resolver address (host:port) to configure, e.g. as MAILVET_DNS_RESOLVER.

@@ -221,7 +221,7 @@ func (w *World) Stats() Stats {
 	return t
 }
 
-// ResetStats zeroes every server's counters and the DNS counters.
+// ResetStats zeroes every server's counters, RcptsTo and the DNS counters.
 func (w *World) ResetStats() {
 	w.mu.Lock()
 	servers := append([]*Server(nil), w.servers...)
@@ -229,6 +229,9 @@ func (w *World) ResetStats() {
 	for _, s := range servers {
 		s.ResetStats()
 	}
+	w.mu.Lock()
+	w.rcptsTo = nil
+	w.mu.Unlock()
 	w.dns.resetStats()
 }
 
@@ -418,6 +421,7 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		return err
 	}
 	ss.s.stats.rcpts.Add(1)
+	ss.s.w.countRcpt(to)
 	ss.rcpts++
 	ss.txnRcpts++
 	var r Reply

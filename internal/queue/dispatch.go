@@ -96,7 +96,9 @@ func (d *Dispatcher) Up() bool { return d.link.Up() }
 // redelivered); answers lost with a dropped connection, a killed NATS node or a forgotten memory
 // stream are asked for again (see Dispatcher). Each index is reported at most once. It returns
 // when every item has answered, or with the indexes still missing and ErrTimeout when ctx ends
-// first, or ErrUnavailable when the connection stays down longer than ListGrace.
+// first, or ErrUnavailable when the connection stays down longer than ListGrace. Items still
+// missing when it returns are taken out of the stream (withdraw), so that no worker probes an
+// address whose caller has already been answered.
 func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(i int, r verdict.Result)) (missing []int, err error) {
 	all := func() []int {
 		idx := make([]int, len(emails))
@@ -125,6 +127,11 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 	if dl, ok := ctx.Deadline(); ok {
 		l.deadline = strconv.FormatInt(dl.UnixMilli(), 10)
 	}
+	defer func() {
+		if len(missing) > 0 {
+			l.withdraw()
+		}
+	}()
 	reconnects := d.link.Reconnects()
 	if err := l.publish(ctx, all()); err != nil {
 		return all(), err
@@ -225,6 +232,25 @@ func (l *list) lost(ctx context.Context, missing []int) []int {
 		}
 	}
 	return out
+}
+
+// withdraw purges the list's items still in the VERIFY stream: its caller has its answer (an
+// error), so they would only be probed, at a customer's mail server, for nobody. A worker that
+// already holds one looks it up in the stream before probing it once it has waited for a slot
+// (internal/verifyworker), and drops it; one already being probed finishes. Bounded by
+// PublishTimeout; skipped while the connection is down, when the items' deadline is what stops
+// them (docs/reliability.md, "Batch and stream items").
+func (l *list) withdraw() {
+	if !l.d.link.Up() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.d.PublishTimeout)
+	defer cancel()
+	stream, err := l.d.js.Stream(ctx, l.d.layout.Name(StreamVerify))
+	if err != nil {
+		return
+	}
+	_ = stream.Purge(ctx, jetstream.WithPurgeSubject(l.d.layout.Subject(SubjectVerifyItemPrefix)+l.batch+".>"))
 }
 
 // list is one VerifyMany call's items.

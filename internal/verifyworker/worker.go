@@ -69,6 +69,8 @@ type Worker struct {
 
 	items    *queue.Consumer
 	slots    chan struct{} // one token per address being verified
+	claimsMu sync.Mutex
+	claims   map[itemKey]struct{} // the items this worker holds (items.go)
 	inflight sync.WaitGroup
 	handled  *prometheus.CounterVec
 	busy     prometheus.Counter
@@ -78,7 +80,7 @@ type Worker struct {
 // New returns a worker; register its metrics with reg (may be nil).
 func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger, reg prometheus.Registerer, opts Options) *Worker {
 	opts.defaults()
-	w := &Worker{nc: nc, js: js, pipe: pipe, log: log, opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+	w := &Worker{nc: nc, js: js, pipe: pipe, log: log, opts: opts, slots: make(chan struct{}, opts.Concurrency), claims: map[itemKey]struct{}{}}
 	// Groups stay small (at most 64) so that one slow address holds few slots; the prober still
 	// shares sessions across groups.
 	w.items = queue.NewConsumer(js, queue.VerifyItemsConsumer(opts.Concurrency, opts.ItemAckWait), opts.Layout, w.group(), log)
@@ -106,7 +108,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopSync := context.AfterFunc(ctx, func() { _ = sub.Drain() })
 	defer stopSync()
-	msgs := make(chan jetstream.Msg, w.group())
+	msgs := make(chan *queued, w.group())
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -114,9 +116,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	// Intake stops when ctx ends; in-flight work then finishes and answers, because its callers
 	// are still waiting. Unacked items left behind are redelivered to other workers.
+	clock := newPullClock(w.group(), time.Now())
 	_ = w.items.Run(ctx, func(m jetstream.Msg) {
 		w.lag.Took(queuelag.ConsumerVerifyItems, m)
-		msgs <- m
+		// Held from here until it is answered, so that waiting for a slot cannot get it
+		// redelivered and probed twice (items.go).
+		if q := w.intake(m, clock.arrived(time.Now())); q != nil {
+			msgs <- q
+		}
+		clock.handed(time.Now())
 	})
 	close(msgs)
 	<-dispatched
@@ -206,9 +214,9 @@ func (w *Worker) reply(subject string, r queue.VerifyReply) error {
 }
 
 // dispatchItems groups whatever items are already waiting (up to max) into one VerifyBatch call.
-func (w *Worker) dispatchItems(msgs <-chan jetstream.Msg, max int) {
+func (w *Worker) dispatchItems(msgs <-chan *queued, max int) {
 	for m := range msgs {
-		group := loop.Gather([]jetstream.Msg{m}, msgs, max)
+		group := loop.Gather([]*queued{m}, msgs, max)
 		for range group {
 			w.slots <- struct{}{}
 		}
@@ -226,18 +234,30 @@ func (w *Worker) dispatchItems(msgs <-chan jetstream.Msg, max int) {
 }
 
 type item struct {
-	msg   jetstream.Msg
+	msg   *queued
 	req   queue.VerifyRequest
 	reply string
 }
 
-func (w *Worker) verifyItems(group []jetstream.Msg) {
+// verifyItems verifies a group of held items and answers each; an item it neither acknowledges
+// nor terminates (its answer could not be sent) stops being kept alive when the group ends, and
+// is redelivered after ItemAckWait.
+func (w *Worker) verifyItems(group []*queued) {
+	defer func() {
+		for _, m := range group {
+			w.done(m)
+		}
+	}()
 	var (
 		items    []item
 		emails   []string
 		deadline time.Time
 	)
-	for _, m := range group {
+	gone := w.gone(group)
+	for k, m := range group {
+		if gone[k] {
+			continue // answered by a twin, or given up by its caller (items.go)
+		}
 		var req queue.VerifyRequest
 		if err := json.Unmarshal(m.Data(), &req); err != nil {
 			w.log.Warn("bad verify item", "err", err)
@@ -265,9 +285,6 @@ func (w *Worker) verifyItems(group []jetstream.Msg) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	// A long group keeps its items from being redelivered while it is still working on them.
-	stop := w.keepAlive(items)
-	defer stop()
 	var mu sync.Mutex
 	answered := make([]bool, len(items))
 	// A panic on one address ends its group, not the worker: the items not answered are taken
@@ -307,12 +324,4 @@ func (w *Worker) survive(path string, undo func()) {
 	}
 	w.log.Error("verification panicked", "path", path, "panic_type", fmt.Sprintf("%T", p), "stack", string(debug.Stack()))
 	undo()
-}
-
-func (w *Worker) keepAlive(items []item) (stop func()) {
-	return every(w.opts.ItemAckWait/2, func() {
-		for _, it := range items {
-			_ = it.msg.InProgress()
-		}
-	})
 }
