@@ -278,6 +278,7 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 		return s.fallback(prefix, max, open)
 	}
 	start := rand.N(max)
+	taken := false // the bucket has answered this try: a slot is someone else's
 	for i := range max {
 		key := prefix + "." + strconv.Itoa((start+i)%max)
 		s.mu.Lock()
@@ -289,7 +290,16 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 		sent := time.Now()
 		rev, err := s.b.kv.Create(ctx, key, s.id)
 		if errors.Is(err, jetstream.ErrKeyExists) {
+			taken = true
 			continue
+		}
+		if err != nil && taken {
+			// A slow bucket, not an unreachable one: it has just said that slots are taken, so
+			// the address may well be full and a session without a lease could put the fleet
+			// over the cap. The pool waits and tries again (docs/fleet.md, "When NATS cannot be
+			// reached").
+			s.b.heal(err)
+			return nil, smtp.ErrNoSlot
 		}
 		if err != nil {
 			s.failed(err)
