@@ -583,3 +583,37 @@ func proxiedNATS(t *testing.T) (url string, proxy *tcpproxy.Proxy, w *mailsim.Wo
 	t.Cleanup(w.Close)
 	return url, proxy, w
 }
+
+// An outage longer than a worker's memory of the others (four lease TTLs: a minute in
+// production) does not make each worker think it is alone: the fallback share stays the cap
+// divided among the workers seen before the bucket stopped answering, rather than growing to
+// the whole cap on every worker, which would put the fleet at workers × cap while the buckets'
+// stream is out and work still flows over the others.
+func TestFallbackShareOutlastsWorkerMemory(t *testing.T) {
+	const maxPerHost = 6
+	const ttl = 300 * time.Millisecond
+	srv := natstest.Server(t)
+	w, err := mailsim.Start(mailsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	opts := fleet.Options{LeaseTTL: ttl}
+	m := join(t, srv.ClientURL(), w, maxPerHost, opts)
+	meet(t, maxPerHost, m, join(t, srv.ClientURL(), w, maxPerHost, opts), join(t, srv.ClientURL(), w, maxPerHost, opts))
+	srv.Shutdown()
+	srv.WaitForShutdown()
+
+	ip := netip.MustParseAddr("192.0.2.34")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	l, err := m.fl.Slots.Acquire(ctx, ip, maxPerHost, 0)
+	if err != nil {
+		t.Fatalf("Acquire with NATS gone: %v, want a session without a lease", err)
+	}
+	defer l.Release()
+	time.Sleep(3 * 4 * ttl) // three times the memory of the others, renewal ticks included
+	if share := m.fl.Slots.FallbackShare(maxPerHost); share != maxPerHost/3 {
+		t.Errorf("fallback share %d of %d after a long outage, want %d (three workers seen before it)", share, maxPerHost, maxPerHost/3)
+	}
+}
