@@ -15,9 +15,10 @@ import (
 
 // Many short sessions that end every way a session can — refused dials, a silent server, a
 // refusing banner, connections dropped before the banner, a server that hangs up after a few
-// rejections, a per-client connection limit, callers that give up — from two workers at
-// once: no mail server ever sees more than the cap from the fleet, and once the workers have
-// stopped their probers, no slot is left held, counted or in the bucket.
+// rejections, a per-client connection limit, replies slower than the probe budget, callers that
+// give up — from two workers at once: no mail server ever sees more than the cap from the fleet,
+// and once the workers have stopped their probers, no slot is left held, counted or in the
+// bucket.
 func TestSlotsAreReturnedHoweverSessionsEnd(t *testing.T) {
 	const maxPerHost = 2
 	url := natstest.URL(t)
@@ -34,6 +35,7 @@ func TestSlotsAreReturnedHoweverSessionsEnd(t *testing.T) {
 		"drop":    {DropFirst: 5},
 		"hangup":  {HardErrorLimit: 3},
 		"perconn": {MaxConnsPerClient: 1},
+		"slow":    {ReplyDelay: 2 * time.Second},
 	}
 	var srvs []*mailsim.Server
 	var addrs []string
