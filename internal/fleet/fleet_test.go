@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -582,4 +583,88 @@ func proxiedNATS(t *testing.T) (url string, proxy *tcpproxy.Proxy, w *mailsim.Wo
 	}
 	t.Cleanup(w.Close)
 	return url, proxy, w
+}
+
+// An outage longer than a worker's memory of the others (four lease TTLs: a minute in
+// production) does not make each worker think it is alone: the fallback share stays the cap
+// divided among the workers seen before the bucket stopped answering, rather than growing to
+// the whole cap on every worker, which would put the fleet at workers × cap while the buckets'
+// stream is out and work still flows over the others.
+func TestFallbackShareOutlastsWorkerMemory(t *testing.T) {
+	const maxPerHost = 6
+	const ttl = 300 * time.Millisecond
+	srv := natstest.Server(t)
+	w, err := mailsim.Start(mailsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	opts := fleet.Options{LeaseTTL: ttl}
+	m := join(t, srv.ClientURL(), w, maxPerHost, opts)
+	meet(t, maxPerHost, m, join(t, srv.ClientURL(), w, maxPerHost, opts), join(t, srv.ClientURL(), w, maxPerHost, opts))
+	srv.Shutdown()
+	srv.WaitForShutdown()
+
+	ip := netip.MustParseAddr("192.0.2.34")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	l, err := m.fl.Slots.Acquire(ctx, ip, maxPerHost, 0)
+	if err != nil {
+		t.Fatalf("Acquire with NATS gone: %v, want a session without a lease", err)
+	}
+	defer l.Release()
+	time.Sleep(3 * 4 * ttl) // three times the memory of the others, renewal ticks included
+	if share := m.fl.Slots.FallbackShare(maxPerHost); share != maxPerHost/3 {
+		t.Errorf("fallback share %d of %d after a long outage, want %d (three workers seen before it)", share, maxPerHost, maxPerHost/3)
+	}
+}
+
+// A worker cut off from NATS without a word (a partition: its connection stays open and hears
+// nothing) while it and another verify at one mail server: its leased sessions retire before
+// their keys expire, the other worker takes the slots as they do, and the cut worker goes on
+// within its fallback share. The server sees at most the cap plus that share, the documented
+// bound for a partition (docs/fleet.md), and every answer is right.
+func TestPartitionedWorkerStaysWithinTheDocumentedBound(t *testing.T) {
+	const maxPerHost = 4
+	const ttl = 600 * time.Millisecond
+	url, proxy, _ := proxiedNATS(t)
+	w, srv, sets := capWorld(t)
+	opts := fleet.Options{LeaseTTL: ttl}
+	cut := join(t, "nats://"+proxy.Addr(), w, maxPerHost, opts)
+	other := join(t, url, w, maxPerHost, opts)
+	meet(t, maxPerHost, cut, other)
+	share := cut.fl.Slots.FallbackShare(maxPerHost)
+	srv.ResetStats()
+
+	var wg sync.WaitGroup
+	for i, m := range []*member{cut, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verifyAll(t, m.v, slices.Concat(sets[i], sets[2])) // long enough to outlast the TTL
+		}()
+	}
+	wait.For(t, 5*time.Second, "both workers to have sessions open", func() bool { return cut.fl.Slots.Held() > 0 && other.fl.Slots.Held() > 0 })
+	proxy.Hold()
+	held := time.Now()
+	var unleased int // the most sessions the cut worker had open without a lease
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for loop := true; loop; {
+		select {
+		case <-done:
+			loop = false
+		case <-time.After(20 * time.Millisecond):
+			unleased = max(unleased, cut.fl.Slots.Unleased())
+		}
+	}
+	if unleased == 0 || time.Since(held) < ttl {
+		t.Fatalf("the load ended %s after the partition, the cut worker with at most %d sessions without a lease: it does not test the partition", time.Since(held), unleased)
+	}
+	st := srv.Stats()
+	if st.PeakConcurrent > maxPerHost+int64(share) {
+		t.Errorf("peak %d sessions with one worker partitioned, over the cap %d plus its fallback share %d", st.PeakConcurrent, maxPerHost, share)
+	}
+	t.Logf("partition: peak %d sessions (cap %d, fallback share %d), %d sessions opened", st.PeakConcurrent, maxPerHost, share, st.Sessions)
+	proxy.Restore()
 }

@@ -78,10 +78,10 @@ const (
 // "<address>.want". It is never a slot number.
 const wantSuffix = "want"
 
-// workerMemory is how long a worker seen writing to the bucket counts towards the fallback share:
-// a worker with a session open renews its lease every third of the TTL (5 s), so one that is
-// working is always counted.
-const workerMemory = time.Minute
+// workerMemory is how long a worker seen writing to the bucket counts towards the fallback share,
+// in lease TTLs (a minute): a worker with a session open renews its lease every third of the TTL
+// (5 s), so one that is working is always counted.
+const workerMemory = 4
 
 // askAgainAfter is how long, after the bucket could not be asked, new sessions take the fallback
 // without asking it again, unless it is seen answering meanwhile: during an outage each new
@@ -149,8 +149,9 @@ func (s *Slots) forget() {
 			delete(s.wants, k)
 		}
 	}
+	from := s.workersFromLocked()
 	for id, at := range s.workers {
-		if time.Since(at) > workerMemory {
+		if at.Before(from) {
 			delete(s.workers, id)
 		}
 	}
@@ -278,6 +279,7 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 		return s.fallback(prefix, max, open)
 	}
 	start := rand.N(max)
+	taken := false // the bucket has answered this try: a slot is someone else's
 	for i := range max {
 		key := prefix + "." + strconv.Itoa((start+i)%max)
 		s.mu.Lock()
@@ -289,7 +291,16 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 		sent := time.Now()
 		rev, err := s.b.kv.Create(ctx, key, s.id)
 		if errors.Is(err, jetstream.ErrKeyExists) {
+			taken = true
 			continue
+		}
+		if err != nil && taken {
+			// A slow bucket, not an unreachable one: it has just said that slots are taken, so
+			// the address may well be full and a session without a lease could put the fleet
+			// over the cap. The pool waits and tries again (docs/fleet.md, "When NATS cannot be
+			// reached").
+			s.b.heal(err)
+			return nil, smtp.ErrNoSlot
 		}
 		if err != nil {
 			s.failed(err)
@@ -312,7 +323,7 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 
 // fallback opens a session without a lease while the bucket cannot be asked, if this worker has
 // fewer than its fallback share of the address's sessions open: max slots divided among the
-// workers seen using the bucket in the last workerMemory, itself included. If every worker does
+// workers seen using the bucket in the last workerMemory TTLs, itself included. If every worker does
 // the same, the fleet stays near the cap without NATS (docs/fleet.md, "When NATS cannot be
 // reached"). Sessions still holding leases count towards the share.
 func (s *Slots) fallback(addr string, max, open int) (smtp.Lease, error) {
@@ -336,12 +347,25 @@ func (s *Slots) FallbackShare(max int) int {
 
 func (s *Slots) fallbackShareLocked(slots int) int {
 	n := 1 // this worker
+	from := s.workersFromLocked()
 	for _, at := range s.workers {
-		if time.Since(at) <= workerMemory {
+		if !at.Before(from) {
 			n++
 		}
 	}
 	return max(1, slots/n)
+}
+
+// workersFromLocked is when a worker must have been seen writing to the bucket last to count as
+// one of the fleet: workerMemory TTLs ago, or, while the bucket cannot be asked, before it last
+// answered. An outage hides the others' writes without stopping them, so the fleet it began with
+// is the best count there is; forgetting it would leave each worker alone with the whole cap.
+func (s *Slots) workersFromLocked() time.Time {
+	ref := time.Now()
+	if s.failedAt.After(s.okAt) {
+		ref = s.okAt
+	}
+	return ref.Add(-workerMemory * s.ttl)
 }
 
 // Unleased is the number of sessions this worker has open without a lease, to every address.

@@ -43,6 +43,7 @@ type pool struct {
 	needTLS   bool                  // MAIL FROM was answered 530: start TLS before it
 	slotUntil time.Time             // no new session before this: the fleet had no slot free (fleet.go)
 	slotRetry time.Duration         // the pause after the last failed Acquire; 0 after a success
+	draining  int                   // stalled sessions waiting for the server to finish (session.drain)
 	used      time.Time             // when addresses last came here (enqueue)
 	retired   bool                  // forgotten by the prober (forget.go): takes no more addresses
 }
@@ -56,6 +57,9 @@ func (pl *pool) enqueue(js ...*job) bool {
 	}
 	pl.used = time.Now()
 	moved := pl.admitLocked(js)
+	if pl.draining > 0 {
+		pl.startBudgetsLocked(pl.queue)
+	}
 	if len(pl.live) > 0 {
 		// A host that works: the stretch on unreachable ones ends here.
 		now := time.Now()
@@ -149,6 +153,25 @@ func (pl *pool) watchLocked(js []*job) {
 	if !expiry.IsZero() {
 		time.AfterFunc(time.Until(expiry), pl.expireQueued)
 	}
+}
+
+// startBudgetsLocked starts the budgets of the jobs of js whose budget has not started, and arms
+// the expiry of them all: an expiry that came while another session was open here did nothing,
+// and a stalled session takes no more work. Waiting for a session of a host that works is not
+// counted against a budget (docs/architecture.md); waiting while one of the host's sessions is
+// stalled is, so that a host slower than the budget answers its addresses timeout within it
+// instead of holding them for its drains.
+func (pl *pool) startBudgetsLocked(js []*job) {
+	deadline := time.Now().Add(pl.p.cfg.Timeout)
+	var started []*job
+	for _, j := range js {
+		if j.deadline.IsZero() && !j.finished.Load() {
+			j.deadline = deadline
+			started = append(started, j)
+		}
+	}
+	pl.watchLocked(js)      // the earliest end, perhaps past
+	pl.watchLocked(started) // the budgets started now
 }
 
 // dispatchLocked wakes idle sessions for the work in the queue, and opens new ones, up to
@@ -406,11 +429,26 @@ func (pl *pool) run() {
 		}
 		s.exchange(batch)
 	}
+	if s.stalled {
+		// The server is still at work on this connection: it keeps its place among the sessions
+		// until the server is done, but takes no more work, and what waits here meanwhile waits
+		// on its budget (startBudgetsLocked), since the server is not answering within budgets.
+		pl.mu.Lock()
+		pl.arrivedLocked(s)
+		delete(pl.live, s)
+		pl.draining++
+		pl.startBudgetsLocked(pl.queue)
+		pl.mu.Unlock()
+		s.drain()
+	}
 	s.quit()
 	release(s.lease)
 	pl.mu.Lock()
 	pl.arrivedLocked(s)
 	delete(pl.live, s)
+	if s.stalled {
+		pl.draining--
+	}
 	pl.sessions--
 	pl.dispatchLocked()
 	pl.mu.Unlock()

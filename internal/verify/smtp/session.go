@@ -46,6 +46,7 @@ type session struct {
 	wrote    bool // something was written since the last reply was read
 	last     bool // the exchange under way is the session's last: QUIT travels with it; set under pl.mu
 	quitted  bool // QUIT has been sent
+	stalled  bool // the budget ran out with replies outstanding: the server is still at work (drain)
 
 	rcpts    int // RCPT replies read since the pool last counted them (arrivedLocked)
 	rejected int // of which failed
@@ -491,6 +492,7 @@ func (s *session) send(cmds []string) ([]Reply, error) {
 		for len(replies) <= i {
 			rep, err := s.read()
 			if err != nil {
+				s.stalled = s.stalled || isTimeout(err)
 				return replies, err
 			}
 			s.pl.p.observe(cmds[len(replies)], rep.Code)
@@ -576,3 +578,48 @@ func (s *session) quit() {
 
 // quitWait bounds the wait for the server to acknowledge QUIT.
 const quitWait = 250 * time.Millisecond
+
+// drainWait bounds how long a stalled session waits for the server to answer what it was sent;
+// drainStep is how often it looks whether it should stop waiting sooner.
+const (
+	drainWait = 30 * time.Second
+	drainStep = 100 * time.Millisecond
+)
+
+// drain keeps a stalled session's connection, and so its place among MaxPerHost and its fleet
+// slot, until the server has answered the commands it was sent and QUIT, or hung up: a server
+// still at work on a connection counts it, whether or not the client has closed its end, and
+// closing at once would let a slow server collect one such connection per session abandoned
+// (docs/architecture.md, "Misbehaving servers"). It stops sooner, closing, once drainWait has
+// passed, the prober closes, or the lease lapses (the slot may soon be someone else's).
+func (s *session) drain() {
+	end := time.Now().Add(drainWait)
+	if !s.quitted {
+		s.conn.SetDeadline(time.Now().Add(quitWait))
+		s.w.WriteString("QUIT\r\n")
+		s.pl.p.commands.Add(1)
+		s.quitted = true
+		if s.w.Flush() != nil {
+			return
+		}
+	}
+	buf := make([]byte, 4096)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		select {
+		case <-s.pl.p.closing:
+			return
+		default:
+		}
+		if s.lease != nil && !s.lease.Valid() {
+			return
+		}
+		step := now.Add(drainStep)
+		if step.After(end) {
+			step = end
+		}
+		s.conn.SetReadDeadline(step)
+		if _, err := s.r.Read(buf); err != nil && !isTimeout(err) {
+			return // EOF: the server has hung up
+		}
+	}
+}
