@@ -22,7 +22,7 @@ import (
 // HistoryDeleted counts what DeleteHistory removed (DELETE /v1/email/history, docs/api.md).
 type HistoryDeleted struct {
 	Results    int64 `json:"results"`    // result snapshots in the usage log
-	Jobs       int64 `json:"jobs"`       // finished jobs whose email and result were removed
+	Jobs       int64 `json:"jobs"`       // finished jobs whose email, result, webhook URL and secret were removed
 	Deliveries int64 `json:"deliveries"` // finished callbacks whose bodies held the address's result
 	ListRows   int64 `json:"list_rows"`  // rows of finished lists, with the address's result
 }
@@ -57,7 +57,7 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string, b
 			return err
 		}
 		d.Results = tag.RowsAffected()
-		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', result = NULL, webhook_secret = NULL, expired_at = now()
+		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', webhook_url = '', result = NULL, webhook_secret = NULL, expired_at = now()
 			WHERE account_id = $1 AND `+normalized(`email`)+` = ANY($2) AND state IN ('completed', 'failed') AND expired_at IS NULL
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id = jobs.id AND d.state IN ('pending', 'retrying'))
 			RETURNING id`, account, addrs, spaces, from, to)

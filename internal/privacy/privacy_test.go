@@ -781,3 +781,38 @@ func historyEvent(account string) audit.Event {
 	return audit.Event{AccountID: account, ActorType: audit.ActorKey, Actor: "sk_live_test…test",
 		Kind: audit.HistoryDeleted, Outcome: audit.Success}
 }
+
+// A job's callback URL can carry the receiver's token (in its path or query). Once the job has
+// expired, by retention or by a history deletion, nothing reads the URL any more (the delivery
+// log keeps its own copy for its own retention), so it goes with the email, the result and the
+// secret (docs/personal-data.md, "Where it is stored").
+func TestAnExpiredJobKeepsNoCallbackURL(t *testing.T) {
+	pool := pgtest.New(t)
+	start := time.Now()
+	f := seed(t, pool, "hookurl", start)
+	hook := "https://hooks.example/services/T0/B0/token-" + f.id + "?sig=query-" + f.id
+	pgtest.Exec(t, pool, `UPDATE jobs SET webhook_url = $2 WHERE account_id = $1`, f.id, hook)
+	urls := func(job uuid.UUID) (url string) {
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT webhook_url FROM jobs WHERE id = $1`, job).Scan(&url), "job")
+		return url
+	}
+
+	// History deletion of the first address.
+	if _, err := DeleteHistory(ctx, pool, f.id, f.addrs[0], historyEvent(f.id)); err != nil {
+		t.Fatalf("DeleteHistory: %v", err)
+	}
+	if u := urls(f.jobs[0]); u != "" {
+		t.Errorf("after DeleteHistory the job keeps its callback URL %q", u)
+	}
+	if u := urls(f.jobs[1]); u != hook {
+		t.Errorf("the other address's job lost its callback URL: %q", u)
+	}
+
+	// Retention of the second.
+	if _, err := Purge(ctx, pool, start.Add(31*24*time.Hour), Defaults(), 1000, 10); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	if u := urls(f.jobs[1]); u != "" {
+		t.Errorf("after its retention the job keeps its callback URL %q", u)
+	}
+}
