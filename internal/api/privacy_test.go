@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
@@ -180,7 +181,7 @@ func TestDeleteHistoryThroughTheAPI(t *testing.T) {
 		}
 	}
 	if len(deletions) != 1 || deletions[0]["actor_type"] != "api_key" || deletions[0]["actor"] != auth.Mask(key) ||
-		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0)" {
+		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0, kept responses 0)" {
 		t.Errorf("history_deleted events: %v, want one by %s with the counts", deletions, auth.Mask(key))
 	}
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot->>'email' = 'bob@acme.test'`, acct); n != 1 {
@@ -358,5 +359,38 @@ func TestAccountExportHeadBuildsNothing(t *testing.T) {
 	mustOK(t, lock.Rollback(ctx))
 	if events := b.auditEvents(mgmt, "50"); len(events) != 0 {
 		t.Errorf("events after a HEAD of the export: %v, want none", events)
+	}
+}
+
+// A response kept for an Idempotency-Key replay holds the results it answered, addresses
+// included, sealed for 24 hours. DELETE /v1/email/history deletes the account's kept responses
+// that name the address (a single verify, a batch holding it among others), so that no replay
+// serves its result afterwards; the others stay (docs/personal-data.md, "One address's results").
+func TestDeleteHistoryReachesIdempotentAnswers(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Free)
+	idem := func(path string, body any, k string) reply {
+		return b.call(http.MethodPost, path, key, body, idempotency.Header, k)
+	}
+	idem("/v1/email/verify", map[string]string{"email": "ann@acme.test"}, "k-ann").want(t, 200, "")
+	idem("/v1/email/verify/batch", map[string]any{"emails": []string{"carol@acme.test", "ANN@acme.test"}}, "k-batch").want(t, 200, "")
+	idem("/v1/email/verify", map[string]string{"email": "bob@acme.test"}, "k-bob").want(t, 200, "")
+	b.settle()
+	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1 AND status IS NOT NULL`, acct); n != 3 {
+		t.Fatalf("%d kept responses; want 3", n)
+	}
+
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", key, nil).want(t, 200, "")
+	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1`, acct); n != 1 {
+		t.Errorf("%d kept responses after the history deletion; want only bob's", n)
+	}
+	// The retry of ann's request runs again instead of replaying her deleted result; bob's
+	// request still replays.
+	if r := idem("/v1/email/verify", map[string]string{"email": "ann@acme.test"}, "k-ann").want(t, 200, ""); r.header.Get(idempotency.ReplayedHeader) != "" {
+		t.Errorf("ann's request replayed a response kept after her history was deleted: %s", r.raw)
+	}
+	if r := idem("/v1/email/verify", map[string]string{"email": "bob@acme.test"}, "k-bob").want(t, 200, ""); r.header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Errorf("bob's request did not replay: %v", r.header)
 	}
 }

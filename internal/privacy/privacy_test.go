@@ -16,6 +16,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
@@ -79,8 +80,9 @@ func seed(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) fixture {
 	pgtest.Exec(t, pool, `INSERT INTO list_counts (list_id, status, reason, n) VALUES ($1, 'deliverable', 'accepted_email', 2)`, f.list)
 	pgtest.Exec(t, pool, `INSERT INTO deliveries (id, list_id, account_id, url, body, state, created_at, finished_at)
 		VALUES ($1, $2, $3, 'https://hooks.example/l', convert_to($5::text, 'UTF8'), 'delivered', $4, $4)`, uuid.New(), f.list, f.id, at, `{"list":"`+f.list.String()+`"}`)
-	pgtest.Exec(t, pool, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at, status, body)
-		VALUES ($1, $3, gen_random_uuid(), now(), now() + interval '1 day', 200, convert_to($2::text, 'UTF8'))`, f.id, f.addrs[0], "idem-"+f.id)
+	pgtest.Exec(t, pool, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at, status, body, subjects)
+		VALUES ($1, $3, gen_random_uuid(), now(), now() + interval '1 day', 200, convert_to($2::text, 'UTF8'), $4)`,
+		f.id, f.addrs[0], "idem-"+f.id, [][]byte{idempotency.Subject(f.id, f.addrs[0])})
 	pgtest.Exec(t, pool, `INSERT INTO dashboard_upload_tokens (account_id, token_hash) VALUES ($1, sha256(convert_to($2::text, 'UTF8')))`, f.id, f.id)
 	pgtest.Exec(t, pool, `INSERT INTO rate_windows (account_id, window_start, used) VALUES ($1, date_trunc('minute', now()), 3)`, f.id)
 	pgtest.Exec(t, pool, `INSERT INTO usage_holds (id, account_id, month, units, free) VALUES (gen_random_uuid(), $1, date_trunc('month', now())::date, 1, true)`, f.id)
@@ -423,9 +425,8 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 		t.Errorf("DeleteHistory removed %+v; want one of each", d)
 	}
 	hits := findEverywhere(t, pool, f.addrs[0])
-	// What is left of the address: the other account's row, and the idempotency record of the
-	// account's request (it expires within a day; docs/personal-data.md).
-	want := "idempotency_keys.body usage_log.snapshot"
+	// What is left of the address: the other account's row.
+	want := "usage_log.snapshot"
 	if strings.Join(hits, " ") != want {
 		t.Errorf("after DeleteHistory the address is in %v; want only %s", hits, want)
 	}
