@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mailvet/mailvet/internal/auth"
 	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/plan"
@@ -94,6 +96,9 @@ func TestAccountExportAndDeletionThroughTheAPI(t *testing.T) {
 	for _, needle := range []string{"ann@acme.test", "bob@acme.test", "info@acme.test", "owner-" + a.ID[:8], job} {
 		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
 			t.Errorf("%s is still stored in %v", needle, hits)
+		}
+		if hits := privacytest.FindInStreams(t, b.js, needle); len(hits) > 0 {
+			t.Errorf("%s is still in the messages %v", needle, hits)
 		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
@@ -288,6 +293,9 @@ func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
 		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
 			t.Errorf("%s is still stored in %v", needle, hits)
 		}
+		if hits := privacytest.FindInStreams(t, b.js, needle); len(hits) > 0 {
+			t.Errorf("%s is still in the messages %v", needle, hits)
+		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
 		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" && h != "audit_events.account_id" {
@@ -384,6 +392,22 @@ func TestDeleteHistoryReachesIdempotentAnswers(t *testing.T) {
 	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", key, nil).want(t, 200, "")
 	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1`, acct); n != 1 {
 		t.Errorf("%d kept responses after the history deletion; want only bob's", n)
+	}
+	// Nor does any stream hold the address: the batch's items were acknowledged, and the
+	// durable streams carry ids only (docs/personal-data.md, "Outside Postgres"). A canary
+	// stream shows that the search reads what a stream stores.
+	canary := jetstream.StreamConfig{Name: "PRIVACY_CANARY", Subjects: []string{"privacy.canary"}, Storage: jetstream.MemoryStorage}
+	if _, err := b.js.CreateStream(context.Background(), canary); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(context.Background(), "privacy.canary", []byte(`{"email":"canary@acme.test"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if hits := privacytest.FindInStreams(t, b.js, "canary@acme.test"); len(hits) != 1 {
+		t.Errorf("the canary message found as %v; want once", hits)
+	}
+	if hits := privacytest.FindInStreams(t, b.js, "ann@acme.test"); len(hits) > 0 {
+		t.Errorf("after the history deletion ann@acme.test is still in the messages %v", hits)
 	}
 	// The retry of ann's request runs again instead of replaying her deleted result; bob's
 	// request still replays.
