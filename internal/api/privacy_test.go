@@ -394,7 +394,7 @@ func TestDeleteHistoryReachesIdempotentAnswers(t *testing.T) {
 		t.Errorf("%d kept responses after the history deletion; want only bob's", n)
 	}
 	// Nor does any stream hold the address: the batch's items were acknowledged, and the
-	// durable streams carry ids only (docs/personal-data.md, "Outside Postgres"). A canary
+	// durable streams carry ids only (docs/personal-data.md, "Where it is stored"). A canary
 	// stream shows that the search reads what a stream stores.
 	canary := jetstream.StreamConfig{Name: "PRIVACY_CANARY", Subjects: []string{"privacy.canary"}, Storage: jetstream.MemoryStorage}
 	if _, err := b.js.CreateStream(context.Background(), canary); err != nil {
