@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mailvet/mailvet/internal/auth"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/plan"
 	"github.com/mailvet/mailvet/internal/privacy"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
@@ -93,6 +96,9 @@ func TestAccountExportAndDeletionThroughTheAPI(t *testing.T) {
 	for _, needle := range []string{"ann@acme.test", "bob@acme.test", "info@acme.test", "owner-" + a.ID[:8], job} {
 		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
 			t.Errorf("%s is still stored in %v", needle, hits)
+		}
+		if hits := privacytest.FindInStreams(t, b.js, needle); len(hits) > 0 {
+			t.Errorf("%s is still in the messages %v", needle, hits)
 		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
@@ -180,7 +186,7 @@ func TestDeleteHistoryThroughTheAPI(t *testing.T) {
 		}
 	}
 	if len(deletions) != 1 || deletions[0]["actor_type"] != "api_key" || deletions[0]["actor"] != auth.Mask(key) ||
-		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0)" {
+		deletions[0]["detail"] != "stored results of one address deleted (results 2, jobs 1, deliveries 1, list rows 0, kept responses 0)" {
 		t.Errorf("history_deleted events: %v, want one by %s with the counts", deletions, auth.Mask(key))
 	}
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot->>'email' = 'bob@acme.test'`, acct); n != 1 {
@@ -287,6 +293,9 @@ func TestDeletionDuringWorkLeavesNothingAfterTheSweep(t *testing.T) {
 		if hits := privacytest.Find(t, b.pool, needle); len(hits) > 0 {
 			t.Errorf("%s is still stored in %v", needle, hits)
 		}
+		if hits := privacytest.FindInStreams(t, b.js, needle); len(hits) > 0 {
+			t.Errorf("%s is still in the messages %v", needle, hits)
+		}
 	}
 	for _, h := range privacytest.Find(t, b.pool, a.ID) {
 		if h != "accounts.id" && h != "usage_monthly.account_id" && h != "usage_daily.account_id" && h != "audit_events.account_id" {
@@ -358,5 +367,54 @@ func TestAccountExportHeadBuildsNothing(t *testing.T) {
 	mustOK(t, lock.Rollback(ctx))
 	if events := b.auditEvents(mgmt, "50"); len(events) != 0 {
 		t.Errorf("events after a HEAD of the export: %v, want none", events)
+	}
+}
+
+// A response kept for an Idempotency-Key replay holds the results it answered, addresses
+// included, sealed for 24 hours. DELETE /v1/email/history deletes the account's kept responses
+// that name the address (a single verify, a batch holding it among others), so that no replay
+// serves its result afterwards; the others stay (docs/personal-data.md, "One address's results").
+func TestDeleteHistoryReachesIdempotentAnswers(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	acct, key := b.customer(plan.Free)
+	idem := func(path string, body any, k string) reply {
+		return b.call(http.MethodPost, path, key, body, idempotency.Header, k)
+	}
+	idem("/v1/email/verify", map[string]string{"email": "ann@acme.test"}, "k-ann").want(t, 200, "")
+	idem("/v1/email/verify/batch", map[string]any{"emails": []string{"carol@acme.test", "ANN@acme.test"}}, "k-batch").want(t, 200, "")
+	idem("/v1/email/verify", map[string]string{"email": "bob@acme.test"}, "k-bob").want(t, 200, "")
+	b.settle()
+	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1 AND status IS NOT NULL`, acct); n != 3 {
+		t.Fatalf("%d kept responses; want 3", n)
+	}
+
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", key, nil).want(t, 200, "")
+	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1`, acct); n != 1 {
+		t.Errorf("%d kept responses after the history deletion; want only bob's", n)
+	}
+	// Nor does any stream hold the address: the batch's items were acknowledged, and the
+	// durable streams carry ids only (docs/personal-data.md, "Where it is stored"). A canary
+	// stream shows that the search reads what a stream stores.
+	canary := jetstream.StreamConfig{Name: "PRIVACY_CANARY", Subjects: []string{"privacy.canary"}, Storage: jetstream.MemoryStorage}
+	if _, err := b.js.CreateStream(context.Background(), canary); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(context.Background(), "privacy.canary", []byte(`{"email":"canary@acme.test"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if hits := privacytest.FindInStreams(t, b.js, "canary@acme.test"); len(hits) != 1 {
+		t.Errorf("the canary message found as %v; want once", hits)
+	}
+	if hits := privacytest.FindInStreams(t, b.js, "ann@acme.test"); len(hits) > 0 {
+		t.Errorf("after the history deletion ann@acme.test is still in the messages %v", hits)
+	}
+	// The retry of ann's request runs again instead of replaying her deleted result; bob's
+	// request still replays.
+	if r := idem("/v1/email/verify", map[string]string{"email": "ann@acme.test"}, "k-ann").want(t, 200, ""); r.header.Get(idempotency.ReplayedHeader) != "" {
+		t.Errorf("ann's request replayed a response kept after her history was deleted: %s", r.raw)
+	}
+	if r := idem("/v1/email/verify", map[string]string{"email": "bob@acme.test"}, "k-bob").want(t, 200, ""); r.header.Get(idempotency.ReplayedHeader) != "true" {
+		t.Errorf("bob's request did not replay: %v", r.header)
 	}
 }

@@ -65,7 +65,7 @@ func (s *Store) tryClaim(ctx context.Context, account, key string, now time.Time
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (account_id, key) DO UPDATE
 		   SET owner = EXCLUDED.owner, claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at,
-		       request_hash = NULL, status = NULL, header = NULL, body = NULL, sealed = false
+		       request_hash = NULL, status = NULL, header = NULL, body = NULL, sealed = false, subjects = NULL
 		 WHERE k.expires_at <= $4 OR (k.status IS NULL AND k.claimed_at <= $6)
 		RETURNING true`, account, lookup, owner, now, now.Add(Lifetime), now.Add(-s.lease)).Scan(&got)
 	switch {
@@ -113,8 +113,10 @@ func completeIn(ctx context.Context, db database.DB, account, key string, owner 
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true
-		WHERE account_id = $1 AND key = $2 AND owner = $3`, account, lookupOf(key), owner, keyedHash(account, key, r.hash), r.status, header, seal(account, key, r.body))
+	_, err = db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true,
+		subjects = $8 WHERE account_id = $1 AND key = $2 AND owner = $3`,
+		account, lookupOf(key), owner, keyedHash(account, key, r.hash), r.status, header, seal(account, key, r.body),
+		subjectsOf(account, r.body))
 	if err != nil {
 		return fmt.Errorf("%w: complete: %w", ErrDatastore, err)
 	}

@@ -62,8 +62,8 @@ type Job struct {
 	Retries       int
 	NextAttemptAt *time.Time
 	RetryingSince *time.Time
-	// ExpiredAt is when retention removed the finished job's email, result and webhook secret
-	// (MAILVET_JOB_RETENTION, or a deletion of the address's history; docs/personal-data.md);
+	// ExpiredAt is when retention removed the finished job's email, result, webhook URL and
+	// webhook secret (MAILVET_JOB_RETENTION, or a deletion of the address's history; docs/personal-data.md);
 	// nil while the job keeps them.
 	ExpiredAt *time.Time
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/database"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/list"
 	"github.com/mailvet/mailvet/internal/verify/syntax"
 )
@@ -22,7 +23,7 @@ import (
 // HistoryDeleted counts what DeleteHistory removed (DELETE /v1/email/history, docs/api.md).
 type HistoryDeleted struct {
 	Results    int64 `json:"results"`    // result snapshots in the usage log
-	Jobs       int64 `json:"jobs"`       // finished jobs whose email and result were removed
+	Jobs       int64 `json:"jobs"`       // finished jobs whose email, result, webhook URL and secret were removed
 	Deliveries int64 `json:"deliveries"` // finished callbacks whose bodies held the address's result
 	ListRows   int64 `json:"list_rows"`  // rows of finished lists, with the address's result
 }
@@ -37,7 +38,8 @@ const historyTimeout = 5 * time.Minute
 // until it finishes (a job not finished, a list queued or running, a callback still being
 // delivered): removing it from under the work would leave it unable to finish. The usage rows
 // stay, without their snapshot: they hold the domain and the counts billing needs. A list's
-// counts keep counting the address.
+// counts keep counting the address. The responses kept for an Idempotency-Key replay that name
+// the address go too (idempotency.DeleteSubject).
 //
 // A deletion that removed anything writes by (who asked; Kind history_deleted) in the same
 // transaction, its Detail set here to the counts and never the address, which the audit log
@@ -57,7 +59,7 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string, b
 			return err
 		}
 		d.Results = tag.RowsAffected()
-		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', result = NULL, webhook_secret = NULL, expired_at = now()
+		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', webhook_url = '', result = NULL, webhook_secret = NULL, expired_at = now()
 			WHERE account_id = $1 AND `+normalized(`email`)+` = ANY($2) AND state IN ('completed', 'failed') AND expired_at IS NULL
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id = jobs.id AND d.state IN ('pending', 'retrying'))
 			RETURNING id`, account, addrs, spaces, from, to)
@@ -94,11 +96,18 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string, b
 			return err
 		}
 		d.ListRows = tag.RowsAffected()
-		if d == (HistoryDeleted{}) {
+		// Responses kept for an Idempotency-Key replay that hold the address's result, whichever
+		// route answered them: a retry would otherwise replay it for up to 24 hours. They are not
+		// the customer's stored results, so the answer does not count them; the audit event does.
+		replays, err := idempotency.DeleteSubject(ctx, tx, account, addrs)
+		if err != nil {
+			return err
+		}
+		if d == (HistoryDeleted{}) && replays == 0 {
 			return nil
 		}
-		by.Detail = fmt.Sprintf("stored results of one address deleted (results %d, jobs %d, deliveries %d, list rows %d)",
-			d.Results, d.Jobs, d.Deliveries, d.ListRows)
+		by.Detail = fmt.Sprintf("stored results of one address deleted (results %d, jobs %d, deliveries %d, list rows %d, kept responses %d)",
+			d.Results, d.Jobs, d.Deliveries, d.ListRows, replays)
 		return audit.Record(ctx, tx, by)
 	})
 	return d, err

@@ -21,8 +21,9 @@ type Retention struct {
 	// 30 days). The row itself, with its domain and counts, stays for billing.
 	// MAILVET_RESULT_RETENTION.
 	Results time.Duration
-	// Jobs: a finished asynchronous job's email, result and webhook secret. Its id, state and
-	// timestamps stay, so GET of the job answers that it expired. MAILVET_JOB_RETENTION.
+	// Jobs: a finished asynchronous job's email, result, webhook URL (its path or query can carry
+	// the receiver's token) and webhook secret. Its id, state and timestamps stay, so GET of the
+	// job answers that it expired. MAILVET_JOB_RETENTION.
 	Jobs time.Duration
 }
 
@@ -35,7 +36,7 @@ func Defaults() Retention { return Retention{Results: DefaultRetention, Jobs: De
 // Purged counts what one retention run removed.
 type Purged struct {
 	Snapshots int64 // usage_log rows whose snapshot was cleared
-	Jobs      int64 // finished jobs whose email, result and secret were cleared
+	Jobs      int64 // finished jobs whose email, result, webhook URL and secret were cleared
 	Leftovers int64 // rows of deleted accounts written by work in flight at the deletion
 }
 
@@ -45,8 +46,8 @@ type Purged struct {
 const batchTimeout = 30 * time.Second
 
 // Purge applies r at now: it clears the snapshots of usage rows older than r.Results and the
-// email, result and secret of jobs finished more than r.Jobs ago whose callback is no longer on
-// its way, in batches of batch rows and at most maxBatches batches of each. Each batch is one
+// email, result, webhook URL and secret of jobs finished more than r.Jobs ago whose callback is
+// no longer on its way, in batches of batch rows and at most maxBatches batches of each. Each batch is one
 // statement that locks with SKIP LOCKED, so every replica can run Purge at once: they share the
 // work and never wait for each other (as webhook.PurgeExpired does for deliveries). It also
 // deletes what work in flight wrote for an account after its deletion (SweepDeleted).
@@ -64,7 +65,7 @@ func Purge(ctx context.Context, db database.DB, now time.Time, r Retention, batc
 	// A job whose callback is still pending or retrying keeps its data: the delivery was signed
 	// with its secret and a replay of the job's result must match what GET shows until then.
 	if p.Jobs, err = batches(ctx, maxBatches, batch, func(ctx context.Context) (int64, error) {
-		tag, err := db.Exec(ctx, `UPDATE jobs SET email = '', result = NULL, webhook_secret = NULL, expired_at = $2
+		tag, err := db.Exec(ctx, `UPDATE jobs SET email = '', webhook_url = '', result = NULL, webhook_secret = NULL, expired_at = $2
 			WHERE id IN (
 				SELECT j.id FROM jobs j
 				WHERE j.expired_at IS NULL AND j.state IN ('completed', 'failed') AND j.completed_at < $1

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
+	"github.com/mailvet/mailvet/internal/idempotency"
 	"github.com/mailvet/mailvet/internal/privacy/privacytest"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 	"github.com/mailvet/mailvet/internal/testkit/testclock"
@@ -79,8 +80,9 @@ func seed(t *testing.T, pool *pgxpool.Pool, name string, at time.Time) fixture {
 	pgtest.Exec(t, pool, `INSERT INTO list_counts (list_id, status, reason, n) VALUES ($1, 'deliverable', 'accepted_email', 2)`, f.list)
 	pgtest.Exec(t, pool, `INSERT INTO deliveries (id, list_id, account_id, url, body, state, created_at, finished_at)
 		VALUES ($1, $2, $3, 'https://hooks.example/l', convert_to($5::text, 'UTF8'), 'delivered', $4, $4)`, uuid.New(), f.list, f.id, at, `{"list":"`+f.list.String()+`"}`)
-	pgtest.Exec(t, pool, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at, status, body)
-		VALUES ($1, $3, gen_random_uuid(), now(), now() + interval '1 day', 200, convert_to($2::text, 'UTF8'))`, f.id, f.addrs[0], "idem-"+f.id)
+	pgtest.Exec(t, pool, `INSERT INTO idempotency_keys (account_id, key, owner, claimed_at, expires_at, status, body, subjects)
+		VALUES ($1, $3, gen_random_uuid(), now(), now() + interval '1 day', 200, convert_to($2::text, 'UTF8'), $4)`,
+		f.id, f.addrs[0], "idem-"+f.id, [][]byte{idempotency.Subject(f.id, f.addrs[0])})
 	pgtest.Exec(t, pool, `INSERT INTO dashboard_upload_tokens (account_id, token_hash) VALUES ($1, sha256(convert_to($2::text, 'UTF8')))`, f.id, f.id)
 	pgtest.Exec(t, pool, `INSERT INTO rate_windows (account_id, window_start, used) VALUES ($1, date_trunc('minute', now()), 3)`, f.id)
 	pgtest.Exec(t, pool, `INSERT INTO usage_holds (id, account_id, month, units, free) VALUES (gen_random_uuid(), $1, date_trunc('month', now())::date, 1, true)`, f.id)
@@ -423,9 +425,8 @@ func TestDeleteHistoryRemovesThatAddressOnly(t *testing.T) {
 		t.Errorf("DeleteHistory removed %+v; want one of each", d)
 	}
 	hits := findEverywhere(t, pool, f.addrs[0])
-	// What is left of the address: the other account's row, and the idempotency record of the
-	// account's request (it expires within a day; docs/personal-data.md).
-	want := "idempotency_keys.body usage_log.snapshot"
+	// What is left of the address: the other account's row.
+	want := "usage_log.snapshot"
 	if strings.Join(hits, " ") != want {
 		t.Errorf("after DeleteHistory the address is in %v; want only %s", hits, want)
 	}
@@ -780,4 +781,39 @@ func countDeliveries(t *testing.T, pool *pgxpool.Pool, account string) int64 {
 func historyEvent(account string) audit.Event {
 	return audit.Event{AccountID: account, ActorType: audit.ActorKey, Actor: "sk_live_test…test",
 		Kind: audit.HistoryDeleted, Outcome: audit.Success}
+}
+
+// A job's callback URL can carry the receiver's token (in its path or query). Once the job has
+// expired, by retention or by a history deletion, nothing reads the URL any more (the delivery
+// log keeps its own copy for its own retention), so it goes with the email, the result and the
+// secret (docs/personal-data.md, "Where it is stored").
+func TestAnExpiredJobKeepsNoCallbackURL(t *testing.T) {
+	pool := pgtest.New(t)
+	start := time.Now()
+	f := seed(t, pool, "hookurl", start)
+	hook := "https://hooks.example/services/T0/B0/token-" + f.id + "?sig=query-" + f.id
+	pgtest.Exec(t, pool, `UPDATE jobs SET webhook_url = $2 WHERE account_id = $1`, f.id, hook)
+	urls := func(job uuid.UUID) (url string) {
+		pgtest.Must(t, pool.QueryRow(ctx, `SELECT webhook_url FROM jobs WHERE id = $1`, job).Scan(&url), "job")
+		return url
+	}
+
+	// History deletion of the first address.
+	if _, err := DeleteHistory(ctx, pool, f.id, f.addrs[0], historyEvent(f.id)); err != nil {
+		t.Fatalf("DeleteHistory: %v", err)
+	}
+	if u := urls(f.jobs[0]); u != "" {
+		t.Errorf("after DeleteHistory the job keeps its callback URL %q", u)
+	}
+	if u := urls(f.jobs[1]); u != hook {
+		t.Errorf("the other address's job lost its callback URL: %q", u)
+	}
+
+	// Retention of the second.
+	if _, err := Purge(ctx, pool, start.Add(31*24*time.Hour), Defaults(), 1000, 10); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	if u := urls(f.jobs[1]); u != "" {
+		t.Errorf("after its retention the job keeps its callback URL %q", u)
+	}
 }

@@ -64,3 +64,26 @@ func TestOnlyVerifyItemsCarryAnAddressAndNotForLong(t *testing.T) {
 		}
 	}
 }
+
+// The inventory of docs/personal-data.md ("Where it is stored"): every stream is a work queue,
+// so an acknowledged message is gone from it, and every bucket forgets its keys after its TTL.
+func TestEveryStreamIsAWorkQueueAndEveryBucketForgets(t *testing.T) {
+	for _, c := range queue.StreamConfigs(queue.Layout{}) {
+		if c.Retention != jetstream.WorkQueuePolicy {
+			t.Errorf("stream %s: retention %v; want a work queue", c.Name, c.Retention)
+		}
+		if c.Name == queue.StreamVerify && (c.Storage != jetstream.MemoryStorage || c.MaxAge != 2*time.Minute) {
+			t.Errorf("VERIFY: storage %v, max age %v; want memory, 2m", c.Storage, c.MaxAge)
+		}
+	}
+	want := map[string]time.Duration{queue.BucketSMTPSlots: queue.SlotLeaseTTL, queue.BucketMX: 6 * time.Hour, queue.BucketCatchAll: 6 * time.Hour}
+	for _, b := range queue.BucketConfigs(queue.Layout{}, 0) {
+		if b.TTL != want[b.Bucket] {
+			t.Errorf("bucket %s: TTL %v; want %v", b.Bucket, b.TTL, want[b.Bucket])
+		}
+		delete(want, b.Bucket)
+	}
+	if len(want) != 0 {
+		t.Errorf("buckets missing: %v", want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/google/uuid"
@@ -172,8 +173,8 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 //
 // A replay sends the account's data to a URL again, so a new one is never made without its
 // delivery_replayed event: by (who asked, with its Kind, actor and client) is written with the
-// replay's row, its Detail set here to name the delivery and the URL (docs/security.md, "Audit
-// log"). A repeated request that gets the replay already made writes none: it sends nothing new.
+// replay's row, its Detail set here to name the delivery and the receiver, by receiverOf
+// (docs/security.md, "Audit log"). A repeated request that gets the replay already made writes none: it sends nothing new.
 func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, accountID, deliveryID uuid.UUID, by audit.Event) (uuid.UUID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -215,7 +216,7 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 		err = tx.QueryRow(ctx, `
 			SELECT id FROM deliveries WHERE replay_of = $1 AND state <> 'failed'`, root).Scan(&id)
 	case err == nil:
-		by.Detail = fmt.Sprintf("delivery %s replayed to %s", deliveryID, url)
+		by.Detail = fmt.Sprintf("delivery %s replayed to %s", deliveryID, receiverOf(url))
 		err = audit.Record(ctx, tx, by)
 	}
 	if err != nil {
@@ -231,6 +232,18 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 		return id, err
 	}
 	return id, nil
+}
+
+// receiverOf is what the audit log keeps of callback URL raw: its scheme, host and port. The
+// user part, path, query and fragment can each carry the receiver's token, and the audit log
+// keeps its events for a year, far longer than the delivery log keeps the URL
+// (docs/personal-data.md, "Where it is stored").
+func receiverOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(a URL that does not parse)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 }
 
 // Retention of the delivery log by tier (docs/api.md, "Delivery log and replays").

@@ -175,7 +175,7 @@ func TestReplay(t *testing.T) {
 		t.Errorf("a replay of a replay must point at the original, got %v", r.replayOf)
 	}
 
-	// Each replay made is in the audit log, naming the delivery asked for and the URL; the
+	// Each replay made is in the audit log, naming the delivery asked for and the receiver; the
 	// requests that got a replay already made, and the refused ones, wrote nothing.
 	rows, err := b.pool.Query(ctx, `SELECT detail FROM audit_events WHERE kind = 'delivery_replayed' AND account_id = $1 ORDER BY at, id`, b.accountID)
 	if err != nil {
@@ -185,7 +185,7 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"delivery " + orig.String() + " replayed to " + rc.url("/cb"), "delivery " + rep.String() + " replayed to " + rc.url("/cb")}
+	want := []string{"delivery " + orig.String() + " replayed to " + rc.url(""), "delivery " + rep.String() + " replayed to " + rc.url("")}
 	if !slices.Equal(details, want) {
 		t.Errorf("delivery_replayed events %q, want %q", details, want)
 	}
@@ -241,5 +241,33 @@ func TestPurgeExpired(t *testing.T) {
 	}
 	if n, err := PurgeExpired(ctx, b.pool, 2, 10); err != nil || n != 0 {
 		t.Errorf("second PurgeExpired = %d, %v; want 0", n, err)
+	}
+}
+
+// A callback URL's user part, path and query can each carry the receiver's token (a Slack-style
+// hooks.example/services/T/B/SECRET, ?token=…). The delivery log keeps the URL for its own
+// retention (1 or 30 days); the audit log keeps its events for MAILVET_AUDIT_RETENTION (a year),
+// so a replay's event names only where the replay goes: scheme, host and port
+// (docs/personal-data.md, "Where it is stored").
+func TestReplayEventNamesTheReceiverWithoutItsToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	hook := "https://user:pw-secret@hooks.example.com:8443/services/T0/B0/path-secret?token=query-secret&x=1#frag-secret"
+	orig := b.create(t, b.accountID, hook, "", sampleBody, false)
+	pgtest.Exec(t, b.pool, `UPDATE deliveries SET state = 'failed', finished_at = now() WHERE id = $1`, orig)
+	if _, err := Replay(ctx, b.pool, b.js, queue.Layout{}, b.accountID, orig, replayEvent(b.accountID)); err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	var detail string
+	pgtest.Must(t, b.pool.QueryRow(ctx, `SELECT detail FROM audit_events WHERE kind = 'delivery_replayed' AND account_id = $1`,
+		b.accountID).Scan(&detail), "audit event")
+	if want := "delivery " + orig.String() + " replayed to https://hooks.example.com:8443"; detail != want {
+		t.Errorf("delivery_replayed detail %q, want %q", detail, want)
+	}
+	for _, secret := range []string{"pw-secret", "path-secret", "query-secret", "frag-secret", "user"} {
+		if strings.Contains(detail, secret) {
+			t.Errorf("the audit event keeps %q of the callback URL: %q", secret, detail)
+		}
 	}
 }

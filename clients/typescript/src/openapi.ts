@@ -298,7 +298,7 @@ export type AuditEvent = {
   id: string;
   /** When it happened, ISO 8601 UTC to the second. */
   at: string;
-  /** What happened: signin (a dashboard sign-in; failure: wrong password), signin_throttled (the sign-in throttle began delaying attempts), signup, signout, password_change (also a reset by mailed link; failure: wrong current password), key_created, key_revoked, spend_cap_changed, plan_changed (a Stripe subscription event moved the account to another plan), account_deleted (failure: wrong password on the dashboard's deletion form), email_confirmed (the account's email was confirmed, by a mailed link or by an operator), account_exported (the account's data export was downloaded, through the API or the dashboard), delivery_replayed (a failed webhook delivery was sent again, through the API or the dashboard; the detail names the delivery and the URL), history_deleted (one address's stored results were deleted with DELETE /v1/email/history, by a standard key; the detail gives the counts, never the address), billing_portal_opened (a Stripe billing portal session was opened, through the API or the dashboard: whoever holds its URL can change the card and the subscription). New kinds may be added. */
+  /** What happened: signin (a dashboard sign-in; failure: wrong password), signin_throttled (the sign-in throttle began delaying attempts), signup, signout, password_change (also a reset by mailed link; failure: wrong current password), key_created, key_revoked, spend_cap_changed, plan_changed (a Stripe subscription event moved the account to another plan), account_deleted (failure: wrong password on the dashboard's deletion form), email_confirmed (the account's email was confirmed, by a mailed link or by an operator), account_exported (the account's data export was downloaded, through the API or the dashboard), delivery_replayed (a failed webhook delivery was sent again, through the API or the dashboard; the detail names the delivery and the receiver: the URL's scheme, host and port), history_deleted (one address's stored results were deleted with DELETE /v1/email/history, by a standard key; the detail gives the counts, never the address), billing_portal_opened (a Stripe billing portal session was opened, through the API or the dashboard: whoever holds its URL can change the card and the subscription). New kinds may be added. */
   kind: "signin" | "signin_throttled" | "signup" | "signout" | "password_change" | "key_created" | "key_revoked" | "spend_cap_changed" | "plan_changed" | "account_deleted" | "email_confirmed" | "account_exported" | "delivery_replayed" | "history_deleted" | "billing_portal_opened";
   outcome: "success" | "failure";
   /** What actor names: a dashboard user's email, an API key's display form, or a part of the system. */
@@ -424,7 +424,7 @@ export type HistoryDeleted = {
   deleted: {
     /** Result snapshots removed from the usage log (the usage rows stay, with their domain and counts). */
     results: number;
-    /** Finished asynchronous jobs whose email and result were removed (they answer with expired_at). */
+    /** Finished asynchronous jobs whose email, result, webhook URL and secret were removed (they answer with expired_at). */
     jobs: number;
     /** Finished callbacks removed from the delivery log: those jobs', and those whose body is the address's result although their job expired earlier. */
     deliveries: number;

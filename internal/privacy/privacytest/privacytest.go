@@ -1,14 +1,18 @@
-// Package privacytest finds a value anywhere in the database, for the tests that check a
-// deletion left nothing behind (docs/personal-data.md).
+// Package privacytest finds a value anywhere in the database or in the messages NATS JetStream
+// stores, for the tests that check a deletion left nothing behind (docs/personal-data.md).
 package privacytest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
 )
@@ -56,5 +60,40 @@ func Find(t testing.TB, pool *pgxpool.Pool, needle string) []string {
 			hits = append(hits, c.table+"."+c.name)
 		}
 	}
+	return hits
+}
+
+// maxStreamMessages bounds how many stored messages FindInStreams reads of each stream.
+const maxStreamMessages = 100_000
+
+// FindInStreams returns "stream#sequence" for every message that any JetStream stream of js
+// still stores (the key-value buckets included: they are streams too) whose subject, headers or
+// data hold needle, compared in any case.
+func FindInStreams(t testing.TB, js jetstream.JetStream, needle string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := bytes.ToLower([]byte(needle))
+	var hits []string
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := js.Stream(ctx, name)
+		pgtest.Must(t, err, "stream "+name)
+		info, err := s.Info(ctx)
+		pgtest.Must(t, err, "stream info "+name)
+		first, last := info.State.FirstSeq, info.State.LastSeq
+		for seq := first; seq <= last && seq < first+maxStreamMessages && info.State.Msgs > 0; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // acknowledged (a work queue) or deleted
+			}
+			pgtest.Must(t, err, fmt.Sprintf("message %s#%d", name, seq))
+			stored := bytes.ToLower(append(append([]byte(m.Subject), m.Data...), []byte(fmt.Sprint(m.Header))...))
+			if bytes.Contains(stored, want) {
+				hits = append(hits, fmt.Sprintf("%s#%d", name, seq))
+			}
+		}
+	}
+	pgtest.Must(t, names.Err(), "stream names")
 	return hits
 }
