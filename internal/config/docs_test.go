@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -97,5 +98,105 @@ func TestEveryVariableIsDocumented(t *testing.T) {
 	}
 	if len(stale) > 0 {
 		t.Errorf("in docs/operations.md's Configuration table but read by no binary: %v", stale)
+	}
+}
+
+// documentedDefaults returns the defaults of docs/operations.md's Configuration table that are
+// plain values: a default cell of backticked values only (`720h`, or `500`, `5000`, `100000` for a
+// row of three variables), optionally followed by a parenthesis. Cells that describe their
+// default in words, or differ with -dev, are left to the reader.
+func documentedDefaults(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "\n## Configuration\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	plain := regexp.MustCompile("^`([^`]+)`(?:, `[^`]+`)*(?: \\([^)]*\\))?$")
+	value := regexp.MustCompile("`([^`]+)`")
+	out := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		def := strings.TrimSpace(cells[2])
+		if !plain.MatchString(def) {
+			continue
+		}
+		def, _, _ = strings.Cut(def, " (")
+		var names []string
+		first := ""
+		for _, m := range value.FindAllStringSubmatch(cells[1], -1) {
+			n := m[1]
+			if tier, ok := strings.CutPrefix(n, "…_"); ok {
+				n = strings.Replace(first, "_FREE_", "_"+strings.TrimSuffix(tier, "_…")+"_", 1)
+			} else if first == "" {
+				first = n
+			}
+			names = append(names, n)
+		}
+		values := value.FindAllStringSubmatch(def, -1)
+		if len(values) != len(names) {
+			t.Errorf("operations.md: %d variables but %d defaults in %q", len(names), len(values), line)
+			continue
+		}
+		for i, n := range names {
+			out[n] = values[i][1]
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("found only %d plain defaults in the Configuration table: %v", len(out), out)
+	}
+	return out
+}
+
+// Every plain default of docs/operations.md's Configuration table is the default: setting the
+// variable to the documented value loads the same configuration as leaving it unset, for every
+// role that reads it, with and without -dev.
+func TestDocumentedDefaultsAreTheDefaults(t *testing.T) {
+	t.Parallel()
+	base := func(name string) string {
+		if name == "MAILVET_DNS_RESOLVER" {
+			return "127.0.0.1:53" // so that Load does not read /etc/resolv.conf
+		}
+		return ""
+	}
+	for name, def := range documentedDefaults(t) {
+		if slices.Contains(goVariables, name) || strings.Contains(def, "<") {
+			continue // Go's own variables; a default that names another variable's value
+		}
+		for _, role := range []Role{RoleAPI, RoleVerifier, RoleWebhook} {
+			for _, dev := range []bool{false, true} {
+				reads := false
+				unset, err := Load(role, dev, func(n string) string {
+					reads = reads || n == name
+					return base(n)
+				})
+				if err != nil {
+					t.Fatalf("Load(%v, dev=%v) with nothing set: %v", role, dev, err)
+				}
+				if !reads {
+					continue
+				}
+				set, err := Load(role, dev, func(n string) string {
+					if n == name {
+						return def
+					}
+					return base(n)
+				})
+				if err != nil {
+					t.Errorf("%s=%s (its documented default): role %v, dev=%v: %v", name, def, role, dev, err)
+					continue
+				}
+				if !reflect.DeepEqual(set, unset) {
+					t.Errorf("%s: the documented default %q is not the default (role %v, dev=%v)", name, def, role, dev)
+				}
+			}
+		}
 	}
 }

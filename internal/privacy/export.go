@@ -23,32 +23,38 @@ const ExportLimit = 100_000
 // exportTimeout bounds an export: at most ExportLimit rows of each section, streamed.
 const exportTimeout = 10 * time.Minute
 
+// utc is the SQL for timestamptz column col as the API writes every timestamp: ISO 8601 in UTC, to
+// the second (docs/api.md, "Conventions"), whatever the session's TimeZone; NULL stays null.
+func utc(col string) string {
+	return `to_char(` + col + ` AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`
+}
+
 // exportSections are the lists of an export, in order, each one query whose rows are JSON
 // objects. None reads a password hash, a key hash, a webhook secret or a signed body. A bulk list
 // past its expires_at is left out with its callbacks' deliveries, which its purge deletes with it:
 // it is gone for its account from that moment (listlive; docs/lists.md, "States").
 var exportSections = []struct{ name, sql string }{
-	{"users", `SELECT jsonb_build_object('id', id, 'email', email, 'created_at', created_at, 'updated_at', updated_at)
+	{"users", `SELECT jsonb_build_object('id', id, 'email', email, 'created_at', ` + utc("created_at") + `, 'updated_at', ` + utc("updated_at") + `)
 		FROM dashboard_users WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
 	{"keys", `SELECT jsonb_build_object('id', id, 'kind', kind, 'label', label, 'prefix', prefix,
-			'created_at', created_at, 'revoked_at', revoked_at)
+			'created_at', ` + utc("created_at") + `, 'revoked_at', ` + utc("revoked_at") + `)
 		FROM api_keys WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
 	{"jobs", `SELECT jsonb_build_object('job_id', id, 'status', state, 'email', nullif(email, ''),
-			'webhook_url', nullif(webhook_url, ''), 'result', result, 'created_at', created_at,
-			'completed_at', completed_at, 'expired_at', expired_at)
+			'webhook_url', nullif(webhook_url, ''), 'result', result, 'created_at', ` + utc("created_at") + `,
+			'completed_at', ` + utc("completed_at") + `, 'expired_at', ` + utc("expired_at") + `)
 		FROM jobs WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
 	{"lists", `SELECT jsonb_build_object('id', id, 'name', name, 'format', format, 'columns', columns,
 			'status', state, 'rows', rows, 'unique_addresses', unique_addresses, 'verified', verified,
-			'webhook_url', webhook_url, 'created_at', created_at, 'finished_at', finished_at,
-			'expires_at', expires_at)
+			'webhook_url', webhook_url, 'created_at', ` + utc("created_at") + `, 'finished_at', ` + utc("finished_at") + `,
+			'expires_at', ` + utc("expires_at") + `)
 		FROM lists WHERE account_id = $1 AND ` + list.Live("lists") + ` ORDER BY created_at, id LIMIT $2`},
 	{"deliveries", `SELECT jsonb_build_object('id', id, 'job_id', job_id, 'list_id', list_id, 'url', url,
-			'status', state, 'attempts', attempts, 'last_status', last_status, 'created_at', created_at,
-			'finished_at', finished_at)
+			'status', state, 'attempts', attempts, 'last_status', last_status, 'created_at', ` + utc("created_at") + `,
+			'finished_at', ` + utc("finished_at") + `)
 		FROM deliveries WHERE account_id = $1
 			AND ` + listlive.OfLive("deliveries.list_id") + `
 		ORDER BY created_at, id LIMIT $2`},
-	{"results", `SELECT jsonb_build_object('occurred_at', occurred_at, 'route', route, 'result', snapshot)
+	{"results", `SELECT jsonb_build_object('occurred_at', ` + utc("occurred_at") + `, 'route', route, 'result', snapshot)
 		FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL ORDER BY occurred_at, id LIMIT $2`},
 	{"usage", `SELECT jsonb_build_object('month', to_char(month, 'YYYY-MM'), 'billable', billable, 'quota_units', quota_units)
 		FROM usage_monthly WHERE account_id = $1 ORDER BY month LIMIT $2`},
@@ -74,7 +80,7 @@ func export(ctx context.Context, db database.DB, account string, w io.Writer, li
 	var head []byte
 	err = tx.QueryRow(ctx, `SELECT jsonb_build_object('account_id', id, 'email', email, 'tier', tier,
 			'subscription_status', subscription_status, 'stripe_customer_id', stripe_customer_id,
-			'hard_cap_eur', hard_cap_eur, 'created_at', created_at)
+			'hard_cap_eur', hard_cap_eur, 'created_at', `+utc("created_at")+`)
 		FROM accounts WHERE id = $1 AND deleted_at IS NULL`, account).Scan(&head)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -815,5 +816,55 @@ func TestAnExpiredJobKeepsNoCallbackURL(t *testing.T) {
 	}
 	if u := urls(f.jobs[1]); u != "" {
 		t.Errorf("after its retention the job keeps its callback URL %q", u)
+	}
+}
+
+// Every timestamp of an export is ISO 8601 in UTC to the second, as everywhere in the API
+// (docs/api.md, "Conventions"), whatever time zone the database session uses: an operator's
+// server set to another zone must not leak its offset or Postgres's microseconds into the file.
+func TestExportTimestampsAreUTCToTheSecond(t *testing.T) {
+	u := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	pool := pgtest.Pool(t, u+sep+"timezone=Asia/Kolkata")
+	var zone string
+	pgtest.Must(t, pool.QueryRow(ctx, `SHOW TimeZone`).Scan(&zone), "show TimeZone")
+	if zone != "Asia/Kolkata" {
+		t.Fatalf("precondition: the session's time zone is %q", zone)
+	}
+	f := seed(t, pool, "tz", time.Now().Add(-time.Hour))
+	var buf bytes.Buffer
+	pgtest.Must(t, Export(ctx, pool, f.id, &buf), "Export")
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("export is not JSON: %v", err)
+	}
+	utcSecond := regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$`)
+	checked := 0
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if s, ok := e.(string); ok && (strings.HasSuffix(k, "_at")) && path != "$.results[].result" {
+					checked++
+					if !utcSecond.MatchString(s) {
+						t.Errorf("%s.%s = %q; want UTC to the second (2026-11-22T03:04:05Z)", path, k, s)
+					}
+					continue
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	walk("$", doc)
+	if checked < 10 {
+		t.Fatalf("only %d timestamps checked in %s", checked, buf.String())
 	}
 }

@@ -4,7 +4,7 @@
 /** The version of internal/api/openapi.json these types were generated from. */
 export const apiVersion = "1.0.0";
 
-/** The one error envelope of every route. Some errors add fields (limit, used, reset_at, window, hard_cap_eur, current_overage_eur, room). */
+/** The one error envelope of every route. Some errors add fields (limit, used, reset_at, window, hard_cap_eur, current_overage_eur, room, line; emails and indexes on the last line of an incomplete stream). */
 export type ApiError = {
   /** Stable machine code; clients branch on it. */
   error: string;
