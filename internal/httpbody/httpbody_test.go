@@ -15,7 +15,9 @@ import (
 // A body that keeps moving is read to its end however long it takes in all; one that stops for
 // longer than the pause fails with a timeout, which the server turns into a closed connection.
 func TestIdleDeadline(t *testing.T) {
-	const pause = 300 * time.Millisecond
+	// The pause leaves a loaded machine's scheduler room: a gap of the moving body below is a
+	// quarter of it.
+	const pause = time.Second
 	got := make(chan error, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, IdleFor(w, r.Body, pause))
@@ -49,10 +51,10 @@ func TestIdleDeadline(t *testing.T) {
 		}
 	}
 
-	// Ten bytes, one every 100 ms: a second in all, over three times the pause, never idle for it.
+	// Ten bytes, one every 250 ms: 2.5 s in all, over twice the pause, never idle for it.
 	moving := make([]time.Duration, 10)
 	for i := range moving {
-		moving[i] = 100 * time.Millisecond
+		moving[i] = pause / 4
 	}
 	if err := send(moving...); err != nil {
 		t.Fatalf("a slow but moving body: %v", err)
