@@ -34,6 +34,9 @@ type Slots struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+	// unsure counts the look-ups for keys that a create whose answer was lost may have stored
+	// (giveBackUnsure); close waits for them.
+	unsure sync.WaitGroup
 
 	mu       sync.Mutex
 	held     map[string]*lease
@@ -294,6 +297,9 @@ func (s *Slots) Acquire(ctx context.Context, ip netip.Addr, max, open int) (smtp
 			taken = true
 			continue
 		}
+		if err != nil {
+			s.giveBackUnsure(key) // the create may have been stored, its answer lost
+		}
 		if err != nil && taken {
 			// A slow bucket, not an unreachable one: it has just said that slots are taken, so
 			// the address may well be full and a session without a lease could put the fleet
@@ -472,6 +478,45 @@ func (s *Slots) Held() int {
 	return len(s.held)
 }
 
+// unsureAfter is how long after a create's answer was lost its key is looked for: the create may
+// still be on its way to the bucket when its caller gives up.
+const unsureAfter = 200 * time.Millisecond
+
+// giveBackUnsure deletes key if a create of this worker whose answer never came (its caller gave
+// up, or NATS answered too late) stored it after all: the key names this worker, which holds no
+// lease on it, so nobody would release it and the slot would stay taken, fleet-wide, for the
+// key's whole TTL. A key this worker has meanwhile taken for a session is left alone: it is in
+// held, and a later create has a later revision than the one deleted here.
+func (s *Slots) giveBackUnsure(key string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.unsure.Add(1)
+	s.mu.Unlock()
+	kv := s.b.kv
+	go func() {
+		defer s.unsure.Done()
+		select {
+		case <-time.After(unsureAfter):
+		case <-s.ctx.Done():
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		e, err := kv.Get(ctx, key)
+		if err != nil || string(e.Value()) != string(s.id) {
+			return
+		}
+		s.mu.Lock()
+		_, mine := s.held[key]
+		s.mu.Unlock()
+		if !mine {
+			_ = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		}
+	}()
+}
+
 // close stops the watch and the renewals, then deletes the keys of the leases still held, all at
 // once and within releaseWait: a worker that stops gives its slots back at once rather than TTL
 // later, and never waits for an unreachable NATS for longer than that (docs/reliability.md,
@@ -491,6 +536,7 @@ func (s *Slots) close() {
 	s.mu.Unlock()
 	s.cancel()
 	s.done.Wait()
+	s.unsure.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), releaseWait)
 	defer cancel()
 	var wg sync.WaitGroup

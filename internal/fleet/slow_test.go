@@ -77,3 +77,49 @@ func TestSlowBucketOnAFullAddressMeansWaiting(t *testing.T) {
 		t.Fatal("the next try opened a session without a lease")
 	}
 }
+
+// lostAnswer stores every Create, and then loses its answer, as a caller that gives up while its
+// create is on its way (a batch cut short, a probe budget spent) does: NATS has the key, the
+// worker does not know it.
+type lostAnswer struct{ jetstream.KeyValue }
+
+func (l *lostAnswer) Create(_ context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if _, err := l.KeyValue.Create(context.Background(), key, value, opts...); err != nil {
+		return 0, err
+	}
+	return 0, context.DeadlineExceeded
+}
+
+// A slot key stored by a create whose answer the worker never got names the worker, which holds
+// no lease on it: nobody would release it, and the slot would stay taken for the key's whole TTL.
+// The worker looks for it and deletes it (docs/fleet.md, "A create whose answer was lost").
+func TestSlotStoredByALostCreateIsGivenBack(t *testing.T) {
+	_, js := natstest.Connect(t)
+	ctx := context.Background()
+	f, err := New(ctx, js, queue.Layout{Prefix: "lostcreate"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A worker of its own on the same bucket, whose creates lose their answers.
+	kv, fb := f.Slots.b.kv, f.Slots.b
+	s := newSlots(&bucket{js: fb.js, layout: fb.layout, base: fb.base, ttl: fb.ttl, log: fb.log, kv: &lostAnswer{KeyValue: kv}}, f.Slots.ttl)
+	defer s.close()
+	ip := netip.MustParseAddr("192.0.2.79")
+	if l, err := s.Acquire(ctx, ip, 1, 0); err == nil {
+		l.Release() // a session without a lease (the fallback): not what this test is about
+	}
+	key := addrKey(ip) + ".0"
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot key %s still held by nobody 3 s after its create's answer was lost (TTL %v)", key, s.ttl)
+		}
+	}
+}
