@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/idna"
 
 	"github.com/mailvet/mailvet/internal/dnsname"
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // MaxURLLength bounds a callback URL. Browsers and most servers stop around 2 KiB, and a longer
@@ -98,7 +99,7 @@ func checkHost(host string) error {
 		}
 	}
 	if !strings.Contains(ascii, ".") {
-		return urlErr("host", "host %q must be a fully qualified domain name", shown(host))
+		return urlErr("host", "host %q must be a fully qualified domain name", safetext.Cut(host))
 	}
 	return nil
 }
@@ -109,7 +110,7 @@ func checkHost(host string) error {
 // the trailing dot of the fully qualified spelling. Its errors are *URLError.
 func HostName(host string) (string, error) {
 	if _, err := netip.ParseAddr(host); err != nil && strings.ContainsAny(host, ":%") {
-		return "", urlErr("host", "host %q is not a valid hostname", shown(host))
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
 	} else if err == nil {
 		return "", urlErr("ip", "must name a host, not an IP address")
 	}
@@ -117,7 +118,7 @@ func HostName(host string) (string, error) {
 	name := strings.TrimSuffix(host, ".")
 	ascii, err := idna.Lookup.ToASCII(name)
 	if err != nil || ascii == "" {
-		return "", urlErr("host", "host %q is not a valid hostname", shown(host))
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
 	}
 	ascii = strings.ToLower(ascii)
 	if len(ascii) > 253 {
@@ -130,24 +131,9 @@ func HostName(host string) (string, error) {
 		return "", urlErr("ip", "must name a host, not an IP address")
 	}
 	if !dnsname.Valid(ascii) {
-		return "", urlErr("host", "host %q is not a valid hostname", shown(host))
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
 	}
 	return ascii, nil
-}
-
-// shown is host as an error quotes it: cut after its first 64 bytes, with "…", as every value an
-// error message quotes from the request (docs/errors.md). The host of a URL of 2,048 characters
-// can be nearly all of it.
-func shown(host string) string {
-	const max = 64
-	if len(host) <= max {
-		return host
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(host[cut]) {
-		cut--
-	}
-	return host[:cut] + "…"
 }
 
 // isNumericLabel reports whether l is all digits or 0x followed by hex digits (or nothing).
