@@ -3,15 +3,16 @@ package api
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
+	"github.com/mailvet/mailvet/internal/webhook"
 )
 
 // errNoBillingCustomer: the account has no Stripe customer, so there is no portal to open.
@@ -28,8 +29,12 @@ type portalRequest struct {
 // page needs no more.
 const maxReturnURLLen = 2048
 
-// checkReturnURL accepts only URLs that are safe to send a signed-in customer back to: https, a
-// DNS host name (no IP literal, no localhost), no userinfo that could disguise the real host.
+// checkReturnURL accepts only URLs that are safe to send a signed-in customer back to, and that
+// the billing provider takes (docs/api.md, "POST /v1/management/billing/portal"): https, a
+// public DNS host name (no IP address in any spelling a browser reads as one, like
+// https://127.1/; not localhost nor under .localhost; at least two labels), a port from 1 to
+// 65535, no userinfo that could disguise the real host. A URL the provider refused would be a
+// 500 billing_portal_unavailable for the client's mistake.
 func checkReturnURL(raw string) error {
 	if len(raw) > maxReturnURLLen {
 		return fmt.Errorf("must be at most %d characters", maxReturnURLLen)
@@ -44,13 +49,23 @@ func checkReturnURL(raw string) error {
 		return errors.New("must not contain user information")
 	case u.Hostname() == "":
 		return errors.New("must have a host name")
-	case net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil:
-		return errors.New("must use a host name, not an IP address")
-	case !strings.Contains(u.Hostname(), ".") || strings.EqualFold(u.Hostname(), "localhost") ||
-		strings.HasSuffix(strings.ToLower(u.Hostname()), ".localhost"):
-		return errors.New("must use a public host name")
 	case strings.ContainsAny(raw, " \t\r\n\\"):
 		return errors.New("must not contain spaces or backslashes")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("must use a port from 1 to 65535")
+		}
+	}
+	name, err := webhook.HostName(u.Hostname())
+	var ue *webhook.URLError
+	switch {
+	case errors.As(err, &ue) && ue.Rule == "ip":
+		return errors.New("must use a host name, not an IP address")
+	case err != nil:
+		return errors.New("must use a valid host name")
+	case name == "localhost" || strings.HasSuffix(name, ".localhost") || !strings.Contains(name, "."):
+		return errors.New("must use a public host name")
 	}
 	return nil
 }

@@ -55,6 +55,19 @@ func TestBillingPortalBadInput(t *testing.T) {
 		"no host":        map[string]string{"return_url": "https:///path"},
 		"too long":       map[string]string{"return_url": "https://app.example.com/" + strings.Repeat("a", 2100)},
 		"empty":          map[string]string{"return_url": ""},
+		// An IP address in the spellings a browser reads as one (WHATWG URL), localhost and
+		// single-label names in their fully qualified spelling, hosts and ports that are no
+		// host or port at all: each is a client's mistake, never Stripe's refusal and a 500.
+		"IPv4 short form":             map[string]string{"return_url": "https://127.1/"},
+		"IPv4 hex form":               map[string]string{"return_url": "https://0x7f.1/"},
+		"IPv4 decimal, qualified":     map[string]string{"return_url": "https://2130706433./"},
+		"localhost, qualified":        map[string]string{"return_url": "https://localhost./"},
+		"under .localhost, qualified": map[string]string{"return_url": "https://app.localhost./"},
+		"single label, qualified":     map[string]string{"return_url": "https://intranet./"},
+		"empty label":                 map[string]string{"return_url": "https://app..example.com/"},
+		"leading hyphen":              map[string]string{"return_url": "https://-app.example.com/"},
+		"port 0":                      map[string]string{"return_url": "https://app.example.com:0/"},
+		"port over 65535":             map[string]string{"return_url": "https://app.example.com:99999/"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := b.call(http.MethodPost, "/v1/management/billing/portal", key, body).want(t, 400, CodeInvalidRequest)
@@ -62,6 +75,11 @@ func TestBillingPortalBadInput(t *testing.T) {
 				t.Errorf("message %q does not name return_url", r.body["message"])
 			}
 		})
+	}
+	// Host names a browser and Stripe take pass the check: here they reach the unreachable Stripe.
+	for _, u := range []string{"https://app.example.com./billing", "https://b\u00fccher.example/", "https://app.example.com:8443/x"} {
+		b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": u}).
+			want(t, http.StatusServiceUnavailable, CodeServiceUnavailable)
 	}
 	b.call(http.MethodPost, "/v1/management/billing/portal", key, `{"return_url": "`+returnURL+`", "extra": 1}`).want(t, 400, CodeInvalidRequest)
 	b.call(http.MethodPost, "/v1/management/billing/portal", key, "return_url="+returnURL, "Content-Type", "application/x-www-form-urlencoded").

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // This file holds the checks on the parts of a request that arrive before any handler reads it:
@@ -97,20 +99,8 @@ func checkQuery(raw string) error {
 }
 
 // clip shortens s for a message: the query string can be as long as the request headers (1 MB),
-// and an error message quotes only enough of it to find the place.
-func clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && cut < len(s) && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// and an error message quotes only enough of it to find the place (safetext.Cut).
+func clip(s string) string { return safetext.Cut(s) }
 
 // maxRequestIDLen is the longest X-Request-Id accepted from a client (docs/api.md, "Conventions").
 const maxRequestIDLen = 128

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // Format is the encoding of an uploaded list (docs/lists.md, "Uploading").
@@ -134,7 +136,7 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 	switch f {
 	case NDJSON, Text:
 		if column != "" && !strings.EqualFold(column, "email") {
-			return nil, &InputError{Msg: fmt.Sprintf("column %q: only CSV uploads have named columns; leave column out", column)}
+			return nil, &InputError{Msg: fmt.Sprintf("column %q: only CSV uploads have named columns; leave column out", safetext.Cut(column))}
 		}
 		rd.columns = []string{"email"}
 		return rd, nil
@@ -183,7 +185,7 @@ func NewReader(r io.Reader, f Format, column string, lim Limits) (*Reader, error
 			}
 		}
 		if rd.emailAt < 0 {
-			return nil, &InputError{Line: hline, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", column, quoteAll(header))}
+			return nil, &InputError{Line: hline, Msg: fmt.Sprintf("the header has no column %q; its columns are %s", safetext.Cut(column), quoteSome(header))}
 		}
 	} else {
 		named, exact := emailColumns(header)
@@ -373,7 +375,7 @@ func (r *Reader) Next() (Row, error) {
 		case r.rows == 0:
 			return Row{}, &InputError{Msg: "the file has no rows to verify"}
 		case !r.sawAt:
-			return Row{}, &InputError{Msg: fmt.Sprintf("column %q holds no email addresses; name the email column with ?column=", r.columns[r.emailAt])}
+			return Row{}, &InputError{Msg: fmt.Sprintf("column %q holds no email addresses; name the email column with ?column=", safetext.Cut(r.columns[r.emailAt]))}
 		}
 		return Row{}, io.EOF
 	}
@@ -404,7 +406,7 @@ func (r *Reader) next() (Row, error) {
 		for i, f := range rec {
 			if err := checkText(f); err != nil {
 				line, _ := r.csv.FieldPos(i) // the line the cell starts on: a row may span lines
-				return Row{}, &InputError{Line: line, Msg: fmt.Sprintf("column %q %s", r.columns[i], err)}
+				return Row{}, &InputError{Line: line, Msg: fmt.Sprintf("column %q %s", safetext.Cut(r.columns[i]), err)}
 			}
 		}
 		return Row{Email: Normalize(rec[r.emailAt]), Cols: rec}, nil
@@ -480,12 +482,21 @@ func checkText(s string) error {
 	return nil
 }
 
-func quoteAll(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", s)
+// quotedColumns is how many of a header's columns a message names: a header may have 1,000.
+const quotedColumns = 10
+
+// quoteSome names the first quotedColumns of ss, each cut as every quoted value of a message
+// (safetext.Cut), and how many more there are.
+func quoteSome(ss []string) string {
+	q := make([]string, 0, quotedColumns)
+	for _, s := range ss[:min(len(ss), quotedColumns)] {
+		q = append(q, fmt.Sprintf("%q", safetext.Cut(s)))
 	}
-	return strings.Join(q, ", ")
+	out := strings.Join(q, ", ")
+	if more := len(ss) - len(q); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
+	}
+	return out
 }
 
 // lineReader passes a file through while counting its lines and refusing any line longer than

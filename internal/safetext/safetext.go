@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // IsBidiControl reports whether r reorders the text around it (U+202A–U+202E, U+2066–U+2069,
@@ -42,4 +43,21 @@ func Strip(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// QuoteMax is how much of a value from a request an error message quotes (docs/errors.md).
+const QuoteMax = 64
+
+// Cut is s as an error message quotes it: whole up to QuoteMax bytes, else its first QuoteMax
+// bytes, cut back to the start of a character, and "…". A request's value can be as long as
+// the request, and a message that echoed it whole could be megabytes.
+func Cut(s string) string {
+	if len(s) <= QuoteMax {
+		return s
+	}
+	cut := QuoteMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

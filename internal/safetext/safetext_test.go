@@ -1,6 +1,9 @@
 package safetext
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestEscapeAndStrip(t *testing.T) {
 	for s, want := range map[string][2]string{
@@ -17,6 +20,20 @@ func TestEscapeAndStrip(t *testing.T) {
 		}
 		if got := Strip(s); got != want[1] {
 			t.Errorf("Strip(%q) = %q, want %q", s, got, want[1])
+		}
+	}
+}
+
+func TestCut(t *testing.T) {
+	for s, want := range map[string]string{
+		"":                            "",
+		strings.Repeat("a", 64):       strings.Repeat("a", 64),
+		strings.Repeat("a", 65):       strings.Repeat("a", 64) + "…",
+		strings.Repeat("é", 40):       strings.Repeat("é", 32) + "…",       // 80 bytes: 64 is a character boundary
+		"a" + strings.Repeat("é", 40): "a" + strings.Repeat("é", 31) + "…", // 64 falls inside an é
+	} {
+		if got := Cut(s); got != want {
+			t.Errorf("Cut(%q) = %q, want %q", s, got, want)
 		}
 	}
 }

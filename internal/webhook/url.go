@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/idna"
 
 	"github.com/mailvet/mailvet/internal/dnsname"
+	"github.com/mailvet/mailvet/internal/safetext"
 )
 
 // MaxURLLength bounds a callback URL. Browsers and most servers stop around 2 KiB, and a longer
@@ -88,39 +89,51 @@ func CheckURL(raw string) error {
 }
 
 func checkHost(host string) error {
-	if _, err := netip.ParseAddr(host); err != nil && strings.ContainsAny(host, ":%") {
-		return urlErr("host", "host %q is not a valid hostname", host)
-	} else if err == nil {
-		return urlErr("ip", "must name a host, not an IP address")
-	}
-	// One trailing dot is the fully qualified spelling of the same name.
-	name := strings.TrimSuffix(host, ".")
-	ascii, err := idna.Lookup.ToASCII(name)
-	if err != nil || ascii == "" {
-		return urlErr("host", "host %q is not a valid hostname", host)
-	}
-	ascii = strings.ToLower(ascii)
-	if len(ascii) > 253 {
-		return urlErr("host", "host name is longer than 253 characters")
-	}
-	labels := strings.Split(ascii, ".")
-	// WHATWG URL parsing (and inet_aton) read a host whose last label is a number as an IPv4
-	// address: 2130706433, 0x7f000001, 0177.0.0.1 and 127.1 all mean 127.0.0.1.
-	if last := labels[len(labels)-1]; isNumericLabel(last) {
-		return urlErr("ip", "must name a host, not an IP address")
-	}
-	if !dnsname.Valid(ascii) {
-		return urlErr("host", "host %q is not a valid hostname", host)
+	ascii, err := HostName(host)
+	if err != nil {
+		return err
 	}
 	for _, s := range localSuffixes {
 		if ascii == s || strings.HasSuffix(ascii, "."+s) {
 			return urlErr("local", "host must not be localhost or a local-network name (.%s)", s)
 		}
 	}
-	if len(labels) < 2 {
-		return urlErr("host", "host %q must be a fully qualified domain name", host)
+	if !strings.Contains(ascii, ".") {
+		return urlErr("host", "host %q must be a fully qualified domain name", safetext.Cut(host))
 	}
 	return nil
+}
+
+// HostName checks the host of a URL as CheckURL does, but for the rules on local-network and
+// single-label names, which are the caller's: a valid DNS name of at most 253 characters, never
+// an IP address in any spelling. It returns the name in lower-case ASCII (its punycode), without
+// the trailing dot of the fully qualified spelling. Its errors are *URLError.
+func HostName(host string) (string, error) {
+	if _, err := netip.ParseAddr(host); err != nil && strings.ContainsAny(host, ":%") {
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
+	} else if err == nil {
+		return "", urlErr("ip", "must name a host, not an IP address")
+	}
+	// One trailing dot is the fully qualified spelling of the same name.
+	name := strings.TrimSuffix(host, ".")
+	ascii, err := idna.Lookup.ToASCII(name)
+	if err != nil || ascii == "" {
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
+	}
+	ascii = strings.ToLower(ascii)
+	if len(ascii) > 253 {
+		return "", urlErr("host", "host name is longer than 253 characters")
+	}
+	labels := strings.Split(ascii, ".")
+	// WHATWG URL parsing (and inet_aton) read a host whose last label is a number as an IPv4
+	// address: 2130706433, 0x7f000001, 0177.0.0.1 and 127.1 all mean 127.0.0.1.
+	if last := labels[len(labels)-1]; isNumericLabel(last) {
+		return "", urlErr("ip", "must name a host, not an IP address")
+	}
+	if !dnsname.Valid(ascii) {
+		return "", urlErr("host", "host %q is not a valid hostname", safetext.Cut(host))
+	}
+	return ascii, nil
 }
 
 // isNumericLabel reports whether l is all digits or 0x followed by hex digits (or nothing).
