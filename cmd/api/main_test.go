@@ -180,10 +180,32 @@ func TestServeRefusesWithoutSecretsKey(t *testing.T) {
 	}
 }
 
-// Dev mode creates and migrates the database and starts embedded NATS, as `make run` does.
+// Dev mode creates and migrates the database and starts embedded NATS, as `make run` does. Its one
+// process runs every part, so it exports every failure counter of docs/operations.md from the
+// start, at 0, for an alert on its increase to see the first one.
 func TestDevModeBootstrapsEverything(t *testing.T) {
 	t.Chdir(t.TempDir())
-	out := serveUntilStopped(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
+	s := startServing(t, []string{"-dev"}, map[string]string{"DATABASE_URL": pgtest.EmptyURL(t)})
+	resp, err := http.Get("http://" + s.opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range []string{
+		`mailvet_job_attempt_failures_total{outcome="failed"} 0`, `mailvet_list_chunk_failures_total{outcome="failed"} 0`,
+		`mailvet_verify_items_dropped_total{reason="gone"} 0`, `mailvet_verify_items_withdrawn_total 0`,
+		`mailvet_smtp_sessions_unleased_total 0`, `mailvet_smtp_slots_given_back_total 0`,
+	} {
+		if !strings.Contains(string(metrics), "\n"+series+"\n") {
+			t.Errorf("/metrics has no %s", series)
+		}
+	}
+	s.stop(t)
+	out := s.stdout.String()
 	if !strings.Contains(out, "Mailvet is running") || !strings.Contains(out, "sk_mgmt_") || !strings.Contains(out, "sk_live_") ||
 		!regexp.MustCompile(`(?m)^Dashboard: http://localhost:\d+/dashboard/ `).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^API reference: http://localhost:\d+/openapi.json, errors: http://localhost:\d+/docs/errors$`).MatchString(out) {

@@ -102,7 +102,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		// demo: its mail world is simulated, and its answers (no MX for every real domain) must
 		// not reach the shared caches, which a later `make run` on the same store would read.
 		if demo == nil {
-			fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
+			fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log, Metrics: in.Metrics})
 			if err != nil {
 				return err
 			}

@@ -78,7 +78,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	defer engine.Close()
 	// The fleet's session cap and MX and catch-all caches (docs/fleet.md).
-	fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log})
+	fl, err := fleet.New(ctx, in.JS, in.Layout, fleet.Options{Log: log, Metrics: in.Metrics})
 	if err != nil {
 		return err
 	}

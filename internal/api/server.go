@@ -196,7 +196,10 @@ func New(d Deps) *Server {
 		}, func() float64 { return float64(s.rejections.Dropped()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mailvet_sync_reasks_total",
 			Help: "Single verifications sent to another verifier because the one that took them went silent (killed or frozen).",
-		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }), audit.Metric())
+		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mailvet_verify_items_withdrawn_total",
+			Help: "Batch and stream items taken out of the work queue because their caller was answered without them (deadline, client gone, broker lost).",
+		}, func() float64 { return float64(s.dispatch.WithdrawnItems()) }), audit.Metric())
 	}
 
 	e := echo.New()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/queue"
 )
@@ -30,6 +31,8 @@ type Options struct {
 	// queue.SlotLeaseTTL. Tests shorten it.
 	LeaseTTL time.Duration
 	Log      *slog.Logger
+	// Metrics, when set, registers the slots' counters (docs/operations.md).
+	Metrics prometheus.Registerer
 }
 
 // Fleet is one worker's handle on what the fleet shares.
@@ -58,7 +61,9 @@ func New(ctx context.Context, js jetstream.JetStream, l queue.Layout, opts Optio
 		}
 		bs = append(bs, &bucket{js: js, layout: l, base: base, ttl: opts.LeaseTTL, log: opts.Log, kv: kv})
 	}
-	return &Fleet{Slots: newSlots(bs[0], opts.LeaseTTL), MX: newCache(bs[1]), CatchAll: newCache(bs[2])}, nil
+	slots := newSlots(bs[0], opts.LeaseTTL)
+	slots.register(opts.Metrics)
+	return &Fleet{Slots: slots, MX: newCache(bs[1]), CatchAll: newCache(bs[2])}, nil
 }
 
 // Close stops watching the bucket and renewing leases, then gives back the slots still held,

@@ -12,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mailvet/mailvet/internal/health"
 	"github.com/mailvet/mailvet/internal/verify/smtp"
 )
 
@@ -37,6 +39,9 @@ type Slots struct {
 	// unsure counts the look-ups for keys that a create whose answer was lost may have stored
 	// (giveBackUnsure); close waits for them.
 	unsure sync.WaitGroup
+	// givenBack counts the keys giveBackUnsure found and deleted, unleasedOpened the sessions
+	// fallback opened (docs/operations.md, "Health, readiness and metrics").
+	givenBack, unleasedOpened prometheus.Counter
 
 	mu       sync.Mutex
 	held     map[string]*lease
@@ -98,10 +103,28 @@ func newSlots(b *bucket, ttl time.Duration) *Slots {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slots{b: b, ttl: ttl, id: []byte(nuid.Next()), ctx: ctx, cancel: cancel, held: map[string]*lease{},
 		freed: map[string]*freed{}, wants: map[string]*want{}, workers: map[string]time.Time{}, unleased: map[string]int{}}
+	s.register(nil)
 	s.done.Add(2)
 	go s.renew()
 	go s.watch()
 	return s
+}
+
+// register makes the slots' counters, registered with reg (may be nil); workers in one process
+// share them.
+func (s *Slots) register(reg prometheus.Registerer) {
+	s.givenBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mailvet_smtp_slots_given_back_total",
+		Help: "Session slot keys stored by a create whose answer was lost, found and deleted by the worker that stored them.",
+	})
+	s.unleasedOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "mailvet_smtp_sessions_unleased_total",
+		Help: "SMTP sessions opened without a fleet slot lease because the slots bucket could not be reached (within the local fallback share).",
+	})
+	if reg != nil {
+		s.givenBack = health.Register(reg, s.givenBack)
+		s.unleasedOpened = health.Register(reg, s.unleasedOpened)
+	}
 }
 
 // Freed returns a channel closed at the next release of a slot of ip by any worker of the fleet.
@@ -340,6 +363,7 @@ func (s *Slots) fallback(addr string, max, open int) (smtp.Lease, error) {
 		return nil, smtp.ErrNoSlot
 	}
 	s.unleased[addr]++
+	s.unleasedOpened.Inc()
 	return &unleased{s: s, addr: addr, at: time.Now()}, nil
 }
 
@@ -511,8 +535,8 @@ func (s *Slots) giveBackUnsure(key string) {
 		s.mu.Lock()
 		_, mine := s.held[key]
 		s.mu.Unlock()
-		if !mine {
-			_ = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		if !mine && kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) == nil {
+			s.givenBack.Inc()
 		}
 	}()
 }

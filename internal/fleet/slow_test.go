@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mailvet/mailvet/internal/queue"
 	"github.com/mailvet/mailvet/internal/testkit/natstest"
@@ -92,7 +94,9 @@ func (l *lostAnswer) Create(_ context.Context, key string, value []byte, opts ..
 
 // A slot key stored by a create whose answer the worker never got names the worker, which holds
 // no lease on it: nobody would release it, and the slot would stay taken for the key's whole TTL.
-// The worker looks for it and deletes it (docs/fleet.md, "A create whose answer was lost").
+// The worker looks for it and deletes it (docs/fleet.md, "A create whose answer was lost"). The
+// key given back is counted in mailvet_smtp_slots_given_back_total, and the session the failed
+// create left to open without a lease in mailvet_smtp_sessions_unleased_total (docs/operations.md).
 func TestSlotStoredByALostCreateIsGivenBack(t *testing.T) {
 	_, js := natstest.Connect(t)
 	ctx := context.Background()
@@ -105,14 +109,31 @@ func TestSlotStoredByALostCreateIsGivenBack(t *testing.T) {
 	kv, fb := f.Slots.b.kv, f.Slots.b
 	s := newSlots(&bucket{js: fb.js, layout: fb.layout, base: fb.base, ttl: fb.ttl, log: fb.log, kv: &lostAnswer{KeyValue: kv}}, f.Slots.ttl)
 	defer s.close()
+	reg := prometheus.NewRegistry()
+	s.register(reg)
 	ip := netip.MustParseAddr("192.0.2.79")
-	if l, err := s.Acquire(ctx, ip, 1, 0); err == nil {
-		l.Release() // a session without a lease (the fallback): not what this test is about
+	l, err := s.Acquire(ctx, ip, 1, 0)
+	if err != nil {
+		t.Fatalf("Acquire after a lost create: %v, want a session without a lease (the fallback)", err)
+	}
+	l.Release()
+	if n := testutil.ToFloat64(s.unleasedOpened); n != 1 {
+		t.Errorf("mailvet_smtp_sessions_unleased_total = %v, want 1", n)
 	}
 	key := addrKey(ip) + ".0"
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		_, err := kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// The count follows the delete's answer.
+			for end := time.Now().Add(time.Second); testutil.ToFloat64(s.givenBack) == 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := testutil.ToFloat64(s.givenBack); n != 1 {
+				t.Errorf("mailvet_smtp_slots_given_back_total = %v, want 1", n)
+			}
+			if n, err := testutil.GatherAndCount(reg, "mailvet_smtp_slots_given_back_total", "mailvet_smtp_sessions_unleased_total"); err != nil || n != 2 {
+				t.Errorf("%d of the 2 slot counters registered (%v)", n, err)
+			}
 			return
 		}
 		if err != nil {

@@ -70,6 +70,9 @@ type Dispatcher struct {
 
 	replies replyMux      // the inbox of every single verification (VerifyOne)
 	silent  atomic.Uint64 // single verifications sent again because their worker went silent
+	// withdrawn counts the batch and stream items taken out of the stream after their caller was
+	// answered without them (withdraw).
+	withdrawn atomic.Uint64
 
 	lastAlive atomic.Int64 // Unix nanoseconds when WorkersAlive last saw a worker
 }
@@ -250,8 +253,14 @@ func (l *list) withdraw() {
 	if err != nil {
 		return
 	}
-	_ = stream.Purge(ctx, jetstream.WithPurgeSubject(l.d.layout.Subject(SubjectVerifyItemPrefix)+l.batch+".>"))
+	if stream.Purge(ctx, jetstream.WithPurgeSubject(l.d.layout.Subject(SubjectVerifyItemPrefix)+l.batch+".>")) == nil {
+		l.d.withdrawn.Add(uint64(len(l.missing())))
+	}
 }
+
+// WithdrawnItems counts the batch and stream items taken out of the VERIFY stream because their
+// caller was answered without them (VerifyMany): for mailvet_verify_items_withdrawn_total.
+func (d *Dispatcher) WithdrawnItems() uint64 { return d.withdrawn.Load() }
 
 // list is one VerifyMany call's items.
 type list struct {

@@ -54,6 +54,7 @@ type itemKey struct {
 // is not to be verified here (see above).
 func (w *Worker) intake(m jetstream.Msg, buffered time.Duration) *queued {
 	if buffered > w.opts.ItemAckWait/2 {
+		w.dropped.WithLabelValues(dropStale).Inc()
 		return nil // possibly redelivered already; the copy JetStream hands out next answers
 	}
 	q := &queued{taken: time.Now()}
@@ -61,6 +62,7 @@ func (w *Worker) intake(m jetstream.Msg, buffered time.Duration) *queued {
 		q.key = itemKey{seq: md.Sequence.Stream, stored: md.Timestamp.UnixNano()}
 		q.redelivered = md.NumDelivered > 1
 		if !w.claim(q.key) {
+			w.dropped.WithLabelValues(dropHeld).Inc()
 			return nil // the copy this worker holds answers it, and acknowledges it for both
 		}
 	}

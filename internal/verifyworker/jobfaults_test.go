@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
@@ -83,8 +85,9 @@ func jobsSettled(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 // is not an outage — here a result the runner cannot store or cannot encode — is tried
 // MaxFailures times and then fails, once: its callback says "internal" without the cause's text,
 // nothing is billed or counted against the quota, its hold is released, and its message is gone
-// (docs/reliability.md, "Asynchronous jobs that keep failing"). The list runner does the same for
-// a chunk (TestListPoisonChunkFailsTheListOnce).
+// (docs/reliability.md, "Asynchronous jobs that keep failing"). Each failed attempt is counted in
+// mailvet_job_attempt_failures_total by what followed (docs/operations.md). The list runner does
+// the same for a chunk (TestListPoisonChunkFailsTheListOnce).
 func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 	t.Parallel()
 	const maxFailures = 3
@@ -93,13 +96,16 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 		broken func(*verdict.Result)
 		probes int    // attempts before the job fails
 		class  string // the job's error class
+		// retried and failed: the failed attempts counted as tried again, and as failing the job.
+		retried, failed float64
 	}{
 		// jsonb refuses \u0000: Postgres refuses the job's result on every attempt.
-		{"unstorable", func(r *verdict.Result) { host := "mx\x00.example"; r.MXHost = &host }, maxFailures, job.ErrorRepeatedFailure},
+		{"unstorable", func(r *verdict.Result) { host := "mx\x00.example"; r.MXHost = &host }, maxFailures, job.ErrorRepeatedFailure, maxFailures - 1, 1},
 		// encoding/json refuses NaN: the callback body cannot be made.
-		{"unencodable", func(r *verdict.Result) { r.Confidence = math.NaN() }, maxFailures, job.ErrorRepeatedFailure},
-		// The engine panics: verification itself failed, and the job fails at its first attempt.
-		{"verification fails", func(*verdict.Result) { panic("the engine cannot handle it") }, 1, "errors.errorString"},
+		{"unencodable", func(r *verdict.Result) { r.Confidence = math.NaN() }, maxFailures, job.ErrorRepeatedFailure, maxFailures - 1, 1},
+		// The engine panics: verification itself failed, and the job fails at its first attempt,
+		// which is its outcome, not a failed attempt.
+		{"verification fails", func(*verdict.Result) { panic("the engine cannot handle it") }, 1, "errors.errorString", 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -111,6 +117,7 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
 			r.SweepEvery, r.SweepAge = time.Hour, time.Hour
 			r.MaxFailures, r.FailureRetry, r.OutageRetry = maxFailures, 20*time.Millisecond, 20*time.Millisecond
+			r.failures = jobAttempts(prometheus.NewRegistry())
 			rctx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); _ = r.Run(rctx) }()
@@ -160,6 +167,11 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			if class == nil || *class != tc.class {
 				t.Errorf("error class %v, want %q", class, tc.class)
 			}
+			for outcome, want := range map[string]float64{attemptRetry: tc.retried, attemptFailed: tc.failed, attemptOutage: 0} {
+				if got := testutil.ToFloat64(r.failures.vec.WithLabelValues(outcome)); got != want {
+					t.Errorf("mailvet_job_attempt_failures_total{outcome=%q} = %v, want %v", outcome, got, want)
+				}
+			}
 		})
 	}
 }
@@ -179,7 +191,7 @@ func jobDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream) ui
 // TestJobWaitsOutAPostgresOutage: a job whose runner cannot reach Postgres for many more
 // deliveries than MaxFailures keeps coming back, and completes once Postgres returns, billed
 // once — an outage is not a failure of the job (docs/reliability.md, "Asynchronous jobs that keep
-// failing").
+// failing"). Its attempts are counted as outages in mailvet_job_attempt_failures_total.
 func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 	t.Parallel()
 	pool, js, acct, jobs := jobWorld(t)
@@ -194,6 +206,7 @@ func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 	r := NewJobRunner(cut, js, pipe, app.NewLogger(io.Discard, "test"))
 	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
 	r.MaxFailures, r.OutageRetry, r.WriteBudget = 1, 20*time.Millisecond, time.Second
+	r.failures = jobAttempts(prometheus.NewRegistry())
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(rctx) }()
@@ -207,6 +220,10 @@ func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 	}
 	if j, err := jobs.Get(ctx, id, acct.ID); err != nil || j.State != job.Pending {
 		t.Fatalf("during the outage: job %s, %v; want still pending", j.State, err)
+	}
+	// Every delivery but the one in hand has failed on the outage by now.
+	if got := testutil.ToFloat64(r.failures.vec.WithLabelValues(attemptOutage)); got < 4 {
+		t.Errorf("mailvet_job_attempt_failures_total{outcome=\"outage\"} = %v after 5 deliveries in the outage, want at least 4", got)
 	}
 	proxy.Restore()
 
@@ -224,5 +241,10 @@ func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 	c := usagetest.Of(t, pool, acct.ID)
 	if c.Billable != 1 || c.Held != 0 || c.Holds != 0 {
 		t.Errorf("billable %d, held %d in %d holds; want the job billed once and its hold released", c.Billable, c.Held, c.Holds)
+	}
+	for _, outcome := range []string{attemptRetry, attemptFailed} {
+		if got := testutil.ToFloat64(r.failures.vec.WithLabelValues(outcome)); got != 0 {
+			t.Errorf("mailvet_job_attempt_failures_total{outcome=%q} = %v, want 0: an outage is not counted as the job's failure", outcome, got)
+		}
 	}
 }

@@ -36,6 +36,8 @@ type JobRunner struct {
 	log  *slog.Logger
 	// Lag, when set, records how long each job waited in its stream (docs/operations.md).
 	Lag *queuelag.Recorder
+	// failures, when set, counts the attempts that failed, by what followed (JobRunner.failed).
+	failures *attempts
 
 	Concurrency int
 	// AckWait bounds one job's verification; a runner that dies mid-job has its job redelivered
@@ -322,6 +324,7 @@ func failedCallback(jb job.Job) callback {
 func (j *JobRunner) failed(msg jetstream.Msg, id uuid.UUID, err error) {
 	if outage(err) {
 		j.log.Warn("job: dependency unavailable; trying again", "job_id", id, "err", err)
+		j.failures.add(attemptOutage)
 		_ = msg.NakWithDelay(j.OutageRetry)
 		return
 	}
@@ -333,6 +336,7 @@ func (j *JobRunner) failed(msg jetstream.Msg, id uuid.UUID, err error) {
 		_ = msg.Ack() // finished meanwhile, or deleted: nothing left to try
 	case cerr != nil:
 		j.log.Error("job attempt failed, and so did counting it", "job_id", id, "err", err, "count_err", cerr)
+		j.failures.add(attemptOutage)
 		_ = msg.NakWithDelay(j.OutageRetry)
 	case n >= j.MaxFailures:
 		// The operators' log keeps the cause (a database error, an encoding error); the
@@ -340,12 +344,15 @@ func (j *JobRunner) failed(msg jetstream.Msg, id uuid.UUID, err error) {
 		j.log.Error("job failed too often; failing it", "job_id", id, "failures", n, "err", err)
 		if gerr := j.giveUp(id); gerr != nil {
 			j.log.Error("fail job", "job_id", id, "err", gerr)
+			j.failures.add(attemptOutage)
 			_ = msg.NakWithDelay(j.OutageRetry) // comes back, and fails the job then
 			return
 		}
+		j.failures.add(attemptFailed)
 		_ = msg.Term()
 	default:
 		j.log.Warn("job attempt failed; trying again", "job_id", id, "failures", n, "err", err)
+		j.failures.add(attemptRetry)
 		_ = msg.NakWithDelay(j.failureDelay(n))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/list"
@@ -485,7 +486,8 @@ func (p *poisonPipeline) VerifyBatch(_ context.Context, emails []string, _ func(
 
 // 5. An address whose verification panics: its chunk fails MaxFailures times and no more (it is
 // not redelivered forever), the list ends failed saying which chunk, its hold is released, what
-// the other chunks wrote is kept and billed, and there is one list.failed callback.
+// the other chunks wrote is kept and billed, and there is one list.failed callback. The chunk's
+// failures are counted in mailvet_list_chunk_failures_total: tried again, then failing the list.
 func TestListPoisonChunkFailsTheListOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -500,8 +502,10 @@ func TestListPoisonChunkFailsTheListOnce(t *testing.T) {
 	l, acct := importList(t, b.js, pool, store, list.Text, file.String())
 	const maxFailures = 3
 	p := &poisonPipeline{poison: "u07@poison.test"} // chunk 1
+	reg := prometheus.NewRegistry()
 	runLists(t, b.url, store, p, func(r *verifyworker.ListRunner) {
 		r.MaxFailures, r.OutageRetry = maxFailures, 20*time.Millisecond
+		verifyworker.CountChunkFailures(r, reg)
 	})
 	got := waitList(t, store, acct, l, 30*time.Second)
 	if got.State != list.Failed || !strings.Contains(errorOf(got), "chunk 1 could not be verified") || strings.Contains(errorOf(got), "cannot handle") {
@@ -523,4 +527,30 @@ func TestListPoisonChunkFailsTheListOnce(t *testing.T) {
 	if g.deliveries != 1 || g.event != "list.failed" {
 		t.Errorf("callbacks %d (%q), want one list.failed", g.deliveries, g.event)
 	}
+	for outcome, want := range map[string]float64{"retry": maxFailures - 1, "failed": 1, "outage": 0} {
+		if got := chunkFailureCount(t, reg, outcome); got != want {
+			t.Errorf("mailvet_list_chunk_failures_total{outcome=%q} = %v, want %v", outcome, got, want)
+		}
+	}
+}
+
+// chunkFailureCount reads mailvet_list_chunk_failures_total{outcome} from reg.
+func chunkFailureCount(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "mailvet_list_chunk_failures_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if l := m.GetLabel(); len(l) == 1 && l[0].GetName() == "outcome" && l[0].GetValue() == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("mailvet_list_chunk_failures_total{outcome=%q} not gathered", outcome)
+	return 0
 }

@@ -37,6 +37,8 @@ type ListRunner struct {
 	log   *slog.Logger
 	// Lag, when set, records how long each chunk waited in its stream (docs/operations.md).
 	Lag *queuelag.Recorder
+	// failures, when set, counts the attempts that failed, by what followed (handle, retry).
+	failures *attempts
 
 	// Concurrency is how many chunks this runner verifies at once.
 	Concurrency int
@@ -169,6 +171,7 @@ func (r *ListRunner) handle(stop context.Context, msg jetstream.Msg) {
 		_ = msg.Ack()
 	case outage(err):
 		r.log.Warn("list chunk: dependency unavailable; trying again", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
+		r.failures.add(attemptOutage)
 		_ = msg.NakWithDelay(r.OutageRetry)
 	case stop.Err() != nil:
 		_ = msg.Nak() // stopping: not the chunk's fault, and another runner takes it now
@@ -178,9 +181,11 @@ func (r *ListRunner) handle(stop context.Context, msg jetstream.Msg) {
 		// cause (a panic's text, a database error) stays in the operators' log line above.
 		reason := fmt.Sprintf("chunk %d could not be verified after %d attempts because of an internal error; its addresses were not charged", c.Chunk, failures+1)
 		if ferr := r.fail(c.ListID, reason); ferr != nil {
+			r.failures.add(attemptOutage)
 			_ = msg.NakWithDelay(r.OutageRetry) // comes back, and fails the list then
 			return
 		}
+		r.failures.add(attemptFailed)
 		_ = msg.Term()
 	default:
 		r.log.Warn("list chunk", "list_id", c.ListID, "chunk", c.Chunk, "failures", failures+1, "err", err)
@@ -211,9 +216,11 @@ func (r *ListRunner) retry(msg jetstream.Msg, c list.Chunk, failures int) {
 	id := "list." + c.ListID.String() + "." + strconv.Itoa(c.Chunk) + ".failed." + strconv.Itoa(failures)
 	if _, err := r.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
 		r.log.Warn("list chunk: publish retry", "list_id", c.ListID, "chunk", c.Chunk, "err", err)
+		r.failures.add(attemptOutage)
 		_ = msg.NakWithDelay(r.OutageRetry)
 		return
 	}
+	r.failures.add(attemptRetry)
 	_ = msg.Ack()
 }
 

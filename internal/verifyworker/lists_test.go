@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/app"
@@ -318,7 +319,8 @@ func (p *flakyPipeline) VerifyBatch(_ context.Context, emails []string, _ func(i
 
 // Postgres unreachable for many more deliveries of a chunk than MaxFailures: the chunk keeps
 // coming back and the list completes once Postgres returns — an outage is not a failure of the
-// chunk. A real failure after the outage still has all of MaxFailures to itself.
+// chunk. A real failure after the outage still has all of MaxFailures to itself. Both are counted
+// in mailvet_list_chunk_failures_total, as outages and as one failure tried again.
 func TestListChunkWaitsOutAPostgresOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -332,8 +334,10 @@ func TestListChunkWaitsOutAPostgresOutage(t *testing.T) {
 	l, acct := startList(t, b, pool, cfg, 10, "outage.test")
 	p := &flakyPipeline{fail: func(n int64) bool { return n == 1 }}
 	const maxFailures = 2
+	reg := prometheus.NewRegistry()
 	runLists(t, b.url, cut, p, func(r *verifyworker.ListRunner) {
 		r.MaxFailures, r.OutageRetry = maxFailures, 20*time.Millisecond
+		verifyworker.CountChunkFailures(r, reg)
 	})
 	waitDeliveries(t, b.js, 3*maxFailures)
 	if got, err := store.Get(context.Background(), acct, l.ID); err != nil || got.State != list.Running {
@@ -347,6 +351,12 @@ func TestListChunkWaitsOutAPostgresOutage(t *testing.T) {
 	}
 	if n := p.calls.Load(); n != 2 {
 		t.Errorf("pipeline called %d times, want 2 (the failure after the outage, then the success)", n)
+	}
+	if got := chunkFailureCount(t, reg, "outage"); got < 3*maxFailures-1 {
+		t.Errorf("mailvet_list_chunk_failures_total{outcome=\"outage\"} = %v after %d deliveries in the outage, want at least %d", got, 3*maxFailures, 3*maxFailures-1)
+	}
+	if got, failed := chunkFailureCount(t, reg, "retry"), chunkFailureCount(t, reg, "failed"); got != 1 || failed != 0 {
+		t.Errorf("mailvet_list_chunk_failures_total retry %v, failed %v; want 1 and 0", got, failed)
 	}
 }
 

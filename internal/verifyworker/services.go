@@ -81,6 +81,7 @@ func Services(d Deps) []func(context.Context) error {
 	if d.Metrics != nil {
 		jobs.Lag = queuelag.New(d.Metrics)
 		lists.Lag = jobs.Lag
+		jobs.failures, lists.failures = jobAttempts(d.Metrics), chunkAttempts(d.Metrics)
 	}
 	if d.Ready != nil {
 		d.Ready.Add("consumer verify items", w.Ready)

@@ -74,6 +74,7 @@ type Worker struct {
 	inflight sync.WaitGroup
 	handled  *prometheus.CounterVec
 	busy     prometheus.Counter
+	dropped  *prometheus.CounterVec // reason: items dropped unprobed (items.go)
 	lag      *queuelag.Recorder
 }
 
@@ -90,8 +91,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, pipe Pipeline, log *slog.Logger,
 	w.busy = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "mailvet_verifier_busy_total", Help: "Synchronous requests refused because the worker was saturated.",
 	})
+	w.dropped = newDropped()
 	if reg != nil {
-		reg.MustRegister(w.handled, w.busy)
+		reg.MustRegister(w.handled, w.busy, w.dropped)
 		w.lag = queuelag.New(reg)
 	}
 	return w
@@ -256,6 +258,7 @@ func (w *Worker) verifyItems(group []*queued) {
 	gone := w.gone(group)
 	for k, m := range group {
 		if gone[k] {
+			w.dropped.WithLabelValues(dropGone).Inc()
 			continue // answered by a twin, or given up by its caller (items.go)
 		}
 		var req queue.VerifyRequest
