@@ -469,3 +469,72 @@ func TestSandboxIdempotencyKeysApart(t *testing.T) {
 		t.Errorf("the live job (no worker runs) %v", liveJob)
 	}
 }
+
+// TestSandboxAndLiveDataApart: the jobs and lists of an account's sandbox keys and those of its
+// live keys are two sets of data (docs/sandbox.md, "Live and sandbox data are kept apart"): a
+// sandbox key can neither read nor change a live job or list — by id, in the list of lists, by
+// downloading, canceling or deleting it, or by deleting an address's history — and a live key
+// does not see the sandbox's jobs and lists. Each is answered 404, as another account's would be.
+func TestSandboxAndLiveDataApart(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+
+	hook := startHookReceiver(t, b)
+	async := map[string]string{"email": "ann@acme.test", "webhook_url": hook.url, "webhook_secret": hookSecret}
+	liveJob := b.verify(live, async).want(t, http.StatusAccepted, "").body["job_id"].(string)
+	sandboxJob := b.verify(sandbox, async).want(t, http.StatusAccepted, "").body["job_id"].(string)
+	hook.next(t)
+	hook.next(t)
+	b.verify(live, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusOK, "")
+	upload := func(key string) string {
+		r := b.call(http.MethodPost, "/v1/email/lists?name=n", key, "ann@acme.test\nbob@acme.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusAccepted, "")
+		return r.body["id"].(string)
+	}
+	liveList, sandboxList := upload(live), upload(sandbox)
+	b.waitList(live, liveList, "completed")
+	b.waitList(sandbox, sandboxList, "completed")
+
+	for _, c := range []struct{ key, job, list, own string }{
+		{sandbox, liveJob, liveList, sandboxList},
+		{live, sandboxJob, sandboxList, liveList},
+	} {
+		b.call(http.MethodGet, "/v1/email/jobs/"+c.job, c.key, nil).want(t, http.StatusNotFound, "job_not_found")
+		b.call(http.MethodGet, "/v1/email/lists/"+c.list, c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		if resp, body := b.download(c.key, c.list, ""); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("download of the other mode's list: %d %s", resp.StatusCode, body)
+		}
+		b.call(http.MethodPost, "/v1/email/lists/"+c.list+"/cancel", c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		b.call(http.MethodDelete, "/v1/email/lists/"+c.list, c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		page := b.call(http.MethodGet, "/v1/email/lists", c.key, nil).want(t, http.StatusOK, "").body
+		if ls, _ := page["lists"].([]any); len(ls) != 1 || ls[0].(map[string]any)["id"] != c.own {
+			t.Errorf("lists seen: %v; want only %s", page, c.own)
+		}
+	}
+
+	// The sandbox key's history deletion reaches the sandbox's data only.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1 AND state = 'delivered'`, a.ID) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the callbacks were not logged as delivered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", sandbox, nil).want(t, http.StatusOK, "").body
+	if del, _ := d["deleted"].(map[string]any); del["jobs"] != 1.0 || del["list_rows"] != 1.0 || del["results"] != 0.0 {
+		t.Errorf("sandbox history deletion %v; want its own job and list row only", d)
+	}
+	job := b.call(http.MethodGet, "/v1/email/jobs/"+liveJob, live, nil).want(t, http.StatusOK, "").body
+	if job["email"] != "ann@acme.test" {
+		t.Errorf("the live job lost its address to the sandbox key's deletion: %v", job)
+	}
+	if _, body := b.download(live, liveList, "?format=ndjson"); !strings.Contains(body, "ann@acme.test") {
+		t.Errorf("the live list lost ann's row to the sandbox key's deletion: %s", body)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL`, a.ID); n == 0 {
+		t.Error("the live results' snapshots are gone")
+	}
+}
