@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -536,5 +538,25 @@ func TestSandboxAndLiveDataApart(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL`, a.ID); n == 0 {
 		t.Error("the live results' snapshots are gone")
+	}
+}
+
+// TestSandboxIdempotencyKeyNotReachableLive: whatever Idempotency-Key a live key sends, it never
+// names a sandbox request's stored answer, also one spelled as the sandbox's own keys are stored.
+func TestSandboxIdempotencyKeyNotReachableLive(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	body := map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": "https://hooks.example.com/mailvet"}
+
+	first := b.call(http.MethodPost, "/v1/email/verify", sandbox, body, "Idempotency-Key", "order-42").want(t, http.StatusAccepted, "")
+	sum := sha256.Sum256([]byte("order-42"))
+	for _, k := range []string{"order-42", "sandbox:" + hex.EncodeToString(sum[:])} {
+		r := b.call(http.MethodPost, "/v1/email/verify", live, body, "Idempotency-Key", k).want(t, http.StatusAccepted, "")
+		if r.body["job_id"] == first.body["job_id"] || r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("Idempotency-Key %q: the live key got the sandbox request's answer %v", k, r.body)
+		}
 	}
 }
