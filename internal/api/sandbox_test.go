@@ -245,6 +245,13 @@ const hookSecret = "sandbox-webhook-secret"
 
 func startHookReceiver(t *testing.T, b *verifyBundle) *hookReceiver {
 	t.Helper()
+	return startHookReceiverWith(t, b, true)
+}
+
+// startHookReceiverWith is startHookReceiver whose webhook worker delivers to private and
+// loopback addresses only when allowPrivate (MAILVET_WEBHOOK_ALLOW_PRIVATE).
+func startHookReceiverWith(t *testing.T, b *verifyBundle, allowPrivate bool) *hookReceiver {
+	t.Helper()
 	const host = "hooks.sandbox.test"
 	ca := tlstest.New(t, host)
 	h := &hookReceiver{hits: make(chan []byte, 16), bad: make(chan string, 16)}
@@ -269,7 +276,7 @@ func startHookReceiver(t *testing.T, b *verifyBundle) *hookReceiver {
 	}
 	js, _ := jetstream.New(nc)
 	ww, err := webhook.NewWorker(b.pool, js, webhook.Options{
-		Client: webhook.ClientOptions{AllowPrivate: true, DNSResolver: b.cfg.DNSResolver, RootCAs: ca.Pool},
+		Client: webhook.ClientOptions{AllowPrivate: allowPrivate, DNSResolver: b.cfg.DNSResolver, RootCAs: ca.Pool},
 		Log:    app.NewLogger(io.Discard, "webhook"),
 	})
 	if err != nil {
@@ -559,4 +566,88 @@ func TestSandboxIdempotencyKeyNotReachableLive(t *testing.T) {
 			t.Errorf("Idempotency-Key %q: the live key got the sandbox request's answer %v", k, r.body)
 		}
 	}
+}
+
+// TestSandboxCallbacksKeepTheSSRFRules pins that a sandbox key is no free SSRF probe: its
+// callback URLs pass the same checks as live ones (an IP address is refused at once), and its
+// callbacks go through the webhook workers' dial-time guard, so a host that resolves to loopback
+// is never called unless MAILVET_WEBHOOK_ALLOW_PRIVATE allows it.
+func TestSandboxCallbacksKeepTheSSRFRules(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.sandboxKey(mgmt)
+	hook := startHookReceiverWith(t, b, false)
+
+	for _, u := range []string{"https://127.0.0.1/x", "https://[::1]/x", "http://hooks.sandbox.test/x"} {
+		b.verify(key, map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": u}).
+			want(t, http.StatusBadRequest, CodeInvalidRequest)
+		b.call(http.MethodPost, "/v1/email/lists?webhook_url="+u, key, "accepted@sandbox.mailvet.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusBadRequest, CodeInvalidRequest)
+	}
+	r := b.verify(key, map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": hook.url, "webhook_secret": hookSecret}).
+		want(t, http.StatusAccepted, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for b.count(`SELECT count(*) FROM deliveries WHERE job_id = $1 AND attempts > 0 AND last_error <> ''`, r.body["job_id"]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox callback was not attempted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case raw := <-hook.hits:
+		t.Fatalf("a sandbox callback reached a loopback receiver: %s", raw)
+	case bad := <-hook.bad:
+		t.Fatalf("a sandbox callback reached a loopback receiver: %s", bad)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1 AND state = 'delivered'`, a.ID); n != 0 {
+		t.Errorf("%d deliveries to loopback delivered", n)
+	}
+}
+
+// TestSandboxLargeListNeverProbes pins that a sandbox list of 100,000 addresses that are none of
+// the magic ones, on 5,000 domains, runs to completion on the real verifier workers without a
+// single DNS query or SMTP session, and bills nothing.
+func TestSandboxLargeListNeverProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 rows")
+	}
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.sandboxKey(mgmt)
+	const n = 100_000
+	var file strings.Builder
+	for i := range n {
+		fmt.Fprintf(&file, "user%d@d%d.example.com\n", i, i%5000)
+	}
+	before := b.mail.DNSStats().Queries
+	r := b.call(http.MethodPost, "/v1/email/lists?name=big", key, file.String(), "Content-Type", "text/plain").
+		want(t, http.StatusAccepted, "")
+	id, _ := r.body["id"].(string)
+	deadline := time.Now().Add(120 * time.Second)
+	var l map[string]any
+	for {
+		// The API and the workers share one small pool here, which the list's writes can keep
+		// busy past the key check's deadline: a 503 is retried as a client would.
+		got := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil)
+		if got.status == http.StatusOK {
+			l = got.body
+		}
+		if l["state"] == "completed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if l["state"] != "completed" || l["verified"] != float64(n) {
+		t.Fatalf("list %v", l)
+	}
+	if q := b.mail.DNSStats().Queries - before; q != 0 {
+		t.Errorf("%d DNS queries for a sandbox list", q)
+	}
+	if s := b.mail.Stats(); s.Sessions != 0 {
+		t.Errorf("%d SMTP sessions for a sandbox list", s.Sessions)
+	}
+	b.assertUnbilled(a.ID, mgmt)
 }
