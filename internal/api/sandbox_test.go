@@ -651,3 +651,40 @@ func TestSandboxLargeListNeverProbes(t *testing.T) {
 	}
 	b.assertUnbilled(a.ID, mgmt)
 }
+
+// TestExportMarksSandboxData: the account export holds the sandbox's keys, jobs and lists with
+// the live ones, each marked by its mode (docs/personal-data.md, "Export"), so that the sandbox's
+// answers are never read as verifications of the addresses.
+func TestExportMarksSandboxData(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	async := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	liveJob := b.verify(live, async).want(t, http.StatusAccepted, "").body["job_id"]
+	sandboxJob := b.verify(sandbox, async).want(t, http.StatusAccepted, "").body["job_id"]
+	upload := func(key string) any {
+		return b.call(http.MethodPost, "/v1/email/lists", key, "ann@acme.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusAccepted, "").body["id"]
+	}
+	liveList, sandboxList := upload(live), upload(sandbox)
+
+	ex := b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, http.StatusOK, "").body
+	modes := map[any]any{}
+	for _, section := range []struct{ name, id, mark string }{{"keys", "prefix", "mode"}, {"jobs", "job_id", "sandbox"}, {"lists", "id", "sandbox"}} {
+		for _, e := range ex[section.name].([]any) {
+			m := e.(map[string]any)
+			id := m[section.id]
+			if s, ok := id.(string); ok && section.name == "keys" {
+				id = s[:len("sk_test_")]
+			}
+			modes[id] = m[section.mark]
+		}
+	}
+	for id, want := range map[any]any{"sk_test_": "sandbox", "sk_live_": "live", liveJob: false, sandboxJob: true, liveList: false, sandboxList: true} {
+		if modes[id] != want {
+			t.Errorf("export: %v is marked %v, want %v (all: %v)", id, modes[id], want, modes)
+		}
+	}
+}
