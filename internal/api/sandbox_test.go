@@ -688,3 +688,30 @@ func TestExportMarksSandboxData(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxPassesAnExhaustedQuota pins that the sandbox needs no quota room: once the live key
+// has used the whole monthly quota, the account's sandbox key still verifies on every route and
+// uploads lists, and the quota used stays where the live key left it.
+func TestSandboxPassesAnExhaustedQuota(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	a, mgmt := b.account(plan.Free, "")
+	live := b.standardKey(a.ID).Raw
+	sandbox := b.sandboxKey(mgmt)
+	for i := range 5 {
+		b.verify(live, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, http.StatusOK, "")
+	}
+	b.verify(live, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+
+	b.verify(sandbox, map[string]string{"email": "accepted@sandbox.mailvet.test"}).want(t, http.StatusOK, "")
+	b.call(http.MethodPost, "/v1/email/verify/batch", sandbox, map[string]any{"emails": []string{"a@acme.test", "b@acme.test"}}).
+		want(t, http.StatusOK, "")
+	b.verify(sandbox, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x"}).want(t, http.StatusAccepted, "")
+	id := b.call(http.MethodPost, "/v1/email/lists", sandbox, "ann@acme.test\nbob@acme.test\n", "Content-Type", "text/plain").
+		want(t, http.StatusAccepted, "").body["id"].(string)
+	b.waitList(sandbox, id, "completed")
+	if n := b.count(`SELECT coalesce(sum(quota_units), 0)::int FROM usage_monthly WHERE account_id = $1`, a.ID); n != 5 {
+		t.Errorf("quota used %d, want the live key's 5", n)
+	}
+}
