@@ -524,6 +524,14 @@ func TestSandboxAndLiveDataApart(t *testing.T) {
 		}
 	}
 
+	// The account-wide routes (the delivery log, its replay, usage) take the provisioning key only.
+	for _, r := range []struct{ method, path string }{{http.MethodGet, "/v1/management/deliveries"},
+		{http.MethodPost, "/v1/management/deliveries/" + newUUID() + "/retry"}, {http.MethodGet, "/v1/management/usage/summary"}} {
+		if got := b.call(r.method, r.path, sandbox, nil); got.status != http.StatusForbidden && got.status != http.StatusUnauthorized {
+			t.Errorf("%s %s with a sandbox key: %d %v", r.method, r.path, got.status, got.body)
+		}
+	}
+
 	// The sandbox key's history deletion reaches the sandbox's data only.
 	deadline := time.Now().Add(10 * time.Second)
 	for b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1 AND state = 'delivered'`, a.ID) != 2 {
@@ -613,7 +621,7 @@ func TestSandboxLargeListNeverProbes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 rows")
 	}
-	t.Parallel()
+	// Not parallel: the list's writes keep Postgres busy, and the other tests' deadlines with it.
 	b := setupVerify(t, verifyOpts{})
 	a, mgmt := b.account(plan.Free, "")
 	key := b.sandboxKey(mgmt)
