@@ -46,7 +46,9 @@ func (s *Server) getJob(c echo.Context) error {
 	if err != nil {
 		return jobNotFound()
 	}
-	j, err := s.jobs.Get(c.Request().Context(), id, s.callerOf(c).account)
+	// Another mode's job is not found, as another account's is (docs/sandbox.md).
+	who := s.callerOf(c)
+	j, err := s.jobs.GetOfMode(c.Request().Context(), id, who.account, who.sandbox)
 	if errors.Is(err, job.ErrNotFound) {
 		return jobNotFound()
 	}

@@ -197,7 +197,7 @@ func (s *Server) uploadError(err error) error {
 
 func boundedText(field, v string, max int) error { return verification.CheckText(field, v, max) }
 
-// listLists pages through the account's lists, newest first.
+// listLists pages through the account's lists of the key's mode, newest first.
 func (s *Server) listLists(c echo.Context) error {
 	if err := onlyQuery(c, "limit", "cursor"); err != nil {
 		return err
@@ -218,7 +218,8 @@ func (s *Server) listLists(c echo.Context) error {
 		}
 		after = &id
 	}
-	ls, more, err := s.lists.Page(c.Request().Context(), s.callerOf(c).account, after, limit)
+	who := s.callerOf(c)
+	ls, more, err := s.lists.PageOfMode(c.Request().Context(), who.account, who.sandbox, after, limit)
 	if err != nil {
 		return storeError(err)
 	}
@@ -243,14 +244,34 @@ func (s *Server) getList(c echo.Context) error {
 	return c.JSON(http.StatusOK, l.View(s.cfg.PublicURL, s.now()))
 }
 
-// ownList reads the list of the path's id, of the caller's account only.
+// ownList reads the list of the path's id, of the caller's account and key mode only.
 func (s *Server) ownList(c echo.Context) (list.List, error) {
 	id, err := list.ListID(c.Param("id"))
 	if err != nil {
 		return list.List{}, err
 	}
-	l, err := s.lists.Get(c.Request().Context(), s.callerOf(c).account, id)
+	who := s.callerOf(c)
+	l, err := s.lists.Get(c.Request().Context(), who.account, id)
+	if err == nil && l.Sandbox != who.sandbox {
+		err = list.ErrNotFound
+	}
 	return l, storeError(err)
+}
+
+// ownListID is the path's list id when the list is of the caller's key mode: a sandbox key
+// never changes a live list, nor a live key a sandbox one (docs/sandbox.md, "Live and sandbox
+// data are kept apart"); another mode's list is not found, as another account's is.
+func (s *Server) ownListID(c echo.Context) (uuid.UUID, error) {
+	id, err := list.ListID(c.Param("id"))
+	if err != nil {
+		return uuid.Nil, err
+	}
+	who := s.callerOf(c)
+	sandbox, err := s.lists.IsSandbox(c.Request().Context(), who.account, id)
+	if err == nil && sandbox != who.sandbox {
+		err = list.ErrNotFound
+	}
+	return id, storeError(err)
 }
 
 // storeError is a list store's error for the one error mapping: a Postgres that did not answer
@@ -264,7 +285,7 @@ func storeError(err error) error {
 
 // cancelList stops a queued or running list; its unverified addresses are not billed.
 func (s *Server) cancelList(c echo.Context) error {
-	id, err := list.ListID(c.Param("id"))
+	id, err := s.ownListID(c)
 	if err != nil {
 		return err
 	}
@@ -278,7 +299,7 @@ func (s *Server) cancelList(c echo.Context) error {
 
 // deleteList removes a list's rows and results for good.
 func (s *Server) deleteList(c echo.Context) error {
-	id, err := list.ListID(c.Param("id"))
+	id, err := s.ownListID(c)
 	if err != nil {
 		return err
 	}

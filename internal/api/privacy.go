@@ -140,7 +140,13 @@ func (s *Server) deleteHistory(c echo.Context) error {
 	case !strings.Contains(email, "@"):
 		return InvalidRequest("Query parameter email must be an email address (it has no @).")
 	}
-	d, err := privacy.DeleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email,
+	// A sandbox key reaches the sandbox's data only; a live key, the account's whole history, the
+	// sandbox's included (docs/sandbox.md, "Live and sandbox data are kept apart").
+	deleteHistory := privacy.DeleteHistory
+	if s.callerOf(c).sandbox {
+		deleteHistory = privacy.DeleteSandboxHistory
+	}
+	d, err := deleteHistory(c.Request().Context(), s.pool, s.callerOf(c).account, email,
 		s.auditEvent(c, audit.HistoryDeleted, ""))
 	if err != nil {
 		return datastoreError(err)

@@ -29,11 +29,11 @@ func (s *Server) routes() {
 	// The verify API: every route added to s.email needs a standard key (sk_live_…); handlers read
 	// the caller with principalOf(c). Unknown paths under /v1/email authenticate first, then 404.
 	s.email = e.Group("/v1/email", s.requireKey(auth.KindStandard), s.logRejections)
-	s.email.POST("/verify", s.verifyOne, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
-	s.email.POST("/verify/batch", s.verifyBatch, s.rateLimitHeaders, sandboxIdempotency, s.idempotent())
+	s.email.POST("/verify", s.verifyOne, s.rateLimitHeaders, s.idempotent())
+	s.email.POST("/verify/batch", s.verifyBatch, s.rateLimitHeaders, s.idempotent())
 	s.email.POST("/verify/stream", s.verifyStream, s.rateLimitHeaders)
 	get(s.email, "/jobs/:job_id", s.getJob)
-	s.email.POST("/lists", s.uploadList, sandboxIdempotency, s.idempotentUpload())
+	s.email.POST("/lists", s.uploadList, s.idempotentUpload())
 	get(s.email, "/lists", s.listLists)
 	get(s.email, "/lists/:id", s.getList)
 	get(s.email, "/lists/:id/results", s.listResults)

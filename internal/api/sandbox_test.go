@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -243,6 +245,13 @@ const hookSecret = "sandbox-webhook-secret"
 
 func startHookReceiver(t *testing.T, b *verifyBundle) *hookReceiver {
 	t.Helper()
+	return startHookReceiverWith(t, b, true)
+}
+
+// startHookReceiverWith is startHookReceiver whose webhook worker delivers to private and
+// loopback addresses only when allowPrivate (MAILVET_WEBHOOK_ALLOW_PRIVATE).
+func startHookReceiverWith(t *testing.T, b *verifyBundle, allowPrivate bool) *hookReceiver {
+	t.Helper()
 	const host = "hooks.sandbox.test"
 	ca := tlstest.New(t, host)
 	h := &hookReceiver{hits: make(chan []byte, 16), bad: make(chan string, 16)}
@@ -267,7 +276,7 @@ func startHookReceiver(t *testing.T, b *verifyBundle) *hookReceiver {
 	}
 	js, _ := jetstream.New(nc)
 	ww, err := webhook.NewWorker(b.pool, js, webhook.Options{
-		Client: webhook.ClientOptions{AllowPrivate: true, DNSResolver: b.cfg.DNSResolver, RootCAs: ca.Pool},
+		Client: webhook.ClientOptions{AllowPrivate: allowPrivate, DNSResolver: b.cfg.DNSResolver, RootCAs: ca.Pool},
 		Log:    app.NewLogger(io.Discard, "webhook"),
 	})
 	if err != nil {
@@ -467,5 +476,250 @@ func TestSandboxIdempotencyKeysApart(t *testing.T) {
 	liveJob := b.call(http.MethodGet, "/v1/email/jobs/"+first.body["job_id"].(string), live, nil).want(t, http.StatusOK, "").body
 	if liveJob["status"] == "completed" || liveJob["result"] != nil {
 		t.Errorf("the live job (no worker runs) %v", liveJob)
+	}
+}
+
+// TestSandboxAndLiveDataApart: the jobs and lists of an account's sandbox keys and those of its
+// live keys are two sets of data (docs/sandbox.md, "Live and sandbox data are kept apart"): a
+// sandbox key can neither read nor change a live job or list — by id, in the list of lists, by
+// downloading, canceling or deleting it, or by deleting an address's history — and a live key
+// does not see the sandbox's jobs and lists. Each is answered 404, as another account's would be.
+func TestSandboxAndLiveDataApart(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+
+	hook := startHookReceiver(t, b)
+	async := map[string]string{"email": "ann@acme.test", "webhook_url": hook.url, "webhook_secret": hookSecret}
+	liveJob := b.verify(live, async).want(t, http.StatusAccepted, "").body["job_id"].(string)
+	sandboxJob := b.verify(sandbox, async).want(t, http.StatusAccepted, "").body["job_id"].(string)
+	hook.next(t)
+	hook.next(t)
+	b.verify(live, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusOK, "")
+	upload := func(key string) string {
+		r := b.call(http.MethodPost, "/v1/email/lists?name=n", key, "ann@acme.test\nbob@acme.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusAccepted, "")
+		return r.body["id"].(string)
+	}
+	liveList, sandboxList := upload(live), upload(sandbox)
+	b.waitList(live, liveList, "completed")
+	b.waitList(sandbox, sandboxList, "completed")
+
+	for _, c := range []struct{ key, job, list, own string }{
+		{sandbox, liveJob, liveList, sandboxList},
+		{live, sandboxJob, sandboxList, liveList},
+	} {
+		b.call(http.MethodGet, "/v1/email/jobs/"+c.job, c.key, nil).want(t, http.StatusNotFound, "job_not_found")
+		b.call(http.MethodGet, "/v1/email/lists/"+c.list, c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		if resp, body := b.download(c.key, c.list, ""); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("download of the other mode's list: %d %s", resp.StatusCode, body)
+		}
+		b.call(http.MethodPost, "/v1/email/lists/"+c.list+"/cancel", c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		b.call(http.MethodDelete, "/v1/email/lists/"+c.list, c.key, nil).want(t, http.StatusNotFound, "list_not_found")
+		page := b.call(http.MethodGet, "/v1/email/lists", c.key, nil).want(t, http.StatusOK, "").body
+		if ls, _ := page["lists"].([]any); len(ls) != 1 || ls[0].(map[string]any)["id"] != c.own {
+			t.Errorf("lists seen: %v; want only %s", page, c.own)
+		}
+	}
+
+	// The account-wide routes (the delivery log, its replay, usage) take the provisioning key only.
+	for _, r := range []struct{ method, path string }{{http.MethodGet, "/v1/management/deliveries"},
+		{http.MethodPost, "/v1/management/deliveries/" + newUUID() + "/retry"}, {http.MethodGet, "/v1/management/usage/summary"}} {
+		if got := b.call(r.method, r.path, sandbox, nil); got.status != http.StatusForbidden && got.status != http.StatusUnauthorized {
+			t.Errorf("%s %s with a sandbox key: %d %v", r.method, r.path, got.status, got.body)
+		}
+	}
+
+	// The sandbox key's history deletion reaches the sandbox's data only.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1 AND state = 'delivered'`, a.ID) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the callbacks were not logged as delivered")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", sandbox, nil).want(t, http.StatusOK, "").body
+	if del, _ := d["deleted"].(map[string]any); del["jobs"] != 1.0 || del["list_rows"] != 1.0 || del["results"] != 0.0 {
+		t.Errorf("sandbox history deletion %v; want its own job and list row only", d)
+	}
+	job := b.call(http.MethodGet, "/v1/email/jobs/"+liveJob, live, nil).want(t, http.StatusOK, "").body
+	if job["email"] != "ann@acme.test" {
+		t.Errorf("the live job lost its address to the sandbox key's deletion: %v", job)
+	}
+	if _, body := b.download(live, liveList, "?format=ndjson"); !strings.Contains(body, "ann@acme.test") {
+		t.Errorf("the live list lost ann's row to the sandbox key's deletion: %s", body)
+	}
+	if n := b.count(`SELECT count(*) FROM usage_log WHERE account_id = $1 AND snapshot IS NOT NULL`, a.ID); n == 0 {
+		t.Error("the live results' snapshots are gone")
+	}
+}
+
+// TestSandboxIdempotencyKeyNotReachableLive: whatever Idempotency-Key a live key sends, it never
+// names a sandbox request's stored answer, also one spelled as the sandbox's own keys are stored.
+func TestSandboxIdempotencyKeyNotReachableLive(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	body := map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": "https://hooks.example.com/mailvet"}
+
+	first := b.call(http.MethodPost, "/v1/email/verify", sandbox, body, "Idempotency-Key", "order-42").want(t, http.StatusAccepted, "")
+	sum := sha256.Sum256([]byte("order-42"))
+	for _, k := range []string{"order-42", "sandbox:" + hex.EncodeToString(sum[:])} {
+		r := b.call(http.MethodPost, "/v1/email/verify", live, body, "Idempotency-Key", k).want(t, http.StatusAccepted, "")
+		if r.body["job_id"] == first.body["job_id"] || r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("Idempotency-Key %q: the live key got the sandbox request's answer %v", k, r.body)
+		}
+	}
+}
+
+// TestSandboxCallbacksKeepTheSSRFRules pins that a sandbox key is no free SSRF probe: its
+// callback URLs pass the same checks as live ones (an IP address is refused at once), and its
+// callbacks go through the webhook workers' dial-time guard, so a host that resolves to loopback
+// is never called unless MAILVET_WEBHOOK_ALLOW_PRIVATE allows it.
+func TestSandboxCallbacksKeepTheSSRFRules(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.sandboxKey(mgmt)
+	hook := startHookReceiverWith(t, b, false)
+
+	for _, u := range []string{"https://127.0.0.1/x", "https://[::1]/x", "http://hooks.sandbox.test/x"} {
+		b.verify(key, map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": u}).
+			want(t, http.StatusBadRequest, CodeInvalidRequest)
+		b.call(http.MethodPost, "/v1/email/lists?webhook_url="+u, key, "accepted@sandbox.mailvet.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusBadRequest, CodeInvalidRequest)
+	}
+	r := b.verify(key, map[string]string{"email": "accepted@sandbox.mailvet.test", "webhook_url": hook.url, "webhook_secret": hookSecret}).
+		want(t, http.StatusAccepted, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for b.count(`SELECT count(*) FROM deliveries WHERE job_id = $1 AND attempts > 0 AND last_error <> ''`, r.body["job_id"]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox callback was not attempted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case raw := <-hook.hits:
+		t.Fatalf("a sandbox callback reached a loopback receiver: %s", raw)
+	case bad := <-hook.bad:
+		t.Fatalf("a sandbox callback reached a loopback receiver: %s", bad)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := b.count(`SELECT count(*) FROM deliveries WHERE account_id = $1 AND state = 'delivered'`, a.ID); n != 0 {
+		t.Errorf("%d deliveries to loopback delivered", n)
+	}
+}
+
+// TestSandboxLargeListNeverProbes pins that a sandbox list of 100,000 addresses that are none of
+// the magic ones, on 5,000 domains, runs to completion on the real verifier workers without a
+// single DNS query or SMTP session, and bills nothing.
+func TestSandboxLargeListNeverProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 rows")
+	}
+	// Not parallel: the list's writes keep Postgres busy, and the other tests' deadlines with it.
+	b := setupVerify(t, verifyOpts{})
+	a, mgmt := b.account(plan.Free, "")
+	key := b.sandboxKey(mgmt)
+	const n = 100_000
+	var file strings.Builder
+	for i := range n {
+		fmt.Fprintf(&file, "user%d@d%d.example.com\n", i, i%5000)
+	}
+	before := b.mail.DNSStats().Queries
+	r := b.call(http.MethodPost, "/v1/email/lists?name=big", key, file.String(), "Content-Type", "text/plain").
+		want(t, http.StatusAccepted, "")
+	id, _ := r.body["id"].(string)
+	deadline := time.Now().Add(120 * time.Second)
+	var l map[string]any
+	for {
+		// The API and the workers share one small pool here, which the list's writes can keep
+		// busy past the key check's deadline: a 503 is retried as a client would.
+		got := b.call(http.MethodGet, "/v1/email/lists/"+id, key, nil)
+		if got.status == http.StatusOK {
+			l = got.body
+		}
+		if l["state"] == "completed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if l["state"] != "completed" || l["verified"] != float64(n) {
+		t.Fatalf("list %v", l)
+	}
+	if q := b.mail.DNSStats().Queries - before; q != 0 {
+		t.Errorf("%d DNS queries for a sandbox list", q)
+	}
+	if s := b.mail.Stats(); s.Sessions != 0 {
+		t.Errorf("%d SMTP sessions for a sandbox list", s.Sessions)
+	}
+	b.assertUnbilled(a.ID, mgmt)
+}
+
+// TestExportMarksSandboxData: the account export holds the sandbox's keys, jobs and lists with
+// the live ones, each marked by its mode (docs/personal-data.md, "Export"), so that the sandbox's
+// answers are never read as verifications of the addresses.
+func TestExportMarksSandboxData(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{noWorkers: true})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	async := map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/mailvet"}
+	liveJob := b.verify(live, async).want(t, http.StatusAccepted, "").body["job_id"]
+	sandboxJob := b.verify(sandbox, async).want(t, http.StatusAccepted, "").body["job_id"]
+	upload := func(key string) any {
+		return b.call(http.MethodPost, "/v1/email/lists", key, "ann@acme.test\n", "Content-Type", "text/plain").
+			want(t, http.StatusAccepted, "").body["id"]
+	}
+	liveList, sandboxList := upload(live), upload(sandbox)
+
+	ex := b.call(http.MethodGet, "/v1/management/account/export", mgmt, nil).want(t, http.StatusOK, "").body
+	modes := map[any]any{}
+	for _, section := range []struct{ name, id, mark string }{{"keys", "prefix", "mode"}, {"jobs", "job_id", "sandbox"}, {"lists", "id", "sandbox"}} {
+		for _, e := range ex[section.name].([]any) {
+			m := e.(map[string]any)
+			id := m[section.id]
+			if s, ok := id.(string); ok && section.name == "keys" {
+				id = s[:len("sk_test_")]
+			}
+			modes[id] = m[section.mark]
+		}
+	}
+	for id, want := range map[any]any{"sk_test_": "sandbox", "sk_live_": "live", liveJob: false, sandboxJob: true, liveList: false, sandboxList: true} {
+		if modes[id] != want {
+			t.Errorf("export: %v is marked %v, want %v (all: %v)", id, modes[id], want, modes)
+		}
+	}
+}
+
+// TestSandboxPassesAnExhaustedQuota pins that the sandbox needs no quota room: once the live key
+// has used the whole monthly quota, the account's sandbox key still verifies on every route and
+// uploads lists, and the quota used stays where the live key left it.
+func TestSandboxPassesAnExhaustedQuota(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{env: map[string]string{
+		"MAILVET_PLAN_FREE_MONTHLY_CALLS": "5", "MAILVET_PLAN_FREE_RATE_LIMIT_PER_MIN": "1000"}})
+	a, mgmt := b.account(plan.Free, "")
+	live := b.standardKey(a.ID).Raw
+	sandbox := b.sandboxKey(mgmt)
+	for i := range 5 {
+		b.verify(live, map[string]string{"email": fmt.Sprintf("bad%d", i)}).want(t, http.StatusOK, "")
+	}
+	b.verify(live, map[string]string{"email": "ann@acme.test"}).want(t, http.StatusTooManyRequests, CodeMonthlyQuotaExceeded)
+
+	b.verify(sandbox, map[string]string{"email": "accepted@sandbox.mailvet.test"}).want(t, http.StatusOK, "")
+	b.call(http.MethodPost, "/v1/email/verify/batch", sandbox, map[string]any{"emails": []string{"a@acme.test", "b@acme.test"}}).
+		want(t, http.StatusOK, "")
+	b.verify(sandbox, map[string]string{"email": "ann@acme.test", "webhook_url": "https://hooks.example.com/x"}).want(t, http.StatusAccepted, "")
+	id := b.call(http.MethodPost, "/v1/email/lists", sandbox, "ann@acme.test\nbob@acme.test\n", "Content-Type", "text/plain").
+		want(t, http.StatusAccepted, "").body["id"].(string)
+	b.waitList(sandbox, id, "completed")
+	if n := b.count(`SELECT coalesce(sum(quota_units), 0)::int FROM usage_monthly WHERE account_id = $1`, a.ID); n != 5 {
+		t.Errorf("quota used %d, want the live key's 5", n)
 	}
 }

@@ -160,6 +160,7 @@ func New(d Deps) *Server {
 		ListLimits: verification.ListLimits{MaxBytes: d.Config.Lists.MaxBytes, MaxRows: d.Config.Lists.MaxRows},
 		Uploads:    verification.UploadLimits{PerAddress: d.Config.Uploads.PerAddress, Free: d.Config.Uploads.Free}})
 	s.idem = idempotency.New(d.Pool, s.now, func(c echo.Context) string { return principalOf(c).AccountID }, d.Log)
+	s.idem.Scope = sandboxScope
 	s.uploadIdle = httpbody.IdleTimeout
 	s.uploadRateGrace = httpbody.IdleTimeout
 	s.uploadReceive = listReceiveBudget

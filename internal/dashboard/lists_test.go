@@ -364,3 +364,24 @@ func pgExecSessionsExpire(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 }
+
+// TestSandboxListsAreMarked: a list uploaded with a sandbox key is marked as such on the lists
+// page and on its own page, where its results, answered from the magic addresses
+// (docs/sandbox.md), could otherwise pass for a real verification; a live list is not.
+func TestSandboxListsAreMarked(t *testing.T) {
+	_, svc, b, _ := listsFixture(t, nil)
+	l := svc.fixed[uuid.MustParse(textListID)]
+	l.Sandbox = true
+	svc.fixed[l.ID] = l
+	svc.listed = []list.List{svc.fixed[uuid.MustParse(testListID)], l}
+	_, body := b.get("/dashboard/lists")
+	if n := strings.Count(body, `class="badge sandbox"`); n != 1 {
+		t.Errorf("the lists page marks %d lists as sandbox, want 1:\n%s", n, body)
+	}
+	if _, body := b.get("/dashboard/lists/" + textListID); !strings.Contains(body, `class="badge sandbox"`) {
+		t.Errorf("the sandbox list's page does not say so:\n%s", body)
+	}
+	if _, body := b.get("/dashboard/lists/" + testListID); strings.Contains(body, `class="badge sandbox"`) {
+		t.Errorf("a live list's page says sandbox:\n%s", body)
+	}
+}

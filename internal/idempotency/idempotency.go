@@ -91,6 +91,11 @@ type Guard struct {
 	now     func() time.Time
 	account func(c echo.Context) string
 	log     *slog.Logger
+	// Scope, when set, names the part of the account a request's keys belong to ("" for the
+	// account's own): keys of two scopes never name the same request. It is joined to the key
+	// with a space, which no valid key holds (CheckKey), so no key a client sends can reach
+	// another scope's.
+	Scope func(c echo.Context) string
 	// Wait bounds how long a retry waits for the request holding its key; Poll is how often it
 	// looks again.
 	Wait, Poll time.Duration
@@ -116,6 +121,11 @@ func (g *Guard) Middleware(rt Route) echo.MiddlewareFunc {
 			key := values[0]
 			if err := CheckKey(key); err != nil {
 				return err
+			}
+			if g.Scope != nil {
+				if scope := g.Scope(c); scope != "" {
+					key = scope + " " + key
+				}
 			}
 			// sum is the request's hash, known here for a JSON route; nil for a stream route,
 			// whose body is hashed only as it is read.

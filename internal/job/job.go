@@ -66,6 +66,9 @@ type Job struct {
 	// webhook secret (MAILVET_JOB_RETENTION, or a deletion of the address's history; docs/personal-data.md);
 	// nil while the job keeps them.
 	ExpiredAt *time.Time
+	// Sandbox: a sandbox key's job (CreateCompleted), seen only by sandbox keys
+	// (docs/sandbox.md, "Live and sandbox data are kept apart").
+	Sandbox bool
 }
 
 // NotDueError is Start's answer for a Retrying job whose re-probe is not due yet (a message
@@ -127,8 +130,8 @@ func CreateCompleted(ctx context.Context, db database.DB, n New, body []byte) er
 	if n.WebhookSecret != "" {
 		secret = &n.WebhookSecret
 	}
-	_, err := db.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret, state, result, completed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())`, n.ID, n.AccountID, key, n.Email, n.WebhookURL, secret, Completed, body)
+	_, err := db.Exec(ctx, `INSERT INTO jobs (id, account_id, key_id, email, webhook_url, webhook_secret, state, result, completed_at, sandbox)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), true)`, n.ID, n.AccountID, key, n.Email, n.WebhookURL, secret, Completed, body)
 	if err != nil {
 		return fmt.Errorf("store job: %w", err)
 	}
@@ -149,6 +152,13 @@ func (s *Store) Discard(ctx context.Context, id uuid.UUID) (bool, error) {
 // Get returns the job id of account, or ErrNotFound: jobs are visible only to their own account.
 func (s *Store) Get(ctx context.Context, id uuid.UUID, account string) (Job, error) {
 	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM jobs WHERE id = $1 AND account_id = $2`, id, account))
+}
+
+// GetOfMode returns the job id of account made by a key of the same mode (sandbox or live), or
+// ErrNotFound: a sandbox key never sees a live job nor a live key a sandbox one
+// (docs/sandbox.md, "Live and sandbox data are kept apart").
+func (s *Store) GetOfMode(ctx context.Context, id uuid.UUID, account string, sandbox bool) (Job, error) {
+	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM jobs WHERE id = $1 AND account_id = $2 AND sandbox = $3`, id, account, sandbox))
 }
 
 // Start moves a Pending (or, redelivered after a runner died, Processing; or Retrying whose
@@ -189,14 +199,14 @@ func Retry(ctx context.Context, db database.DB, id uuid.UUID, at time.Time) (don
 
 // columns are the jobs columns scan reads, in its order.
 const columns = `id, account_id, key_id, email, webhook_url, webhook_secret, state, result, created_at, completed_at,
-	retries, next_attempt_at, retrying_since, expired_at`
+	retries, next_attempt_at, retrying_since, expired_at, sandbox`
 
 // scan reads one job; no row is ErrNotFound.
 func scan(row pgx.Row) (Job, error) {
 	var j Job
 	var secret *string
 	err := row.Scan(&j.ID, &j.AccountID, &j.KeyID, &j.Email, &j.WebhookURL, &secret, &j.State, &j.Result, &j.CreatedAt, &j.CompletedAt,
-		&j.Retries, &j.NextAttemptAt, &j.RetryingSince, &j.ExpiredAt)
+		&j.Retries, &j.NextAttemptAt, &j.RetryingSince, &j.ExpiredAt, &j.Sandbox)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}

@@ -155,6 +155,17 @@ func (s *Store) Get(ctx context.Context, account string, id uuid.UUID) (l List, 
 	return l, nil
 }
 
+// IsSandbox reports whether list id of account was uploaded with a sandbox key, also once it
+// has expired; ErrNotFound when the account has no such list.
+func (s *Store) IsSandbox(ctx context.Context, account string, id uuid.UUID) (bool, error) {
+	var sandbox bool
+	err := s.db.QueryRow(ctx, `SELECT sandbox FROM lists WHERE id = $1 AND account_id = $2`, id, account).Scan(&sandbox)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, ErrNotFound
+	}
+	return sandbox, err
+}
+
 // get reads one list of the account with its counts in tx.
 func get(ctx context.Context, tx pgx.Tx, account string, id uuid.UUID) (List, error) {
 	l, err := scanList(tx.QueryRow(ctx, `SELECT `+listColumns+` FROM lists WHERE id = $1 AND account_id = $2
@@ -176,9 +187,21 @@ const (
 // UUIDv7, so their order is their creation order); more is true when another page follows.
 // Each list has its counts, as Get gives them: one more small read for the whole page.
 func (s *Store) Page(ctx context.Context, account string, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
+	return s.page(ctx, account, nil, after, limit)
+}
+
+// PageOfMode is Page of the lists uploaded with a key of one mode only (sandbox or live): a
+// key's own (docs/sandbox.md, "Live and sandbox data are kept apart").
+func (s *Store) PageOfMode(ctx context.Context, account string, sandbox bool, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
+	return s.page(ctx, account, &sandbox, after, limit)
+}
+
+// page is Page of the lists whose sandbox mark is sandbox; nil: of every list.
+func (s *Store) page(ctx context.Context, account string, sandbox *bool, after *uuid.UUID, limit int) (ls []List, more bool, err error) {
 	err = s.snapshot(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+listColumns+` FROM lists
-			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) AND `+Live("lists")+` ORDER BY id DESC LIMIT $3`, account, after, limit+1)
+			WHERE account_id = $1 AND ($2::uuid IS NULL OR id < $2) AND ($4::boolean IS NULL OR sandbox = $4)
+			AND `+Live("lists")+` ORDER BY id DESC LIMIT $3`, account, after, limit+1, sandbox)
 		if err != nil {
 			return err
 		}

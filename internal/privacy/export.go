@@ -36,17 +36,17 @@ func utc(col string) string {
 var exportSections = []struct{ name, sql string }{
 	{"users", `SELECT jsonb_build_object('id', id, 'email', email, 'created_at', ` + utc("created_at") + `, 'updated_at', ` + utc("updated_at") + `)
 		FROM dashboard_users WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
-	{"keys", `SELECT jsonb_build_object('id', id, 'kind', kind, 'label', label, 'prefix', prefix,
+	{"keys", `SELECT jsonb_build_object('id', id, 'kind', kind, 'mode', mode, 'label', label, 'prefix', prefix,
 			'created_at', ` + utc("created_at") + `, 'revoked_at', ` + utc("revoked_at") + `)
 		FROM api_keys WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
 	{"jobs", `SELECT jsonb_build_object('job_id', id, 'status', state, 'email', nullif(email, ''),
 			'webhook_url', nullif(webhook_url, ''), 'result', result, 'created_at', ` + utc("created_at") + `,
-			'completed_at', ` + utc("completed_at") + `, 'expired_at', ` + utc("expired_at") + `)
+			'completed_at', ` + utc("completed_at") + `, 'expired_at', ` + utc("expired_at") + `, 'sandbox', sandbox)
 		FROM jobs WHERE account_id = $1 ORDER BY created_at, id LIMIT $2`},
 	{"lists", `SELECT jsonb_build_object('id', id, 'name', name, 'format', format, 'columns', columns,
 			'status', state, 'rows', rows, 'unique_addresses', unique_addresses, 'verified', verified,
 			'webhook_url', webhook_url, 'created_at', ` + utc("created_at") + `, 'finished_at', ` + utc("finished_at") + `,
-			'expires_at', ` + utc("expires_at") + `)
+			'expires_at', ` + utc("expires_at") + `, 'sandbox', sandbox)
 		FROM lists WHERE account_id = $1 AND ` + list.Live("lists") + ` ORDER BY created_at, id LIMIT $2`},
 	{"deliveries", `SELECT jsonb_build_object('id', id, 'job_id', job_id, 'list_id', list_id, 'url', url,
 			'status', state, 'attempts', attempts, 'last_status', last_status, 'created_at', ` + utc("created_at") + `,

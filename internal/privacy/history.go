@@ -46,23 +46,40 @@ const historyTimeout = 5 * time.Minute
 // would otherwise keep after its results are gone (docs/security.md, "Audit log"). One that
 // found nothing changed nothing and writes none.
 func DeleteHistory(ctx context.Context, db database.DB, account, email string, by audit.Event) (HistoryDeleted, error) {
+	return deleteHistory(ctx, db, account, email, false, by)
+}
+
+// DeleteSandboxHistory is DeleteHistory asked with a sandbox key: it removes the address from the
+// account's sandbox jobs, their callbacks and its sandbox lists only, and leaves the live data
+// alone, which a sandbox key never reads nor changes (docs/sandbox.md, "Live and sandbox data are
+// kept apart"). Sandbox keys write no usage rows, so there are no result snapshots to remove.
+func DeleteSandboxHistory(ctx context.Context, db database.DB, account, email string, by audit.Event) (HistoryDeleted, error) {
+	return deleteHistory(ctx, db, account, email, true, by)
+}
+
+// deleteHistory is DeleteHistory of every stored result of the account, or, sandboxOnly, of its
+// sandbox data only.
+func deleteHistory(ctx context.Context, db database.DB, account, email string, sandboxOnly bool, by audit.Event) (HistoryDeleted, error) {
 	var d HistoryDeleted
 	addrs := addressForms(email)
 	from, to := lowering(addrs)
 	ctx, cancel := withBudget(ctx, historyTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE usage_log SET snapshot = NULL
-			WHERE account_id = $1 AND snapshot IS NOT NULL AND `+normalized(`snapshot->>'email'`)+` = ANY($2)`,
-			account, addrs, spaces, from, to)
-		if err != nil {
-			return err
+		if !sandboxOnly {
+			tag, err := tx.Exec(ctx, `UPDATE usage_log SET snapshot = NULL
+				WHERE account_id = $1 AND snapshot IS NOT NULL AND `+normalized(`snapshot->>'email'`)+` = ANY($2)`,
+				account, addrs, spaces, from, to)
+			if err != nil {
+				return err
+			}
+			d.Results = tag.RowsAffected()
 		}
-		d.Results = tag.RowsAffected()
 		rows, err := tx.Query(ctx, `UPDATE jobs SET email = '', webhook_url = '', result = NULL, webhook_secret = NULL, expired_at = now()
 			WHERE account_id = $1 AND `+normalized(`email`)+` = ANY($2) AND state IN ('completed', 'failed') AND expired_at IS NULL
+			  AND (sandbox OR NOT $6)
 			  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.job_id = jobs.id AND d.state IN ('pending', 'retrying'))
-			RETURNING id`, account, addrs, spaces, from, to)
+			RETURNING id`, account, addrs, spaces, from, to, sandboxOnly)
 		if err != nil {
 			return err
 		}
@@ -76,11 +93,13 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string, b
 		// that log's own retention: their bodies are the result, with the address. They are
 		// matched in the database, so that nothing but the count comes back however many
 		// expired jobs the account has.
-		if tag, err = tx.Exec(ctx, `DELETE FROM deliveries d WHERE d.account_id = $1 AND d.state IN ('delivered', 'failed')
+		tag, err := tx.Exec(ctx, `DELETE FROM deliveries d WHERE d.account_id = $1 AND d.state IN ('delivered', 'failed')
 			AND (d.job_id = ANY($6) OR CASE
-				WHEN EXISTS (SELECT 1 FROM jobs j WHERE j.id = d.job_id AND j.account_id = $1 AND j.expired_at IS NOT NULL)
+				WHEN EXISTS (SELECT 1 FROM jobs j WHERE j.id = d.job_id AND j.account_id = $1 AND j.expired_at IS NOT NULL
+				  AND (j.sandbox OR NOT $7))
 				THEN `+normalized(callbackEmail)+` = ANY($2)
-				ELSE false END)`, account, addrs, spaces, from, to, jobs); err != nil {
+				ELSE false END)`, account, addrs, spaces, from, to, jobs, sandboxOnly)
+		if err != nil {
 			return err
 		}
 		d.Deliveries = tag.RowsAffected()
@@ -88,11 +107,12 @@ func DeleteHistory(ctx context.Context, db database.DB, account, email string, b
 		// one taken from under it would never let it complete. A list stores its addresses
 		// already normalised (list.Normalize), so they are compared as they are.
 		if tag, err = tx.Exec(ctx, `WITH l AS (
-				SELECT id FROM lists WHERE account_id = $1 AND state IN ('completed', 'canceled', 'failed') FOR UPDATE
+				SELECT id FROM lists WHERE account_id = $1 AND state IN ('completed', 'canceled', 'failed') AND (sandbox OR NOT $3)
+				FOR UPDATE
 			), a AS (
 				DELETE FROM list_addresses WHERE list_id IN (SELECT id FROM l) AND email = ANY($2)
 			)
-			DELETE FROM list_rows WHERE list_id IN (SELECT id FROM l) AND email = ANY($2)`, account, addrs); err != nil {
+			DELETE FROM list_rows WHERE list_id IN (SELECT id FROM l) AND email = ANY($2)`, account, addrs, sandboxOnly); err != nil {
 			return err
 		}
 		d.ListRows = tag.RowsAffected()

@@ -448,11 +448,11 @@ export type AccountExport = {
   };
   /** The dashboard user: id, email, created_at, updated_at. */
   users: Array<Record<string, unknown>>;
-  /** Every key, revoked ones included: id, kind, label, prefix, created_at, revoked_at. */
+  /** Every key, revoked ones included: id, kind, mode (live or sandbox, docs/sandbox.md), label, prefix, created_at, revoked_at. */
   keys: Array<Record<string, unknown>>;
-  /** Asynchronous jobs: job_id, status, email, webhook_url, result, created_at, completed_at, expired_at. */
+  /** Asynchronous jobs: job_id, status, email, webhook_url, result, created_at, completed_at, expired_at, sandbox (true for a sandbox key's job, answered from the magic addresses of docs/sandbox.md). */
   jobs: Array<Record<string, unknown>>;
-  /** Bulk lists' metadata: id, name, format, columns, status, rows, unique_addresses, verified, webhook_url, created_at, finished_at, expires_at. The rows and results download from GET /v1/email/lists/{id}/results. A list past its expires_at is left out, purged or not (docs/lists.md, "States"). */
+  /** Bulk lists' metadata: id, name, format, columns, status, rows, unique_addresses, verified, webhook_url, created_at, finished_at, expires_at, sandbox (true for a sandbox key's list). The rows and results download from GET /v1/email/lists/{id}/results. A list past its expires_at is left out, purged or not (docs/lists.md, "States"). */
   lists: Array<Record<string, unknown>>;
   /** Webhook deliveries' metadata: id, job_id, list_id, url, status, attempts, last_status, created_at, finished_at. The deliveries of a list past its expires_at are left out with it. */
   deliveries: Array<Record<string, unknown>>;
