@@ -128,26 +128,11 @@ func (s *Store) CreateStandardKeyIn(ctx context.Context, accountID, label string
 	}
 	var out CreatedKey
 	err := s.inTx(ctx, "create key", func(tx pgx.Tx) error {
-		var (
-			tier        plan.Tier
-			unconfirmed bool
-			max, active int
-		)
-		// A deleted account (docs/personal-data.md) is not found: no key may bring it back.
-		err := tx.QueryRow(ctx, `SELECT tier, email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&tier, &unconfirmed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
+		tier, err := lockForNewKey(ctx, tx, accountID, formToken)
 		if err != nil {
-			return datastore("lock account", err)
-		}
-		if unconfirmed {
-			return ErrEmailUnconfirmed
-		}
-		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
 			return err
 		}
-		max = maxKeys(tier)
+		max, active := maxKeys(tier), 0
 		if err := tx.QueryRow(ctx, `
 			SELECT count(*) FROM api_keys WHERE account_id = $1 AND kind = 'standard' AND revoked_at IS NULL`,
 			accountID).Scan(&active); err != nil {
@@ -178,6 +163,30 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) erro
 		return datastore(op, err)
 	}
 	return nil
+}
+
+// lockForNewKey locks the account's row for a key about to be created in tx, and returns its
+// tier. A deleted account (docs/personal-data.md) is ErrNotFound: no key may bring it back; one
+// whose email is unconfirmed is ErrEmailUnconfirmed; a form token already used is a
+// *KeyCreatedError (createdBefore). FOR NO KEY UPDATE, as every locker of accounts: it must not
+// wait on a list upload (list.Import).
+func lockForNewKey(ctx context.Context, tx pgx.Tx, accountID, formToken string) (plan.Tier, error) {
+	var (
+		tier        plan.Tier
+		unconfirmed bool
+	)
+	err := tx.QueryRow(ctx, `SELECT tier, email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`,
+		accountID).Scan(&tier, &unconfirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", datastore("lock account", err)
+	}
+	if unconfirmed {
+		return "", ErrEmailUnconfirmed
+	}
+	return tier, createdBefore(ctx, tx, accountID, formToken)
 }
 
 // createdBefore fails with a *KeyCreatedError when a key of the account was created with
@@ -297,22 +306,11 @@ func (s *Store) ReplaceProvisioningKeyOnce(ctx context.Context, accountID, formT
 		out CreatedKey
 	)
 	err := s.inTx(ctx, "replace provisioning key", func(tx pgx.Tx) error {
-		var unconfirmed bool
-		err := tx.QueryRow(ctx, `SELECT email_unconfirmed FROM accounts WHERE id = $1 AND deleted_at IS NULL FOR NO KEY UPDATE`, accountID).Scan(&unconfirmed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return datastore("lock account", err)
-		}
-		if unconfirmed {
-			return ErrEmailUnconfirmed
-		}
-		if err := createdBefore(ctx, tx, accountID, formToken); err != nil {
+		if _, err := lockForNewKey(ctx, tx, accountID, formToken); err != nil {
 			return err
 		}
 		var k Key
-		err = tx.QueryRow(ctx, `
+		err := tx.QueryRow(ctx, `
 			UPDATE api_keys SET revoked_at = now()
 			WHERE account_id = $1 AND kind = 'provisioning' AND revoked_at IS NULL
 			RETURNING id, kind, mode, label, prefix, created_at`, accountID).

@@ -233,6 +233,12 @@ func TestBillingPortalIsAudited(t *testing.T) {
 		e["actor"] != auth.Mask(key) || e["client_ip"] != "192.0.2.1" || e["detail"] != "returns to "+returnURL {
 		t.Fatalf("newest event %v, want billing_portal_opened by the key", e)
 	}
+	// The event names the page, never the query or fragment, which can carry a token of the
+	// customer's application for the audit log's year.
+	b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL + "?session=s3cret#s3cret"}).want(t, 200, "")
+	if e := b.auditEvents(key, "1")[0]; e["detail"] != "returns to "+returnURL {
+		t.Errorf("detail %q; want the page without its query and fragment", e["detail"])
+	}
 
 	pgtest.Exec(t, b.pool, `ALTER TABLE audit_events ADD CONSTRAINT no_more CHECK (false) NOT VALID`)
 	r = b.call(http.MethodPost, "/v1/management/billing/portal", key, map[string]string{"return_url": returnURL + "?again"}).

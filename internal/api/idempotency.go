@@ -58,7 +58,7 @@ func keepJSON(ctx context.Context, keep idempotency.Keep, tx pgx.Tx, status int,
 // key either sends.
 func sandboxScope(c echo.Context) string {
 	if principalOf(c).Sandbox() {
-		return "sandbox"
+		return idempotency.ScopeSandbox
 	}
 	return ""
 }

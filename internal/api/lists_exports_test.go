@@ -38,7 +38,7 @@ func inputAndStatus(recs [][]string, n int) string {
 
 // A pipe-separated export ("Name|Email|City", what several CRMs and database tools write) is read
 // by its columns, as semicolon and tab files are (docs/lists.md, "CSV separator"): read with
-// commas, each line was one address-like cell, and every row came back invalid.
+// commas, each line would be one address-like cell, and every row would come back invalid.
 func TestListPipeSeparatedFileIsReadByColumn(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
@@ -65,9 +65,9 @@ func TestListPipeSeparatedFileIsReadByColumn(t *testing.T) {
 
 // A file that begins with Excel's separator line ("sep=;") is read with that separator and its
 // header on the next line; the lines an error names are the file's own (docs/lists.md, "CSV
-// separator"). Read as the header, the line became the only column names ("sep=", ""): the file
-// was refused for a ragged row, or, with two columns, its real header verified (and counted) as
-// an invalid address.
+// separator"). Read as the header, the line would be the only column names ("sep=", ""): the file
+// would be refused for a ragged row, or, with two columns, its real header verified (and counted)
+// as an invalid address.
 func TestListSeparatorLineSetsTheSeparator(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{})
@@ -103,9 +103,9 @@ func TestListSeparatorLineSetsTheSeparator(t *testing.T) {
 
 // A header whose email column has a name the rules do not know (a French "courriel"), or that
 // names several (Google Contacts' "E-mail 1 - Label" before "E-mail 1 - Value"), has the column
-// that holds the addresses verified (docs/lists.md, "Uploading"). The first column, or the first
-// named, was verified: the upload was refused for a column without addresses, or its rows
-// verified on the wrong column.
+// that holds the addresses verified (docs/lists.md, "Uploading"). Taking the first column, or the
+// first named, would refuse the upload for a column without addresses, or verify its rows on the
+// wrong column.
 func TestListEmailColumnIsTheOneHoldingAddresses(t *testing.T) {
 	t.Parallel()
 	b := setupVerify(t, verifyOpts{noWorkers: true})

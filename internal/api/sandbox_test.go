@@ -556,6 +556,40 @@ func TestSandboxAndLiveDataApart(t *testing.T) {
 	}
 }
 
+// TestSandboxHistoryDeletionKeepsLiveReplays: a sandbox key's DELETE /v1/email/history reaches
+// the sandbox's data only (docs/sandbox.md, "Live and sandbox data are kept apart"), also among
+// the responses kept for Idempotency-Key replays: the live key's kept answer naming the address
+// stays, and its retry is still a replay, not a second verification billed again. A live key's
+// deletion reaches both.
+func TestSandboxHistoryDeletionKeepsLiveReplays(t *testing.T) {
+	t.Parallel()
+	b := setupVerify(t, verifyOpts{})
+	a, mgmt := b.account(plan.Builder, "")
+	sandbox := b.sandboxKey(mgmt)
+	live := b.standardKey(a.ID).Raw
+	body := map[string]string{"email": "ann@acme.test"}
+	idem := []string{"Idempotency-Key", "order-7"}
+	b.call(http.MethodPost, "/v1/email/verify", live, body, idem...).want(t, http.StatusOK, "")
+	b.call(http.MethodPost, "/v1/email/verify", sandbox, body, idem...).want(t, http.StatusOK, "")
+	b.settle()
+	kept := `SELECT count(*) FROM idempotency_keys WHERE account_id = $1 AND status IS NOT NULL`
+	if n := b.count(kept, a.ID); n != 2 {
+		t.Fatalf("%d kept responses; want the live one and the sandbox one", n)
+	}
+
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", sandbox, nil).want(t, http.StatusOK, "")
+	if n := b.count(kept, a.ID); n != 1 {
+		t.Errorf("%d kept responses after the sandbox key's deletion; want the live one", n)
+	}
+	if r := b.call(http.MethodPost, "/v1/email/verify", live, body, idem...).want(t, http.StatusOK, ""); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the live retry after the sandbox key's deletion was not a replay: %v", r.header)
+	}
+	b.call(http.MethodDelete, "/v1/email/history?email=ann@acme.test", live, nil).want(t, http.StatusOK, "")
+	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE account_id = $1`, a.ID); n != 0 {
+		t.Errorf("%d kept responses after the live key's deletion; want none", n)
+	}
+}
+
 // TestSandboxIdempotencyKeyNotReachableLive: whatever Idempotency-Key a live key sends, it never
 // names a sandbox request's stored answer, also one spelled as the sandbox's own keys are stored.
 func TestSandboxIdempotencyKeyNotReachableLive(t *testing.T) {

@@ -61,9 +61,7 @@ func New(ctx context.Context, js jetstream.JetStream, l queue.Layout, opts Optio
 		}
 		bs = append(bs, &bucket{js: js, layout: l, base: base, ttl: opts.LeaseTTL, log: opts.Log, kv: kv})
 	}
-	slots := newSlots(bs[0], opts.LeaseTTL)
-	slots.register(opts.Metrics)
-	return &Fleet{Slots: slots, MX: newCache(bs[1]), CatchAll: newCache(bs[2])}, nil
+	return &Fleet{Slots: newSlots(bs[0], opts.LeaseTTL, opts.Metrics), MX: newCache(bs[1]), CatchAll: newCache(bs[2])}, nil
 }
 
 // Close stops watching the bucket and renewing leases, then gives back the slots still held,

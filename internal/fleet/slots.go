@@ -99,11 +99,11 @@ const askAgainAfter = time.Second
 // releaseWait bounds the deletes of the leases still held when the worker closes.
 const releaseWait = 500 * time.Millisecond
 
-func newSlots(b *bucket, ttl time.Duration) *Slots {
+func newSlots(b *bucket, ttl time.Duration, reg prometheus.Registerer) *Slots {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slots{b: b, ttl: ttl, id: []byte(nuid.Next()), ctx: ctx, cancel: cancel, held: map[string]*lease{},
 		freed: map[string]*freed{}, wants: map[string]*want{}, workers: map[string]time.Time{}, unleased: map[string]int{}}
-	s.register(nil)
+	s.register(reg)
 	s.done.Add(2)
 	go s.renew()
 	go s.watch()

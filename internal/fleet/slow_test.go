@@ -107,10 +107,9 @@ func TestSlotStoredByALostCreateIsGivenBack(t *testing.T) {
 	defer f.Close()
 	// A worker of its own on the same bucket, whose creates lose their answers.
 	kv, fb := f.Slots.b.kv, f.Slots.b
-	s := newSlots(&bucket{js: fb.js, layout: fb.layout, base: fb.base, ttl: fb.ttl, log: fb.log, kv: &lostAnswer{KeyValue: kv}}, f.Slots.ttl)
-	defer s.close()
 	reg := prometheus.NewRegistry()
-	s.register(reg)
+	s := newSlots(&bucket{js: fb.js, layout: fb.layout, base: fb.base, ttl: fb.ttl, log: fb.log, kv: &lostAnswer{KeyValue: kv}}, f.Slots.ttl, reg)
+	defer s.close()
 	ip := netip.MustParseAddr("192.0.2.79")
 	l, err := s.Acquire(ctx, ip, 1, 0)
 	if err != nil {

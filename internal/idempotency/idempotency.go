@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -94,7 +95,7 @@ type Guard struct {
 	// Scope, when set, names the part of the account a request's keys belong to ("" for the
 	// account's own): keys of two scopes never name the same request. It is joined to the key
 	// with a space, which no valid key holds (CheckKey), so no key a client sends can reach
-	// another scope's.
+	// another scope's (scopedKey).
 	Scope func(c echo.Context) string
 	// Wait bounds how long a retry waits for the request holding its key; Poll is how often it
 	// looks again.
@@ -123,9 +124,7 @@ func (g *Guard) Middleware(rt Route) echo.MiddlewareFunc {
 				return err
 			}
 			if g.Scope != nil {
-				if scope := g.Scope(c); scope != "" {
-					key = scope + " " + key
-				}
+				key = scopedKey(g.Scope(c), key)
 			}
 			// sum is the request's hash, known here for a JSON route; nil for a stream route,
 			// whose body is hashed only as it is read.
@@ -363,3 +362,21 @@ func (r *recorder) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection (read deadlines, flushes).
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// scopedKey is key as stored for scope: the scope, a space and the key; the key alone for the
+// account's own scope ("").
+func scopedKey(scope, key string) string {
+	if scope == "" {
+		return key
+	}
+	return scope + " " + key
+}
+
+// scopeOf is the scope of a key as scopedKey stored it.
+func scopeOf(stored string) string {
+	scope, _, ok := strings.Cut(stored, " ")
+	if !ok {
+		return ""
+	}
+	return scope
+}

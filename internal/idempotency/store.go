@@ -116,7 +116,7 @@ func completeIn(ctx context.Context, db database.DB, account, key string, owner 
 	_, err = db.Exec(ctx, `UPDATE idempotency_keys SET request_hash = $4, status = $5, header = $6, body = $7, sealed = true,
 		subjects = $8 WHERE account_id = $1 AND key = $2 AND owner = $3`,
 		account, lookupOf(key), owner, keyedHash(account, key, r.hash), r.status, header, seal(account, key, r.body),
-		subjectsOf(account, r.body))
+		subjectsOf(account, scopeOf(key), r.body))
 	if err != nil {
 		return fmt.Errorf("%w: complete: %w", ErrDatastore, err)
 	}

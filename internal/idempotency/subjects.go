@@ -20,17 +20,29 @@ import (
 
 const subjectLabel = "mailvet idempotency subject v1:"
 
-// Subject is the digest that names address in account's kept responses: SHA-256 of the address
-// trimmed and lower-cased (as list.Normalize compares addresses), under the account, so that the
-// same address has unrelated digests in two accounts.
-func Subject(account, address string) []byte {
-	sum := sha256.Sum256([]byte(subjectLabel + account + ":" + strings.ToLower(strings.TrimSpace(address))))
+// ScopeSandbox is the scope of a sandbox key's Idempotency-Keys (Guard.Scope; docs/sandbox.md).
+const ScopeSandbox = "sandbox"
+
+// Subject is the digest that names address in account's own kept responses (scope ""):
+// ScopedSubject.
+func Subject(account, address string) []byte { return ScopedSubject(account, "", address) }
+
+// ScopedSubject is the digest that names address in the kept responses of account's scope (see
+// Guard.Scope): SHA-256 of the address trimmed and lower-cased (as list.Normalize compares
+// addresses), under the account and the scope, so that the same address has unrelated digests in
+// two accounts, and a deletion asked within one scope reaches none of another's.
+func ScopedSubject(account, scope, address string) []byte {
+	owner := account
+	if scope != "" {
+		owner += " " + scope
+	}
+	sum := sha256.Sum256([]byte(subjectLabel + owner + ":" + strings.ToLower(strings.TrimSpace(address))))
 	return sum[:]
 }
 
-// subjectsOf returns the digests of every address that body names in an "email" field, at any
-// depth, or nil when it names none or is not JSON.
-func subjectsOf(account string, body []byte) [][]byte {
+// subjectsOf returns the digests, in scope, of every address that body names in an "email"
+// field, at any depth, or nil when it names none or is not JSON.
+func subjectsOf(account, scope string, body []byte) [][]byte {
 	var v any
 	if json.Unmarshal(body, &v) != nil {
 		return nil
@@ -44,7 +56,7 @@ func subjectsOf(account string, body []byte) [][]byte {
 			for k, x := range v {
 				if s, ok := x.(string); ok && k == "email" && !seen[s] {
 					seen[s] = true
-					out = append(out, Subject(account, s))
+					out = append(out, ScopedSubject(account, scope, s))
 				}
 				walk(x)
 			}
@@ -58,13 +70,16 @@ func subjectsOf(account string, body []byte) [][]byte {
 	return out
 }
 
-// DeleteSubject deletes account's kept responses that name any of addresses (each compared as
-// Subject does), with db (the caller's transaction), and returns how many. A retry of one of
-// their requests then runs again instead of replaying it.
-func DeleteSubject(ctx context.Context, db database.DB, account string, addresses []string) (int64, error) {
-	digests := make([][]byte, len(addresses))
-	for i, a := range addresses {
-		digests[i] = Subject(account, a)
+// DeleteSubject deletes account's kept responses, of the given scopes ("" for the account's own),
+// that name any of addresses (each compared as ScopedSubject does), with db (the caller's
+// transaction), and returns how many. A retry of one of their requests then runs again instead
+// of replaying it.
+func DeleteSubject(ctx context.Context, db database.DB, account string, scopes, addresses []string) (int64, error) {
+	digests := make([][]byte, 0, len(scopes)*len(addresses))
+	for _, scope := range scopes {
+		for _, a := range addresses {
+			digests = append(digests, ScopedSubject(account, scope, a))
+		}
 	}
 	tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND subjects && $2`, account, digests)
 	if err != nil {

@@ -119,7 +119,12 @@ func deleteHistory(ctx context.Context, db database.DB, account, email string, s
 		// Responses kept for an Idempotency-Key replay that hold the address's result, whichever
 		// route answered them: a retry would otherwise replay it for up to 24 hours. They are not
 		// the customer's stored results, so the answer does not count them; the audit event does.
-		replays, err := idempotency.DeleteSubject(ctx, tx, account, addrs)
+		// A sandbox key's deletion reaches the sandbox's kept responses only, as for its jobs.
+		scopes := []string{"", idempotency.ScopeSandbox}
+		if sandboxOnly {
+			scopes = []string{idempotency.ScopeSandbox}
+		}
+		replays, err := idempotency.DeleteSubject(ctx, tx, account, scopes, addrs)
 		if err != nil {
 			return err
 		}

@@ -62,25 +62,6 @@ func heldJob(t *testing.T, ctx context.Context, pool *pgxpool.Pool, js jetstream
 	return id
 }
 
-// jobsSettled waits (bounded) until the JOBS consumer has nothing pending or unacknowledged.
-func jobsSettled(t *testing.T, ctx context.Context, js jetstream.JetStream) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cons, err := js.Consumer(ctx, queue.StreamJobs, queue.ConsumerJobRunners)
-		pgtest.Must(t, err, "consumer")
-		info, err := cons.Info(ctx)
-		pgtest.Must(t, err, "consumer info")
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs not settled: %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestJobPoisonFailsTheJobOnce: a job whose every attempt fails the same way, for a reason that
 // is not an outage — here a result the runner cannot store or cannot encode — is tried
 // MaxFailures times and then fails, once: its callback says "internal" without the cause's text,
@@ -137,7 +118,7 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			jobsSettled(t, ctx, js)
+			ConsumerSettled(t, js, queue.StreamJobs, queue.ConsumerJobRunners, 10*time.Second)
 			time.Sleep(200 * time.Millisecond) // a further attempt would show here
 			if j.State != job.Failed {
 				t.Fatalf("job %s, want failed", j.State)

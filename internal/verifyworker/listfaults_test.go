@@ -162,26 +162,6 @@ func readLedger(t *testing.T, pool *pgxpool.Pool, acct string, id uuid.UUID) led
 	return g
 }
 
-// settled waits (bounded) until the runners' consumer has nothing pending or unacknowledged.
-func settled(t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cons, err := js.Consumer(ctx, queue.StreamLists, queue.ConsumerListChunks)
-		pgtest.Must(t, err, "consumer")
-		info, err := cons.Info(ctx)
-		pgtest.Must(t, err, "consumer info")
-		if info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("chunks not settled: %d pending ack, %d pending", info.NumAckPending, info.NumPending)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // 1. A worker killed in the middle of a chunk (its connection gone: no ack, no progress, as a
 // process killed) and the real engine probing mailsim on the live one: the chunk is redelivered,
 // every unique address is verified once by the live worker, written once and billed once, the
@@ -320,7 +300,7 @@ func raceStop(t *testing.T, iterations int, stop func(store *list.Store, acct st
 			t.Fatalf("iteration %d: %v", i, err)
 		}
 		before := readLedger(t, pool, acct, l.ID).usageRows
-		settled(t, b.js)
+		verifyworker.ConsumerSettled(t, b.js, queue.StreamLists, queue.ConsumerListChunks, 30*time.Second)
 		time.Sleep(30 * time.Millisecond) // a write that lost the race would land now
 		check(t, i, readLedger(t, pool, acct, l.ID), before)
 	}
@@ -511,7 +491,7 @@ func TestListPoisonChunkFailsTheListOnce(t *testing.T) {
 	if got.State != list.Failed || !strings.Contains(errorOf(got), "chunk 1 could not be verified") || strings.Contains(errorOf(got), "cannot handle") {
 		t.Fatalf("list %s (error %q), want failed naming chunk 1 and not the panic's text", got.State, errorOf(got))
 	}
-	settled(t, b.js)
+	verifyworker.ConsumerSettled(t, b.js, queue.StreamLists, queue.ConsumerListChunks, 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	if n := p.hits.Load(); n != maxFailures {
 		t.Errorf("the poison chunk was tried %d times, want %d", n, maxFailures)

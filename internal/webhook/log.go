@@ -174,7 +174,8 @@ func ListDeliveries(ctx context.Context, db DB, accountID uuid.UUID, f ListFilte
 // A replay sends the account's data to a URL again, so a new one is never made without its
 // delivery_replayed event: by (who asked, with its Kind, actor and client) is written with the
 // replay's row, its Detail set here to name the delivery and the receiver, by receiverOf
-// (docs/security.md, "Audit log"). A repeated request that gets the replay already made writes none: it sends nothing new.
+// (docs/security.md, "Audit log"). A repeated request that gets the replay already made writes
+// none: it sends nothing new.
 func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, accountID, deliveryID uuid.UUID, by audit.Event) (uuid.UUID, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -202,21 +203,21 @@ func Replay(ctx context.Context, db DB, js jetstream.JetStream, l queue.Layout, 
 	}
 	// The copy is taken from the delivery asked for; its body and secret are the original's.
 	var (
-		id  uuid.UUID
-		url string
+		id       uuid.UUID
+		callback string
 	)
 	err = tx.QueryRow(ctx, `
 		INSERT INTO deliveries (id, job_id, list_id, account_id, url, body, signature, webhook_secret, replay_of)
 		SELECT $1, job_id, list_id, account_id, url, body, signature, webhook_secret, $3
 		FROM deliveries WHERE id = $2
 		ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL AND state <> 'failed' DO NOTHING
-		RETURNING id, url`, newID, deliveryID, root).Scan(&id, &url)
+		RETURNING id, url`, newID, deliveryID, root).Scan(&id, &callback)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		err = tx.QueryRow(ctx, `
 			SELECT id FROM deliveries WHERE replay_of = $1 AND state <> 'failed'`, root).Scan(&id)
 	case err == nil:
-		by.Detail = fmt.Sprintf("delivery %s replayed to %s", deliveryID, receiverOf(url))
+		by.Detail = fmt.Sprintf("delivery %s replayed to %s", deliveryID, receiverOf(callback))
 		err = audit.Record(ctx, tx, by)
 	}
 	if err != nil {

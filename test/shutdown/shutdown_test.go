@@ -183,7 +183,7 @@ func TestVerifierFinishesItsJobUnlessSignalledTwice(t *testing.T) {
 
 // A process told to stop while it still waits for NATS at start-up exits 0 at once: the
 // orchestrator stopping a pod that never became ready must not see a crash (docs/operations.md,
-// "What you run"). This pins behaviour that was already right.
+// "What you run").
 func TestSignalDuringStartUp(t *testing.T) {
 	s := newSystem(t)
 	for i, bin := range []string{"api", "verifier-worker", "webhook-worker"} {
