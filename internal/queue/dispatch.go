@@ -150,15 +150,9 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		changed := d.link.Changed()
 		select {
 		case m := <-replies:
-			var r VerifyReply
-			if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(emails) || l.done[r.Index] {
-				continue
-			}
-			l.done[r.Index] = true
-			left--
-			heard, stall = d.Now(), d.StallAfter
-			if each != nil {
-				each(r.Index, *r.Result)
+			if l.take(m, each) {
+				left--
+				heard, stall = d.Now(), d.StallAfter
 			}
 			continue
 		case <-ctx.Done():
@@ -191,7 +185,22 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		// Guarded: a broker that stops answering while we ask would otherwise hold the loop for
 		// the stream info and the publish timeouts, and ListGrace would start that much late.
 		gctx, release := d.link.Guard(ctx)
-		err := l.publish(gctx, l.lost(gctx, l.missing()))
+		lost := l.lost(gctx, l.missing())
+		// A worker replies before it acknowledges (internal/verifyworker), so the answer to an
+		// item the check found gone, unless it was lost, reached the inbox before the check's own
+		// answer: read what is there before asking again, or that item is probed twice.
+		for more := true; more && len(lost) > 0; {
+			select {
+			case m := <-replies:
+				if l.take(m, each) {
+					left--
+					stall = d.StallAfter
+				}
+			default:
+				more = false
+			}
+		}
+		err := l.publish(gctx, l.undone(lost))
 		cut := errors.Is(context.Cause(gctx), ErrLinkLost)
 		release()
 		if err != nil && ctx.Err() == nil && cut {
@@ -271,6 +280,31 @@ type list struct {
 	deadline string
 	done     []bool
 	round    int
+}
+
+// take records the answer in m and hands it to each, unless it is not a valid answer or its
+// index already has one; it reports whether it did.
+func (l *list) take(m *nats.Msg, each func(i int, r verdict.Result)) bool {
+	var r VerifyReply
+	if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(l.emails) || l.done[r.Index] {
+		return false
+	}
+	l.done[r.Index] = true
+	if each != nil {
+		each(r.Index, *r.Result)
+	}
+	return true
+}
+
+// undone is the indexes that still have no answer.
+func (l *list) undone(indexes []int) []int {
+	var out []int
+	for _, i := range indexes {
+		if !l.done[i] {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func (l *list) missing() []int {
