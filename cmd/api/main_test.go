@@ -198,6 +198,7 @@ func TestDevModeBootstrapsEverything(t *testing.T) {
 	for _, series := range []string{
 		`mailvet_job_attempt_failures_total{outcome="failed"} 0`, `mailvet_list_chunk_failures_total{outcome="failed"} 0`,
 		`mailvet_verify_items_dropped_total{reason="gone"} 0`, `mailvet_verify_items_withdrawn_total 0`,
+		`mailvet_verify_items_not_withdrawn_total 0`,
 		`mailvet_smtp_sessions_unleased_total 0`, `mailvet_smtp_slots_given_back_total 0`,
 	} {
 		if !strings.Contains(string(metrics), "\n"+series+"\n") {

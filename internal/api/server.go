@@ -200,7 +200,10 @@ func New(d Deps) *Server {
 		}, func() float64 { return float64(s.dispatch.SilentWorkerReasks()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mailvet_verify_items_withdrawn_total",
 			Help: "Batch and stream items taken out of the work queue because their caller was answered without them (deadline, client gone, broker lost).",
-		}, func() float64 { return float64(s.dispatch.WithdrawnItems()) }), audit.Metric())
+		}, func() float64 { return float64(s.dispatch.WithdrawnItems()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mailvet_verify_items_not_withdrawn_total",
+			Help: "Batch and stream items left in the work queue after their caller was answered without them, because too many purges were already in flight.",
+		}, func() float64 { return float64(s.dispatch.NotWithdrawnItems()) }), audit.Metric())
 	}
 
 	e := echo.New()

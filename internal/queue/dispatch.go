@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,8 +72,14 @@ type Dispatcher struct {
 	replies replyMux      // the inbox of every single verification (VerifyOne)
 	silent  atomic.Uint64 // single verifications sent again because their worker went silent
 	// withdrawn counts the batch and stream items taken out of the stream after their caller was
-	// answered without them (withdraw).
-	withdrawn atomic.Uint64
+	// answered without them (withdraw); unwithdrawn those left there because maxPurges purges
+	// were already in flight.
+	withdrawn   atomic.Uint64
+	unwithdrawn atomic.Uint64
+	purges      chan struct{} // a token per purge in flight (withdraw)
+	purgesMu    sync.Mutex    // orders withdraw's start of a purge against Close
+	purging     sync.WaitGroup
+	closed      bool
 
 	lastAlive atomic.Int64 // Unix nanoseconds when WorkersAlive last saw a worker
 }
@@ -81,11 +88,28 @@ type Dispatcher struct {
 func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, l Layout) *Dispatcher {
 	return &Dispatcher{nc: nc, js: js, link: Watch(nc), layout: l,
 		SyncGrace: time.Second, ListGrace: 10 * time.Second, StallAfter: 5 * time.Second, PublishTimeout: time.Second,
-		WorkersGone: 10 * time.Second, WorkerSilence: 2 * time.Second, Now: time.Now}
+		WorkersGone: 10 * time.Second, WorkerSilence: 2 * time.Second, Now: time.Now,
+		purges: make(chan struct{}, maxPurges)}
 }
 
-// Close stops watching the connection and listening for single verifications' replies.
+// Close stops watching the connection and listening for single verifications' replies. It first
+// waits, up to PublishTimeout, for the purges in flight (withdraw), so that at shutdown the items
+// of the batches just ended are still taken out of the stream; no purge starts after it. The wait
+// is bounded apart from the purges' own timeout: nats.go can hold a purge on the connection's
+// lock while it dials a server that does not answer (see VerifyMany), and such a purge gives up
+// on its own.
 func (d *Dispatcher) Close() {
+	d.purgesMu.Lock()
+	d.closed = true
+	d.purgesMu.Unlock()
+	idle := make(chan struct{})
+	go func() { d.purging.Wait(); close(idle) }()
+	bound := time.NewTimer(d.PublishTimeout)
+	select {
+	case <-idle:
+	case <-bound.C:
+	}
+	bound.Stop()
 	d.link.Close()
 	d.replies.close()
 }
@@ -100,8 +124,8 @@ func (d *Dispatcher) Up() bool { return d.link.Up() }
 // stream are asked for again (see Dispatcher). Each index is reported at most once. It returns
 // when every item has answered, or with the indexes still missing and ErrTimeout when ctx ends
 // first, or ErrUnavailable when the connection stays down longer than ListGrace. Items still
-// missing when it returns are taken out of the stream (withdraw), so that no worker probes an
-// address whose caller has already been answered.
+// missing when it returns are taken out of the stream just after (withdraw), so that no worker
+// probes an address whose caller has already been answered.
 func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(i int, r verdict.Result)) (missing []int, err error) {
 	all := func() []int {
 		idx := make([]int, len(emails))
@@ -132,7 +156,7 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 	}
 	defer func() {
 		if len(missing) > 0 {
-			l.withdraw()
+			d.withdraw(l.batch, len(missing))
 		}
 	}()
 	reconnects := d.link.Reconnects()
@@ -150,15 +174,9 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		changed := d.link.Changed()
 		select {
 		case m := <-replies:
-			var r VerifyReply
-			if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(emails) || l.done[r.Index] {
-				continue
-			}
-			l.done[r.Index] = true
-			left--
-			heard, stall = d.Now(), d.StallAfter
-			if each != nil {
-				each(r.Index, *r.Result)
+			if l.take(m, each) {
+				left--
+				heard, stall = d.Now(), d.StallAfter
 			}
 			continue
 		case <-ctx.Done():
@@ -191,7 +209,22 @@ func (d *Dispatcher) VerifyMany(ctx context.Context, emails []string, each func(
 		// Guarded: a broker that stops answering while we ask would otherwise hold the loop for
 		// the stream info and the publish timeouts, and ListGrace would start that much late.
 		gctx, release := d.link.Guard(ctx)
-		err := l.publish(gctx, l.lost(gctx, l.missing()))
+		lost := l.lost(gctx, l.missing())
+		// A worker replies before it acknowledges (internal/verifyworker), so the answer to an
+		// item the check found gone, unless it was lost, reached the inbox before the check's own
+		// answer: read what is there before asking again, or that item is probed twice.
+		for more := true; more && len(lost) > 0; {
+			select {
+			case m := <-replies:
+				if l.take(m, each) {
+					left--
+					stall = d.StallAfter
+				}
+			default:
+				more = false
+			}
+		}
+		err := l.publish(gctx, l.undone(lost))
 		cut := errors.Is(context.Cause(gctx), ErrLinkLost)
 		release()
 		if err != nil && ctx.Err() == nil && cut {
@@ -237,30 +270,58 @@ func (l *list) lost(ctx context.Context, missing []int) []int {
 	return out
 }
 
-// withdraw purges the list's items still in the VERIFY stream: its caller has its answer (an
-// error), so they would only be probed, at a customer's mail server, for nobody. A worker that
+// maxPurges bounds the purges in flight per Dispatcher (withdraw): a slow broker must not gather
+// a goroutine per abandoned batch.
+const maxPurges = 4
+
+// withdraw purges the n items of batch still in the VERIFY stream: their caller has its answer
+// (an error), so they would only be probed, at a customer's mail server, for nobody. A worker that
 // already holds one looks it up in the stream before probing it once it has waited for a slot
-// (internal/verifyworker), and drops it; one already being probed finishes. Bounded by
-// PublishTimeout; skipped while the connection is down, when the items' deadline is what stops
-// them (docs/reliability.md, "Batch and stream items").
-func (l *list) withdraw() {
-	if !l.d.link.Up() {
+// (internal/verifyworker), and drops it; one already being probed finishes.
+//
+// The purge runs after the caller has its answer, which a slow broker must not delay, bounded by
+// PublishTimeout. It is skipped while the connection is down, after Close, and when maxPurges are
+// already in flight (counted: NotWithdrawnItems); the items' deadline is what stops those
+// (docs/reliability.md, "Batch and stream items").
+func (d *Dispatcher) withdraw(batch string, n int) {
+	if !d.link.Up() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.d.PublishTimeout)
-	defer cancel()
-	stream, err := l.d.js.Stream(ctx, l.d.layout.Name(StreamVerify))
-	if err != nil {
+	d.purgesMu.Lock()
+	defer d.purgesMu.Unlock()
+	if d.closed {
 		return
 	}
-	if stream.Purge(ctx, jetstream.WithPurgeSubject(l.d.layout.Subject(SubjectVerifyItemPrefix)+l.batch+".>")) == nil {
-		l.d.withdrawn.Add(uint64(len(l.missing())))
+	select {
+	case d.purges <- struct{}{}:
+	default:
+		d.unwithdrawn.Add(uint64(n))
+		return
 	}
+	d.purging.Add(1)
+	go func() {
+		defer d.purging.Done()
+		defer func() { <-d.purges }()
+		ctx, cancel := context.WithTimeout(context.Background(), d.PublishTimeout)
+		defer cancel()
+		stream, err := d.js.Stream(ctx, d.layout.Name(StreamVerify))
+		if err != nil {
+			return
+		}
+		if stream.Purge(ctx, jetstream.WithPurgeSubject(d.layout.Subject(SubjectVerifyItemPrefix)+batch+".>")) == nil {
+			d.withdrawn.Add(uint64(n))
+		}
+	}()
 }
 
 // WithdrawnItems counts the batch and stream items taken out of the VERIFY stream because their
 // caller was answered without them (VerifyMany): for mailvet_verify_items_withdrawn_total.
 func (d *Dispatcher) WithdrawnItems() uint64 { return d.withdrawn.Load() }
+
+// NotWithdrawnItems counts the batch and stream items left in the VERIFY stream after their
+// caller was answered without them because maxPurges purges were already in flight (withdraw):
+// for mailvet_verify_items_not_withdrawn_total.
+func (d *Dispatcher) NotWithdrawnItems() uint64 { return d.unwithdrawn.Load() }
 
 // list is one VerifyMany call's items.
 type list struct {
@@ -271,6 +332,31 @@ type list struct {
 	deadline string
 	done     []bool
 	round    int
+}
+
+// take records the answer in m and hands it to each, unless it is not a valid answer or its
+// index already has one; it reports whether it did.
+func (l *list) take(m *nats.Msg, each func(i int, r verdict.Result)) bool {
+	var r VerifyReply
+	if json.Unmarshal(m.Data, &r) != nil || r.Result == nil || r.Index < 0 || r.Index >= len(l.emails) || l.done[r.Index] {
+		return false
+	}
+	l.done[r.Index] = true
+	if each != nil {
+		each(r.Index, *r.Result)
+	}
+	return true
+}
+
+// undone is the indexes that still have no answer.
+func (l *list) undone(indexes []int) []int {
+	var out []int
+	for _, i := range indexes {
+		if !l.done[i] {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func (l *list) missing() []int {

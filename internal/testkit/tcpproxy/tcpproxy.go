@@ -2,7 +2,7 @@
 // dependency (Postgres, NATS, an SMTP server), then Cut (or Hold) and Restore the link, or Pause
 // and Resume it, to watch the process notice an outage and recover, without stopping the shared
 // server itself; or CutAfter a given request, to lose the answer to a request the dependency
-// received.
+// received; or act at the moment a request leaves (BeforeSend), before the dependency sees it.
 package tcpproxy
 
 import (
@@ -31,6 +31,8 @@ type Proxy struct {
 
 	// cutAfter is the armed CutAfter; nil when none is armed.
 	cutAfter *cutRule
+	// beforeSend is the BeforeSend hook; nil when none is set.
+	beforeSend func(chunk []byte)
 }
 
 // Start listens on 127.0.0.1 on a free port and forwards to target.
@@ -115,6 +117,22 @@ func (p *Proxy) CutAfter(match func(sent []byte) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cutAfter = &cutRule{match: match}
+}
+
+// BeforeSend sets hook to be called with each chunk a client sends, before the chunk is passed on
+// and while that connection's client side waits: whatever hook does happens before the target
+// sees the chunk. The chunk is only valid during the call; a request may span several. nil
+// removes the hook.
+func (p *Proxy) BeforeSend(hook func(chunk []byte)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.beforeSend = hook
+}
+
+func (p *Proxy) sendHook() func(chunk []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.beforeSend
 }
 
 // cutRule is one CutAfter.
@@ -261,6 +279,9 @@ func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) (cut bool) {
 			}
 		}
 		if n > 0 && fromClient {
+			if hook := p.sendHook(); hook != nil {
+				hook(buf[:n])
+			}
 			if r := p.armedCut(); r != nil {
 				if r != rule {
 					rule, sent = r, nil

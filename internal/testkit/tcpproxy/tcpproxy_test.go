@@ -228,3 +228,48 @@ func TestCutAfterDeliversTheRequestAndLosesTheAnswer(t *testing.T) {
 		t.Fatalf("a new connection after the cut: %v", err)
 	}
 }
+
+// BeforeSend runs its hook with what the client sent before the target gets it: what the hook
+// does (here, telling the target something on a side channel) reaches the target first.
+func TestBeforeSendActsBeforeTheTargetSeesTheChunk(t *testing.T) {
+	events := make(chan string, 4)
+	target := serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			events <- "target got " + line
+			_, _ = c.Write([]byte(line))
+		}
+	})
+	p, err := Start(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.BeforeSend(func(chunk []byte) {
+		if strings.Contains(string(chunk), "ping\n") {
+			events <- "hook saw ping"
+		}
+	})
+	c := dial(t, p)
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"hook saw ping", "target got ping\n"} {
+		select {
+		case e := <-events:
+			if e != want {
+				t.Fatalf("got %q, want %q", e, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no %q", want)
+		}
+	}
+	p.BeforeSend(nil)
+	if err := roundTrip(c, time.Second); err != nil {
+		t.Fatalf("after the hook is removed: %v", err)
+	}
+}
