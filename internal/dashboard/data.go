@@ -73,8 +73,9 @@ func (d *download) start() {
 	d.w.WriteHeader(http.StatusOK)
 }
 
-// deleteAccount deletes the account after two confirmations: the user types the account's email
-// (no single click, nor a form filled in by mistake, deletes), and gives the password (a session
+// deleteAccount deletes the account after two confirmations: the user types the account's email,
+// in any case or Unicode form (foldEmail; no single click, nor a form filled in by mistake,
+// deletes), and gives the password (a session
 // left open on a shared machine must not be enough to delete the account, as for a password
 // change). Password attempts go through the sign-in throttle.
 func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request, s *session) {
@@ -83,7 +84,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request, s *sessi
 		h.render(w, r, status, "data", &view{Title: "Your data", Nav: "settings", Session: s, Error: msg,
 			Data: dataView{AccountID: s.AccountID, Email: s.Email}})
 	}
-	if !strings.EqualFold(strings.TrimSpace(r.PostForm.Get("confirm")), s.Email) {
+	if foldEmail(strings.TrimSpace(r.PostForm.Get("confirm"))) != foldEmail(s.Email) {
 		fail(http.StatusUnprocessableEntity, "Type your email address exactly as shown to confirm the deletion.")
 		return
 	}

@@ -69,10 +69,10 @@ func distinctRunes(p string) int {
 	return len(seen)
 }
 
-// isOwnEmail reports whether p is the email or its local part, whatever the case and the blanks
-// around it.
+// isOwnEmail reports whether p, normalised as a password is (normPassword), is the email or its
+// local part, whatever the case, the blanks around it and the Unicode form either was typed in.
 func isOwnEmail(p, email string) bool {
-	p, email = strings.ToLower(strings.TrimSpace(p)), strings.ToLower(strings.TrimSpace(email))
+	p, email = strings.ToLower(strings.TrimSpace(p)), strings.ToLower(normPassword(strings.TrimSpace(email)))
 	if email == "" {
 		return false
 	}

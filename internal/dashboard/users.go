@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
@@ -28,9 +29,11 @@ const (
 // maxEmailLen is RFC 5321's limit on a forward path, which an account email never needs to pass.
 const maxEmailLen = 254
 
-// checkEmail accepts a plain address (no display name, no comments) of bounded length.
+// checkEmail accepts a plain address (no display name, no comments) of bounded length, and
+// returns it in Unicode NFC, the form it is stored, shown and mailed to in (an "é" typed as "e"
+// and a combining accent is kept as the one letter: docs/dashboard.md, "Security model").
 func checkEmail(e string) (string, error) {
-	e = strings.TrimSpace(e)
+	e = norm.NFC.String(strings.TrimSpace(e))
 	if e == "" || len(e) > maxEmailLen || strings.IndexFunc(e, unicode.IsControl) >= 0 {
 		return "", problem("Enter an email address of at most 254 characters.")
 	}
@@ -41,10 +44,9 @@ func checkEmail(e string) (string, error) {
 	return e, nil
 }
 
-// foldEmail is the form in which a dashboard user's email is unique and looked up, so that it
-// is found in any case (dashboard_users.email_folded, migrations/00029): lowered here rather than
-// by Postgres's lower(), which folds only A to Z in a database created with the C locale.
-func foldEmail(e string) string { return strings.ToLower(e) }
+// foldEmail is the form in which a dashboard user's email is unique and looked up: in any case
+// and any canonically equivalent Unicode form (account.FoldEmail, dashboard_users.email_folded).
+func foldEmail(e string) string { return account.FoldEmail(e) }
 
 type credentialsForm struct {
 	Email string

@@ -74,7 +74,7 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error)
 // Migrate applies every pending migration. Concurrent callers (several replicas starting at once)
 // are serialised by a Postgres advisory lock held by goose.
 func Migrate(ctx context.Context, databaseURL string, log *slog.Logger) (applied int, err error) {
-	db, err := openSQL(databaseURL)
+	db, err := openSQL(databaseURL, log)
 	if err != nil {
 		return 0, err
 	}
@@ -124,12 +124,27 @@ func appliedCount(p *goose.Provider, version int64) int {
 	return n
 }
 
-func openSQL(databaseURL string) (*sql.DB, error) {
+func openSQL(databaseURL string, log *slog.Logger) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	if log != nil {
+		cfg.OnNotice = logWarning(log)
+	}
 	return stdlib.OpenDB(*cfg), nil
+}
+
+// logWarning logs a migration's WARNING: what a migration found that it could not settle by
+// itself and leaves to the operator (migration 35's dashboard users whose emails are one address
+// once Unicode-normalised; docs/operations.md, "bin/api migrate"). A migration's warning names
+// rows by id, never by email. Lesser notices ("does not exist, skipping") are left out.
+func logWarning(log *slog.Logger) pgconn.NoticeHandler {
+	return func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Severity == "WARNING" {
+			log.Warn("migrations: " + n.Message)
+		}
+	}
 }
 
 // EnsureDatabase creates the database named in databaseURL when it does not exist yet, by

@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/mailvet/mailvet/internal/account"
 	"github.com/mailvet/mailvet/internal/audit"
 	"github.com/mailvet/mailvet/internal/database"
 )
@@ -106,7 +106,8 @@ func deleteOnce(tctx context.Context, db database.DB, id string, by audit.Event)
 		case paying:
 			return ErrSubscriptionActive
 		}
-		// The sign-in throttle counts failures per hashed email (internal/dashboard, throttle.go).
+		// The sign-in throttle counts failures per hashed folded email (internal/dashboard,
+		// throttle.go; account.FoldEmail).
 		rows, err := tx.Query(tctx, `SELECT email FROM dashboard_users WHERE account_id = $1`, id)
 		if err != nil {
 			return err
@@ -120,7 +121,7 @@ func deleteOnce(tctx context.Context, db database.DB, id string, by audit.Event)
 		}
 		var subjects []string
 		for _, u := range users {
-			s := sha256.Sum256([]byte(strings.ToLower(u)))
+			s := sha256.Sum256([]byte(account.FoldEmail(u)))
 			subjects = append(subjects, "account:"+hex.EncodeToString(s[:]))
 		}
 		if _, err := tx.Exec(tctx, `DELETE FROM dashboard_signin_failures WHERE subject = ANY($1)`, subjects); err != nil {

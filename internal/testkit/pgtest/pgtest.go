@@ -207,12 +207,21 @@ func EmptyURL(t testing.TB) string {
 // change only ASCII letters. It is migrated from scratch, slower than URL's copy of a template.
 func LocaleURL(t testing.TB, locale string) string {
 	t.Helper()
-	lit := `'` + strings.ReplaceAll(locale, `'`, `''`) + `'`
-	u := create(t, ` TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE `+lit+` LC_CTYPE `+lit)
+	return EncodingURL(t, "UTF8", locale)
+}
+
+// EncodingURL is LocaleURL in the server encoding given. SQL_ASCII (what initdb gives with the
+// "C" locale unless told otherwise) stores text as bytes, and Postgres's Unicode functions
+// (normalize()) refuse to run there.
+func EncodingURL(t testing.TB, encoding, locale string) string {
+	t.Helper()
+	quote := func(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+	lit := quote(locale)
+	u := create(t, ` TEMPLATE template0 ENCODING `+quote(encoding)+` LC_COLLATE `+lit+` LC_CTYPE `+lit)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := database.Migrate(ctx, u, nil); err != nil {
-		t.Fatalf("pgtest: migrate the %s-locale database: %v", locale, err)
+		t.Fatalf("pgtest: migrate the %s %s-locale database: %v", encoding, locale, err)
 	}
 	return u
 }
