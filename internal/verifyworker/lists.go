@@ -30,6 +30,7 @@ import (
 // transaction and hands out the list's next chunk. A runner that dies mid-chunk leaves the
 // message unacknowledged; another runner gets it after AckWait and verifies what is still
 // unwritten, and the per-address writes make a second write of the same address impossible.
+// A sandbox list's chunks are answered from the sandbox's table, at SandboxListRate.
 type ListRunner struct {
 	store *list.Store
 	js    jetstream.JetStream
@@ -233,7 +234,8 @@ func (r *ListRunner) retry(msg jetstream.Msg, c list.Chunk, failures int) {
 // their own clocks, so a chunk whose verification used its whole budget (the prober answers what
 // it could not finish unknown/timeout when its context ends) is still written, instead of failing
 // its write, coming back, and failing the same way until its list fails. Progress is reported to
-// JetStream for as long as the chunk is held, the write included (consumeConcurrently).
+// JetStream for as long as the chunk is held, the write included (consumeConcurrently). A
+// sandbox chunk is written no sooner than sandboxPace after it was read.
 func (r *ListRunner) run(c list.Chunk, again bool) error {
 	w, err := r.work(c)
 	switch {
@@ -249,9 +251,13 @@ func (r *ListRunner) run(c list.Chunk, again bool) error {
 		}
 		return nil // written already (a copy published by the sweep)
 	}
+	started := time.Now()
 	vctx, vcancel := context.WithTimeout(context.Background(), r.ChunkBudget)
 	unwatch := every(r.WatchEvery, func() { r.watch(c, vcancel) })
 	results, err := r.verify(vctx, w)
+	if w.Sandbox {
+		pause(vctx, time.Until(started.Add(r.sandboxPace(len(w.Addresses)))))
+	}
 	unwatch()
 	vcancel()
 	if err != nil {
@@ -300,6 +306,22 @@ func (r *ListRunner) republish(c list.Chunk) error {
 		return err
 	}
 	return queue.PublishChunks(ctx, r.js, r.Layout, 2*time.Second, chunks, nil)
+}
+
+// SandboxListRate is the most addresses a second a sandbox list is answered at (docs/sandbox.md,
+// "Bulk lists"). The sandbox answers without I/O, so nothing else would pace its chunks: the
+// writes of one free list would take as much of Postgres as the runners can give, and every
+// customer's requests would wait on it. Live lists are paced by the mail servers instead.
+const SandboxListRate = 1000
+
+// sandboxPace is the least time a sandbox chunk of n addresses takes from its read to its write.
+// A list has at most Window chunks with the workers at once (list.Config), so this holds each
+// list to SandboxListRate, an account to MaxRunning times that, and a runner to
+// Concurrency/Window times that, whatever the number of workers, without any state shared
+// between them. The chunk keeps its runner slot meanwhile, as a live chunk does while it probes
+// (up to ChunkBudget), so a sandbox list takes no more of the runners' time than a live one.
+func (r *ListRunner) sandboxPace(n int) time.Duration {
+	return time.Duration(n) * time.Duration(r.store.Config().Window) * time.Second / SandboxListRate
 }
 
 // sandboxSyntax is the engine's syntax layer as package sandbox takes it.
