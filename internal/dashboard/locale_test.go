@@ -40,22 +40,8 @@ func TestEmailInAnyCaseOnACLocaleDatabase(t *testing.T) {
 // the address is no second account's.
 func TestFoldMigrationOnACLocaleDatabase(t *testing.T) {
 	t.Parallel()
-	u := pgtest.LocaleURL(t, "C")
-	db, err := sql.Open("pgx", u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	ctx := context.Background()
-	version, _, _ := strings.Cut(foldMigration, "_")
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := mustVersion(t, version) - 1
-	if _, err := p.DownTo(ctx, before); err != nil {
-		t.Fatalf("down to %d: %v", before, err)
-	}
+	u, _, _ := beforeMigration(t, foldMigration)
 	pool := pgtest.Pool(t, u)
 	id := uuid.NewString()
 	pgtest.Exec(t, pool, `INSERT INTO accounts (id, tier, email) VALUES ($1, 'free', $2)`, id, "ÉMILE@x.test")
@@ -204,4 +190,27 @@ func TestOldWriterGetsTheFold(t *testing.T) {
 	if f := folded(); f != foldEmail("ZOË@x.test") {
 		t.Errorf("email_folded %q after an email change without it, want %q", f, foldEmail("ZOË@x.test"))
 	}
+}
+
+// beforeMigration is a new C-locale database migrated up to the migration before the one whose
+// file name is migration, and the goose provider that moves it: a test stores rows as an older
+// release would, then migrates up (and down) through it.
+func beforeMigration(t *testing.T, migration string) (url string, p *goose.Provider, before int64) {
+	t.Helper()
+	url = pgtest.LocaleURL(t, "C")
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	version, _, _ := strings.Cut(migration, "_")
+	p, err = goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = mustVersion(t, version) - 1
+	if _, err := p.DownTo(context.Background(), before); err != nil {
+		t.Fatalf("down to %d: %v", before, err)
+	}
+	return url, p, before
 }

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -13,11 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pressly/goose/v3"
 
 	"github.com/mailvet/mailvet/internal/database"
 	"github.com/mailvet/mailvet/internal/testkit/pgtest"
-	"github.com/mailvet/mailvet/migrations"
 )
 
 // nfcMigration is the migration that folds emails in Unicode NFC as well as lower case.
@@ -159,22 +156,8 @@ func TestEmailInAnyUnicodeFormOnASQLASCIIDatabase(t *testing.T) {
 // logged, names both by id. Rolled back, every user has its lowered email again.
 func TestNFCMigrationKeepsTheOlderOfTwoUsers(t *testing.T) {
 	t.Parallel()
-	u := pgtest.LocaleURL(t, "C")
-	db, err := sql.Open("pgx", u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	ctx := context.Background()
-	version, _, _ := strings.Cut(nfcMigration, "_")
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := mustVersion(t, version) - 1
-	if _, err := p.DownTo(ctx, before); err != nil {
-		t.Fatalf("down to %d: %v", before, err)
-	}
+	u, p, before := beforeMigration(t, nfcMigration)
 	pool := pgtest.Pool(t, u)
 	add := func(email, password string, age time.Duration) string {
 		id, user := uuid.NewString(), uuid.NewString()
