@@ -70,6 +70,7 @@ var Table = []Magic{
 	{Local: "policy_blocked", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonPolicyBlocked, MX: true, Reply: reply(554, "5.7.1", "Client host blocked")},
 	{Local: "sender_rejected", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonSenderRejected, MX: true, Reply: reply(553, "5.1.8", "Sender address rejected")},
 	{Local: "timeout", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonTimeout, MX: true},
+	{Local: "mail_server_busy", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonMailServerBusy, MX: true},
 	{Local: "connection_refused", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonConnectionRefused, MX: true},
 	{Local: "tls_failed", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonTLSFailed, MX: true},
 	{Local: "mx_private", Outcome: verdict.OutcomeUnknown, Reason: verdict.ReasonMXPrivate, MX: true},

@@ -15,6 +15,7 @@ const (
 	ReasonPolicyBlocked        Reason = "policy_blocked"          // a 5xx refusal of us, or one that says nothing readable
 	ReasonSenderRejected       Reason = "sender_rejected"         // our MAIL FROM was refused, or our sender at RCPT
 	ReasonTimeout              Reason = "timeout"                 // the probe budget ran out
+	ReasonMailServerBusy       Reason = "mail_server_busy"        // the budget ran out while every session to the server was in use: not asked
 	ReasonConnectionRefused    Reason = "connection_refused"      // no MX host accepted a connection
 	ReasonTLSFailed            Reason = "tls_failed"              // STARTTLS failed
 	ReasonMXPrivate            Reason = "mx_private"              // the MX addresses are private or loopback
@@ -35,7 +36,7 @@ const (
 // Reasons lists every reason, in the order of docs/api.md.
 var Reasons = []Reason{
 	ReasonAccepted, ReasonMailboxUnknown, ReasonMailboxDisabled, ReasonMailboxFull, ReasonCatchAll, ReasonGreylisted,
-	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonConnectionRefused,
+	ReasonPolicyBlocked, ReasonSenderRejected, ReasonTimeout, ReasonMailServerBusy, ReasonConnectionRefused,
 	ReasonTLSFailed, ReasonMXPrivate, ReasonDNSError, ReasonNoMX, ReasonNullMX,
 	ReasonInvalidSyntax, ReasonDisposable, ReasonProviderBlocksProbes, ReasonTemporarilyUnavail,
 	ReasonSMTPUTF8Unsupported, ReasonInternal, ReasonSandboxUnlisted,

@@ -62,6 +62,9 @@ func errReason(err error) verdict.Reason {
 		return verdict.ReasonProviderBlocksProbes
 	case errors.Is(err, smtp.ErrSMTPUTF8Unsupported):
 		return verdict.ReasonSMTPUTF8Unsupported
+	case errors.Is(err, smtp.ErrBusy):
+		// Before timeout, which it wraps: the budget ended, but no server was asked.
+		return verdict.ReasonMailServerBusy
 	case errors.Is(err, smtp.ErrTimeout):
 		return verdict.ReasonTimeout
 	case errors.Is(err, smtp.ErrClosed):

@@ -57,6 +57,7 @@ func TestProbeReason(t *testing.T) {
 		{"blocked provider", smtp.Result{Verdict: smtp.Unknown, Blocked: true, Err: smtp.ErrBlocked}, verdict.ReasonProviderBlocksProbes},
 		{"budget", withErr(smtp.ErrTimeout), verdict.ReasonTimeout},
 		{"budget (ctx)", withErr(fmt.Errorf("%w: %v", smtp.ErrTimeout, context.DeadlineExceeded)), verdict.ReasonTimeout},
+		{"sessions in use", withErr(fmt.Errorf("%w: %w", smtp.ErrBusy, smtp.ErrTimeout)), verdict.ReasonMailServerBusy},
 		{"no addresses", withErr(smtp.ErrNoHost), verdict.ReasonConnectionRefused},
 		{"refused", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("dial tcp 192.0.2.1:25: connect: connection refused"))), verdict.ReasonConnectionRefused},
 		{"banner timeout", withErr(fmt.Errorf("%w: %v", smtp.ErrNoHost, errors.New("banner: read tcp: i/o timeout"))), verdict.ReasonTimeout},

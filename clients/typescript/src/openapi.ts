@@ -106,7 +106,7 @@ export type VerifyResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "mail_server_busy" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply: SMTPReply | null;
   /** Present, and true, only on answers to a sandbox key (`sk_test_…`): the answer comes from the sandbox's magic addresses, not from a verification (docs/sandbox.md). Absent on live answers. */
@@ -141,7 +141,7 @@ export type StreamResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "mail_server_busy" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply: SMTPReply | null;
   /** Present, and true, only on answers to a sandbox key (`sk_test_…`): the answer comes from the sandbox's magic addresses, not from a verification (docs/sandbox.md). Absent on live answers. */
@@ -184,7 +184,7 @@ export type JobResult = {
   /** End-to-end processing time in milliseconds (for batch and stream, time since the request started). */
   latency_ms: number;
   /** The sub-status: why the result is what it is (docs/api.md, "Reasons"). Never empty. */
-  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
+  reason: "accepted" | "mailbox_unknown" | "mailbox_disabled" | "mailbox_full" | "catch_all" | "greylisted" | "policy_blocked" | "sender_rejected" | "timeout" | "mail_server_busy" | "connection_refused" | "tls_failed" | "mx_private" | "dns_error" | "no_mx" | "null_mx" | "invalid_syntax" | "disposable" | "provider_blocks_probes" | "temporarily_unavailable" | "smtputf8_unsupported" | "internal" | "sandbox_unlisted";
   /** The mail server's reply the verdict was decided on (docs/api.md, "The verify result"): to the address's RCPT, or the refused greeting or MAIL FROM that settled it; null when no server was asked about the address (syntax, disposable, no MX, a provider that blocks probes, a domain already known to be catch-all, a UTF-8 local part at a server without SMTPUTF8) or none answered (timeout, connection refused). */
   smtp_reply?: SMTPReply | null;
   job_id: string;

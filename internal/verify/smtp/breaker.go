@@ -48,11 +48,15 @@ func (b *breaker) waits(j *job) bool { return b.failures == 1 && j.next == len(j
 // released.
 func (pl *pool) admitLocked(js []*job) (moved []*job) {
 	if !pl.openAt(time.Now()) {
+		for _, j := range js {
+			j.at.Store(pl)
+		}
 		pl.queue = append(pl.queue, js...)
 		return nil
 	}
 	for _, j := range js {
 		if pl.waits(j) {
+			j.at.Store(pl)
 			pl.queue = append(pl.queue, j)
 		} else {
 			moved = append(moved, j)
@@ -69,6 +73,7 @@ func (pl *pool) tripLocked(err error, dialed time.Time) (moved []*job) {
 	pause := pl.trip(err)
 	keep := pl.queue[:0:0]
 	for _, j := range pl.queue {
+		j.asked.Store(true) // a dial it waited for failed: the server was tried
 		if j.unreachedSince.IsZero() {
 			// The time an address spends on MX hosts that cannot be reached counts
 			// against its budget from here (failover, expireQueued); waiting for a free
@@ -97,7 +102,7 @@ func (pl *pool) tripLocked(err error, dialed time.Time) (moved []*job) {
 }
 
 // expireQueued answers the queued addresses whose budget ended while they waited for this
-// address to be reached: unknown, timeout. Once a session is open here they wait for a working
+// address to be reached: unknown, timeout — or ErrBusy, when the fleet had no slot of it free. Once a session is open here they wait for a working
 // host, which is not counted against them.
 func (pl *pool) expireQueued() {
 	now := time.Now()
@@ -120,7 +125,9 @@ func (pl *pool) expireQueued() {
 	pl.queue = keep
 	pl.mu.Unlock()
 	for _, j := range expired {
-		j.finish(Result{Verdict: Unknown, Host: j.host(), Err: ErrTimeout})
+		r := j.budgetEnded(ErrTimeout)
+		r.Host = j.host()
+		j.finish(r)
 	}
 }
 

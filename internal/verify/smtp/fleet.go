@@ -110,6 +110,26 @@ func (pl *pool) lease() (Lease, bool) {
 	return nil, false
 }
 
+// busy reports whether every session the address may have is in use, so that an address waiting
+// here is not put to the server (docs/fleet.md, "Waiting for a slot"): the fleet has just had no
+// slot of it free, or this pool has given one up to a waiting worker, or the pool has as many
+// working sessions as it may (MaxPerHost, or the per-client limit the server showed). A pool
+// whose only sessions are being opened, or are stalled on a slow reply, is waiting for the
+// server instead.
+func (pl *pool) busy() bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	now := time.Now()
+	if pl.slotRetry > 0 || now.Before(pl.slotUntil) {
+		return true
+	}
+	limit := pl.p.cfg.MaxPerHost
+	if pl.limit > 0 && now.Before(pl.limitTill) {
+		limit = pl.limit
+	}
+	return len(pl.live) > 0 && pl.sessions >= limit
+}
+
 // awaitSlot lets the pool open sessions again after pause, or as soon as freed is closed.
 func (pl *pool) awaitSlot(freed <-chan struct{}, pause time.Duration) {
 	t := time.NewTimer(pause)

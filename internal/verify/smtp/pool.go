@@ -612,6 +612,7 @@ func (pl *pool) fillLocked(s *session) []rcpt {
 		if j.deadline.IsZero() {
 			j.deadline = now.Add(pl.p.cfg.Timeout)
 		}
+		j.asked.Store(true)
 		// A window of one (a server that takes one recipient per transaction, or one error of
 		// budget left) never fits a catch-all probe beside its address: the probe goes alone, and
 		// the address follows in the next exchange, waiting for the probe's answer. An empty

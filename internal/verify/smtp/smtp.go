@@ -69,6 +69,10 @@ var (
 	// ErrProtocol is a server that took the connection and broke SMTP: a malformed reply, or
 	// replies out of turn (docs/architecture.md, "Misbehaving servers").
 	ErrProtocol = errors.New("smtp: the server broke the protocol")
+	// ErrBusy is a budget that ended before the address was put to any server, while every
+	// session its MX address may have (MaxPerHost, fleet-wide with Slots) was in use: the server
+	// was not asked (docs/api.md, "Reasons", mail_server_busy). It comes wrapped with ErrTimeout.
+	ErrBusy = errors.New("smtp: every session to the MX address was in use")
 
 	// ErrForbiddenAddress explains an Unknown verdict whose MX addresses are all private or
 	// reserved (and not in Config.AllowCIDRs): they were not dialled. It wraps
@@ -365,13 +369,13 @@ func (p *Prober) probe(ctx context.Context, reqs []Request, deadline time.Time, 
 			case <-timeout:
 				timeout = nil
 				for _, j := range jobs {
-					j.finish(Result{Verdict: Unknown, Err: ErrTimeout})
+					j.finish(j.budgetEnded(ErrTimeout))
 				}
 				continue
 			case <-ctxDone:
 				ctxDone = nil
 				for _, j := range jobs {
-					j.finish(Result{Verdict: Unknown, Err: fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())})
+					j.finish(j.budgetEnded(fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())))
 				}
 				continue
 			}
@@ -401,6 +405,7 @@ func (p *Prober) failover(j *job, err error) {
 	}
 	if !forbidden(err) {
 		j.reached = true
+		j.asked.Store(true)
 	}
 	j.next++
 	if j.next >= len(j.targets) {
@@ -445,14 +450,28 @@ type job struct {
 	lastReply      Reply // the 421 it was last handed back after, if any: its answer when attempts run out
 	lastErr        error // the failure of the session it was last handed back from, if any
 	reached        bool  // some target failed for a reason other than a forbidden address
-	finishFn       func(Result)
-	finished       atomic.Bool
+	// at is the pool it waits in, set while queued; asked is set once a server was tried for it
+	// (it went out in an exchange, or a dial it waited for failed). Both are read when its budget
+	// ends, by whichever goroutine ends it (budgetEnded).
+	at       atomic.Pointer[pool]
+	asked    atomic.Bool
+	finishFn func(Result)
+	finished atomic.Bool
 }
 
 func (j *job) finish(r Result) {
 	if j.finished.CompareAndSwap(false, true) {
 		j.finishFn(r)
 	}
+}
+
+// budgetEnded is j's answer when its budget (err, a timeout) ends before it has one: ErrBusy
+// when no server was tried for it and its MX address had every session it may have in use.
+func (j *job) budgetEnded(err error) Result {
+	if pl := j.at.Load(); pl != nil && !j.asked.Load() && pl.busy() {
+		err = fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return Result{Verdict: Unknown, Err: err}
 }
 
 func (j *job) expired(now time.Time) bool { return !j.deadline.IsZero() && !now.Before(j.deadline) }
