@@ -280,7 +280,7 @@ var phrases = []struct {
 	{famGone, "no one at this address"}, {famGone, "unavailable mail user"}, {famGone, "not listed in domino directory"},
 	{famGone, "user doesn't exist"}, {famGone, "non-existent"}, {famGone, "nonexistent user"},
 	{famGone, "marked as invalid"}, {famGone, "dosn't exist"}, {famGone, "could not be found"},
-	{famGone, "not present in directory"}, {famGone, "not an active address"}, {famGone, "no valid recipients"},
+	{famGone, "not present in directory"}, {famGone, "not an active address"},
 	{famGone, "invalid-recipient"}, {famGone, "userunknown"}, {famGone, "user has moved"},
 	{famGone, "has been replaced by"},
 	// The same in other languages: Italian, Spanish, French, and HCL Domino's directory in
