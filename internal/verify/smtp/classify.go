@@ -2,6 +2,7 @@ package smtp
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // Meaning is what a reply says about the address it answers, named like the API's reasons
@@ -118,8 +119,9 @@ func readSignals(r Reply) signals {
 	if s.enhanced == "" {
 		s.enhanced = hashEnhanced(text, s.class)
 	}
-	for _, p := range phrases {
-		if !s.has(p.fam) && containsPhrase(text, p.text) {
+	have := bytesOf(text)
+	for _, p := range matchers {
+		if !s.has(p.fam) && have.holds(p.bytes) && p.in(text) {
 			s.found |= 1 << p.fam
 		}
 	}
@@ -154,21 +156,64 @@ func hashEnhanced(text string, class int) string {
 	return ""
 }
 
-// containsPhrase reports whether p occurs in text as words: not inside a longer word, so that
-// "rbl" is not found in "verbless" nor "ip address" in "recip address". A phrase ending in '*'
-// is a stem and may be followed by more letters ("prohibit*" finds "prohibited").
-func containsPhrase(text, p string) bool {
-	stem := strings.HasSuffix(p, "*")
-	p = strings.TrimSuffix(p, "*")
+// matcher is one phrase made ready for matching, once, from the table below.
+type matcher struct {
+	fam   family
+	text  string  // without the stem mark
+	left  bool    // the phrase must not follow a word character
+	right bool    // the phrase must not be followed by a word character
+	bytes byteSet // the bytes the phrase is written with
+}
+
+// byteSet is a set of byte values. A text without one of a phrase's bytes cannot hold the
+// phrase, and comparing two sets costs far less than looking for the phrase: most phrases are
+// passed over so.
+type byteSet [4]uint64
+
+func bytesOf(s string) byteSet {
+	var set byteSet
+	for i := 0; i < len(s); i++ {
+		set[s[i]>>6] |= 1 << (s[i] & 63)
+	}
+	return set
+}
+
+// holds reports whether every byte of sub is in set.
+func (set byteSet) holds(sub byteSet) bool {
+	return sub[0]&^set[0]|sub[1]&^set[1]|sub[2]&^set[2]|sub[3]&^set[3] == 0
+}
+
+var matchers = compile(phrases)
+
+// compile reads each phrase's edges once. A phrase is matched as words (docs/architecture.md,
+// "Reading replies"): not inside a longer word, so that "rbl" is not found in "verbless" nor
+// "ip address" in "recip address". A phrase ending in '*' is a stem and may be followed by more
+// letters ("prohibit*" finds "prohibited"). An edge in a script written without spaces between
+// words (Chinese, Japanese) needs no boundary: "見つかりません" is found in "見つかりません。".
+func compile(list []struct {
+	fam  family
+	text string
+}) []matcher {
+	out := make([]matcher, len(list))
+	for i, p := range list {
+		text, stem := strings.CutSuffix(p.text, "*")
+		first, _ := utf8.DecodeRuneInString(text)
+		last, _ := utf8.DecodeLastRuneInString(text)
+		out[i] = matcher{fam: p.fam, text: text, left: spacedWordRune(first), right: !stem && spacedWordRune(last), bytes: bytesOf(text)}
+	}
+	return out
+}
+
+// in reports whether the phrase occurs in text as words.
+func (m matcher) in(text string) bool {
 	for from := 0; from < len(text); {
-		i := strings.Index(text[from:], p)
+		i := strings.Index(text[from:], m.text)
 		if i < 0 {
 			return false
 		}
 		i += from
-		end := i + len(p)
-		if (i == 0 || !isWordByte(text[i-1]) || !isWordByte(p[0])) &&
-			(stem || end == len(text) || !isWordByte(text[end]) || !isWordByte(p[len(p)-1])) {
+		end := i + len(m.text)
+		if (!m.left || i == 0 || !isWordByte(text[i-1])) && (!m.right || end == len(text) || !isWordByte(text[end])) {
 			return true
 		}
 		from = i + 1
@@ -176,6 +221,17 @@ func containsPhrase(text, p string) bool {
 	return false
 }
 
+// spacedWordRune reports whether r is a letter or digit of a script whose words are set apart
+// by spaces; CJK and the scripts after them are not.
+func spacedWordRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return isWordByte(byte(r))
+	}
+	return r < 0x2E80
+}
+
+// isWordByte reports whether b belongs to a word: an ASCII letter, digit or '_', or any byte of
+// a multi-byte character.
 func isWordByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b >= 0x80
 }
@@ -223,17 +279,26 @@ var phrases = []struct {
 	{famGone, "doesn't have a"}, {famGone, "does not have an account"}, {famGone, "no account by that name"},
 	{famGone, "no one at this address"}, {famGone, "unavailable mail user"}, {famGone, "not listed in domino directory"},
 	{famGone, "user doesn't exist"}, {famGone, "non-existent"}, {famGone, "nonexistent user"},
-	{famGone, "marked as invalid"},
+	{famGone, "marked as invalid"}, {famGone, "dosn't exist"}, {famGone, "could not be found"},
+	{famGone, "not present in directory"}, {famGone, "not an active address"},
+	{famGone, "invalid-recipient"}, {famGone, "userunknown"}, {famGone, "user has moved"},
+	{famGone, "has been replaced by"},
+	// The same in other languages: Italian, Spanish, French, and HCL Domino's directory in
+	// Spanish, French and Japanese.
+	{famGone, "nessun utente"}, {famGone, "no existe"}, {famGone, "utilisateur inconnu"},
+	{famGone, "no se encuentra en el directorio"}, {famGone, "non répertorié dans l'annuaire"},
+	{famGone, "ディレクトリには見つかりません"},
 
 	{famWeakGone, "mailbox unavailable"}, {famWeakGone, "mailbox is unavailable"},
 	{famWeakGone, "mailbox not available"}, {famWeakGone, "mailbox currently unavailable"}, {famWeakGone, "not found"},
+	{famWeakGone, "mailbox unavaiable"}, {famWeakGone, "account unavailable"},
 
 	// The mailbox is disabled.
 	{famDisabled, "disabled"}, {famDisabled, "deactivated"}, {famDisabled, "inactive"},
 	{famDisabled, "suspend*"}, {famDisabled, "account closed"}, {famDisabled, "account has been closed"},
 	{famDisabled, "no longer active"}, {famDisabled, "no longer valid"}, {famDisabled, "no longer accepts mail"},
 	{famDisabled, "is locked"}, {famDisabled, "frozen"}, {famDisabled, "terminated"},
-	{famDisabled, "discontinued"}, {famDisabled, "archived recipient"},
+	{famDisabled, "discontinued"}, {famDisabled, "archived recipient"}, {famDisabled, "user not active"},
 
 	// The mailbox is full.
 	{famFull, "over quota"}, {famFull, "quota exceeded"}, {famFull, "exceeds quota"}, {famFull, "exceeded storage"},
@@ -241,6 +306,12 @@ var phrases = []struct {
 	{famFull, "storage space"}, {famFull, "over storage quota"}, {famFull, "insufficient disk space"},
 	{famFull, "mailbox size limit"}, {famFull, "recipient storage full"},
 	{famFull, "too many messages on the server"}, {famFull, "overquota"},
+	// A mailbox that exists but has no room: qmail's "mailbox unavailable (not enough free
+	// space)" must not read as "mailbox unavailable".
+	{famFull, "not enough free space"}, {famFull, "full mailbox"}, {famFull, "mailbox exceeds allowed size"},
+	{famFull, "exceed maximum allowed storage"}, {famFull, "mailfolder is full"},
+	{famFull, "not sufficient disk space"}, {famFull, "quota violation"}, {famFull, "too much mail data"},
+	{famFull, "exceeded quota"}, {famFull, "space has been used up"}, {famFull, "no space left on device"},
 
 	// The recipient receives mail faster than it may: not about the mailbox's existence.
 	{famRate, "receiving mail too quickly"}, {famRate, "receiving mail at a rate"},
@@ -263,7 +334,10 @@ var phrases = []struct {
 	{famUs, "sorbs"}, {famUs, "reputation"}, {famUs, "relay access"}, {famUs, "relaying"},
 	{famUs, "relay denied"}, {famUs, "relay not permitted"}, {famUs, "unable to relay"},
 	{famUs, "open relay"}, {famUs, "relay prohibited"}, {famUs, "mail relay"}, {famUs, "as a relay"},
-	{famUs, "rcpthosts"}, {famUs, "administrative*"}, {famUs, "envelope blocked"},
+	{famUs, "rcpthosts"},
+	// "Administrative prohibition" refuses us; "Mailaddress is administratively disabled"
+	// (qmail-ldap) says the mailbox is disabled, so the word is no stem.
+	{famUs, "administrative"}, {famUs, "envelope blocked"},
 	{famUs, "envelope rejected"}, {famUs, "prohibit*"}, {famUs, "spam"}, {famUs, "unsolicited"},
 	{famUs, "spf"}, {famUs, "dkim"}, {famUs, "dmarc"}, {famUs, "authenticat*"},
 	{famUs, "not authorized"}, {famUs, "banned"}, {famUs, "dynamic ip"}, {famUs, "blocked"},

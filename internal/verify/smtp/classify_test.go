@@ -110,6 +110,11 @@ func TestClassifyPrecedence(t *testing.T) {
 		{"'does not exist' about our domain is about us", Reply{Code: 550, Enhanced: "5.7.1", Text: "Your sending domain does not exist"}, Class{Unknown, MeaningPolicyBlocked}},
 		{"'disabled' about our account is about us", Reply{Code: 550, Text: "Sending from your account is disabled"}, Class{Unknown, MeaningPolicyBlocked}},
 		{"temporary words keep a disabled mailbox unknown", Reply{Code: 550, Text: "Mailbox temporarily disabled"}, Class{Unknown, MeaningTemporary}},
+		{"full words beat 'mailbox unavailable'", Reply{Code: 550, Text: "mailbox unavailable (not enough free space)"}, Class{Unknown, MeaningMailboxFull}},
+		{"'administratively disabled' is the mailbox's", Reply{Code: 550, Text: "Mailaddress is administratively disabled"}, Class{Undeliverable, MeaningMailboxDisabled}},
+		{"'administratively denied' is about us", Reply{Code: 550, Text: "mail from your location is administratively denied"}, Class{Unknown, MeaningPolicyBlocked}},
+		{"a Japanese phrase needs no space after it", Reply{Code: 550, Text: "ユーザーはディレクトリには見つかりません。"}, Class{Undeliverable, MeaningMailboxUnknown}},
+		{"a Latin phrase is still whole words", Reply{Code: 550, Text: "no existence"}, Class{Unknown, MeaningPolicyBlocked}},
 	} {
 		if got := Classify(tc.r); got != tc.want {
 			t.Errorf("%s: Classify(%s) = %v/%s, want %v/%s", tc.name, tc.r, got.Verdict, got.Meaning, tc.want.Verdict, tc.want.Meaning)
