@@ -211,13 +211,6 @@ func BenchmarkSingleVerifyIdempotencyKey(b *testing.B) {
 	}
 }
 
-// commitAfterJobInsert matches what a connection sent once it carries the COMMIT (a simple-query
-// message, as pgx sends it) of the transaction that stored an asynchronous job.
-func commitAfterJobInsert(sent []byte) bool {
-	i := bytes.Index(sent, []byte("INSERT INTO jobs"))
-	return i >= 0 && bytes.Contains(sent[i:], []byte("Q\x00\x00\x00\x0bcommit\x00"))
-}
-
 // An async verify whose job commits while the API loses the COMMIT's answer (the connection to
 // Postgres breaks right after the COMMIT left) is answered with an error, and the client retries
 // with its Idempotency-Key: the retry gets the job that was stored, not a second one, and that
@@ -233,7 +226,7 @@ func TestIdempotentAsyncVerifyWithLostCommitAnswer(t *testing.T) {
 	verify := func() reply {
 		return callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", key, body, idempotency.Header, "order-lost")
 	}
-	pgProxy.CutAfter(commitAfterJobInsert)
+	pgProxy.CutAfter(commitAfter("INSERT INTO jobs"))
 	first := verify()
 	if first.status < 500 {
 		t.Fatalf("first attempt %d %s: want an error, the API lost the COMMIT's answer", first.status, first.raw)
@@ -268,7 +261,7 @@ func TestIdempotentAsyncVerifyWithLostCommitAnswer(t *testing.T) {
 	// is not made twice either.
 	a, mgmt := b.account(plan.Builder, "")
 	sandbox := b.sandboxKey(mgmt)
-	pgProxy.CutAfter(commitAfterJobInsert)
+	pgProxy.CutAfter(commitAfter("INSERT INTO jobs"))
 	if r := callHandler(t, api.Handler(), http.MethodPost, "/v1/email/verify", sandbox, body, idempotency.Header, "order-lost"); r.status < 500 {
 		t.Fatalf("sandbox: first attempt %d %s: want an error", r.status, r.raw)
 	}

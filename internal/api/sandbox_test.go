@@ -681,8 +681,8 @@ func TestSandboxLargeListNeverProbes(t *testing.T) {
 // lists"): the sandbox answers without I/O, so a sandbox list is held to
 // verifyworker.SandboxListRate addresses a second, and another customer's live verifications,
 // sent one after another while it runs, are all answered 200 within the documented 10 seconds
-// (docs/api.md), none 503. Unpaced, the list's writes took the Postgres connections the API
-// shares here with the worker, and the live requests' key checks ran out of time.
+// (docs/api.md), none 503: an unpaced list's writes would take the Postgres connections the API
+// shares here with the worker, and the live requests' key checks would run out of time.
 func TestSandboxListPacedBesideLiveTraffic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20,000 rows at the sandbox pace")

@@ -11,12 +11,11 @@ import (
 )
 
 // A kept response of a verify route holds the results it answered, each naming its address in
-// its "email" field. The response is sealed under the Idempotency-Key (seal.go), which Mailvet
-// does not keep, so a data subject's request to forget an address (DELETE /v1/email/history)
-// could not find the responses that hold it, and a retry would replay the result for up to 24
-// hours. Each kept response therefore carries the digests of the addresses it names (the column
-// subjects), and DeleteSubject deletes the account's responses that name one
-// (docs/personal-data.md, "One address's results").
+// its "email" field, sealed under the Idempotency-Key (seal.go), which Mailvet does not keep. So
+// that a request to forget an address (DELETE /v1/email/history) reaches those responses too —
+// a retry would otherwise replay the result for up to 24 hours — each kept response carries the
+// digests of the addresses it names (the column subjects), and DeleteSubject deletes the
+// account's responses that name one (docs/personal-data.md, "One address's results").
 
 const subjectLabel = "mailvet idempotency subject v1:"
 

@@ -40,18 +40,25 @@ func TestEnsureStreamsIsIdempotent(t *testing.T) {
 	}
 }
 
-// A server without JetStream stays "not enabled"; EnsureStreams keeps retrying until its
-// context ends instead of failing at the first answer, and then says why.
-func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
-	t.Parallel()
+// withoutJetStream is a JetStream client of a NATS server with JetStream disabled.
+func withoutJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	s := natstest.Server(t)
 	s.DisableJetStream()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
+	return js
+}
+
+// A server without JetStream stays "not enabled"; EnsureStreams keeps retrying until its
+// context ends instead of failing at the first answer, and then says why.
+func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
+	t.Parallel()
+	js := withoutJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -68,14 +75,7 @@ func TestEnsureStreamsRetriesUntilContextEnds(t *testing.T) {
 // for a NATS server or for JetStream to create the streams.
 func TestStartUpWaitsEndWithTheStopsCause(t *testing.T) {
 	t.Parallel()
-	s := natstest.Server(t)
-	s.DisableJetStream()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := withoutJetStream(t)
 	stop := errors.New("terminated signal received")
 	for name, wait := range map[string]func(context.Context) error{
 		"ConnectWait": func(ctx context.Context) error {

@@ -99,10 +99,7 @@ func TestJobPoisonFailsTheJobOnce(t *testing.T) {
 			r.SweepEvery, r.SweepAge = time.Hour, time.Hour
 			r.MaxFailures, r.FailureRetry, r.OutageRetry = maxFailures, 20*time.Millisecond, 20*time.Millisecond
 			r.failures = jobAttempts(prometheus.NewRegistry())
-			rctx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); _ = r.Run(rctx) }()
-			defer func() { stop(); <-done }()
+			runJobs(t, ctx, r)
 
 			deadline := time.Now().Add(10 * time.Second)
 			var j job.Job
@@ -188,10 +185,7 @@ func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
 	r.MaxFailures, r.OutageRetry, r.WriteBudget = 1, 20*time.Millisecond, time.Second
 	r.failures = jobAttempts(prometheus.NewRegistry())
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	runJobs(t, ctx, r)
 
 	for jobDeliveries(t, ctx, js) < 5 {
 		if ctx.Err() != nil {
@@ -228,4 +222,12 @@ func TestJobWaitsOutAPostgresOutage(t *testing.T) {
 			t.Errorf("mailvet_job_attempt_failures_total{outcome=%q} = %v, want 0: an outage is not counted as the job's failure", outcome, got)
 		}
 	}
+}
+
+// runJobs runs r until ctx ends or the test does, and waits for it to stop when the test ends.
+func runJobs(t *testing.T, ctx context.Context, r *JobRunner) {
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }

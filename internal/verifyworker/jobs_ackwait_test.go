@@ -156,10 +156,7 @@ func TestJobThatUsesItsWholeBudgetIsStillWritten(t *testing.T) {
 	r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
 	r.AckWait = 500 * time.Millisecond
 	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	runJobs(t, ctx, r)
 
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -195,10 +192,7 @@ func TestJobRepublishedAfterTheDuplicateWindowIsNotRunAgain(t *testing.T) {
 	pipe := &slowPipeline{started: make(chan struct{}, 1), calls: map[string]int{}}
 	r := NewJobRunner(pool, js, pipe, app.NewLogger(io.Discard, "test"))
 	r.SweepEvery, r.SweepAge = time.Hour, time.Hour
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	runJobs(t, ctx, r)
 	completed := func() bool {
 		j, err := jobs.Get(ctx, id, acct.ID)
 		pgtest.Must(t, err, "get job")
